@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian machine: installs what is missing, builds the
+# virtual environment, then runs what you asked for.
+#   ./run.sh demo   set up if needed, run the default scenario and print the table
+#   ./run.sh test   set up if needed, run the test suite
+#   ./run.sh setup  set up only
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+VENV=$ROOT/.venv
+# Debian's python3: later issues need Mininet, which Debian installs into this
+# interpreter's site-packages, so the venv is built from it with system site-packages.
+PY=/usr/bin/python3
+APT_PACKAGES=(python3 python3-venv python3-pip)
+
+log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
+
+install_system_packages() {
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        log "missing Debian packages: ${missing[*]}; run as root or install them with apt-get"
+        exit 1
+    fi
+    log "installing Debian packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+}
+
+build_venv() {
+    local stamp=$VENV/.installed-hash
+    local want
+    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    log "building virtual environment in .venv"
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    echo "$want" >"$stamp"
+}
+
+setup() {
+    install_system_packages
+    build_venv
+}
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+    setup) setup ;;
+    demo)
+        setup
+        exec "$VENV/bin/testbed" simulate scenarios/default.yaml "$@"
+        ;;
+    test)
+        setup
+        "$VENV/bin/ruff" check testbed tests benchmarks
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    *)
+        echo "usage: ./run.sh [demo|test|setup] [extra args]" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,1 @@
+"""netkv-testbed: flow-level simulator and packet-level emulation of NetKV."""

@@ -1,0 +1,176 @@
+"""The `testbed` command line."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from testbed.model.schedulers import SCHEDULERS
+from testbed.scenario import ScenarioError, load_scenario
+from testbed.workloads.mooncake import TraceError
+
+console = Console(stderr=True)
+out = Console()
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict:
+    overrides = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"expected FIELD=VALUE, got {item!r}", param_hint="--set")
+        key, raw = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(raw)
+    return overrides
+
+
+def _load(path: str, sets: tuple[str, ...], seeds: int | None = None):
+    overrides = _parse_sets(sets)
+    if seeds is not None:
+        overrides["seeds"] = seeds
+    return load_scenario(path, overrides)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="netkv-testbed")
+def main() -> None:
+    """netkv-testbed: does network-aware KV-cache scheduling (NetKV) cut TTFT?
+
+    Scenarios are YAML files (see scenarios/). Start with:
+
+    \b
+      testbed check scenarios/default.yaml      validate and describe a scenario
+      testbed simulate scenarios/default.yaml   run it in the flow-level simulator
+    """
+
+
+SET_HELP = "Override a scenario field, e.g. --set workload.load=2.0 (repeatable)."
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Where run folders go.")
+@click.option("--seeds", type=click.IntRange(min=1), help="Repetitions (overrides the file).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+@click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
+def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ...],
+             quiet: bool) -> None:
+    """Run SCENARIO in the flow-level simulator and print the comparison table.
+
+    Every sweep point x scheduler x seed is one run; records go to
+    OUT/<name>-flowsim-<stamp>/ (requests.csv, transfers.csv, links.csv and
+    summary.json per run; table.md and summary.json for the whole experiment).
+    """
+    from testbed.runner import ConservationError, count_runs, run_flowsim, table_cells
+
+    try:
+        sc = _load(scenario, sets, seeds)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    total = count_runs(sc)
+    try:
+        if quiet:
+            outcome = run_flowsim(sc, Path(out_dir))
+        else:
+            with Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
+            ) as progress:
+                task = progress.add_task(sc.name, total=total, step="")
+                seen = [0]
+
+                def step(label: str) -> None:
+                    if seen[0]:
+                        progress.advance(task)
+                    seen[0] += 1
+                    progress.update(task, step=label)
+
+                outcome = run_flowsim(sc, Path(out_dir), step)
+                progress.update(task, completed=total, step="done")
+    except (TraceError, ValueError) as exc:
+        _fail(str(exc))
+    except ConservationError as exc:
+        _fail(f"request conservation violated (a bug): {exc}")
+    if quiet:
+        out.print(str(outcome.folder))
+        return
+    head, body = table_cells(sc, outcome.rows)
+    table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
+    for cells in body:
+        table.add_row(*cells)
+    out.print(table)
+    out.print(f"\n{total} runs in {outcome.wall_s:.1f} s. Records: [bold]{outcome.folder}[/]")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+def check(scenario: str, sets: tuple[str, ...]) -> None:
+    """Validate SCENARIO (every sweep cell) and describe what it would run."""
+    from testbed.workloads.build import build_workload
+
+    try:
+        sc = _load(scenario, sets)
+        cells = sc.cells()
+        wl = build_workload(cells[0][1], sc.seed)
+    except (ScenarioError, TraceError, ValueError) as exc:
+        _fail(str(exc))
+    spec = sc.cluster.spec()
+    out.print(f"[bold]{sc.name}[/]: {sc.description.strip()}")
+    out.print(f"cluster : {spec.describe()}")
+    out.print(f"model   : {sc.model_spec().name}; timing {sc.timing.model_dump()}")
+    src = "synthetic" if sc.workload.synthetic else sc.workload.trace
+    out.print(f"workload: {sc.workload.profile} from {src}; SLO {sc.slo_s():g} s; "
+              f"capacity {wl.capacity_rps:.2f} req/s; first cell offers {wl.rate_rps:.2f} req/s "
+              f"-> {len(wl.requests)} requests in {sc.workload.warmup_s + sc.workload.measure_s:g} s"
+              f" ({len(wl.history)} history requests prewarm the caches)")
+    out.print(f"compare : {', '.join(SCHEDULERS[k] for k in sc.schedulers)}; "
+              f"{len(cells)} sweep point(s) x {sc.seeds} seed(s) = "
+              f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
+    for key, values in sc.sweep.items():
+        out.print(f"sweep   : {key} in {values}")
+    out.print("[green]scenario is valid[/]")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+@click.option("--links", is_flag=True, help="List every link too.")
+def topology(scenario: str, sets: tuple[str, ...], links: bool) -> None:
+    """Show the fat-tree SCENARIO describes: instances, tiers, switches, links."""
+    try:
+        sc = _load(scenario, sets)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    spec = sc.cluster.spec()
+    out.print(spec.describe())
+    table = Table("tier", "meaning", "Gbps per path", "latency (us)", "prefill->decode pairs")
+    pairs = Counter(spec.tier_map.values())
+    from testbed.topologies.fattree import TIER_NAMES
+    for t in range(4):
+        table.add_row(str(t), TIER_NAMES[t], f"{spec.tier_bandwidth_gbps[t]:g}",
+                      f"{spec.tier_latency_us[t]:g}", str(pairs.get(t, 0)))
+    out.print(table)
+    out.print("prefill: " + ", ".join(i.name for i in spec.prefill_pool))
+    out.print("decode : " + ", ".join(i.name for i in spec.decode_pool))
+    for layer, names in spec.switches.items():
+        out.print(f"{layer:5}: {len(names)} switches")
+    if links:
+        for link in spec.links:
+            out.print(f"  {link.a} -- {link.b}  {link.capacity_gbps:g} Gbps  tier {link.tier}")
+
+
+if __name__ == "__main__":
+    main()

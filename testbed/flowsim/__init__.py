@@ -1,0 +1,1 @@
+"""Flow-level discrete-event simulator: fluid max-min network plus serving model."""

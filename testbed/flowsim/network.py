@@ -1,0 +1,166 @@
+"""Fluid network: directed links, ECMP path choice per flow, max-min fair rates.
+
+Rates are recomputed by progressive filling at every flow arrival and completion, as
+the paper's simulator does. Background traffic is a per-link offered fraction that
+removes (1 - f) of a link's capacity from KV flows (the paper's mean-field model); the
+oracle's congestion is the mean background fraction of a tier's links, never KV.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.topologies.fattree import FatTreeSpec
+
+MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
+
+Hop = tuple[str, str]
+
+
+@dataclass
+class LinkState:
+    hop: Hop
+    tier: int
+    capacity: float  # bytes/s, the configured line rate
+    background: float = 0.0  # offered fraction of capacity used by non-KV traffic
+    flows: set[int] = field(default_factory=set)
+    kv_rate: float = 0.0  # sum of KV flow rates now
+    kv_bytes: float = 0.0  # integral of kv_rate
+    bg_bytes: float = 0.0  # integral of background rate
+
+    @property
+    def kv_capacity(self) -> float:
+        return self.capacity * (1.0 - self.background)
+
+
+@dataclass
+class Flow:
+    flow_id: int
+    path: list[Hop]
+    size: float
+    remaining: float
+    start: float
+    tag: object = None  # owner's handle (a transfer shard)
+    rate: float = 0.0
+    end: float | None = None
+
+
+class FluidNetwork:
+    """Links from a FatTreeSpec; flows share them max-min fairly."""
+
+    def __init__(self, spec: FatTreeSpec, rng: random.Random):
+        self.spec = spec
+        self.rng = rng
+        self.links: dict[Hop, LinkState] = {}
+        for link in spec.links:
+            cap = gbps_to_bytes_per_s(link.capacity_gbps)
+            for hop in ((link.a, link.b), (link.b, link.a)):
+                self.links[hop] = LinkState(hop, link.tier, cap)
+        self.flows: dict[int, Flow] = {}
+        self._next_id = 0
+        self.last_update = 0.0
+        self._path_cache: dict[tuple[str, str], list[list[Hop]]] = {}
+
+    # -- paths -----------------------------------------------------------------------
+    def ecmp_path(self, src: str, dst: str) -> list[Hop]:
+        """Uniform random choice among equal-cost paths, one per flow (seeded)."""
+        paths = self._path_cache.get((src, dst))
+        if paths is None:
+            paths = self._path_cache[(src, dst)] = self.spec.paths(src, dst)
+        return paths[self.rng.randrange(len(paths))] if len(paths) > 1 else paths[0]
+
+    # -- background ------------------------------------------------------------------
+    def set_background(self, fractions: dict[Hop, float], now: float) -> None:
+        self.advance(now)
+        for hop, f in fractions.items():
+            self.links[hop].background = min(max(f, 0.0), MAX_BACKGROUND)
+        self.recompute()
+
+    def tier_congestion(self) -> dict[int, float]:
+        """c_tier: mean background (non-KV) utilisation over the tier's links."""
+        sums: dict[int, list[float]] = defaultdict(list)
+        for link in self.links.values():
+            sums[link.tier].append(link.background)
+        return {tier: min(sum(v) / len(v), 0.99) for tier, v in sums.items()}
+
+    # -- flows -----------------------------------------------------------------------
+    def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None) -> Flow:
+        self.advance(now)
+        flow = Flow(self._next_id, path, size, size, now, tag)
+        self._next_id += 1
+        self.flows[flow.flow_id] = flow
+        for hop in path:
+            self.links[hop].flows.add(flow.flow_id)
+        self.recompute()
+        return flow
+
+    def advance(self, now: float) -> None:
+        """Move every flow forward at its current rate to time `now`."""
+        dt = now - self.last_update
+        if dt <= 0:
+            return
+        for flow in self.flows.values():
+            flow.remaining = max(0.0, flow.remaining - flow.rate * dt)
+        for link in self.links.values():
+            if link.kv_rate:
+                link.kv_bytes += link.kv_rate * dt
+            if link.background:
+                link.bg_bytes += link.background * link.capacity * dt
+        self.last_update = now
+
+    def pop_finished(self, now: float) -> list[Flow]:
+        """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb)."""
+        self.advance(now)
+        done = [
+            f for f in self.flows.values()
+            if f.remaining <= f.size * 1e-9 or (f.rate > 0 and f.remaining / f.rate <= 1e-9)
+        ]
+        for flow in done:
+            flow.remaining = 0.0
+            flow.end = now
+            del self.flows[flow.flow_id]
+            for hop in flow.path:
+                self.links[hop].flows.discard(flow.flow_id)
+        if done:
+            self.recompute()
+        return done
+
+    def next_completion(self) -> float | None:
+        """Time from last_update until the next flow finishes at current rates."""
+        best = None
+        for flow in self.flows.values():
+            if flow.rate > 0:
+                t = flow.remaining / flow.rate
+                if best is None or t < best:
+                    best = t
+        return None if best is None else self.last_update + best
+
+    def recompute(self) -> None:
+        """Max-min fair rates by progressive filling over the links that carry flows."""
+        for link in self.links.values():
+            link.kv_rate = 0.0
+        unfrozen = set(self.flows)
+        residual: dict[Hop, float] = {}
+        active: dict[Hop, set[int]] = {}
+        for hop, link in self.links.items():
+            if link.flows:
+                residual[hop] = link.kv_capacity
+                active[hop] = set(link.flows)
+        while unfrozen:
+            hop = min(active, key=lambda h: residual[h] / len(active[h]))
+            share = max(residual[hop] / len(active[hop]), 0.0)
+            for fid in list(active[hop]):
+                flow = self.flows[fid]
+                flow.rate = share
+                unfrozen.discard(fid)
+                for h in flow.path:
+                    residual[h] -= share
+                    self.links[h].kv_rate += share
+                    members = active.get(h)
+                    if members is not None:
+                        members.discard(fid)
+                        if not members:
+                            del active[h]

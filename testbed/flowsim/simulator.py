@@ -1,0 +1,263 @@
+"""One flow-level run: a scenario cell, one scheduler, one seed -> run records.
+
+Arrival -> prefill (FIFO, least work left) -> scheduler decision at prefill completion,
+on what a real router sees (instance reports now, oracle as of its last refresh) -> KV
+transfer as TP parallel flows from the prefill NIC over ECMP paths, max-min fair ->
+admission at an iteration boundary -> output tokens -> completion.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+from testbed.flowsim.events import EventLoop
+from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.serving import DecodeInstance, PrefillInstance, RequestState
+from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
+from testbed.model.oracle import Oracle
+from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
+from testbed.workloads.build import Workload
+
+GB = 1e9
+LINK_SAMPLE_S = 1.0
+
+
+@dataclass
+class RunResult:
+    requests: list[dict]
+    transfers: list[dict]
+    links: list[dict]
+    decision_us: list[float] = field(default_factory=list)
+    events: int = 0
+    sim_time_s: float = 0.0
+
+
+class FlowSimulation:
+    def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload):
+        self.scenario = scenario
+        self.workload = workload
+        self.loop = EventLoop()
+        self._seed = seed
+        self.rng = random.Random(seed * 7919 + 17)
+        self.spec = scenario.cluster.spec()
+        self.model = scenario.model_spec()
+        self.timing = scenario.timing_model()
+        cluster = scenario.cluster
+        self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3))
+        self.scheduler = make_scheduler(
+            scheduler_key,
+            SchedulerContext(self.timing, cluster.beta_max, cluster.memory_reserve_gb * GB,
+                             scenario.oracle.inflight_cap),
+            cla_weights=scenario.cla(),
+        )
+        block_tokens = scenario.workload.block_tokens
+        block_bytes = kv_bytes_per_token(self.model) * block_tokens
+        self.prefill = {i.name: PrefillInstance(i.name, self.timing) for i in self.spec.prefill_pool}
+        self.decode = {
+            i.name: DecodeInstance(i.name, self.loop, self.timing, cluster.beta_max,
+                                   cluster.memory_gb * GB, PrefixCache(block_tokens, block_bytes),
+                                   self._completed)
+            for i in self.spec.decode_pool
+        }
+        self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
+        self.oracle = Oracle(
+            tier_map=dict(self.spec.tier_map),
+            tier_bandwidth_gbps=self.spec.tier_bandwidth_gbps,
+            tier_latency_us=self.spec.tier_latency_us,
+            congestion={},
+            generated_at=0.0,
+        )
+        self.states: list[RequestState] = []
+        self.transfers: list[dict] = []
+        self.links: list[dict] = []
+        self.decision_us: list[float] = []
+        self._open = 0
+        self._net_version = 0
+        self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
+
+    # -- setup -------------------------------------------------------------------------
+    def _prewarm(self) -> None:
+        """Seed decode caches with trace history, placed independently of the scheduler."""
+        rng = random.Random(self._seed * 31 + 5)
+        names = sorted(self.decode)
+        block_tokens = self.scenario.workload.block_tokens
+        for req in self.workload.history:
+            dec = self.decode[names[rng.randrange(len(names))]]
+            keys = block_keys(req.hash_ids, req.input_len, block_tokens)
+            dec.cache.pin(keys)
+            dec.cache.unpin(keys)
+            dec.cache.evict_to(dec.capacity - dec.reserved)
+
+    def _background(self) -> None:
+        bg = self.scenario.network.background
+        fractions = {}
+        for hop, link in self.net.links.items():
+            f = bg.fraction(link.tier)
+            if bg.jitter and f:
+                f *= 1.0 + bg.jitter * self.rng.uniform(-1.0, 1.0)
+            fractions[hop] = f
+        self.net.set_background(fractions, self.loop.now)
+        self._reschedule_network()
+        if bg.jitter and any(bg.fraction(t) for t in (1, 2, 3)):
+            self.loop.after(bg.change_s, self._background)
+
+    def _refresh_oracle(self) -> None:
+        self.oracle = self.oracle.with_congestion(self.net.tier_congestion(), self.loop.now)
+        self.loop.after(self.scenario.oracle.refresh_s, self._refresh_oracle)
+
+    def _sample_links(self) -> None:
+        now = self.loop.now
+        self.net.advance(now)
+        measured = self.workload.warmup_s <= now - LINK_SAMPLE_S and now <= self._horizon
+        for hop, link in self.net.links.items():
+            kv0, bg0 = self._last_sample[hop]
+            cap = link.capacity * LINK_SAMPLE_S
+            self.links.append({
+                "time": round(now, 6), "link": f"{hop[0]}>{hop[1]}", "tier": link.tier,
+                "capacity_gbps": link.capacity * 8 / 1e9,
+                "kv_util": (link.kv_bytes - kv0) / cap, "bg_util": (link.bg_bytes - bg0) / cap,
+                "measured": measured,
+            })
+            self._last_sample[hop] = (link.kv_bytes, link.bg_bytes)
+        self.loop.after(LINK_SAMPLE_S, self._sample_links)
+
+    # -- request path ------------------------------------------------------------------
+    def _arrive(self, rs: RequestState) -> None:
+        inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
+        end = inst.enqueue(rs, self.loop.now)
+        self.loop.at(end, lambda: self._prefill_done(rs))
+
+    def _prefill_done(self, rs: RequestState) -> None:
+        req = rs.req
+        cands = [
+            Candidate(d.name, d.free_memory, d.queued, d.batch_size,
+                      d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
+            for d in self.decode.values()
+        ]
+        info = RequestInfo(req.request_id, req.input_len, rs.kv_bytes)
+        t0 = time.perf_counter()
+        decision = self.scheduler.select(info, rs.prefill, cands, self.oracle)
+        self.decision_us.append((time.perf_counter() - t0) * 1e6)
+        if decision.rejected:
+            rs.terminate("rejected", decision.reason)
+            self._open -= 1
+            return
+        dec = self.decode[decision.decode]
+        rs.decode, rs.tier = decision.decode, decision.tier
+        rs.hit_tokens, rs.eff_bytes = decision.hit_tokens, decision.effective_bytes
+        rs.predicted_transfer_s = decision.predicted_transfer_s
+        output_bytes = kv_cache_bytes(self.model, req.output_len)
+        dec.assign(rs, decision.hit_tokens // self.scenario.workload.block_tokens, output_bytes)
+        now = self.loop.now
+        rs.transfer_start = now
+        if rs.eff_bytes <= 0:
+            self.loop.after(self.oracle.latency(rs.tier), lambda: self._transfer_done(rs))
+            return
+        rs.flows_left = self.flows_per_transfer
+        shard = rs.eff_bytes / self.flows_per_transfer
+        per_transfer = self.scenario.network.ecmp == "per-transfer"
+        path = self.net.ecmp_path(rs.prefill, rs.decode)
+        for k in range(self.flows_per_transfer):
+            if k and not per_transfer:
+                path = self.net.ecmp_path(rs.prefill, rs.decode)
+            self.net.add_flow(path, shard, now, tag=(rs, k))
+        self._reschedule_network()
+
+    def _reschedule_network(self) -> None:
+        self._net_version += 1
+        version = self._net_version
+        t = self.net.next_completion()
+        if t is not None:
+            self.loop.at(max(t, self.loop.now), lambda: self._network_event(version))
+
+    def _network_event(self, version: int) -> None:
+        if version != self._net_version:
+            return
+        now = self.loop.now
+        for flow in self.net.pop_finished(now):
+            rs, shard = flow.tag
+            self.transfers.append({
+                "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
+                "dst": rs.decode, "tier": rs.tier,
+                "path": ">".join([flow.path[0][0]] + [h[1] for h in flow.path]),
+                "bytes": flow.size, "start": flow.start, "end": now,
+            })
+            rs.flows_left -= 1
+            if rs.flows_left == 0:
+                self.loop.after(self.oracle.latency(rs.tier), lambda rs=rs: self._transfer_done(rs))
+        self._reschedule_network()
+
+    def _transfer_done(self, rs: RequestState) -> None:
+        rs.transfer_end = self.loop.now
+        self.scheduler.transfer_done(rs.prefill, rs.tier)
+        self.decode[rs.decode].kv_landed(rs)
+
+    def _completed(self, rs: RequestState) -> None:
+        self._open -= 1
+
+    # -- run ---------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        wl = self.workload
+        per_token = kv_bytes_per_token(self.model)
+        block_tokens = self.scenario.workload.block_tokens
+        for req in wl.requests:
+            rs = RequestState(
+                req=req,
+                measured=wl.warmup_s <= req.arrival_s < wl.warmup_s + wl.measure_s,
+                keys=block_keys(req.hash_ids, req.input_len, block_tokens),
+                kv_bytes=float(per_token * req.input_len),
+            )
+            self.states.append(rs)
+            self.loop.at(req.arrival_s, lambda rs=rs: self._arrive(rs))
+        self._open = len(self.states)
+        self._prewarm()
+        last = max((r.arrival_s for r in wl.requests), default=0.0)
+        self._horizon = wl.warmup_s + wl.measure_s
+        self._background()
+        self._refresh_oracle()
+        self.loop.at(LINK_SAMPLE_S, self._sample_links)
+        self.loop.run(until=last + self.scenario.drain_s, stop=lambda: self._open == 0)
+        for rs in self.states:
+            if rs.state is None:
+                rs.terminate("failed", f"not finished {self.scenario.drain_s:g} s after the "
+                                       "last arrival (drain limit)")
+        return RunResult(
+            requests=[request_row(rs, self.workload.slo_s) for rs in self.states],
+            transfers=self.transfers,
+            links=self.links,
+            decision_us=self.decision_us,
+            events=self.loop.processed,
+            sim_time_s=self.loop.now,
+        )
+
+
+def request_row(rs: RequestState, slo_s: float) -> dict:
+    """One requests.csv row; both engines write this shape."""
+    req = rs.req
+    ttft = rs.first_token - req.arrival_s if rs.first_token is not None else None
+    tbt = None
+    if rs.state == "completed":
+        if req.output_len > 1:
+            tbt = (rs.done - rs.first_token) / (req.output_len - 1)
+        else:
+            tbt = rs.entry_iter_s
+    return {
+        "id": req.request_id, "arrival": req.arrival_s, "input_len": req.input_len,
+        "output_len": req.output_len, "measured": rs.measured,
+        "prefill": rs.prefill, "decode": rs.decode, "tier": rs.tier,
+        "hit_tokens": rs.hit_tokens, "kv_bytes": rs.kv_bytes, "transfer_bytes": rs.eff_bytes,
+        "prefill_start": rs.prefill_start, "prefill_end": rs.prefill_end,
+        "transfer_start": rs.transfer_start, "transfer_end": rs.transfer_end,
+        "predicted_transfer_s": rs.predicted_transfer_s,
+        "first_token": rs.first_token, "done": rs.done, "ttft": ttft, "tbt": tbt,
+        "slo_met": ttft is not None and ttft <= slo_s and not math.isnan(ttft),
+        "state": rs.state, "reason": rs.reason,
+    }
+
+
+def simulate(scenario, scheduler_key: str, seed: int, workload: Workload) -> RunResult:
+    return FlowSimulation(scenario, scheduler_key, seed, workload).run()

@@ -1,0 +1,78 @@
+"""The paper's metrics from run records; pure, shared by both engines.
+
+Only requests that arrived in the measurement window count (warm-up excluded). A
+rejected or failed request counts as an SLO miss and has no TTFT.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]; nan for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def summarize(
+    requests: Sequence[dict], links: Sequence[dict], slo_s: float, measure_s: float
+) -> dict:
+    measured = [r for r in requests if r["measured"]]
+    done = [r for r in measured if r["state"] == "completed"]
+    ttft = [r["ttft"] for r in done]
+    tbt = [r["tbt"] for r in done if r["tbt"] is not None]
+    xfer = [r["transfer_end"] - r["transfer_start"] for r in measured
+            if r["transfer_end"] is not None and r["transfer_start"] is not None]
+    met = [r for r in done if r["ttft"] <= slo_s]
+    tiers = Counter(r["tier"] for r in measured if r["tier"] is not None)
+    n_tier = sum(tiers.values())
+    util: dict[int, list[float]] = {}
+    for row in links:
+        if row["measured"]:
+            util.setdefault(int(row["tier"]), []).append(row["kv_util"] + row["bg_util"])
+    return {
+        "requests": len(measured),
+        "completed": len(done),
+        "rejected": sum(r["state"] == "rejected" for r in measured),
+        "failed": sum(r["state"] == "failed" for r in measured),
+        "ttft_mean_ms": 1e3 * _mean(ttft),
+        "ttft_p50_ms": 1e3 * percentile(ttft, 50),
+        "ttft_p95_ms": 1e3 * percentile(ttft, 95),
+        "ttft_p99_ms": 1e3 * percentile(ttft, 99),
+        "tbt_mean_ms": 1e3 * _mean(tbt),
+        "tbt_p95_ms": 1e3 * percentile(tbt, 95),
+        "slo_attainment": len(met) / len(measured) if measured else math.nan,
+        "goodput_rps": len(met) / measure_s,
+        "throughput_rps": len(done) / measure_s,
+        "transfer_mean_ms": 1e3 * _mean(xfer),
+        "tier_share": {str(t): tiers[t] / n_tier for t in sorted(tiers)} if n_tier else {},
+        "tier_utilisation": {str(t): _mean(v) for t, v in sorted(util.items())},
+    }
+
+
+def aggregate(summaries: Sequence[dict]) -> dict:
+    """Mean and sample std over seeds of every numeric metric (tier maps averaged)."""
+    out: dict = {"seeds": len(summaries)}
+    if not summaries:
+        return out
+    for key, value in summaries[0].items():
+        if isinstance(value, dict):
+            keys = sorted({k for s in summaries for k in s[key]})
+            out[key] = {k: _mean([s[key].get(k, 0.0) for s in summaries]) for k in keys}
+        else:
+            vals = [float(s[key]) for s in summaries if not math.isnan(float(s[key]))]
+            out[key] = _mean(vals)
+            out[key + "_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return out

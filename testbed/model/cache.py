@@ -1,0 +1,145 @@
+"""Per-decode-instance prefix cache: block-level longest common prefix, LRU, memory.
+
+How a Mooncake request maps to blocks: the trace gives one hash id per 512-token block
+(`hash_ids`, chained, so equal ids at equal positions mean an equal prefix). With
+`block_tokens` = 512 the cache keys are those ids. With the paper's 16-token blocks each
+512-token id is split into 512/16 = 32 sub-blocks keyed (id, j); the last id of a
+request covers only ceil(remaining/16) sub-blocks. Only *full* blocks are cached and
+matched (a partial tail block is never reused, as in vLLM), so a request of l tokens has
+floor(l / block_tokens) cacheable blocks and a hit of lambda = block_tokens * |LCP|.
+
+Blocks pinned by a live request are never evicted; unpinned blocks form an LRU list.
+When a request releases its blocks they are touched tail-first, so the head of a shared
+prefix is the last thing evicted and a chain is cut from its end, not its middle.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+TRACE_BLOCK_TOKENS = 512
+
+
+def sub_blocks_per_id(block_tokens: int, trace_block_tokens: int = TRACE_BLOCK_TOKENS) -> int:
+    if block_tokens <= 0 or trace_block_tokens % block_tokens:
+        raise ValueError(
+            f"block_tokens must divide the trace block size {trace_block_tokens}, got {block_tokens}"
+        )
+    return trace_block_tokens // block_tokens
+
+
+def full_block_count(input_len: int, block_tokens: int) -> int:
+    return input_len // block_tokens
+
+
+def block_keys(hash_ids: Sequence[int], input_len: int, block_tokens: int) -> list[int]:
+    """Integer keys of a request's full blocks: id * ratio + j for sub-block j of id."""
+    ratio = sub_blocks_per_id(block_tokens)
+    n = full_block_count(input_len, block_tokens)
+    if n > len(hash_ids) * ratio:
+        raise ValueError(
+            f"{input_len} tokens need {n} blocks of {block_tokens} but hash_ids cover "
+            f"only {len(hash_ids) * ratio}"
+        )
+    return [hash_ids[k // ratio] * ratio + k % ratio for k in range(n)]
+
+
+class PrefixCache:
+    """Blocks of KV held by one decode instance, with pin counts and LRU order."""
+
+    def __init__(self, block_tokens: int, block_bytes: float):
+        self.block_tokens = block_tokens
+        self.ratio = sub_blocks_per_id(block_tokens)
+        self.block_bytes = block_bytes
+        self._pinned: dict[int, int] = {}  # key -> pin count (> 0)
+        self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned, oldest first
+        self._group_count: dict[int, int] = {}  # trace id -> cached sub-blocks of it
+
+    # -- lookup --------------------------------------------------------------------
+    def __contains__(self, key: int) -> bool:
+        return key in self._pinned or key in self._lru
+
+    def __len__(self) -> int:
+        return len(self._pinned) + len(self._lru)
+
+    def prefix_hit_blocks(self, hash_ids: Sequence[int], input_len: int) -> int:
+        """|LCP_block(h_r, K_d)|: leading full blocks of the request present here.
+
+        Walks trace ids, not sub-blocks, where a whole id is cached; does not touch LRU
+        order (a scheduler looking is not a request using).
+        """
+        n = full_block_count(input_len, self.block_tokens)
+        ratio = self.ratio
+        matched = 0
+        for group in hash_ids:
+            if matched >= n:
+                break
+            need = min(ratio, n - matched)
+            count = self._group_count.get(group, 0)
+            if count == 0:
+                break
+            if count < ratio:
+                base = group * ratio
+                for j in range(need):
+                    if base + j not in self:
+                        return matched + j
+            matched += need
+        return min(matched, n)
+
+    def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
+        return self.block_tokens * self.prefix_hit_blocks(hash_ids, input_len)
+
+    # -- memory --------------------------------------------------------------------
+    @property
+    def bytes_used(self) -> float:
+        return len(self) * self.block_bytes
+
+    @property
+    def pinned_bytes(self) -> float:
+        return len(self._pinned) * self.block_bytes
+
+    @property
+    def evictable_bytes(self) -> float:
+        return len(self._lru) * self.block_bytes
+
+    # -- state changes ----------------------------------------------------------------
+    def pin(self, keys: Sequence[int]) -> None:
+        """Pin blocks a live request uses; inserts the ones not yet cached."""
+        for key in keys:
+            count = self._pinned.get(key)
+            if count is not None:
+                self._pinned[key] = count + 1
+                continue
+            if key in self._lru:
+                del self._lru[key]
+            else:
+                group = key // self.ratio
+                self._group_count[group] = self._group_count.get(group, 0) + 1
+            self._pinned[key] = 1
+
+    def unpin(self, keys: Sequence[int]) -> None:
+        """Release a request's blocks; tail first, so the prefix head stays most recent."""
+        for key in reversed(keys):
+            count = self._pinned.get(key)
+            if count is None:
+                raise KeyError(f"block {key} is not pinned")
+            if count > 1:
+                self._pinned[key] = count - 1
+            else:
+                del self._pinned[key]
+                self._lru[key] = None
+
+    def evict_to(self, budget_bytes: float) -> int:
+        """Evict least-recently-used unpinned blocks until the cache fits the budget."""
+        evicted = 0
+        while self.bytes_used > budget_bytes and self._lru:
+            key, _ = self._lru.popitem(last=False)
+            group = key // self.ratio
+            left = self._group_count[group] - 1
+            if left:
+                self._group_count[group] = left
+            else:
+                del self._group_count[group]
+            evicted += 1
+        return evicted

@@ -1,0 +1,288 @@
+"""Decode-instance schedulers: RR, LA, CA, CLA* and the NetKV ablation ladder (Algorithm 1).
+
+One interface for all: `select(request, prefill, candidates, oracle)` returns a
+`Decision`; `transfer_done(prefill, tier)` is the transfer-complete callback that
+decrements NetKV's self-contention counter. Every scheduler applies Algorithm 1's
+memory-feasibility filter first and rejects when nothing is feasible, so baselines and
+NetKV differ only in how they rank feasible candidates.
+
+The state a scheduler sees is what a real router sees: per-instance reports
+(`Candidate`) and the last oracle snapshot; never per-flow network state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from testbed.model.cost import (
+    effective_bandwidth,
+    first_decode_time,
+    queue_delay,
+    transfer_time,
+)
+from testbed.model.kv import effective_transfer_bytes
+from testbed.model.oracle import Oracle
+from testbed.model.timing import TimingModel
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    request_id: str
+    input_len: int
+    kv_bytes: float  # s_r, aggregate over TP shards
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A decode instance as the router last saw it."""
+
+    instance: str
+    free_memory: float  # m_d in bytes; evictable cache counts as free
+    queued: int  # q_d: assigned, not yet in the batch
+    batch: int  # beta_d
+    hit_tokens: int  # lambda_r(d) for this request
+
+
+@dataclass(frozen=True)
+class Decision:
+    decode: str | None
+    tier: int | None = None
+    effective_bytes: float = 0.0
+    hit_tokens: int = 0
+    predicted_transfer_s: float = 0.0
+    predicted_cost_s: float = 0.0
+    reason: str = "ok"
+
+    @property
+    def rejected(self) -> bool:
+        return self.decode is None
+
+
+@dataclass(frozen=True)
+class SchedulerContext:
+    timing: TimingModel
+    beta_max: int = 64
+    memory_reserve_bytes: float = 0.0  # m_min
+    inflight_cap: int = 16
+
+
+@dataclass
+class InflightCounter:
+    """n_inflight[tier][p]: the scheduler's own KV transfers in flight, per source and tier.
+
+    The true count is kept; reads are clamped to `cap` (the paper's default 16, about a
+    NIC's saturated flow count) so sustained overload cannot run B_eff to zero.
+    """
+
+    cap: int = 16
+    _counts: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def get(self, tier: int, prefill: str) -> int:
+        return min(self._counts[(tier, prefill)], self.cap)
+
+    def raw(self, tier: int, prefill: str) -> int:
+        return self._counts[(tier, prefill)]
+
+    def increment(self, tier: int, prefill: str) -> None:
+        self._counts[(tier, prefill)] += 1
+
+    def decrement(self, tier: int, prefill: str) -> None:
+        if self._counts[(tier, prefill)] <= 0:
+            raise ValueError(f"transfer_done for ({tier}, {prefill}) with nothing in flight")
+        self._counts[(tier, prefill)] -= 1
+
+
+class Scheduler:
+    """Base: feasibility filter, decision bookkeeping, the transfer-done callback."""
+
+    name = "base"
+
+    def __init__(self, ctx: SchedulerContext):
+        self.ctx = ctx
+        self.inflight = InflightCounter(cap=ctx.inflight_cap)
+
+    # -- shared terms --------------------------------------------------------------
+    def effective_bytes(self, request: RequestInfo, cand: Candidate) -> float:
+        return effective_transfer_bytes(request.kv_bytes, cand.hit_tokens, request.input_len)
+
+    def load_time(self, cand: Candidate) -> float:
+        """T_queue + T_decode (eqs. 6-7): the post-transfer wait on this instance."""
+        timing = self.ctx.timing
+        t_queue = queue_delay(
+            cand.queued, cand.batch, self.ctx.beta_max, timing.iteration_time(cand.batch)
+        )
+        return t_queue + first_decode_time(timing.iteration_time(cand.batch + 1))
+
+    def network_time(
+        self, request: RequestInfo, prefill: str, cand: Candidate, oracle: Oracle,
+        use_congestion: bool = True, use_inflight: bool = True,
+    ) -> float:
+        """T_transfer (eq. 3) with B_eff (eq. 4), each factor switchable for the ablation."""
+        tier = oracle.tier(prefill, cand.instance)
+        congestion = oracle.congestion_of(tier) if use_congestion else 0.0
+        n = self.inflight.get(tier, prefill) if use_inflight else 0
+        bandwidth = effective_bandwidth(oracle.bandwidth(tier), congestion, n)
+        return transfer_time(self.effective_bytes(request, cand), bandwidth, oracle.latency(tier))
+
+    def feasible(self, request: RequestInfo, candidates: list[Candidate]) -> list[Candidate]:
+        """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1)."""
+        reserve = self.ctx.memory_reserve_bytes
+        return [
+            c for c in candidates if c.free_memory >= self.effective_bytes(request, c) + reserve
+        ]
+
+    # -- the interface -------------------------------------------------------------
+    def select(
+        self, request: RequestInfo, prefill: str, candidates: list[Candidate], oracle: Oracle
+    ) -> Decision:
+        feasible = self.feasible(request, candidates)
+        if not feasible:
+            return Decision(None, reason="no decode instance has memory for the KV cache")
+        chosen, cost = self.rank(request, prefill, feasible, oracle)
+        tier = oracle.tier(prefill, chosen.instance)
+        self.inflight.increment(tier, prefill)
+        return Decision(
+            decode=chosen.instance,
+            tier=tier,
+            effective_bytes=self.effective_bytes(request, chosen),
+            hit_tokens=chosen.hit_tokens,
+            predicted_transfer_s=self.network_time(request, prefill, chosen, oracle),
+            predicted_cost_s=cost,
+        )
+
+    def transfer_done(self, prefill: str, tier: int) -> None:
+        self.inflight.decrement(tier, prefill)
+
+    def rank(
+        self, request: RequestInfo, prefill: str, feasible: list[Candidate], oracle: Oracle
+    ) -> tuple[Candidate, float]:
+        raise NotImplementedError
+
+
+class RoundRobin(Scheduler):
+    """RR: the next feasible instance in a fixed cyclic order."""
+
+    name = "RR"
+
+    def __init__(self, ctx: SchedulerContext):
+        super().__init__(ctx)
+        self._order: list[str] = []
+        self._next = 0
+
+    def rank(self, request, prefill, feasible, oracle):
+        names = {c.instance: c for c in feasible}
+        for inst in sorted(names):
+            if inst not in self._order:
+                self._order.append(inst)
+        n = len(self._order)
+        for step in range(n):
+            inst = self._order[(self._next + step) % n]
+            if inst in names:
+                self._next = (self._order.index(inst) + 1) % n
+                return names[inst], 0.0
+        raise AssertionError("feasible set was not empty")
+
+
+class LoadAware(Scheduler):
+    """LA: minimise T_queue + T_decode."""
+
+    name = "LA"
+
+    def rank(self, request, prefill, feasible, oracle):
+        best = min(feasible, key=self.load_time)
+        return best, self.load_time(best)
+
+
+class CacheAware(Scheduler):
+    """CA: maximise the prefix hit; load breaks ties."""
+
+    name = "CA"
+
+    def rank(self, request, prefill, feasible, oracle):
+        best = min(feasible, key=lambda c: (-c.hit_tokens, self.load_time(c)))
+        return best, -float(best.hit_tokens)
+
+
+class CacheLoadAware(Scheduler):
+    """CLA*: weighted cache + load score, as Mooncake's Conductor and llm-d's scorer chain.
+
+    score = w_cache * lambda/l + w_load * (1 - min(1, (q_d + beta_d) / beta_max)); the
+    paper tunes (w_cache, w_load) per workload: (1.0, 1.0) chatbot/RAG, (1.5, 0.7)
+    long-context. Both terms are normalised to [0, 1] so the weights are comparable.
+    """
+
+    name = "CLA*"
+
+    def __init__(self, ctx: SchedulerContext, w_cache: float = 1.0, w_load: float = 1.0):
+        super().__init__(ctx)
+        self.w_cache = w_cache
+        self.w_load = w_load
+
+    def score(self, request: RequestInfo, cand: Candidate) -> float:
+        cache = cand.hit_tokens / request.input_len
+        load = 1.0 - min(1.0, (cand.queued + cand.batch) / self.ctx.beta_max)
+        return self.w_cache * cache + self.w_load * load
+
+    def rank(self, request, prefill, feasible, oracle):
+        best = max(feasible, key=lambda c: self.score(request, c))
+        return best, -self.score(request, best)
+
+
+class NetKV(Scheduler):
+    """Algorithm 1: argmin of T_transfer + T_queue + T_decode over the feasible set.
+
+    The ablation ladder switches the factors of B_eff: Topo-Only uses the static tier map
+    only (c = 0, n_inflight = 0); Static adds the self-contention counter; Full adds the
+    oracle's live congestion. The cost subsumes CLA*: cache enters through s_eff, load
+    through T_queue.
+    """
+
+    def __init__(self, ctx: SchedulerContext, use_inflight: bool, use_congestion: bool, name: str):
+        super().__init__(ctx)
+        self.use_inflight = use_inflight
+        self.use_congestion = use_congestion
+        self.name = name
+
+    def cost(self, request: RequestInfo, prefill: str, cand: Candidate, oracle: Oracle) -> float:
+        net = self.network_time(
+            request, prefill, cand, oracle, self.use_congestion, self.use_inflight
+        )
+        return net + self.load_time(cand)
+
+    def rank(self, request, prefill, feasible, oracle):
+        costs = [(self.cost(request, prefill, c, oracle), i) for i, c in enumerate(feasible)]
+        cost, index = min(costs)
+        return feasible[index], cost
+
+
+SCHEDULERS = {
+    "rr": "RR",
+    "la": "LA",
+    "ca": "CA",
+    "cla": "CLA*",
+    "netkv-topo": "NetKV-Topo-Only",
+    "netkv-static": "NetKV-Static",
+    "netkv-full": "NetKV-Full",
+}
+
+
+def make_scheduler(
+    key: str, ctx: SchedulerContext, cla_weights: tuple[float, float] = (1.0, 1.0)
+) -> Scheduler:
+    """Build a scheduler from its scenario key (see SCHEDULERS)."""
+    if key == "rr":
+        return RoundRobin(ctx)
+    if key == "la":
+        return LoadAware(ctx)
+    if key == "ca":
+        return CacheAware(ctx)
+    if key == "cla":
+        return CacheLoadAware(ctx, *cla_weights)
+    if key == "netkv-topo":
+        return NetKV(ctx, use_inflight=False, use_congestion=False, name=SCHEDULERS[key])
+    if key == "netkv-static":
+        return NetKV(ctx, use_inflight=True, use_congestion=False, name=SCHEDULERS[key])
+    if key == "netkv-full":
+        return NetKV(ctx, use_inflight=True, use_congestion=True, name=SCHEDULERS[key])
+    raise ValueError(f"unknown scheduler {key!r}; choose one of {', '.join(SCHEDULERS)}")

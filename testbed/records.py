@@ -1,0 +1,104 @@
+"""Run folders in the shared format (ARCHITECTURE.md, "Run records").
+
+Every file is written atomically (temporary file, then rename). A folder carries a
+PARTIAL marker from its creation until `finish()`, so an interrupted run leaves a
+readable folder that says it is incomplete and why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+REQUEST_FIELDS = [
+    "id", "arrival", "input_len", "output_len", "measured", "prefill", "decode", "tier",
+    "hit_tokens", "kv_bytes", "transfer_bytes", "prefill_start", "prefill_end",
+    "transfer_start", "transfer_end", "predicted_transfer_s", "first_token", "done", "ttft",
+    "tbt", "slo_met", "state", "reason",
+]
+TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
+LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]
+PARTIAL = "PARTIAL"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, data) -> None:
+    atomic_write(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="raise")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in fields})
+    atomic_write(path, buf.getvalue())
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+class RunFolder:
+    """results/<scenario>-<engine>-<stamp>/, marked partial until finished."""
+
+    def __init__(self, root: Path, scenario_name: str, engine: str):
+        base = root / f"{scenario_name}-{engine}-{stamp()}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+        self.path = path
+        self.path.mkdir(parents=True)
+        atomic_write(self.path / PARTIAL, "run started; not finished\n")
+
+    def mark_interrupted(self, reason: str) -> None:
+        atomic_write(self.path / PARTIAL, f"run interrupted: {reason}\n")
+
+    def finish(self) -> None:
+        (self.path / PARTIAL).unlink(missing_ok=True)
+
+    @property
+    def partial(self) -> bool:
+        return (self.path / PARTIAL).exists()
+
+    def write_cell(self, rel: str, requests, transfers, links, summary: dict) -> Path:
+        cell = self.path / rel
+        write_csv(cell / "requests.csv", requests, REQUEST_FIELDS)
+        write_csv(cell / "transfers.csv", transfers, TRANSFER_FIELDS)
+        write_csv(cell / "links.csv", links, LINK_FIELDS)
+        write_json(cell / "summary.json", summary)
+        return cell

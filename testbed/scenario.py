@@ -1,0 +1,307 @@
+"""Scenario files (YAML), validated before anything runs; errors name the field.
+
+A scenario describes one experiment: the model and timing, the fat-tree, the workload,
+background traffic, the oracle, which schedulers to compare, how many seeds, and an
+optional `sweep` (dotted field -> list of values) whose cartesian product makes the
+cells of the experiment's table. Every cell is validated when the file is loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from testbed.model.kv import MODEL_PRESETS, ModelSpec
+from testbed.model.schedulers import SCHEDULERS
+from testbed.model.timing import TimingModel
+from testbed.topologies.fattree import FatTreeSpec
+from testbed.workloads.profiles import CLA_WEIGHTS, PROFILES
+
+GB = 1e9
+
+
+class ScenarioError(ValueError):
+    """An invalid scenario; the message names the file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CustomModel(_Strict):
+    name: str = "custom"
+    n_layers: int = Field(gt=0)
+    n_kv_heads: int = Field(gt=0)
+    d_head: int = Field(gt=0)
+    bytes_per_elem: int = Field(2, gt=0)
+
+
+class TimingCfg(_Strict):
+    iter_base_s: float = Field(TimingModel.iter_base_s, ge=0)
+    iter_per_seq_s: float = Field(TimingModel.iter_per_seq_s, ge=0)
+    prefill_per_token_s: float = Field(TimingModel.prefill_per_token_s, ge=0)
+    prefill_base_s: float = Field(TimingModel.prefill_base_s, ge=0)
+
+
+class ClusterCfg(_Strict):
+    pods: int = Field(2, ge=1)
+    racks_per_pod: int = Field(2, ge=1)
+    servers_per_rack: int = Field(2, ge=1)
+    gpus_per_server: int = Field(8, ge=1)
+    tp: int = Field(4, ge=1)
+    host_gbps: float = Field(100.0, gt=0)
+    nvlink_gbps: float = Field(3600.0, gt=0)
+    tor_oversubscription: float = Field(2.0, ge=1)
+    core_oversubscription: float = Field(4.0, ge=1)
+    latency_us: tuple[float, float, float, float] = (1.0, 3.0, 8.0, 15.0)
+    aggs_per_pod: int | None = Field(None, ge=1, description="default realises the ratio")
+    cores_per_agg: int | None = Field(None, ge=1, description="default realises the ratio")
+    placement: Literal["segregated", "colocated"] = "segregated"
+    prefill_instances: int | None = Field(None, ge=1)
+    prefill: tuple[str, ...] = ()
+    beta_max: int = Field(64, ge=1)
+    memory_gb: float = Field(180.0, gt=0, description="KV memory per instance (4 x 45 GB)")
+    memory_reserve_gb: float = Field(2.0, ge=0, description="m_min")
+
+    @model_validator(mode="after")
+    def _spec_builds(self) -> ClusterCfg:
+        self.spec()  # raises ValueError with the offending field named
+        return self
+
+    def spec(self) -> FatTreeSpec:
+        fields = self.model_dump(exclude={"beta_max", "memory_gb", "memory_reserve_gb"})
+        return FatTreeSpec(**fields)
+
+
+class TraceSynthCfg(_Strict):
+    mean_input: int = Field(16000, gt=0)
+    sigma_input: float = Field(0.8, ge=0)
+    mean_output: int = Field(150, gt=0)
+    documents: int = Field(64, ge=1)
+    zipf_s: float = Field(1.1, gt=0)
+    share_fraction: float = Field(0.6, ge=0, le=1)
+
+
+class WorkloadCfg(_Strict):
+    trace: str | None = "data/traces/mooncake_synthetic_trace.jsonl"
+    synthetic: TraceSynthCfg | None = None
+    profile: Literal["chatbot", "rag", "long-context", "all"] = "rag"
+    load: float | None = Field(1.0, gt=0, description="fraction of prefill-pool capacity")
+    rate_rps: float | None = Field(None, gt=0, description="absolute rate; overrides load")
+    warmup_s: float = Field(5.0, ge=0)
+    measure_s: float = Field(15.0, gt=0)
+    trace_offset_s: float = Field(
+        60.0, ge=0, description="trace second where the run starts (the paper measures 60-75 s)"
+    )
+    prewarm: bool = Field(
+        True,
+        description="fill decode caches with the prefixes of trace requests before the offset, "
+        "each on a seeded-random decode instance, the same for every scheduler",
+    )
+    input_length: int | None = Field(None, gt=0, description="fixed input length override")
+    p_share: float | None = Field(None, ge=0, le=1, description="override the profile's")
+    slo_s: float | None = Field(None, gt=0, description="override the profile's TTFT SLO")
+    block_tokens: int = Field(16, description="prefix-match block size; divides 512")
+
+    @field_validator("block_tokens")
+    @classmethod
+    def _divides(cls, v: int) -> int:
+        if v <= 0 or 512 % v:
+            raise ValueError("must be a positive divisor of 512 (Mooncake's block size)")
+        return v
+
+    @model_validator(mode="after")
+    def _source(self) -> WorkloadCfg:
+        if self.synthetic is None and self.trace is None:
+            raise ValueError("give a trace path or a synthetic section")
+        if self.load is None and self.rate_rps is None:
+            raise ValueError("give load (fraction of capacity) or rate_rps")
+        return self
+
+
+class BackgroundCfg(_Strict):
+    tier1: float = Field(0.0, ge=0, lt=1)
+    tier2: float = Field(0.0, ge=0, lt=1)
+    tier3: float = Field(0.0, ge=0, lt=1)
+    jitter: float = Field(0.0, ge=0, le=1, description="per-link relative variation")
+    change_s: float = Field(1.0, gt=0, description="how often per-link background changes")
+
+    def fraction(self, tier: int) -> float:
+        return {0: 0.0, 1: self.tier1, 2: self.tier2, 3: self.tier3}[tier]
+
+
+class NetworkCfg(_Strict):
+    background: BackgroundCfg = BackgroundCfg()
+    flows_per_transfer: int | None = Field(None, ge=1, description="default: TP")
+    ecmp: Literal["per-transfer", "per-flow"] = Field(
+        "per-transfer",
+        description="per-transfer: a transfer's flows hash to one path (L3 src/dst hash, the "
+        "paper's per-pair tier bandwidth); per-flow: each flow hashes alone (5-tuple)",
+    )
+
+
+class OracleCfg(_Strict):
+    refresh_s: float = Field(1.0, gt=0)
+    inflight_cap: int = Field(16, ge=1)
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    seed: int = 1
+    seeds: int = Field(1, ge=1, description="repetitions with seeds seed, seed+1, ...")
+    schedulers: list[str] = ["rr", "cla", "netkv-full"]
+    cla_weights: tuple[float, float] | None = None
+    model: str | CustomModel = "llama-3-70b"
+    timing: TimingCfg = TimingCfg()
+    cluster: ClusterCfg = ClusterCfg()
+    workload: WorkloadCfg = WorkloadCfg()
+    network: NetworkCfg = NetworkCfg()
+    oracle: OracleCfg = OracleCfg()
+    drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
+    sweep: dict[str, list[Any]] = {}
+
+    @field_validator("schedulers")
+    @classmethod
+    def _known_schedulers(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("list at least one scheduler")
+        for key in v:
+            if key not in SCHEDULERS:
+                raise ValueError(f"unknown scheduler {key!r}; choose from {', '.join(SCHEDULERS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a scheduler is listed twice")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str | CustomModel) -> str | CustomModel:
+        if isinstance(v, str) and v not in MODEL_PRESETS:
+            raise ValueError(f"unknown model preset {v!r}; choose from {', '.join(MODEL_PRESETS)}")
+        return v
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"sweep '{key}' has no values")
+            if key.split(".")[0] in ("sweep", "name", "seeds", "schedulers"):
+                raise ValueError(f"sweep '{key}' cannot vary that field")
+        return v
+
+    # -- derived objects ---------------------------------------------------------------
+    def model_spec(self) -> ModelSpec:
+        if isinstance(self.model, str):
+            return MODEL_PRESETS[self.model]
+        return ModelSpec(**self.model.model_dump())
+
+    def timing_model(self) -> TimingModel:
+        return TimingModel(**self.timing.model_dump())
+
+    def profile(self):
+        return PROFILES[self.workload.profile]
+
+    def slo_s(self) -> float:
+        return self.workload.slo_s or self.profile().slo_s
+
+    def p_share(self) -> float | None:
+        if self.workload.p_share is not None:
+            return self.workload.p_share
+        return self.profile().p_share
+
+    def cla(self) -> tuple[float, float]:
+        return self.cla_weights or CLA_WEIGHTS[self.workload.profile]
+
+    def cells(self) -> list[tuple[dict[str, Any], Scenario]]:
+        """(sweep point, scenario with the point applied), in a stable order."""
+        if not self.sweep:
+            return [({}, self)]
+        keys = list(self.sweep)
+        out = []
+        for values in itertools.product(*(self.sweep[k] for k in keys)):
+            point = dict(zip(keys, values, strict=True))
+            out.append((point, self.with_overrides(point, keep_sweep=False)))
+        return out
+
+    def with_overrides(self, overrides: dict[str, Any], keep_sweep: bool = True) -> Scenario:
+        data = self.model_dump(mode="json")
+        for dotted, value in overrides.items():
+            _set_dotted(data, dotted, value)
+        if not keep_sweep:
+            data["sweep"] = {}
+        return Scenario.model_validate(data)
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise ScenarioError(f"'{dotted}': no section '{part}'")
+        node = node[part]
+    if parts[-1] not in node:
+        raise ScenarioError(f"'{dotted}': no field '{parts[-1]}'")
+    node[parts[-1]] = value
+
+
+def _format_errors(source: str, exc: ValidationError, prefix: str = "") -> str:
+    lines = [f"{source}: invalid scenario"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        lines.append(f"  {prefix}{loc or '(top level)'}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Load, validate (including every sweep cell) and resolve paths against the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: scenario file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: expected a mapping at the top level")
+    raw = copy.deepcopy(raw)
+    raw.setdefault("name", path.stem)
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(str(path), exc)) from None
+    try:
+        if overrides:
+            scenario = scenario.with_overrides(overrides)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(f"{path} (with --set)", exc)) from None
+    trace = scenario.workload.trace
+    if trace is not None and scenario.workload.synthetic is None:
+        resolved = resolve_path(trace, path.parent)
+        scenario = scenario.with_overrides({"workload.trace": str(resolved)})
+    for point, _ in _validated_cells(scenario, path):
+        del point
+    return scenario
+
+
+def _validated_cells(scenario: Scenario, path: Path):
+    try:
+        return scenario.cells()
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(str(path), exc, prefix="sweep cell: ")) from None
+
+
+def resolve_path(value: str, base: Path) -> Path:
+    """A relative path means: next to the scenario file, else the project root, else CWD."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    for root in (base, Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (root / p).exists():
+            return (root / p).resolve()
+    return (base / p).resolve()

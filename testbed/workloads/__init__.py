@@ -1,0 +1,1 @@
+"""Request streams: Mooncake traces, workload profiles, a seeded synthetic generator."""

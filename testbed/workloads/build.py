@@ -1,0 +1,96 @@
+"""Turn a scenario's workload section into the request list both engines replay."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from testbed.model.timing import prefill_capacity_rps
+from testbed.workloads import synthetic
+from testbed.workloads.mooncake import read_trace
+from testbed.workloads.profiles import (
+    apply_sharing,
+    compress,
+    filter_profile,
+    override_length,
+)
+from testbed.workloads.requests import Request
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: list[Request]
+    history: list[Request]  # trace requests before the window, for cache prewarm
+    rate_rps: float
+    capacity_rps: float
+    warmup_s: float
+    measure_s: float
+    slo_s: float
+
+
+@lru_cache(maxsize=4)
+def _cached_trace(path: str, mtime: float) -> tuple[Request, ...]:
+    return tuple(read_trace(path))
+
+
+def load_trace(path: str) -> list[Request]:
+    p = Path(path)
+    mtime = p.stat().st_mtime if p.exists() else 0.0
+    return list(_cached_trace(str(p), mtime))
+
+
+def build_workload(scenario, seed: int) -> Workload:
+    """Requests arriving in [0, warmup + measure), at the scenario's rate, seeded."""
+    wl = scenario.workload
+    timing = scenario.timing_model()
+    n_prefill = len(scenario.cluster.spec().prefill_pool)
+    duration = wl.warmup_s + wl.measure_s
+    rng = random.Random(seed)
+    if wl.synthetic is not None:
+        s = wl.synthetic
+        profile = scenario.profile()
+        lo = profile.min_input or 16
+        hi = profile.max_input or 131072
+        mean_in = wl.input_length or s.mean_input
+        # capacity from the generator's own mix, drawn with a separate seeded stream
+        probe = synthetic.generate(random.Random(seed + 10_000), 100.0, 20.0, mean_in,
+                                   s.sigma_input, s.mean_output, lo, hi)
+        lengths = [wl.input_length or r.input_len for r in probe]
+        capacity = prefill_capacity_rps(timing, lengths, n_prefill)
+        rate = wl.rate_rps or wl.load * capacity
+        p_share = scenario.p_share()
+        reqs = synthetic.generate(
+            rng, rate, duration, mean_in, s.sigma_input, s.mean_output, lo, hi,
+            p_share=0.5 if p_share is None else p_share, documents=s.documents,
+            zipf_s=s.zipf_s, share_fraction=s.share_fraction,
+        )
+        if wl.input_length:
+            reqs = override_length(reqs, wl.input_length)
+        return Workload(reqs, [], rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s())
+
+    trace = filter_profile(load_trace(wl.trace), scenario.profile())
+    if len(trace) < 2:
+        raise ValueError(f"{wl.trace}: fewer than two requests match profile '{wl.profile}'")
+    if wl.input_length:
+        trace = override_length(trace, wl.input_length)
+    p_share = scenario.p_share()
+    if p_share is not None:
+        trace = apply_sharing(trace, p_share, rng)
+    capacity = prefill_capacity_rps(timing, [r.input_len for r in trace], n_prefill)
+    rate = wl.rate_rps or wl.load * capacity
+    reqs = compress(trace, rate, wl.trace_offset_s, duration)
+    span_needed = wl.trace_offset_s + duration * rate / _rate(trace)
+    if span_needed > trace[-1].arrival_s:
+        raise ValueError(
+            f"{wl.trace}: the trace ends at {trace[-1].arrival_s:.0f} s but this run needs "
+            f"trace seconds up to {span_needed:.0f} s at {rate:.2f} req/s; lower the load, "
+            f"the duration or trace_offset_s, or use a synthetic workload"
+        )
+    history = [r for r in trace if r.arrival_s < wl.trace_offset_s] if wl.prewarm else []
+    return Workload(reqs, history, rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s())
+
+
+def _rate(trace: list[Request]) -> float:
+    return (len(trace) - 1) / (trace[-1].arrival_s - trace[0].arrival_s)
