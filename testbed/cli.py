@@ -104,14 +104,17 @@ def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ..
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     if quiet:
-        out.print(str(outcome.folder))
+        click.echo(str(outcome.folder))
         return
-    head, body = table_cells(sc, outcome.rows)
-    table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
-    for cells in body:
-        table.add_row(*cells)
-    out.print(table)
-    out.print(f"\n{total} runs in {outcome.wall_s:.1f} s. Records: [bold]{outcome.folder}[/]")
+    if out.is_terminal:
+        head, body = table_cells(sc, outcome.rows)
+        table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
+        for cells in body:
+            table.add_row(*cells)
+        out.print(table)
+    else:  # a pipe or a log: the plain Markdown table, never truncated
+        click.echo(outcome.table)
+    click.echo(f"{total} runs in {outcome.wall_s:.1f} s. Records: {outcome.folder}")
 
 
 @main.command()

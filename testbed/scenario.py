@@ -283,6 +283,8 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     trace = scenario.workload.trace
     if trace is not None and scenario.workload.synthetic is None:
         resolved = resolve_path(trace, path.parent)
+        if not resolved.is_file():
+            raise ScenarioError(f"{path}: workload.trace: file not found: {trace}")
         scenario = scenario.with_overrides({"workload.trace": str(resolved)})
     for point, _ in _validated_cells(scenario, path):
         del point

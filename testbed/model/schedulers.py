@@ -141,8 +141,7 @@ class Scheduler:
             return Decision(None, reason="no decode instance has memory for the KV cache")
         chosen, cost = self.rank(request, prefill, feasible, oracle)
         tier = oracle.tier(prefill, chosen.instance)
-        self.inflight.increment(tier, prefill)
-        return Decision(
+        decision = Decision(
             decode=chosen.instance,
             tier=tier,
             effective_bytes=self.effective_bytes(request, chosen),
@@ -150,6 +149,8 @@ class Scheduler:
             predicted_transfer_s=self.network_time(request, prefill, chosen, oracle),
             predicted_cost_s=cost,
         )
+        self.inflight.increment(tier, prefill)  # Algorithm 1, line 14
+        return decision
 
     def transfer_done(self, prefill: str, tier: int) -> None:
         self.inflight.decrement(tier, prefill)

@@ -1,0 +1,52 @@
+"""The testbed CLI: help that teaches, tables, clear errors with exit code 2."""
+
+from click.testing import CliRunner
+
+from testbed.cli import main
+from tests.conftest import ROOT
+
+DEFAULT = str(ROOT / "scenarios" / "default.yaml")
+
+
+def test_help_lists_commands():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for cmd in ("simulate", "check", "topology"):
+        assert cmd in result.output
+
+
+def test_simulate_prints_the_table_and_folder(tmp_path):
+    result = CliRunner().invoke(main, [
+        "simulate", DEFAULT, "--out", str(tmp_path), "--seeds", "1",
+        "--set", "workload.measure_s=4",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "NetKV-Full" in result.output and "CLA*" in result.output
+    assert str(tmp_path) in result.output
+
+
+def test_quiet_prints_only_the_folder(tmp_path):
+    result = CliRunner().invoke(main, [
+        "simulate", DEFAULT, "--out", str(tmp_path), "--seeds", "1",
+        "--set", "workload.measure_s=3", "--quiet",
+    ])
+    assert result.exit_code == 0
+    assert result.output.strip().startswith(str(tmp_path))
+
+
+def test_bad_input_exits_2_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nworkload: {load: zero}\n")
+    result = CliRunner().invoke(main, ["simulate", str(bad), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "workload.load" in result.output
+    assert not (tmp_path / "r").exists()  # nothing half-started
+    result = CliRunner().invoke(main, ["check", DEFAULT, "--set", "nope"])
+    assert result.exit_code == 2
+
+
+def test_check_and_topology_describe_the_scenario():
+    result = CliRunner().invoke(main, ["check", DEFAULT])
+    assert result.exit_code == 0 and "scenario is valid" in result.output
+    result = CliRunner().invoke(main, ["topology", DEFAULT])
+    assert result.exit_code == 0 and "cross pod" in result.output

@@ -1,0 +1,133 @@
+"""Flow simulator behaviour on small, hand-checkable cases."""
+
+import pytest
+
+from testbed.flowsim.simulator import FlowSimulation
+from testbed.model.kv import kv_cache_bytes
+from testbed.records import PARTIAL
+from testbed.runner import ConservationError, check_conservation, run_flowsim
+from testbed.scenario import Scenario, load_scenario
+from testbed.workloads.build import Workload, build_workload
+from testbed.workloads.requests import Request
+from tests.conftest import ROOT
+
+DEFAULT = str(ROOT / "scenarios" / "default.yaml")
+
+
+def one_request_workload(input_len=8192, output_len=3) -> Workload:
+    req = Request("r0", 0.0, input_len, output_len, tuple(range(1000, 1000 + input_len // 512)))
+    return Workload([req], [], 1.0, 1.0, warmup_s=0.0, measure_s=10.0, slo_s=5.0)
+
+
+def test_a_lone_request_follows_the_timing_and_cost_models(trace_path):
+    sc = Scenario(name="one", workload={"trace": str(trace_path)})
+    wl = one_request_workload()
+    sim = FlowSimulation(sc, "netkv-full", 1, wl)
+    row = sim.run().requests[0]
+    timing, model = sc.timing_model(), sc.model_spec()
+    prefill = timing.prefill_time(8192)
+    size = kv_cache_bytes(model, 8192)
+    # cold caches: NetKV picks the same-pod tier (50 Gbps per path, 4 flows on one path)
+    assert row["tier"] == 2 and row["hit_tokens"] == 0
+    xfer = size / (50e9 / 8) + 8e-6
+    assert row["transfer_end"] - row["transfer_start"] == pytest.approx(xfer, rel=1e-6)
+    # admitted at once on an idle instance; first token after one iteration of batch 1
+    first = prefill + xfer + timing.iteration_time(1)
+    assert row["ttft"] == pytest.approx(first, rel=1e-6)
+    assert row["done"] == pytest.approx(first + 2 * timing.iteration_time(1), rel=1e-6)
+    assert row["tbt"] == pytest.approx(timing.iteration_time(1))
+    assert row["state"] == "completed"
+
+
+def test_per_flow_ecmp_can_beat_the_per_path_figure(trace_path):
+    sc = Scenario(name="pf", workload={"trace": str(trace_path)},
+                  network={"ecmp": "per-flow"}, schedulers=["netkv-full"])
+    rows = FlowSimulation(sc, "netkv-full", 3, one_request_workload()).run()
+    per_transfer = (kv_cache_bytes(sc.model_spec(), 8192)) / (50e9 / 8)
+    row = rows.requests[0]
+    assert row["transfer_end"] - row["transfer_start"] < per_transfer * 0.99
+    assert len({t["path"] for t in rows.transfers}) > 1
+
+
+def test_rejects_when_no_decode_instance_has_memory(trace_path):
+    sc = Scenario(name="tiny", workload={"trace": str(trace_path)},
+                  cluster={"memory_gb": 1.0, "memory_reserve_gb": 0.5})
+    wl = build_workload(sc, 1)
+    res = FlowSimulation(sc, "cla", 1, wl).run()
+    check_conservation(res.requests, len(wl.requests))
+    assert all(r["state"] == "rejected" and "memory" in r["reason"] for r in res.requests)
+
+
+def test_conservation_check_catches_lost_and_duplicated_requests():
+    rows = [{"id": "a", "state": "completed"}, {"id": "b", "state": None}]
+    with pytest.raises(ConservationError):
+        check_conservation(rows, 2)
+    with pytest.raises(ConservationError):
+        check_conservation([{"id": "a", "state": "completed"}] * 2, 2)
+    with pytest.raises(ConservationError):
+        check_conservation(rows[:1], 2)
+
+
+def test_batch_never_exceeds_beta_max_and_queue_waits(trace_path):
+    sc = Scenario(name="b", workload={"trace": str(trace_path), "load": 2.0},
+                  cluster={"beta_max": 2})
+    wl = build_workload(sc, 1)
+    sim = FlowSimulation(sc, "rr", 1, wl)
+    res = sim.run()
+    check_conservation(res.requests, len(wl.requests))
+    done = [r for r in res.requests if r["state"] == "completed"]
+    for name in sim.decode:
+        mine = sorted((r["first_token"], r["done"]) for r in done if r["decode"] == name)
+        for t, _ in mine:
+            live = sum(1 for a, b in mine if a <= t < b)
+            assert live <= 2
+
+
+def test_run_folder_has_the_shared_records(trace_path, tmp_path):
+    sc = Scenario(name="rec", workload={"trace": str(trace_path), "measure_s": 5.0},
+                  schedulers=["rr", "netkv-full"])
+    outcome = run_flowsim(sc, tmp_path)
+    cell = outcome.folder / "cells" / "000-base" / "netkv-full" / "seed1"
+    for name in ("requests.csv", "transfers.csv", "links.csv", "summary.json"):
+        assert (cell / name).is_file()
+    assert (outcome.folder / "table.md").read_text().count("| NetKV-Full |") == 1
+    assert not (outcome.folder / PARTIAL).exists()
+    assert (outcome.folder / "scenario.yaml").is_file()
+
+
+def test_an_interrupted_run_is_marked_partial(trace_path, tmp_path):
+    sc = Scenario(name="int", workload={"trace": str(trace_path), "measure_s": 5.0})
+    calls = []
+
+    def interrupt(label):
+        calls.append(label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_flowsim(sc, tmp_path, interrupt)
+    (folder,) = tmp_path.iterdir()
+    assert "interrupted: KeyboardInterrupt" in (folder / PARTIAL).read_text()
+    assert (folder / "cells" / "000-base" / "rr" / "seed1" / "requests.csv").is_file()
+
+
+def test_background_jitter_moves_the_oracle(trace_path):
+    sc = Scenario(name="bg", workload={"trace": str(trace_path), "measure_s": 5.0},
+                  network={"background": {"tier3": 0.3, "jitter": 0.5, "change_s": 0.5}})
+    sim = FlowSimulation(sc, "netkv-full", 1, build_workload(sc, 1))
+    seen = []
+    original = sim._refresh_oracle
+
+    def spy():
+        original()
+        seen.append(sim.oracle.congestion_of(3))
+
+    sim._refresh_oracle = spy
+    sim.run()
+    assert len(set(seen)) > 1 and all(0.1 < c < 0.5 for c in seen)
+
+
+def test_default_scenario_file_runs(tmp_path):
+    sc = load_scenario(DEFAULT, {"seeds": 1, "workload.measure_s": 5.0})
+    outcome = run_flowsim(sc, tmp_path)
+    assert {r.scheduler for r in outcome.rows} == {"rr", "cla", "netkv-full"}

@@ -1,0 +1,97 @@
+"""Mooncake reader, profiles, compression, overrides, synthetic generator."""
+
+import random
+
+import pytest
+
+from testbed.workloads import synthetic
+from testbed.workloads.mooncake import TraceError, read_trace
+from testbed.workloads.profiles import (
+    PROFILES,
+    apply_sharing,
+    compress,
+    filter_profile,
+    natural_rate,
+    override_length,
+)
+
+
+def test_shipped_trace_reads_whole(trace_path):
+    reqs = read_trace(trace_path)
+    assert len(reqs) == 3993
+    assert reqs[0].input_len == 40160 and reqs[0].arrival_s == 0.0
+    assert all(len(r.hash_ids) * 512 >= r.input_len for r in reqs)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("{not json", "not valid JSON"),
+    ('{"timestamp": 5, "output_length": 1, "hash_ids": [1]}', "missing field 'input_length'"),
+    ('{"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+     "field 'timestamp'"),
+    ('{"timestamp": 5, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}',
+     "field 'hash_ids' has 2 ids but input_length 1025 needs 3"),
+    ('{"timestamp": 5, "input_length": 10, "output_length": "x", "hash_ids": [1]}',
+     "field 'output_length'"),
+    ("[1, 2]", "expected a JSON object"),
+])
+def test_malformed_lines_name_the_line_and_field(tmp_path, line, expected):
+    path = tmp_path / "t.jsonl"
+    good = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(TraceError) as err:
+        read_trace(path)
+    assert f"{path}:2" in str(err.value) and expected in str(err.value)
+
+
+def test_missing_and_empty_traces(tmp_path):
+    with pytest.raises(TraceError, match="not found"):
+        read_trace(tmp_path / "nope.jsonl")
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(TraceError, match="no requests"):
+        read_trace(tmp_path / "e.jsonl")
+
+
+def test_profiles_filter_lengths(trace_path):
+    reqs = read_trace(trace_path)
+    rag = filter_profile(reqs, PROFILES["rag"])
+    assert rag and all(4096 <= r.input_len <= 65536 for r in rag)
+    assert all(r.input_len <= 8192 for r in filter_profile(reqs, PROFILES["chatbot"]))
+    assert all(r.input_len > 16384 for r in filter_profile(reqs, PROFILES["long-context"]))
+    assert (PROFILES["rag"].p_share, PROFILES["rag"].slo_s) == (0.7, 5.0)
+
+
+def test_compression_reaches_the_target_rate(trace_path):
+    reqs = filter_profile(read_trace(trace_path), PROFILES["rag"])
+    out = compress(reqs, target_rps=5.0, offset_s=60.0, duration_s=40.0)
+    assert out[0].arrival_s >= 0 and out[-1].arrival_s < 40.0
+    assert len(out) / 40.0 == pytest.approx(5.0, rel=0.25)
+    # one factor for all: gaps keep their proportions
+    base = [r for r in reqs if r.arrival_s >= 60.0][:5]
+    ratio = (out[2].arrival_s - out[1].arrival_s) / (base[2].arrival_s - base[1].arrival_s)
+    assert ratio == pytest.approx(natural_rate(reqs) / 5.0)
+
+
+def test_length_override_keeps_shared_heads(trace_path):
+    reqs = read_trace(trace_path)[:50]
+    fixed = override_length(reqs, 16384)
+    assert all(r.input_len == 16384 and len(r.hash_ids) == 32 for r in fixed)
+    assert fixed[0].hash_ids[:10] == reqs[0].hash_ids[:10]
+
+
+def test_p_share_zero_removes_all_sharing(trace_path):
+    reqs = read_trace(trace_path)[:400]
+    cold = apply_sharing(reqs, 0.0, random.Random(1))
+    ids = [h for r in cold for h in r.hash_ids]
+    assert len(ids) == len(set(ids))
+    assert apply_sharing(reqs, 1.0, random.Random(1)) == reqs
+
+
+def test_synthetic_generator_is_seeded_and_shares_prefixes():
+    args = dict(rate_rps=20.0, duration_s=10.0, mean_input=4000, sigma_input=0.5, mean_output=50)
+    a = synthetic.generate(random.Random(7), **args, p_share=0.8)
+    b = synthetic.generate(random.Random(7), **args, p_share=0.8)
+    assert a == b and 120 < len(a) < 280
+    firsts = [r.hash_ids[0] for r in a]
+    assert len(set(firsts)) < len(firsts)  # shared documents
+    none = synthetic.generate(random.Random(7), **args, p_share=0.0)
+    assert len({r.hash_ids[0] for r in none}) == len(none)
