@@ -39,7 +39,7 @@ def check_conservation(requests: list[dict], expected: int) -> None:
 def slug(point: dict) -> str:
     if not point:
         return "base"
-    parts = [f"{k.split('.')[-1]}-{v}" for k, v in point.items()]
+    parts = [f"{_short(k)}-{v}" for k, v in point.items()]
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(parts))
 
 
@@ -63,11 +63,22 @@ def count_runs(scenario) -> int:
     return len(scenario.cells()) * len(scenario.schedulers) * scenario.seeds
 
 
+def preflight(scenario) -> None:
+    """Build every cell's workload before anything runs: bad input stops the whole run."""
+    for point, cell in scenario.cells():
+        try:
+            build_workload(cell, cell.seed)
+        except ValueError as exc:
+            where = f"sweep point {point}: " if point else ""
+            raise ValueError(f"{where}{exc}") from None
+
+
 def run_flowsim(
     scenario, out_root: Path, on_step: Callable[[str], None] | None = None
 ) -> RunOutcome:
     """Simulate every cell; write the run folder; return the table rows."""
     t0 = time.perf_counter()
+    preflight(scenario)
     folder = RunFolder(out_root, scenario.name, "flowsim")
     atomic_write(folder.path / "scenario.yaml",
                  yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
@@ -108,6 +119,11 @@ def run_flowsim(
     return RunOutcome(folder.path, rows, table, time.perf_counter() - t0)
 
 
+def _short(key: str) -> str:
+    """Column name for a sweep key: the last part of each field it sets."""
+    return "+".join(f.strip().split(".")[-1] for f in key.split(","))
+
+
 def _median(xs: list[float]) -> float:
     if not xs:
         return math.nan
@@ -131,7 +147,7 @@ def _delta(row: Row, base: Row | None) -> str:
 def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and body of the paper-style table (Table II): one row per point x scheduler."""
     keys = list(scenario.sweep)
-    head = [k.split(".")[-1] for k in keys] + [
+    head = [_short(k) for k in keys] + [
         "scheduler", "TTFT mean±std (ms)", "P50", "P99", "TBT (ms)", "SLO", "goodput (rps)",
         "xfer (ms)", "tiers T0:T1:T2:T3 (%)", "vs RR", "vs CLA*",
     ]

@@ -98,6 +98,11 @@ class WorkloadCfg(_Strict):
     trace_offset_s: float = Field(
         60.0, ge=0, description="trace second where the run starts (the paper measures 60-75 s)"
     )
+    trace_loop: bool = Field(
+        False,
+        description="when a run needs more trace than exists, replay it again with shifted "
+        "hash ids (sharing within a replay is kept, across replays lost)",
+    )
     prewarm: bool = Field(
         True,
         description="fill decode caches with the prefixes of trace requests before the offset, "
@@ -226,7 +231,8 @@ class Scenario(_Strict):
         out = []
         for values in itertools.product(*(self.sweep[k] for k in keys)):
             point = dict(zip(keys, values, strict=True))
-            out.append((point, self.with_overrides(point, keep_sweep=False)))
+            fields = {f.strip(): v for k, v in point.items() for f in k.split(",")}
+            out.append((point, self.with_overrides(fields, keep_sweep=False)))
         return out
 
     def with_overrides(self, overrides: dict[str, Any], keep_sweep: bool = True) -> Scenario:

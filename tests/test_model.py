@@ -172,3 +172,12 @@ def test_inflight_counter_caps_reads_and_refuses_underflow():
 def test_unknown_scheduler_names_the_choices():
     with pytest.raises(ValueError, match="netkv-full"):
         make_scheduler("netkv", ctx())
+
+
+@pytest.mark.parametrize("key", ["la", "ca", "cla", "netkv-topo"])
+def test_exact_ties_are_not_broken_by_list_order(key):
+    sched = make_scheduler(key, ctx(seed=3))
+    same = [Candidate(n, 100 * GB, 0, 0, 0) for n in ("a", "b")]
+    tied_oracle = Oracle({("p", "a"): 3, ("p", "b"): 3}, {3: 25.0}, {3: 15.0})
+    picks = {sched.select(REQ, "p", same, tied_oracle).decode for _ in range(40)}
+    assert picks == {"a", "b"}

@@ -51,7 +51,7 @@ class FlowSimulation:
         self.scheduler = make_scheduler(
             scheduler_key,
             SchedulerContext(self.timing, cluster.beta_max, cluster.memory_reserve_gb * GB,
-                             scenario.oracle.inflight_cap),
+                             scenario.oracle.inflight_cap, seed=seed),
             cla_weights=scenario.cla(),
         )
         block_tokens = scenario.workload.block_tokens

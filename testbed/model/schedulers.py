@@ -12,7 +12,9 @@ The state a scheduler sees is what a real router sees: per-instance reports
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from testbed.model.cost import (
@@ -65,6 +67,7 @@ class SchedulerContext:
     beta_max: int = 64
     memory_reserve_bytes: float = 0.0  # m_min
     inflight_cap: int = 16
+    seed: int = 0  # for breaking exact ties without a bias toward any instance or tier
 
 
 @dataclass
@@ -101,6 +104,19 @@ class Scheduler:
     def __init__(self, ctx: SchedulerContext):
         self.ctx = ctx
         self.inflight = InflightCounter(cap=ctx.inflight_cap)
+        self._rng = random.Random(ctx.seed)
+
+    def pick_min(self, feasible: list[Candidate], key: Callable[[Candidate], tuple | float]):
+        """argmin with exact ties broken by a seeded draw, never by list order.
+
+        List order follows instance names, which follow the topology: breaking ties by it
+        would quietly make a topology-blind baseline prefer one tier.
+        """
+        keys = [key(c) for c in feasible]
+        best = min(keys)
+        tied = [c for c, k in zip(feasible, keys, strict=True) if k == best]
+        chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
+        return chosen, best
 
     # -- shared terms --------------------------------------------------------------
     def effective_bytes(self, request: RequestInfo, cand: Candidate) -> float:
@@ -191,8 +207,7 @@ class LoadAware(Scheduler):
     name = "LA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best = min(feasible, key=self.load_time)
-        return best, self.load_time(best)
+        return self.pick_min(feasible, self.load_time)
 
 
 class CacheAware(Scheduler):
@@ -201,7 +216,7 @@ class CacheAware(Scheduler):
     name = "CA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best = min(feasible, key=lambda c: (-c.hit_tokens, self.load_time(c)))
+        best, _ = self.pick_min(feasible, lambda c: (-c.hit_tokens, self.load_time(c)))
         return best, -float(best.hit_tokens)
 
 
@@ -226,8 +241,7 @@ class CacheLoadAware(Scheduler):
         return self.w_cache * cache + self.w_load * load
 
     def rank(self, request, prefill, feasible, oracle):
-        best = max(feasible, key=lambda c: self.score(request, c))
-        return best, -self.score(request, best)
+        return self.pick_min(feasible, lambda c: -self.score(request, c))
 
 
 class NetKV(Scheduler):
@@ -252,9 +266,7 @@ class NetKV(Scheduler):
         return net + self.load_time(cand)
 
     def rank(self, request, prefill, feasible, oracle):
-        costs = [(self.cost(request, prefill, c, oracle), i) for i, c in enumerate(feasible)]
-        cost, index = min(costs)
-        return feasible[index], cost
+        return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
 
 
 SCHEDULERS = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -80,16 +80,35 @@ def build_workload(scenario, seed: int) -> Workload:
         trace = apply_sharing(trace, p_share, rng)
     capacity = prefill_capacity_rps(timing, [r.input_len for r in trace], n_prefill)
     rate = wl.rate_rps or wl.load * capacity
-    reqs = compress(trace, rate, wl.trace_offset_s, duration)
     span_needed = wl.trace_offset_s + duration * rate / _rate(trace)
     if span_needed > trace[-1].arrival_s:
-        raise ValueError(
-            f"{wl.trace}: the trace ends at {trace[-1].arrival_s:.0f} s but this run needs "
-            f"trace seconds up to {span_needed:.0f} s at {rate:.2f} req/s; lower the load, "
-            f"the duration or trace_offset_s, or use a synthetic workload"
-        )
+        if not wl.trace_loop:
+            raise ValueError(
+                f"{wl.trace}: the trace ends at {trace[-1].arrival_s:.0f} s but this run needs "
+                f"trace seconds up to {span_needed:.0f} s at {rate:.2f} req/s; lower the load, "
+                f"the duration or trace_offset_s, set workload.trace_loop, or use a synthetic "
+                f"workload"
+            )
+        trace = loop_trace(trace, span_needed)
+    reqs = compress(trace, rate, wl.trace_offset_s, duration)
     history = [r for r in trace if r.arrival_s < wl.trace_offset_s] if wl.prewarm else []
     return Workload(reqs, history, rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s())
+
+
+def loop_trace(trace: list[Request], until_s: float) -> list[Request]:
+    """Append replays of the trace, ids shifted so replays share nothing with each other."""
+    period = trace[-1].arrival_s - trace[0].arrival_s + 1.0 / _rate(trace)
+    shift = 1 + max(max(r.hash_ids) for r in trace)
+    out = list(trace)
+    k = 1
+    while out[-1].arrival_s < until_s:
+        out.extend(
+            replace(r, request_id=f"{r.request_id}.{k}", arrival_s=r.arrival_s + k * period,
+                    hash_ids=tuple(h + k * shift for h in r.hash_ids))
+            for r in trace
+        )
+        k += 1
+    return out
 
 
 def _rate(trace: list[Request]) -> float:

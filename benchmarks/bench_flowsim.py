@@ -1,0 +1,132 @@
+"""Flow-simulator speed: figures, not assertions (these machines are noisy).
+
+Targets from issue 2, on the 2-core development machine:
+  - whole shipped trace compressed to 100% load, 64 GPUs: under 10 s wall
+  - a 20 s run (5 s warm-up + 15 s measurement) at 1024 GPUs: under 60 s wall
+  - one scheduler decision over 12 candidates: median under 50 us (paper: under 1.5 ms)
+  - peak memory of each run
+
+Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+from testbed.flowsim.simulator import simulate
+from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.kv import MODEL_PRESETS, kv_bytes_per_token, kv_cache_bytes
+from testbed.model.schedulers import SCHEDULERS, Candidate, RequestInfo, SchedulerContext, make_scheduler
+from testbed.model.timing import TimingModel
+from testbed.scenario import Scenario
+from testbed.topologies.fattree import FatTreeSpec
+from testbed.workloads.build import build_workload
+from testbed.workloads.mooncake import read_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = str(ROOT / "data" / "traces" / "mooncake_synthetic_trace.jsonl")
+
+
+def timed_run(scenario: Scenario, key: str) -> tuple[float, float, int, int]:
+    """Wall seconds, peak traced MB, events and requests of one simulation."""
+    workload = build_workload(scenario, 1)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    result = simulate(scenario, key, 1, workload)
+    wall = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return wall, peak / 2**20, result.events, len(workload.requests)
+
+
+def whole_trace_64() -> None:
+    trace = read_trace(TRACE)
+    base = Scenario(name="bench", workload={"trace": TRACE, "profile": "all", "prewarm": False,
+                                            "trace_offset_s": 0.0, "warmup_s": 0.0,
+                                            "measure_s": 1.0})
+    wl = build_workload(base, 1)
+    span = (trace[-1].arrival_s - trace[0].arrival_s) * (len(trace) - 1) / trace[-1].arrival_s
+    duration = span / wl.rate_rps * 1.01 + 1.0
+    sc = base.with_overrides({"workload.measure_s": duration})
+    for key in ("cla", "netkv-full"):
+        wall, peak, events, n = timed_run(sc, key)
+        print(f"whole trace, 64 GPUs, 100% load ({n} requests, {duration:.0f} simulated s), "
+              f"{SCHEDULERS[key]}: {wall:.2f} s wall (target < 10 s), {events} events, "
+              f"peak {peak:.0f} MB traced")
+
+
+def run_1024() -> None:
+    sc = Scenario(name="bench", workload={"trace": TRACE}, cluster={"pods": 32})
+    for key in ("cla", "netkv-full"):
+        wall, peak, events, n = timed_run(sc, key)
+        print(f"1024 GPUs, 20 s RAG at 100% load ({n} requests), {SCHEDULERS[key]}: "
+              f"{wall:.2f} s wall (target < 60 s), {events} events, peak {peak:.0f} MB traced")
+
+
+def decision_latency(candidates: int = 12, trials: int = 20000) -> None:
+    model = MODEL_PRESETS["llama-3-70b"]
+    ctx = SchedulerContext(TimingModel(), beta_max=64, memory_reserve_bytes=2e9)
+    spec = FatTreeSpec()
+    from testbed.model.oracle import Oracle
+
+    oracle = Oracle(dict(spec.tier_map), spec.tier_bandwidth_gbps, spec.tier_latency_us,
+                    {2: 0.1, 3: 0.2})
+    decode = [d.name for d in spec.decode_pool][:candidates]
+    rng = random.Random(1)
+    reqs = [RequestInfo(f"r{i}", n, kv_cache_bytes(model, n))
+            for i, n in enumerate(rng.randint(4096, 65536) for _ in range(256))]
+    cands = [[Candidate(d, rng.uniform(20e9, 180e9), rng.randint(0, 8), rng.randint(0, 64),
+                        rng.randint(0, r.input_len // 16) * 16) for d in decode] for r in reqs]
+    print(f"scheduler decision over {candidates} candidates (hit lengths precomputed):")
+    for key in SCHEDULERS:
+        sched = make_scheduler(key, ctx)
+        samples = []
+        for i in range(trials):
+            r, c = reqs[i % len(reqs)], cands[i % len(cands)]
+            t0 = time.perf_counter()
+            d = sched.select(r, "i0", c, oracle)
+            samples.append((time.perf_counter() - t0) * 1e6)
+            if not d.rejected:
+                sched.transfer_done("i0", d.tier)
+        samples.sort()
+        print(f"  {SCHEDULERS[key]:16} median {statistics.median(samples):6.1f} us, "
+              f"p99 {samples[int(0.99 * len(samples))]:6.1f} us (target median < 50 us)")
+    # the prefix lookup a real router adds: LCP of a RAG request against 12 warm caches
+    trace = [r for r in read_trace(TRACE) if 4096 <= r.input_len <= 65536]
+    caches = [PrefixCache(16, kv_bytes_per_token(model) * 16) for _ in decode]
+    for k, r in enumerate(trace[:600]):
+        caches[k % len(caches)].pin(block_keys(r.hash_ids, r.input_len, 16))
+    samples = []
+    for r in trace[600:1600]:
+        t0 = time.perf_counter()
+        for cache in caches:
+            cache.prefix_hit_tokens(r.hash_ids, r.input_len)
+        samples.append((time.perf_counter() - t0) * 1e6)
+    print(f"  + block LCP over {candidates} caches (16-token blocks): median "
+          f"{statistics.median(samples):.1f} us per decision")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-1024", action="store_true", help="skip the 1024-GPU run")
+    parser.add_argument("--only", choices=["trace", "1024", "decision"])
+    args = parser.parse_args()
+    if args.only in (None, "decision"):
+        decision_latency()
+    if args.only in (None, "trace"):
+        whole_trace_64()
+    if args.only in (None, "1024") and not args.skip_1024:
+        run_1024()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident memory of this process: {rss:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
