@@ -49,16 +49,18 @@ class TimingCfg(_Strict):
 
 
 class ClusterCfg(_Strict):
-    pods: int = Field(2, ge=1)
-    racks_per_pod: int = Field(2, ge=1)
-    servers_per_rack: int = Field(2, ge=1)
-    gpus_per_server: int = Field(8, ge=1)
-    tp: int = Field(4, ge=1)
-    host_gbps: float = Field(100.0, gt=0)
-    nvlink_gbps: float = Field(3600.0, gt=0)
-    tor_oversubscription: float = Field(2.0, ge=1)
-    core_oversubscription: float = Field(4.0, ge=1)
-    latency_us: tuple[float, float, float, float] = (1.0, 3.0, 8.0, 15.0)
+    """The fat-tree (defaults are FatTreeSpec's, the paper's 64-GPU cluster) plus serving limits."""
+
+    pods: int = Field(FatTreeSpec.pods, ge=1)
+    racks_per_pod: int = Field(FatTreeSpec.racks_per_pod, ge=1)
+    servers_per_rack: int = Field(FatTreeSpec.servers_per_rack, ge=1)
+    gpus_per_server: int = Field(FatTreeSpec.gpus_per_server, ge=1)
+    tp: int = Field(FatTreeSpec.tp, ge=1)
+    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0)
+    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0)
+    tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1)
+    core_oversubscription: float = Field(FatTreeSpec.core_oversubscription, ge=1)
+    latency_us: tuple[float, float, float, float] = FatTreeSpec.latency_us
     aggs_per_pod: int | None = Field(None, ge=1, description="default realises the ratio")
     cores_per_agg: int | None = Field(None, ge=1, description="default realises the ratio")
     placement: Literal["segregated", "colocated"] = "segregated"

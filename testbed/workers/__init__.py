@@ -1,0 +1,1 @@
+"""Processes inside emulated hosts (prefill, decode, router, load, background): issue 4."""
