@@ -15,6 +15,7 @@ prefix is the last thing evicted and a chain is cut from its end, not its middle
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -132,8 +133,10 @@ class PrefixCache:
 
     def evict_to(self, budget_bytes: float) -> int:
         """Evict least-recently-used unpinned blocks until the cache fits the budget."""
+        keep = max(0, math.floor(budget_bytes / self.block_bytes + 1e-9))
+        excess = min(len(self) - keep, len(self._lru))
         evicted = 0
-        while self.bytes_used > budget_bytes and self._lru:
+        for _ in range(max(0, excess)):
             key, _ = self._lru.popitem(last=False)
             group = key // self.ratio
             left = self._group_count[group] - 1
