@@ -11,7 +11,8 @@ VENV=$ROOT/.venv
 # Debian's python3: later issues need Mininet, which Debian installs into this
 # interpreter's site-packages, so the venv is built from it with system site-packages.
 PY=/usr/bin/python3
-APT_PACKAGES=(python3 python3-venv python3-pip)
+APT_PACKAGES=(python3 python3-venv python3-pip mininet openvswitch-switch iperf3 ethtool
+              tcpdump iputils-ping iproute2 prometheus procps)
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
 
@@ -44,8 +45,24 @@ build_venv() {
     echo "$want" >"$stamp"
 }
 
+start_openvswitch() {
+    # Debian's init script: works without systemd (containers, CI). Userspace datapath
+    # needs no kernel module; the emulation picks the datapath itself.
+    if ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        log "Open vSwitch is not running and starting it needs root; emulation tests will skip"
+        return 0
+    fi
+    log "starting Open vSwitch"
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+    ovs-vsctl --timeout=10 show >/dev/null || { log "Open vSwitch failed to start"; exit 1; }
+}
+
 setup() {
     install_system_packages
+    start_openvswitch
     build_venv
 }
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -175,5 +177,121 @@ def topology(scenario: str, sets: tuple[str, ...], links: bool) -> None:
             out.print(f"  {link.a} -- {link.b}  {link.capacity_gbps:g} Gbps  tier {link.tier}")
 
 
-if __name__ == "__main__":
-    main()
+class Terminated(BaseException):
+    """Raised from the SIGTERM handler so every `finally` runs (Mininet's CLI eats Ctrl-C)."""
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+def controller(scenario: str, sets: tuple[str, ...]) -> None:
+    """Run the SDN controller for SCENARIO's fabric (os-ken, OpenFlow 1.3).
+
+    Serves the congestion oracle (GET /oracle, POST /intent, GET /status) and Prometheus
+    metrics (/metrics) on emulation.bind, loopback by default. `testbed net up` starts
+    it for you; run it by hand to point your own switches at it.
+    """
+    try:
+        sc = _load(scenario, sets)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    from testbed.controller.main import run
+
+    emu = sc.emulation
+    run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
+        sc.network.ecmp, emu.kv_port)
+
+
+@main.group()
+def net() -> None:
+    """The emulated fabric on its own (Mininet + Open vSwitch + controller)."""
+
+
+@net.command("up")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+@click.option("--hold", type=float, default=None, metavar="SECONDS",
+              help="No CLI: keep the fabric up this long (or until SIGTERM/Ctrl-C).")
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Where the run's logs go.")
+@click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: str,
+           verbose: bool) -> None:
+    """Build SCENARIO's fat-tree and open the Mininet CLI on it.
+
+    Hosts are instances (i0, i1, ...), switches tor*/agg*/core*; every link is shaped to
+    its modelled rate x emulation.scale by an HTB tree with one class per DSCP class.
+    Try `pingall`, `i0 iperf3 -s -D` then `i15 iperf3 -c 10.0.0.1`, or
+    `sh curl -s http://127.0.0.1:8000/oracle`. Leaving the CLI, Ctrl-C, SIGTERM or an
+    error tears everything down; after a crash, `testbed clean` removes leftovers.
+    """
+    from testbed.emulation.net import EmulatedNetwork, EmulationError
+    from testbed.records import atomic_write, stamp
+
+    try:
+        sc = _load(scenario, sets)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    workdir = Path(out_dir) / f"{sc.name}-net-{stamp()}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    scenario_file = workdir / "scenario.yaml"
+    atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    network = EmulatedNetwork(sc, scenario_file, workdir, quiet=not verbose)
+    try:
+        with console.status("building the fabric (controller, switches, HTB trees)..."):
+            network.start()
+        emu = sc.emulation
+        fabric = network.fabric
+        console.print(
+            f"[green]fabric up[/]: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
+            f"{len(fabric.links)} links, datapath {network.datapath}, scale {emu.scale:g}\n"
+            f"oracle  http://{emu.bind}:{emu.oracle_port}/oracle\n"
+            f"metrics http://{emu.bind}:{emu.metrics_port}/metrics\n"
+            f"logs    {workdir}", highlight=False)
+        click.echo(f"READY {workdir}", err=True)
+        if hold is not None:
+            deadline = time.monotonic() + hold
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            from mininet.cli import CLI
+
+            CLI(network.net)
+    except EmulationError as exc:
+        _fail(str(exc))
+    except (KeyboardInterrupt, Terminated):
+        console.print("interrupted: tearing the fabric down")
+    finally:
+        network.stop()
+    console.print("fabric down, nothing left behind")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+def clean(dry_run: bool) -> None:
+    """Remove what crashed emulation runs left: OVS bridges, veths, processes, manifests.
+
+    Only the project's own leftovers (tagged bridges, its node names, its manifests);
+    other bridges on the machine are left alone.
+    """
+    from testbed.emulation import cleanup
+
+    left = cleanup.find_leftovers()
+    if left.empty:
+        click.echo("nothing to clean")
+        return
+    for label, items in (("bridge", left.bridges), ("interface", left.interfaces),
+                         ("process", left.processes), ("manifest", left.manifests)):
+        for item in items:
+            click.echo(f"{'would remove' if dry_run else 'removing'} {label} {item}")
+    if not dry_run:
+        cleanup.remove(left)
+        after = cleanup.find_leftovers()
+        if not after.empty:
+            _fail(f"could not remove everything: {after.describe()}")
+        click.echo(f"cleaned: {left.describe()}")

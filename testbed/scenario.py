@@ -157,6 +157,23 @@ class OracleCfg(_Strict):
     inflight_cap: int = Field(16, ge=1)
 
 
+class EmulationCfg(_Strict):
+    """Packet-level emulation: a scaled replica of the modelled fabric."""
+
+    scale: float = Field(
+        2e-4, gt=0, le=1,
+        description="multiplies every bandwidth and KV byte count (100 Gbps -> 20 Mbit/s)",
+    )
+    time_dilation: float = Field(1.0, ge=1, description="slows bandwidth down when CPU-bound")
+    datapath: Literal["auto", "kernel", "user"] = "auto"
+    bind: str = Field("127.0.0.1", description="controller, oracle and metrics address")
+    of_port: int = Field(6653, ge=1, le=65535)
+    oracle_port: int = Field(8000, ge=1, le=65535)
+    metrics_port: int = Field(9100, ge=1, le=65535)
+    poll_s: float = Field(1.0, gt=0, description="telemetry poll and oracle refresh period")
+    kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -170,6 +187,7 @@ class Scenario(_Strict):
     workload: WorkloadCfg = WorkloadCfg()
     network: NetworkCfg = NetworkCfg()
     oracle: OracleCfg = OracleCfg()
+    emulation: EmulationCfg = EmulationCfg()
     drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
     sweep: dict[str, list[Any]] = {}
 
@@ -224,6 +242,11 @@ class Scenario(_Strict):
 
     def cla(self) -> tuple[float, float]:
         return self.cla_weights or CLA_WEIGHTS[self.workload.profile]
+
+    def fabric(self):
+        from testbed.topologies.fabric import Fabric
+
+        return Fabric(self.cluster.spec(), self.emulation.scale, self.emulation.time_dilation)
 
     def cells(self) -> list[tuple[dict[str, Any], Scenario]]:
         """(sweep point, scenario with the point applied), in a stable order."""

@@ -1,0 +1,52 @@
+"""`testbed controller`: start the os-ken app, the oracle and the metrics exporter.
+
+os-ken 4.x ships no manager script, so this is the entry point: parse os-ken's options,
+serve HTTP and Prometheus from our own threads, then AppManager.run_apps. SIGTERM and
+SIGINT stop everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from testbed.controller.exporter import Metrics
+from testbed.controller.oracle_server import make_server, serve_in_thread
+from testbed.controller.state import ControllerState
+from testbed.topologies.fabric import Fabric
+
+
+def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
+        bind: str = "127.0.0.1", poll_s: float = 1.0, ecmp: str = "per-flow",
+        kv_port: int = 7000) -> None:
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+    from os_ken.controller import controller as _of  # noqa: F401 - registers ofp options
+
+    from testbed.controller import app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("os_ken").setLevel(logging.WARNING)
+    state = ControllerState(fabric)
+    metrics = Metrics()
+    app.RUNTIME = app.Runtime(state, metrics, poll_s, ecmp, kv_port, (oracle_port,))
+    cfg.CONF(args=["--ofp-tcp-listen-port", str(of_port), "--ofp-listen-host", bind],
+             project="os_ken")
+    server = make_server(state, bind, oracle_port)
+    serve_in_thread(server)
+    metrics.serve(bind, metrics_port)
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("testbed.controller").info(
+        "OpenFlow on %s:%d, oracle on http://%s:%d/oracle, metrics on http://%s:%d/metrics",
+        bind, of_port, bind, oracle_port, bind, metrics_port)
+    try:
+        AppManager.run_apps(["testbed.controller.app"])
+    finally:
+        server.shutdown()
+        sys.stdout.flush()

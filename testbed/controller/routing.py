@@ -1,0 +1,65 @@
+"""Forwarding decisions for the fat-tree, computed from the spec: pure.
+
+For every destination host, a breadth-first search over the *live* links gives each
+switch's distance; a switch's next hops are its neighbours one step closer. Several next
+hops are ECMP: a select group (per-flow hashing in OVS) or, in per-transfer mode, one
+port per (source, destination) pair chosen by a stable hash, the L3 hashing the flow
+simulator's default assumes. A link going down only changes the live set.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict, deque
+
+from testbed.topologies.fabric import Fabric, FabricLink
+
+LinkKey = frozenset  # frozenset({a, b})
+
+
+def link_key(link: FabricLink) -> LinkKey:
+    return frozenset((link.a, link.b))
+
+
+def next_hops(fabric: Fabric, down: set[LinkKey]) -> dict[str, dict[str, tuple[int, ...]]]:
+    """switch -> destination host -> sorted output ports on shortest live paths."""
+    adj: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for link in fabric.links:
+        if link_key(link) in down:
+            continue
+        adj[link.a].append((link.b, link.port_a))
+        adj[link.b].append((link.a, link.port_b))
+    table: dict[str, dict[str, tuple[int, ...]]] = {s: {} for s in fabric.switches}
+    for dst in fabric.hosts:
+        dist = {dst: 0}
+        queue = deque([dst])
+        while queue:
+            node = queue.popleft()
+            if node != dst and node in fabric.hosts:
+                continue  # hosts do not forward
+            for peer, _ in adj[node]:
+                if peer not in dist:
+                    dist[peer] = dist[node] + 1
+                    queue.append(peer)
+        for switch in fabric.switches:
+            if switch not in dist:
+                continue  # partitioned: no route
+            ports = sorted(port for peer, port in adj[switch] if dist.get(peer) == dist[switch] - 1)
+            if ports:
+                table[switch][dst] = tuple(ports)
+    return table
+
+
+def pair_port(src_ip: str, dst_ip: str, ports: tuple[int, ...]) -> int:
+    """Per-transfer ECMP: a stable hash of the address pair picks one port."""
+    return ports[zlib.crc32(f"{src_ip}>{dst_ip}".encode()) % len(ports)]
+
+
+def group_ids(table: dict[str, dict[str, tuple[int, ...]]]) -> dict[tuple[str, tuple[int, ...]], int]:
+    """A stable group id per (switch, multi-port set)."""
+    out: dict[tuple[str, tuple[int, ...]], int] = {}
+    for switch, routes in sorted(table.items()):
+        for ports in sorted(set(routes.values())):
+            if len(ports) > 1:
+                out[(switch, ports)] = 1 + sum(1 for k in out if k[0] == switch)
+    return out

@@ -1,0 +1,1 @@
+"""Packet-level emulation: Mininet fabric, tc ownership, cleanup, fidelity."""

@@ -1,0 +1,148 @@
+"""Find and remove what emulation runs leave behind: bridges, veths, processes, manifests.
+
+Every run writes a manifest under STATE_DIR naming what it created and its controller's
+pid, and tags its OVS bridges with external_ids:netkv-testbed=<run id>. Cleanup removes
+exactly that, plus anything that matches the project's own naming (a run killed before
+it wrote its manifest). Unlike Mininet's `mn -c` it leaves other bridges and files alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("NETKV_STATE_DIR", "/run/netkv-testbed"))
+TAG = "netkv-testbed"
+NODE = r"(?:i\d+|tor\d+|agg\d+|core\d+)"
+INTF_RE = re.compile(rf"^{NODE}-eth\d+$")
+SHELL_RE = re.compile(rf"mininet:{NODE}$")
+
+
+@dataclass
+class Leftovers:
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)
+    manifests: list[Path] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.bridges or self.interfaces or self.processes or self.manifests)
+
+    def describe(self) -> str:
+        if self.empty:
+            return "nothing left behind"
+        parts = []
+        for label, items in (("bridges", self.bridges), ("interfaces", self.interfaces),
+                             ("processes", self.processes), ("manifests", self.manifests)):
+            if items:
+                parts.append(f"{len(items)} {label}")
+        return ", ".join(parts)
+
+
+def _run(cmd: list[str], timeout: float = 10.0) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return ""
+
+
+def tagged_bridges() -> list[str]:
+    out = _run(["ovs-vsctl", "--timeout=5", "--format=json", "--columns=name,external_ids",
+                "list", "Bridge"])
+    if not out.strip():
+        return []
+    data = json.loads(out)
+    names = []
+    for name, ext in data["data"]:
+        pairs = dict(ext[1]) if ext and ext[0] == "map" else {}
+        if TAG in pairs:
+            names.append(name)
+    return names
+
+
+def our_interfaces() -> list[str]:
+    out = _run(["ip", "-o", "link", "show"])
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if INTF_RE.match(name):
+                names.append(name)
+    return names
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def our_processes() -> list[int]:
+    """Mininet node shells named like ours, and controllers named in manifests."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and SHELL_RE.search(_cmdline(int(entry.name))):
+            pids.append(int(entry.name))
+    for manifest in manifests():
+        pid = _manifest(manifest).get("controller_pid")
+        if pid and "testbed" in _cmdline(pid) and "controller" in _cmdline(pid):
+            pids.append(pid)
+    return sorted(set(pids))
+
+
+def manifests() -> list[Path]:
+    return sorted(STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else []
+
+
+def _manifest(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def find_leftovers() -> Leftovers:
+    bridges = set(tagged_bridges())
+    listed = set(_run(["ovs-vsctl", "--timeout=5", "list-br"]).split())
+    for manifest in manifests():
+        bridges.update(b for b in _manifest(manifest).get("bridges", []) if b in listed)
+    return Leftovers(sorted(bridges), our_interfaces(), our_processes(), manifests())
+
+
+def remove(left: Leftovers) -> None:
+    for pid in left.processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in left.processes):
+        time.sleep(0.05)
+    for pid in left.processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if left.bridges:
+        cmd = ["ovs-vsctl", "--timeout=10"]
+        for b in left.bridges:
+            cmd += ["--", "--if-exists", "del-br", b]
+        _run(cmd, timeout=20)
+    for intf in our_interfaces():
+        _run(["ip", "link", "del", intf])
+    for manifest in left.manifests:
+        manifest.unlink(missing_ok=True)
+
+
+def clean() -> Leftovers:
+    """Remove every leftover; return what was found."""
+    left = find_leftovers()
+    if not left.empty:
+        remove(left)
+    return left
