@@ -28,6 +28,7 @@ from testbed.topologies.traffic_classes import CLASSES, CONTROL, KV
 log = logging.getLogger("testbed.controller")
 
 TABLE_CLASSIFY, TABLE_FORWARD = 0, 1
+PAIR_COOKIE = 0x5041495200000000  # per-transfer ECMP rules, removed as a set on reroute
 
 
 @dataclass
@@ -89,7 +90,7 @@ class FabricController(app_manager.OSKenApp):
                     self.state.ready.discard(name)
 
     # -- flows -----------------------------------------------------------------------
-    def _flow(self, dp, table, priority, match, actions=(), goto=None):
+    def _flow(self, dp, table, priority, match, actions=(), goto=None, cookie=0):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = []
         if actions:
@@ -97,7 +98,7 @@ class FabricController(app_manager.OSKenApp):
         if goto is not None:
             inst.append(parser.OFPInstructionGotoTable(goto))
         dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=table, priority=priority,
-                                      match=match, instructions=inst))
+                                      match=match, instructions=inst, cookie=cookie))
 
     def _install_base(self, name, dp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -139,6 +140,12 @@ class FabricController(app_manager.OSKenApp):
             if only and name != only:
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
+            # per-pair rules of the old route set would black-hole a dead port: drop them
+            # (the per-destination rules below still route while new pairs are added)
+            dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE,
+                                          table_id=TABLE_FORWARD, cookie=PAIR_COOKIE,
+                                          cookie_mask=0xFFFFFFFFFFFFFFFF,
+                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
             installed = self.groups.setdefault(name, {})
             for (sw, ports), gid in gids.items():
                 if sw != name or installed.get(gid) == ports:
@@ -163,7 +170,8 @@ class FabricController(app_manager.OSKenApp):
                             continue
                         pm = parser.OFPMatch(eth_type=0x0800, ipv4_src=src.ip, ipv4_dst=ip)
                         port = routing.pair_port(src.ip, ip, ports)
-                        self._flow(dp, TABLE_FORWARD, 110, pm, [parser.OFPActionOutput(port)])
+                        self._flow(dp, TABLE_FORWARD, 110, pm, [parser.OFPActionOutput(port)],
+                                   cookie=PAIR_COOKIE)
             dp.send_msg(parser.OFPBarrierRequest(dp))
             self.pending_barrier[name] = self.pending_barrier.get(name, 0) + 1
 

@@ -2,14 +2,14 @@
 
 os-ken 4.x ships no manager script, so this is the entry point: parse os-ken's options,
 serve HTTP and Prometheus from our own threads, then AppManager.run_apps. SIGTERM and
-SIGINT stop everything.
+SIGINT stop everything at once (the controller holds nothing that needs flushing).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
-import sys
 
 from testbed.controller.exporter import Metrics
 from testbed.controller.oracle_server import make_server, serve_in_thread
@@ -38,15 +38,16 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
     metrics.serve(bind, metrics_port)
 
     def stop(signum, _frame):
-        raise SystemExit(128 + signum)
+        # os-ken 4.2's run_apps cannot unwind (its cleanup calls HubThread.kill, which
+        # does not exist with native threads): close our servers and leave at once.
+        server.shutdown()
+        logging.getLogger("testbed.controller").info("stopped by signal %d", signum)
+        logging.shutdown()
+        os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     logging.getLogger("testbed.controller").info(
         "OpenFlow on %s:%d, oracle on http://%s:%d/oracle, metrics on http://%s:%d/metrics",
         bind, of_port, bind, oracle_port, bind, metrics_port)
-    try:
-        AppManager.run_apps(["testbed.controller.app"])
-    finally:
-        server.shutdown()
-        sys.stdout.flush()
+    AppManager.run_apps(["testbed.controller.app"])

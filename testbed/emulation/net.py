@@ -69,6 +69,9 @@ def preflight(scenario) -> None:
     emu = scenario.emulation
     for label, port in (("of_port", emu.of_port), ("oracle_port", emu.oracle_port),
                         ("metrics_port", emu.metrics_port)):
+        deadline = time.monotonic() + 5.0  # a previous controller may still be exiting
+        while not _port_free(emu.bind, port) and time.monotonic() < deadline:
+            time.sleep(0.2)
         if not _port_free(emu.bind, port):
             raise EmulationError(f"emulation.{label} {port} on {emu.bind} is in use; another "
                                  "run may be up (testbed clean) or choose another port")

@@ -4,12 +4,15 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
+  each class ends in a pfifo about 50 ms deep at the link rate (the kernel default,
+  1000 packets, is seconds of queue at emulated rates and slows TCP's convergence)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
 Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243, #632).
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager, suppress
 
 from pyroute2 import IPRoute, NetlinkError, NetNS
@@ -18,6 +21,8 @@ from testbed.topologies.traffic_classes import CLASSES, DEFAULT_CLASS, TrafficCl
 
 ROOT = 0x10000
 PARENT = 0x10001
+QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
+MIN_QUEUE_PACKETS = 16
 
 
 def _bits(rate_bps: float) -> str:
@@ -50,12 +55,19 @@ def install_htb(ifname: str, rate_bps: float, netns: str | None = None) -> None:
         ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
         ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
                ceil=_bits(rate_bps))
+        limit = queue_packets(rate_bps)
         for c in CLASSES:
             ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                    rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
+            ipr.tc("add", "pfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
+                   limit=limit)
         for pref, c in enumerate((c for c in CLASSES if c is not DEFAULT_CLASS), start=1):
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
                    target=ROOT | c.classid_minor, keys=[_tos_key(c)])
+
+
+def queue_packets(rate_bps: float, mtu: int = 1500) -> int:
+    return max(MIN_QUEUE_PACKETS, math.ceil(rate_bps * QUEUE_S / (mtu * 8)))
 
 
 def _tos_key(c: TrafficClass) -> str:

@@ -1,0 +1,86 @@
+"""Killing a run mid-way leaves no namespaces, veths, bridges or processes (issue 3)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from testbed.emulation import cleanup
+from testbed.scenario import load_scenario
+from tests.conftest import ROOT, TRACE
+from tests.emulation.conftest import wait_for, write_small
+
+pytestmark = pytest.mark.root
+
+
+def start_net(tmp_path) -> subprocess.Popen:
+    path = write_small(tmp_path, TRACE)
+    log = (tmp_path / "net-up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "net", "up", str(path), "--hold", "300",
+         "--out", str(tmp_path / "runs")],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    sc = load_scenario(path)
+
+    def ready():
+        assert proc.poll() is None, (tmp_path / "net-up.log").read_text()[-2000:]
+        try:
+            with urllib.request.urlopen(
+                    f"http://{sc.emulation.bind}:{sc.emulation.oracle_port}/status",
+                    timeout=2) as resp:
+                return json.loads(resp.read())["ready"]
+        except OSError:
+            return False
+
+    wait_for(ready, 120, "the fabric to come up")
+    left = cleanup.find_leftovers()
+    assert left.bridges and left.interfaces and left.processes  # it is really up
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_tears_everything_down(tmp_path, sig):
+    proc = start_net(tmp_path)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+def test_after_sigkill_testbed_clean_removes_the_leftovers(tmp_path):
+    proc = start_net(tmp_path)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert not cleanup.find_leftovers().empty  # a SIGKILL leaves things behind
+    out = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "cleaned" in out.stdout
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == ""
+    again = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert again.stdout.strip() == "nothing to clean"
+
+
+def test_a_crash_during_start_cleans_up(tmp_path):
+    """An exception while building (here: a port already taken) leaves nothing half-started."""
+    import socket
+
+    from testbed.emulation.net import EmulatedNetwork, EmulationError
+
+    path = write_small(tmp_path, TRACE, {"emulation.metrics_port": 9311})
+    sc = load_scenario(path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 9311))
+        busy.listen()
+        with pytest.raises(EmulationError, match="metrics_port 9311"):
+            EmulatedNetwork(sc, path, tmp_path / "run").start()
+    assert cleanup.find_leftovers().empty
