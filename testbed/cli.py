@@ -230,7 +230,7 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
     error tears everything down; after a crash, `testbed clean` removes leftovers.
     """
     from testbed.emulation.net import EmulatedNetwork, EmulationError
-    from testbed.records import atomic_write, stamp
+    from testbed.records import atomic_write, stamp, write_json
 
     try:
         sc = _load(scenario, sets)
@@ -254,6 +254,9 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
             f"metrics http://{emu.bind}:{emu.metrics_port}/metrics\n"
             f"logs    {workdir}", highlight=False)
         click.echo(f"READY {workdir}", err=True)
+        from testbed.emulation.fidelity import FidelityMonitor
+
+        monitor = FidelityMonitor(fabric).start()
         if hold is not None:
             deadline = time.monotonic() + hold
             while time.monotonic() < deadline:
@@ -262,6 +265,10 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
             from mininet.cli import CLI
 
             CLI(network.net)
+        report = monitor.stop()
+        write_json(workdir / "fidelity.json", report)
+        console.print(f"fidelity: {report['verdict']} "
+                      f"({'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
     except EmulationError as exc:
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):

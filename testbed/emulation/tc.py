@@ -75,8 +75,13 @@ def _tos_key(c: TrafficClass) -> str:
     return f"0x{c.tos << 16:08x}/0x00fc0000+0"
 
 
-def _read_classes(ipr, idx: int) -> dict[str, dict[str, int]]:
+LINK = "link"  # the root class 1:1: the whole link, for saturation checks
+
+
+def _read_classes(ipr, idx: int, include_link: bool = False) -> dict[str, dict[str, int]]:
     by_minor = {c.classid_minor: c.name for c in CLASSES}
+    if include_link:
+        by_minor[PARENT & 0xFFFF] = LINK
     out: dict[str, dict[str, int]] = {}
     for cls in ipr.get_classes(index=idx):
         name = by_minor.get(cls["handle"] & 0xFFFF)
@@ -101,8 +106,10 @@ def class_counters(ifname: str, netns: str | None = None) -> dict[str, dict[str,
         return _read_classes(ipr, _index(ipr, ifname))
 
 
-def all_counters(ifnames: list[str]) -> dict[str, dict[str, dict[str, int]]]:
+def all_counters(ifnames: list[str], include_link: bool = False
+                 ) -> dict[str, dict[str, dict[str, int]]]:
     """class_counters for many root-namespace interfaces over one netlink socket."""
     with netlink() as ipr:
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-        return {name: _read_classes(ipr, index[name]) for name in ifnames if name in index}
+        return {name: _read_classes(ipr, index[name], include_link)
+                for name in ifnames if name in index}

@@ -1,0 +1,163 @@
+"""Pure parts of the emulation: fabric derivation, routing, telemetry, fidelity, oracle HTTP.
+
+No root needed: these run everywhere.
+"""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from testbed.controller import routing, telemetry
+from testbed.controller.oracle_server import make_server
+from testbed.controller.state import ControllerState
+from testbed.emulation import cleanup, fidelity, tc
+from testbed.topologies.fabric import Fabric
+from testbed.topologies.fattree import FatTreeSpec
+from testbed.topologies.traffic_classes import CLASSES, KV, class_of_dscp
+
+
+@pytest.fixture
+def fabric():
+    return Fabric(FatTreeSpec(), scale=2e-4)
+
+
+def test_fabric_ports_dpids_and_addresses_are_unique_and_stable(fabric):
+    assert len(fabric.switches) == 20 and len(set(fabric.switches.values())) == 20
+    assert fabric.switches["core3"] == "0000000000003003"
+    ports = Counter((node, link.port_of(node)) for link in fabric.links
+                    for node in (link.a, link.b) if node in fabric.switches)
+    assert max(ports.values()) == 1  # no port used twice
+    ips = [h.ip for h in fabric.hosts.values()]
+    assert len(set(ips)) == 16 and fabric.hosts["i0"].ip == "10.0.0.1"
+    assert Fabric(FatTreeSpec(), 2e-4).links == fabric.links  # deterministic
+    assert len(Fabric(FatTreeSpec(pods=32), 1e-4).hosts) == 256
+
+
+def test_fabric_rates_are_scaled_and_dilated():
+    fab = Fabric(FatTreeSpec(), scale=1e-3, dilation=2.0)
+    host = next(lk for lk in fab.links if lk.tier == 1)
+    core = next(lk for lk in fab.links if lk.tier == 3)
+    assert host.rate_bps == pytest.approx(100e9 * 1e-3 / 2)
+    assert core.rate_bps == pytest.approx(25e9 * 1e-3 / 2)
+    assert not any(lk.tier == 0 for lk in fab.links)  # NVLink is not emulated
+    with pytest.raises(ValueError, match="scale"):
+        Fabric(FatTreeSpec(), scale=0)
+    with pytest.raises(ValueError, match="dilation"):
+        Fabric(FatTreeSpec(), scale=1e-3, dilation=0.5)
+
+
+def test_routes_use_every_equal_cost_uplink(fabric):
+    table = routing.next_hops(fabric, set())
+    uplinks = {lk.port_of("tor0") for lk in fabric.links if lk.a == "tor0"}
+    assert set(table["tor0"]["i15"]) == uplinks  # cross pod: all 4 aggregation switches
+    assert table["tor0"]["i1"] == (fabric.hosts["i1"].tor_port,)  # same rack: the host port
+    assert len(table["agg0"]["i15"]) == 2  # two core links per aggregation switch
+    assert len(table["core0"]["i15"]) == 1
+    gids = routing.group_ids(table)
+    assert (("tor0", table["tor0"]["i15"]) in gids)
+
+
+def test_a_link_down_removes_only_that_path(fabric):
+    link = next(lk for lk in fabric.links if {lk.a, lk.b} == {"tor0", "agg0"})
+    table = routing.next_hops(fabric, {routing.link_key(link)})
+    assert link.port_of("tor0") not in table["tor0"]["i15"]
+    assert len(table["tor0"]["i15"]) == 3
+    # every host still reaches every other from its ToR
+    for host in fabric.hosts.values():
+        assert all(dst in table[host.tor] for dst in fabric.hosts if dst != host.name)
+
+
+def test_a_cut_rack_is_unreachable_not_misrouted(fabric):
+    down = {routing.link_key(lk) for lk in fabric.links if "tor3" in (lk.a, lk.b)
+            and lk.tier == 2}
+    table = routing.next_hops(fabric, down)
+    assert "i15" not in table["tor0"]
+    assert "i14" in table["tor3"]  # inside the rack it still works
+
+
+def test_per_transfer_ecmp_is_stable_and_spreads_pairs():
+    ports = (3, 4, 5, 6)
+    picks = Counter(routing.pair_port(f"10.0.0.{s}", f"10.0.0.{d}", ports)
+                    for s in range(1, 17) for d in range(1, 17) if s != d)
+    assert set(picks) == set(ports) and min(picks.values()) > 30
+    assert routing.pair_port("10.0.0.1", "10.0.0.9", ports) == routing.pair_port(
+        "10.0.0.1", "10.0.0.9", ports)
+
+
+def test_rates_and_congestion_exclude_kv():
+    prev = {"kv": {"bytes": 0}, "background": {"bytes": 0}, "control": {"bytes": 0}}
+    cur = {"kv": {"bytes": 1_000_000}, "background": {"bytes": 250_000},
+           "control": {"bytes": 0}}
+    bps = telemetry.rates(prev, cur, 1.0)
+    assert bps["kv"] == 8e6 and bps["background"] == 2e6
+    sample = telemetry.InterfaceRate("tor0-eth5", "tor0>agg0", 2, 10e6, bps)
+    assert sample.external_utilisation == pytest.approx(0.2)
+    assert sample.total_utilisation == pytest.approx(1.0)
+    idle = telemetry.InterfaceRate("tor1-eth5", "tor1>agg0", 2, 10e6, {"kv": 9e6})
+    hot = telemetry.InterfaceRate("agg0-core0", "agg0>core0", 3, 5e6, {"background": 6e6})
+    assert telemetry.tier_congestion([sample, idle, hot]) == {
+        2: pytest.approx(0.1), 3: telemetry.MAX_CONGESTION}
+    # a counter reset reads as no traffic, never negative
+    assert telemetry.rates({"kv": {"bytes": 500}}, {"kv": {"bytes": 100}}, 1.0)["kv"] == 0
+
+
+def test_traffic_class_table():
+    assert KV.dscp == 34 and KV.tos == 0x88
+    assert class_of_dscp(48).name == "control" and class_of_dscp(10).name == "background"
+    assert sum(c.share for c in CLASSES) == pytest.approx(1.0)
+    assert tc._tos_key(KV) == "0x00880000/0x00fc0000+0"
+    assert tc.queue_packets(5e6) == 21 and tc.queue_packets(1e5) == tc.MIN_QUEUE_PACKETS
+
+
+def test_fidelity_verdicts():
+    ok = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
+    slow = fidelity.LinkFidelity("b", "agg0>core0", 5e6, 3e6, 6)
+    brief = fidelity.LinkFidelity("c", "x>y", 5e6, 1e6, 1)  # not saturated long enough
+    good = fidelity.verdict([ok, brief], [0.3, 0.5, 0.6])
+    assert good["verdict"] == "faithful" and good["links_checked"] == 1
+    bad = fidelity.verdict([ok, slow], [0.3, 0.5])
+    assert bad["verdict"] == "unfaithful" and "agg0>core0: 60.0%" in bad["reasons"][0]
+    cpu = fidelity.verdict([ok], [0.9] * 20)
+    assert cpu["verdict"] == "unfaithful" and cpu["cpu_bound"]
+    assert fidelity.cpu_busy_fraction((100, 200), (150, 300)) == 0.5
+    assert fidelity.saturated({"kv": {"drops": 3, "backlog": 0}}, {"kv": {"drops": 1}}, 1e5)
+    assert fidelity.saturated({"kv": {"drops": 0, "backlog": 60000}}, {}, 1e5)
+    assert not fidelity.saturated({"kv": {"drops": 0, "backlog": 1500}}, {}, 1e5)
+
+
+def test_cleanup_only_matches_the_projects_names():
+    assert cleanup.INTF_RE.match("tor3-eth2") and cleanup.INTF_RE.match("i12-eth0")
+    assert not cleanup.INTF_RE.match("eth0") and not cleanup.INTF_RE.match("s1-eth1")
+    assert cleanup.SHELL_RE.search("bash --norc --noediting -is mininet:core1")
+    assert not cleanup.SHELL_RE.search("bash -is mininet:h1")
+
+
+def test_oracle_server_answers_and_validates(fabric):
+    state = ControllerState(fabric)
+    state.congestion = {2: 0.1, 3: 0.25}
+    state.generated_at = 1.0
+    server = make_server(state, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(f"{base}/oracle", timeout=5) as resp:
+            doc = json.loads(resp.read())
+        assert doc["congestion"] == {"2": 0.1, "3": 0.25}
+        assert doc["tier_bandwidth"]["3"] == 25.0  # modelled units, not scaled
+        assert ["i0", "i15", 3] in doc["tier_map"] and doc["age_s"] > 0
+        with urllib.request.urlopen(f"{base}/status", timeout=5) as resp:
+            assert json.loads(resp.read())["ready"] is False
+        bad = urllib.request.Request(f"{base}/intent", b'{"request_id": "r", "src": "i0", '
+                                     b'"dst": "i0", "size_bytes": 5}')
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=5)
+        assert err.value.code == 400 and "differ" in err.value.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/nope", timeout=5)
+        assert err.value.code == 404
+    finally:
+        server.shutdown()
