@@ -232,12 +232,15 @@ class FabricController(app_manager.OSKenApp):
 
     # -- telemetry -------------------------------------------------------------------
     def _poll_loop(self):
+        """Poll at a fixed rate: the period is poll_s, not poll_s plus the poll's own time."""
+        next_at = time.monotonic()
         while True:
             try:
                 self._poll_once()
             except Exception:  # noqa: BLE001 - a bad poll must not kill the loop
                 log.exception("telemetry poll failed")
-            hub.sleep(self.rt.poll_s)
+            next_at += self.rt.poll_s
+            hub.sleep(max(0.0, next_at - time.monotonic()))
 
     def _poll_once(self):
         t0 = time.perf_counter()

@@ -22,10 +22,11 @@ from pathlib import Path
 from testbed.emulation import tc
 
 MIN_RATIO = 0.95
-# Calibrated on the 2-core development machine (benchmarks/bench_fabric.py): aggregate
-# throughput stayed linear in the scale factor while p95 CPU busy was <= 74% and fell to
-# 82% of linear at 78%. Below 25% headroom the host, not the shaper, sets the rates.
-MIN_HEADROOM = 0.25
+# On the 2-core development machine (benchmarks/bench_fabric.py) userspace OVS and the
+# traffic generators keep p95 CPU busy at 74-80% at every scale from 1e-4 to 1e-3, so CPU
+# alone cannot tell a faithful run from a CPU-bound one there; it flags only a pegged
+# machine. The saturated-link ratio is the primary signal.
+MIN_HEADROOM = 0.15
 MIN_SATURATED_INTERVALS = 2
 
 
