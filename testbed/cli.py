@@ -242,6 +242,7 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
     atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     signal.signal(signal.SIGTERM, _raise_terminated)
     network = EmulatedNetwork(sc, scenario_file, workdir, quiet=not verbose)
+    monitor = None
     try:
         with console.status("building the fabric (controller, switches, HTB trees)..."):
             network.start()
@@ -253,10 +254,10 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
             f"oracle  http://{emu.bind}:{emu.oracle_port}/oracle\n"
             f"metrics http://{emu.bind}:{emu.metrics_port}/metrics\n"
             f"logs    {workdir}", highlight=False)
-        click.echo(f"READY {workdir}", err=True)
         from testbed.emulation.fidelity import FidelityMonitor
 
         monitor = FidelityMonitor(fabric).start()
+        click.echo(f"READY {workdir}", err=True)  # scripts wait for this line
         if hold is not None:
             deadline = time.monotonic() + hold
             while time.monotonic() < deadline:
@@ -265,15 +266,16 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
             from mininet.cli import CLI
 
             CLI(network.net)
-        report = monitor.stop()
-        write_json(workdir / "fidelity.json", report)
-        console.print(f"fidelity: {report['verdict']} "
-                      f"({'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
     except EmulationError as exc:
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: tearing the fabric down")
     finally:
+        if monitor is not None:  # interrupted runs are the ones whose fidelity matters most
+            report = monitor.stop()
+            write_json(workdir / "fidelity.json", report)
+            console.print(f"fidelity: {report['verdict']} ("
+                          f"{'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
         network.stop()
     console.print("fabric down, nothing left behind")
 

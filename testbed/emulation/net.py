@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from functools import partial
@@ -218,7 +219,7 @@ class EmulatedNetwork:
         self._stopped = True
         try:
             if self.net is not None:
-                self.net.stop()
+                self._stop_mininet()
         finally:
             if self.controller is not None and self.controller.poll() is None:
                 self.controller.terminate()
@@ -233,6 +234,20 @@ class EmulatedNetwork:
                 interfaces=left.interfaces, processes=[],
                 manifests=[self.manifest] if self.manifest.exists() else [])
             cleanup.remove(ours)
+
+    def _stop_mininet(self, timeout: float = 30.0) -> None:
+        """Mininet's stop, which must not hang a teardown.
+
+        When a start is interrupted in the middle of a node command, Mininet's stop can
+        block for ever reading that node's shell. After `timeout`, kill our node shells
+        (that unblocks it) and let the targeted cleanup remove the rest.
+        """
+        worker = threading.Thread(target=self.net.stop, name="mininet-stop", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            cleanup.remove(cleanup.Leftovers(processes=cleanup.our_processes()))
+            worker.join(10)
 
     def __enter__(self) -> EmulatedNetwork:
         return self.start()

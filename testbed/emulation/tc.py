@@ -12,10 +12,13 @@ Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import threading
 from contextlib import contextmanager, suppress
 
-from pyroute2 import IPRoute, NetlinkError, NetNS
+from pyroute2 import IPRoute, NetlinkError
 
 from testbed.topologies.traffic_classes import CLASSES, DEFAULT_CLASS, TrafficClass
 
@@ -29,14 +32,52 @@ def _bits(rate_bps: float) -> str:
     return f"{max(int(rate_bps), 8000)}bit"
 
 
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
 @contextmanager
-def netlink(netns: str | None = None):
-    """IPRoute in the root namespace, or NetNS for a namespace path (/proc/PID/ns/net)."""
-    handle = NetNS(netns) if netns else IPRoute()
+def netlink():
+    """IPRoute in this (root) namespace."""
+    handle = IPRoute()
     try:
         yield handle
     finally:
         handle.close()
+
+
+def in_namespace(netns: str | None, fn):
+    """Run fn(ipr) with a netlink socket in the namespace at path `netns` (or here).
+
+    Not pyroute2's NetNS: it forks a helper, and a forked copy of the orchestrator that
+    gets a signal runs the orchestrator's teardown. Instead a short-lived thread enters
+    the namespace with setns(2), which moves only that thread, and opens the socket there.
+    """
+    if netns is None:
+        with netlink() as ipr:
+            return fn(ipr)
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            fd = os.open(netns, os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            with netlink() as ipr:
+                box["value"] = fn(ipr)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="netns-tc")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _index(ipr, ifname: str) -> int:
@@ -48,22 +89,25 @@ def _index(ipr, ifname: str) -> int:
 
 def install_htb(ifname: str, rate_bps: float, netns: str | None = None) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree."""
-    with netlink(netns) as ipr:
-        idx = _index(ipr, ifname)
-        with suppress(NetlinkError):  # no root qdisc yet
-            ipr.tc("del", index=idx)
-        ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
-        ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
-               ceil=_bits(rate_bps))
-        limit = queue_packets(rate_bps)
-        for c in CLASSES:
-            ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
-                   rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
-            ipr.tc("add", "pfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
-                   limit=limit)
-        for pref, c in enumerate((c for c in CLASSES if c is not DEFAULT_CLASS), start=1):
-            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
-                   target=ROOT | c.classid_minor, keys=[_tos_key(c)])
+    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps))
+
+
+def _install_htb(ipr, ifname: str, rate_bps: float) -> None:
+    idx = _index(ipr, ifname)
+    with suppress(NetlinkError):  # no root qdisc yet
+        ipr.tc("del", index=idx)
+    ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
+    ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
+           ceil=_bits(rate_bps))
+    limit = queue_packets(rate_bps)
+    for c in CLASSES:
+        ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
+               rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
+        ipr.tc("add", "pfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
+               limit=limit)
+    for pref, c in enumerate((c for c in CLASSES if c is not DEFAULT_CLASS), start=1):
+        ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
+               target=ROOT | c.classid_minor, keys=[_tos_key(c)])
 
 
 def queue_packets(rate_bps: float, mtu: int = 1500) -> int:
@@ -102,8 +146,7 @@ def _read_classes(ipr, idx: int, include_link: bool = False) -> dict[str, dict[s
 
 def class_counters(ifname: str, netns: str | None = None) -> dict[str, dict[str, int]]:
     """Per traffic class: bytes, packets, drops, overlimits, backlog (bytes)."""
-    with netlink(netns) as ipr:
-        return _read_classes(ipr, _index(ipr, ifname))
+    return in_namespace(netns, lambda ipr: _read_classes(ipr, _index(ipr, ifname)))
 
 
 def all_counters(ifnames: list[str], include_link: bool = False

@@ -6,12 +6,10 @@ import json
 import signal
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 from testbed.emulation import cleanup
-from testbed.scenario import load_scenario
 from tests.conftest import ROOT, TRACE
 from tests.emulation.conftest import wait_for, write_small
 
@@ -24,20 +22,19 @@ def start_net(tmp_path) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed", "net", "up", str(path), "--hold", "300",
          "--out", str(tmp_path / "runs")],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    sc = load_scenario(path)
-
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True)
     def ready():
-        assert proc.poll() is None, (tmp_path / "net-up.log").read_text()[-2000:]
-        try:
-            with urllib.request.urlopen(
-                    f"http://{sc.emulation.bind}:{sc.emulation.oracle_port}/status",
-                    timeout=2) as resp:
-                return json.loads(resp.read())["ready"]
-        except OSError:
-            return False
+        text = (tmp_path / "net-up.log").read_text()
+        assert proc.poll() is None, text[-2000:]
+        return "READY " in text  # printed once the fabric and its fidelity monitor run
 
-    wait_for(ready, 120, "the fabric to come up")
+    try:
+        wait_for(ready, 120, "the fabric to come up")
+    except BaseException:
+        proc.kill()
+        cleanup.clean()
+        raise
     left = cleanup.find_leftovers()
     assert left.bridges and left.interfaces and left.processes  # it is really up
     return proc
@@ -51,6 +48,8 @@ def test_a_signal_tears_everything_down(tmp_path, sig):
     assert proc.returncode == 0
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
+    (report,) = (tmp_path / "runs").glob("*/fidelity.json")
+    assert json.loads(report.read_text())["verdict"] in ("faithful", "unfaithful")
 
 
 def test_after_sigkill_testbed_clean_removes_the_leftovers(tmp_path):
@@ -75,6 +74,7 @@ def test_a_crash_during_start_cleans_up(tmp_path):
     import socket
 
     from testbed.emulation.net import EmulatedNetwork, EmulationError
+    from testbed.scenario import load_scenario
 
     path = write_small(tmp_path, TRACE, {"emulation.metrics_port": 9311})
     sc = load_scenario(path)
