@@ -159,5 +159,10 @@ def test_oracle_server_answers_and_validates(fabric):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{base}/nope", timeout=5)
         assert err.value.code == 404
+        good = urllib.request.Request(f"{base}/intent", b'{"request_id": "r", "src": "i0", '
+                                      b'"dst": "i9", "size_bytes": 5}')
+        with urllib.request.urlopen(good, timeout=5) as resp:
+            assert resp.status == 202
+        assert state.intents_total == 1 and state.intents[0].dst == "i9"
     finally:
         server.shutdown()

@@ -60,6 +60,7 @@ class FabricController(app_manager.OSKenApp):
         self.pending_barrier: dict[str, int] = {}
         self._prev: dict[str, dict[str, dict[str, int]]] = {}
         self._prev_t: float | None = None
+        self._intents_seen = 0
         self._egress = [(n, i, link) for n, i, link in self.fabric.egress_interfaces()
                         if n in self.fabric.switches]
         self.poller = hub.spawn(self._poll_loop)
@@ -274,6 +275,7 @@ class FabricController(app_manager.OSKenApp):
                 self.state.polls += 1
                 self.state.link_utilisation = util
                 down = len(self.state.down_links)
+                intents = self.state.intents_total
             for tier, c in congestion.items():
                 metrics.congestion.labels(str(tier)).set(c)
             for s in samples:
@@ -281,6 +283,8 @@ class FabricController(app_manager.OSKenApp):
                     metrics.link_util.labels(s.link, s.interface, str(s.tier), cls).set(
                         s.utilisation(cls))
             metrics.links_down.set(down)
+            metrics.intents.inc(intents - self._intents_seen)
+            self._intents_seen = intents
         metrics.poll_latency.observe(time.perf_counter() - t0)
         age = self.state.age_s()
         if age is not None:

@@ -53,6 +53,7 @@ def make_server(state: ControllerState, host: str, port: int) -> ThreadingHTTPSe
                 return
             with state.lock:
                 state.intents.append(intent)
+                state.intents_total += 1
                 del state.intents[:-10000]
             self._send(202, {"accepted": intent.request_id})
 

@@ -20,7 +20,8 @@ class ControllerState:
     congestion: dict[int, float] = field(default_factory=dict)
     generated_at: float | None = None  # wall clock of the last telemetry poll
     polls: int = 0
-    intents: list[TransferIntent] = field(default_factory=list)
+    intents: list[TransferIntent] = field(default_factory=list)  # the last 10,000
+    intents_total: int = 0
     link_utilisation: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def oracle(self) -> Oracle:
