@@ -1,0 +1,96 @@
+"""Comparison math on known inputs, and the flow-model replay of given transfers."""
+
+import math
+
+import pytest
+
+from testbed.flowsim.simulator import simulate
+from testbed.scenario import Scenario
+from testbed.topologies.fattree import FatTreeSpec
+from testbed.validate import compare
+from testbed.validate.replay import replay_transfers
+from testbed.workloads.build import build_workload
+
+GiB = 2**30
+
+
+def row(request, shard, start, end, tier=2, size=GiB):
+    return {"request": request, "shard": shard, "start": start, "end": end, "tier": tier,
+            "bytes": size}
+
+
+def test_relative_error_sign_means_flow_model_slower():
+    assert compare.relative_error(1.1, 1.0) == pytest.approx(0.1)
+    assert compare.relative_error(0.5, 1.0) == pytest.approx(-0.5)
+    with pytest.raises(ValueError):
+        compare.relative_error(1.0, 0.0)
+
+
+def test_matching_and_error_summary_on_known_numbers():
+    reference = [row("a", 0, 0, 1.0), row("a", 1, 0, 2.0, tier=3, size=8 * GiB),
+                 row("b", 0, 1, 2.0, tier=3), row("c", 0, 0, 1.0)]
+    model = [row("a", 0, 0, 1.2), row("a", 1, 0, 1.0, tier=3, size=8 * GiB),
+             row("b", 0, 1, 2.5, tier=3)]
+    pairs, missing = compare.match_transfers(reference, model)
+    assert missing == [("c", 0)]
+    assert [p.error for p in pairs] == pytest.approx([0.2, -0.5, 0.5])
+    summary = compare.error_summary(pairs)
+    assert summary["n"] == 3
+    assert summary["median_abs_error"] == pytest.approx(0.5)
+    assert summary["mean_error"] == pytest.approx(0.2 / 3)
+    assert summary["by_tier"]["2"]["median_abs_error"] == pytest.approx(0.2)
+    assert summary["by_tier"]["3"]["n"] == 2
+    assert set(summary["by_size"]) == {"1-4 GiB", "4-16 GiB"}
+    assert compare.size_bucket(100) == "< 1 GiB"
+
+
+def test_rankings_and_kendall_tau():
+    assert compare.ranking({"rr": 3.0, "cla": 2.0, "netkv": 1.0}) == ["netkv", "cla", "rr"]
+    assert compare.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert compare.kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
+    assert compare.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        compare.kendall_tau(["a"], ["b"])
+
+
+def test_metric_comparison_and_ranking_agreement():
+    packets = {"rr": {"ttft_mean_ms": 2000.0, "transfer_mean_ms": 900.0},
+               "cla": {"ttft_mean_ms": 1800.0, "transfer_mean_ms": 800.0},
+               "netkv-full": {"ttft_mean_ms": 1600.0, "transfer_mean_ms": math.nan}}
+    flows = {"rr": {"ttft_mean_ms": 2200.0, "transfer_mean_ms": 990.0},
+             "cla": {"ttft_mean_ms": 1980.0, "transfer_mean_ms": 880.0},
+             "netkv-full": {"ttft_mean_ms": 1760.0, "transfer_mean_ms": 700.0}}
+    rows = {r["scheduler"]: r for r in compare.metric_comparison(packets, flows,
+                                                                 ("ttft_mean_ms",
+                                                                  "transfer_mean_ms"))}
+    assert rows["rr"]["ttft_mean_ms_error"] == pytest.approx(0.10)
+    assert rows["netkv-full"]["transfer_mean_ms_error"] is None
+    agreement = compare.ranking_agreement(packets, flows)
+    assert agreement["same_order"] and agreement["kendall_tau"] == 1.0
+    flows["cla"]["ttft_mean_ms"] = 2300.0
+    assert not compare.ranking_agreement(packets, flows)["same_order"]
+
+
+def test_replay_of_a_lone_transfer_follows_the_path_bandwidth():
+    spec = FatTreeSpec()
+    size = 4 * GiB
+    shards = [{"request": "r", "shard": k, "src": "i0", "dst": "i15", "bytes": size / 4,
+               "start": 1.0} for k in range(4)]
+    out = replay_transfers(spec, shards)
+    assert len(out) == 4
+    # per-transfer ECMP: the 4 shards share one 25 Gbps cross-pod path
+    assert all(r["end"] - r["start"] == pytest.approx(size / (25e9 / 8)) for r in out)
+    spread = replay_transfers(spec, shards, ecmp="per-flow", seed=3)
+    assert max(r["end"] for r in spread) < max(r["end"] for r in out)
+
+
+def test_replaying_the_simulators_own_transfers_reproduces_them(trace_path):
+    """On a single-path fabric both must agree exactly: same network model, same inputs."""
+    sc = Scenario(name="self", workload={"trace": str(trace_path), "measure_s": 6.0},
+                  cluster={"aggs_per_pod": 1, "cores_per_agg": 1})
+    result = simulate(sc, "netkv-full", 1, build_workload(sc, 1))
+    assert len(result.transfers) > 20
+    replayed = replay_transfers(sc.cluster.spec(), result.transfers)
+    pairs, missing = compare.match_transfers(result.transfers, replayed)
+    assert not missing
+    assert compare.error_summary(pairs)["p90_abs_error"] < 1e-6
