@@ -304,3 +304,33 @@ def clean(dry_run: bool) -> None:
         if not after.empty:
             _fail(f"could not remove everything: {after.describe()}")
         click.echo(f"cleaned: {left.describe()}")
+
+
+@main.command("compare")
+@click.argument("reference", type=click.Path(file_okay=False))
+@click.argument("model", type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where report.md and comparison.json go (default: MODEL/compare).")
+def compare_cmd(reference: str, model: str, out_dir: str | None) -> None:
+    """Compare two run folders cell by cell: REFERENCE (e.g. packets) vs MODEL (flows).
+
+    Pairs every transfer by (request, shard) and reports the model's relative error
+    overall, per tier and per size bucket; per sweep point compares TTFT and transfer
+    time per scheduler and whether both rank the schedulers the same. Two flow-level
+    runs work too, e.g. per-transfer against per-flow ECMP.
+    """
+    from testbed.validate.report import RunFolderError, compare_runs
+
+    out = Path(out_dir) if out_dir else Path(model) / "compare"
+    try:
+        doc = compare_runs(Path(reference), Path(model), out)
+    except RunFolderError as exc:
+        _fail(str(exc))
+    t = doc["transfers"]
+    click.echo(f"{doc['cells']} cells, {t['n']} transfers: median |error| "
+               f"{100 * t['median_abs_error']:.1f}%, bias {100 * t['mean_error']:+.1f}%")
+    for point, data in doc["points"].items():
+        r = data["ranking"]
+        click.echo(f"{point}: ranking {'agrees' if r['same_order'] else 'differs'} "
+                   f"(tau {r['kendall_tau']:.2f})")
+    click.echo(f"report: {out / 'report.md'}")

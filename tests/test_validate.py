@@ -1,5 +1,6 @@
 """Comparison math on known inputs, and the flow-model replay of given transfers."""
 
+import json
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from testbed.topologies.fattree import FatTreeSpec
 from testbed.validate import compare
 from testbed.validate.replay import replay_transfers
 from testbed.workloads.build import build_workload
+from tests.conftest import TRACE
 
 GiB = 2**30
 
@@ -94,3 +96,30 @@ def test_replaying_the_simulators_own_transfers_reproduces_them(trace_path):
     pairs, missing = compare.match_transfers(result.transfers, replayed)
     assert not missing
     assert compare.error_summary(pairs)["p90_abs_error"] < 1e-6
+
+
+def test_compare_command_on_two_run_folders(tmp_path):
+    from click.testing import CliRunner
+
+    from testbed.cli import main
+    from testbed.records import PARTIAL
+    from testbed.runner import run_flowsim
+
+    base = Scenario(name="cmp", workload={"trace": str(TRACE), "measure_s": 4.0},
+                    schedulers=["rr", "netkv-full"])
+    a = run_flowsim(base, tmp_path / "a").folder
+    b = run_flowsim(base.with_overrides({"network.ecmp": "per-flow"}), tmp_path / "b").folder
+    same = CliRunner().invoke(main, ["compare", str(a), str(a), "--out", str(tmp_path / "s")])
+    assert same.exit_code == 0, same.output
+    doc = json.loads((tmp_path / "s" / "comparison.json").read_text())
+    assert doc["transfers"]["p90_abs_error"] == 0.0
+    assert doc["points"]["000-base"]["ranking"]["same_order"]
+    diff = CliRunner().invoke(main, ["compare", str(a), str(b)])
+    assert diff.exit_code == 0, diff.output
+    report = (b / "compare" / "report.md").read_text()
+    assert "| netkv-full |" in report and "tier 3" in report
+    doc = json.loads((b / "compare" / "comparison.json").read_text())
+    assert doc["transfers"]["mean_error"] < 0  # per-flow ECMP spreads a transfer: faster
+    (b / PARTIAL).write_text("run interrupted: test\n")
+    refused = CliRunner().invoke(main, ["compare", str(a), str(b)])
+    assert refused.exit_code == 2 and "did not finish" in refused.output
