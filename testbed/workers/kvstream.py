@@ -1,0 +1,135 @@
+"""KV transfers as real TCP byte streams: one connection per TP shard, AF41-marked.
+
+The sender sets IP_TOS before connecting, so every packet of the shard carries the KV
+DSCP from the first SYN; the controller also marks the KV port, as a safety net. Byte
+counts on the wire are the modelled shard size x the emulation's scale factor.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from testbed.topologies.traffic_classes import KV
+from testbed.workers.protocol import kv_header, read_exact, read_kv_header
+
+CHUNK = 256 * 1024
+_ZEROS = memoryview(bytes(CHUNK))
+
+
+def scaled_bytes(modelled_bytes: float, scale: float) -> int:
+    """What crosses the emulated wire for a modelled byte count (at least one byte)."""
+    if modelled_bytes <= 0:
+        return 0
+    return max(1, round(modelled_bytes * scale))
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    request: str
+    shard: int
+    shards: int
+    bytes: int
+    start: float  # wall clock, first byte of payload
+    end: float  # wall clock, last byte
+
+
+def kv_socket(tos: int = KV.tos) -> socket.socket:
+    """A TCP socket whose every packet carries `tos` (the KV class's AF41 by default)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    return sock
+
+
+def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
+               tos: int = KV.tos, timeout: float = 300.0) -> ShardResult:
+    with kv_socket(tos) as sock:
+        sock.settimeout(timeout)
+        sock.connect((host, port))
+        start = time.time()
+        sock.sendall(kv_header(request, shard, shards, size))
+        left = size
+        while left:
+            n = min(left, CHUNK)
+            sock.sendall(_ZEROS[:n])
+            left -= n
+        sock.shutdown(socket.SHUT_WR)
+        ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
+        if ack != b"\x01":
+            raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
+        return ShardResult(request, shard, shards, size, start, time.time())
+
+
+def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
+                  tos: int = KV.tos) -> list[ShardResult]:
+    """Send every shard on its own connection, in parallel; results in shard order."""
+    results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
+
+    def one(k: int) -> None:
+        try:
+            results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k], tos)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
+            results[k] = exc
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(shard_sizes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
+
+
+class KVReceiver:
+    """Accepts KV shard streams; calls on_shard(ShardResult) when a shard has fully landed."""
+
+    def __init__(self, host: str, port: int, on_shard: Callable[[ShardResult], None],
+                 on_error: Callable[[str], None] | None = None):
+        self.on_shard = on_shard
+        self.on_error = on_error or (lambda _msg: None)
+        self.sock = socket.create_server((host, port), reuse_port=False)
+        self.port = self.sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, name="kv-accept", daemon=True)
+        self._closed = False
+
+    def start(self) -> KVReceiver:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                head = read_kv_header(conn.recv)
+                start = time.time()
+                left = head["bytes"]
+                while left:
+                    chunk = conn.recv(min(left, CHUNK))
+                    if not chunk:
+                        raise ConnectionError(f"stream ended with {left} bytes missing")
+                    left -= len(chunk)
+                if read_exact(conn.recv, 1):
+                    raise ConnectionError("more bytes than the header announced")
+                result = ShardResult(str(head["request"]), int(head["shard"]),
+                                     int(head["shards"]), int(head["bytes"]), start, time.time())
+                conn.sendall(b"\x01")
+            except (OSError, ValueError) as exc:
+                self.on_error(str(exc))
+                return
+        self.on_shard(result)

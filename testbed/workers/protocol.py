@@ -1,0 +1,109 @@
+"""Worker protocol: length-prefixed JSON control messages, and the KV stream header.
+
+Control messages (router <-> prefill/decode workers, CS6-marked) are a 4-byte big-endian
+length followed by a JSON object with a `type` and that type's fields. KV streams (one
+TCP connection per TP shard, AF41-marked) start with MAGIC, a 2-byte header length and a
+JSON header {request, shard, shards, bytes}, then exactly `bytes` bytes of payload.
+Every malformed input raises ProtocolError naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+MAGIC = b"NKV1"
+MAX_MESSAGE = 1 << 20
+MAX_HEADER = 4096
+
+REQUIRED = {
+    "prefill": ("request", "input_len", "output_len", "hash_ids", "arrival"),
+    "decision": ("request", "decode", "tier", "bytes"),
+    "reject": ("request", "reason"),
+    "kv_done": ("request", "decode", "bytes", "start", "end"),
+    "state": ("instance", "free_memory", "queued", "batch", "time"),
+    "first_token": ("request", "time"),
+    "complete": ("request", "time", "tbt"),
+    "failed": ("request", "reason"),
+    "heartbeat": ("instance", "time"),
+}
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+def validate(msg: dict) -> dict:
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(msg).__name__}")
+    kind = msg.get("type")
+    if kind not in REQUIRED:
+        raise ProtocolError(f"unknown message type {kind!r}; known: {', '.join(REQUIRED)}")
+    missing = [f for f in REQUIRED[kind] if f not in msg]
+    if missing:
+        raise ProtocolError(f"'{kind}' message lacks field(s) {', '.join(missing)}")
+    return msg
+
+
+def encode(msg: dict) -> bytes:
+    body = json.dumps(validate(msg), separators=(",", ":")).encode()
+    if len(body) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE}")
+    return struct.pack("!I", len(body)) + body
+
+
+def read_exact(recv, n: int) -> bytes:
+    """Read n bytes with recv(n) -> bytes; b'' at the start means a clean end of stream."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = recv(n - len(buf))
+        if not chunk:
+            if buf:
+                raise ProtocolError(f"stream ended after {len(buf)} of {n} bytes")
+            return b""
+        buf += chunk
+    return bytes(buf)
+
+
+def read_message(recv) -> dict | None:
+    """The next control message, or None at a clean end of stream."""
+    head = read_exact(recv, 4)
+    if not head:
+        return None
+    (length,) = struct.unpack("!I", head)
+    if length > MAX_MESSAGE:
+        raise ProtocolError(f"message length {length} exceeds {MAX_MESSAGE}")
+    body = read_exact(recv, length)
+    if len(body) != length:
+        raise ProtocolError("stream ended inside a message")
+    try:
+        return validate(json.loads(body))
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"message is not JSON: {exc.msg}") from None
+
+
+def kv_header(request: str, shard: int, shards: int, size: int) -> bytes:
+    if size < 0 or not 0 <= shard < shards:
+        raise ProtocolError(f"bad shard {shard}/{shards} or size {size}")
+    body = json.dumps({"request": request, "shard": shard, "shards": shards,
+                       "bytes": size}).encode()
+    return MAGIC + struct.pack("!H", len(body)) + body
+
+
+def read_kv_header(recv) -> dict:
+    magic = read_exact(recv, 4)
+    if magic != MAGIC:
+        raise ProtocolError(f"not a KV stream (magic {magic!r}, expected {MAGIC!r})")
+    (length,) = struct.unpack("!H", read_exact(recv, 2))
+    if length > MAX_HEADER:
+        raise ProtocolError(f"KV header of {length} bytes exceeds {MAX_HEADER}")
+    try:
+        head = json.loads(read_exact(recv, length))
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"KV header is not JSON: {exc.msg}") from None
+    for key in ("request", "shard", "shards", "bytes"):
+        if key not in head:
+            raise ProtocolError(f"KV header lacks '{key}'")
+    if not isinstance(head["bytes"], int) or head["bytes"] < 0:
+        raise ProtocolError(f"KV header 'bytes' must be an integer >= 0, got {head['bytes']!r}")
+    return head
