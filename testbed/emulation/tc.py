@@ -144,14 +144,12 @@ def _read_classes(ipr, idx: int, include_link: bool = False) -> dict[str, dict[s
     return out
 
 
-def class_counters(ifname: str, netns: str | None = None) -> dict[str, dict[str, int]]:
-    """Per traffic class: bytes, packets, drops, overlimits, backlog (bytes)."""
-    return in_namespace(netns, lambda ipr: _read_classes(ipr, _index(ipr, ifname)))
-
-
 def all_counters(ifnames: list[str], include_link: bool = False
                  ) -> dict[str, dict[str, dict[str, int]]]:
-    """class_counters for many root-namespace interfaces over one netlink socket."""
+    """Per interface, per traffic class: bytes, packets, drops, overlimits, backlog.
+
+    Root-namespace interfaces (the switch ports), read over one netlink socket.
+    """
     with netlink() as ipr:
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
         return {name: _read_classes(ipr, index[name], include_link)
