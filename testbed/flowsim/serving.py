@@ -1,4 +1,8 @@
-"""Serving state of the flow simulator: prefill FIFOs and continuous-batching decode.
+"""Serving state: prefill FIFOs and continuous-batching decode, for both engines.
+
+The flow simulator drives these classes with its discrete-event loop; the emulation's
+workers drive the very same classes with a real-time loop (testbed.workers.clock), so
+batching, memory and cache behave identically and only time and the network differ.
 
 A decode instance admits requests whose KV has landed at iteration boundaries, up to
 beta_max; the first token comes at the end of the request's first iteration and the
@@ -12,48 +16,13 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import count
 
 from testbed.flowsim.events import EventLoop
-from testbed.model.cache import PrefixCache
+from testbed.lifecycle import RequestState
+from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.timing import TimingModel
 from testbed.workloads.requests import Request
-
-
-@dataclass(eq=False)
-class RequestState:
-    """Everything that happens to one request; becomes one row of requests.csv."""
-
-    req: Request
-    measured: bool
-    keys: list[int]
-    kv_bytes: float
-    prefill: str | None = None
-    prefill_start: float | None = None
-    prefill_end: float | None = None
-    decode: str | None = None
-    tier: int | None = None
-    hit_tokens: int = 0
-    eff_bytes: float = 0.0
-    predicted_transfer_s: float | None = None
-    transfer_start: float | None = None
-    transfer_end: float | None = None
-    flows_left: int = 0
-    reserved: float = 0.0
-    new_keys: list[int] = field(default_factory=list)
-    admit_iter: int = 0
-    entry_iter_s: float | None = None
-    first_token: float | None = None
-    done: float | None = None
-    state: str | None = None  # completed | rejected | failed
-    reason: str = ""
-
-    def terminate(self, state: str, reason: str = "") -> None:
-        if self.state is not None:
-            raise RuntimeError(f"{self.req.request_id} already ended as {self.state}")
-        self.state = state
-        self.reason = reason
 
 
 class PrefillInstance:
@@ -82,6 +51,7 @@ class DecodeInstance:
         capacity: float,
         cache: PrefixCache,
         on_complete: Callable[[RequestState], None],
+        on_first_token: Callable[[RequestState], None] | None = None,
     ):
         self.name = name
         self.loop = loop
@@ -90,6 +60,7 @@ class DecodeInstance:
         self.capacity = capacity
         self.cache = cache
         self.on_complete = on_complete
+        self.on_first_token = on_first_token
         self.reserved = 0.0  # bytes not (yet) held as cache blocks
         self.pending = 0  # decided, KV not landed
         self.waiting: deque[RequestState] = deque()
@@ -115,6 +86,14 @@ class DecodeInstance:
         return len(self.batch)
 
     # -- lifecycle -------------------------------------------------------------------
+    def prewarm(self, history: list[Request]) -> None:
+        """Cache the prefixes of requests served before the run (LRU order kept)."""
+        for req in history:
+            keys = block_keys(req.hash_ids, req.input_len, self.cache.block_tokens)
+            self.cache.pin(keys)
+            self.cache.unpin(keys)
+            self.cache.evict_to(self.capacity - self.reserved)
+
     def assign(self, rs: RequestState, hit_blocks: int, output_bytes: float) -> None:
         """The scheduler chose this instance: pin the hit, reserve the rest."""
         self.pending += 1
@@ -143,6 +122,8 @@ class DecodeInstance:
             self.iterations += 1
             for rs in self._just_admitted:
                 rs.first_token = now
+                if self.on_first_token is not None:
+                    self.on_first_token(rs)
             self._just_admitted = []
             while self._finish and self._finish[0][0] <= self.iter_count:
                 _, _, rs = heapq.heappop(self._finish)

@@ -8,19 +8,19 @@ admission at an iteration boundary -> output tokens -> completion.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.network import FluidNetwork
-from testbed.flowsim.serving import DecodeInstance, PrefillInstance, RequestState
+from testbed.flowsim.serving import DecodeInstance, PrefillInstance
+from testbed.lifecycle import RequestState, request_row
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
-from testbed.workloads.build import Workload
+from testbed.workloads.build import Workload, prewarm_placement
 
 GB = 1e9
 LINK_SAMPLE_S = 1.0
@@ -81,16 +81,9 @@ class FlowSimulation:
 
     # -- setup -------------------------------------------------------------------------
     def _prewarm(self) -> None:
-        """Seed decode caches with trace history, placed independently of the scheduler."""
-        rng = random.Random(self._seed * 31 + 5)
-        names = sorted(self.decode)
-        block_tokens = self.scenario.workload.block_tokens
-        for req in self.workload.history:
-            dec = self.decode[names[rng.randrange(len(names))]]
-            keys = block_keys(req.hash_ids, req.input_len, block_tokens)
-            dec.cache.pin(keys)
-            dec.cache.unpin(keys)
-            dec.cache.evict_to(dec.capacity - dec.reserved)
+        placed = prewarm_placement(self.workload.history, sorted(self.decode), self._seed)
+        for name, reqs in placed.items():
+            self.decode[name].prewarm(reqs)
 
     def _background(self) -> None:
         bg = self.scenario.network.background
@@ -233,30 +226,6 @@ class FlowSimulation:
             events=self.loop.processed,
             sim_time_s=self.loop.now,
         )
-
-
-def request_row(rs: RequestState, slo_s: float) -> dict:
-    """One requests.csv row; both engines write this shape."""
-    req = rs.req
-    ttft = rs.first_token - req.arrival_s if rs.first_token is not None else None
-    tbt = None
-    if rs.state == "completed":
-        if req.output_len > 1:
-            tbt = (rs.done - rs.first_token) / (req.output_len - 1)
-        else:
-            tbt = rs.entry_iter_s
-    return {
-        "id": req.request_id, "arrival": req.arrival_s, "input_len": req.input_len,
-        "output_len": req.output_len, "measured": rs.measured,
-        "prefill": rs.prefill, "decode": rs.decode, "tier": rs.tier,
-        "hit_tokens": rs.hit_tokens, "kv_bytes": rs.kv_bytes, "transfer_bytes": rs.eff_bytes,
-        "prefill_start": rs.prefill_start, "prefill_end": rs.prefill_end,
-        "transfer_start": rs.transfer_start, "transfer_end": rs.transfer_end,
-        "predicted_transfer_s": rs.predicted_transfer_s,
-        "first_token": rs.first_token, "done": rs.done, "ttft": ttft, "tbt": tbt,
-        "slo_met": ttft is not None and ttft <= slo_s and not math.isnan(ttft),
-        "state": rs.state, "reason": rs.reason,
-    }
 
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload) -> RunResult:

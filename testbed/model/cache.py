@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 
 TRACE_BLOCK_TOKENS = 512
 
@@ -46,6 +46,68 @@ def block_keys(hash_ids: Sequence[int], input_len: int, block_tokens: int) -> li
     return [hash_ids[k // ratio] * ratio + k % ratio for k in range(n)]
 
 
+def lcp_blocks(hash_ids: Sequence[int], input_len: int, block_tokens: int,
+               group_count: Mapping[int, int], blocks: Container[int]) -> int:
+    """Leading full blocks of a request present in `blocks`.
+
+    Walks trace ids, not sub-blocks, where a whole id is present (group_count[id] =
+    present sub-blocks of it); the cache and a router's mirror of it share this walk.
+    """
+    ratio = sub_blocks_per_id(block_tokens)
+    n = full_block_count(input_len, block_tokens)
+    matched = 0
+    for group in hash_ids:
+        if matched >= n:
+            break
+        need = min(ratio, n - matched)
+        count = group_count.get(group, 0)
+        if count == 0:
+            break
+        if count < ratio:
+            base = group * ratio
+            for j in range(need):
+                if base + j not in blocks:
+                    return matched + j
+        matched += need
+    return min(matched, n)
+
+
+class BlockIndex:
+    """A router's mirror of one decode instance's cached blocks, kept from its reports."""
+
+    def __init__(self, block_tokens: int):
+        self.block_tokens = block_tokens
+        self.ratio = sub_blocks_per_id(block_tokens)
+        self._keys: set[int] = set()
+        self._group_count: dict[int, int] = {}
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def update(self, added: Sequence[int], removed: Sequence[int]) -> None:
+        for key in removed:
+            if key in self._keys:
+                self._keys.discard(key)
+                group = key // self.ratio
+                left = self._group_count[group] - 1
+                if left:
+                    self._group_count[group] = left
+                else:
+                    del self._group_count[group]
+        for key in added:
+            if key not in self._keys:
+                self._keys.add(key)
+                group = key // self.ratio
+                self._group_count[group] = self._group_count.get(group, 0) + 1
+
+    def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
+        return self.block_tokens * lcp_blocks(hash_ids, input_len, self.block_tokens,
+                                              self._group_count, self)
+
+
 class PrefixCache:
     """Blocks of KV held by one decode instance, with pin counts and LRU order."""
 
@@ -56,6 +118,29 @@ class PrefixCache:
         self._pinned: dict[int, int] = {}  # key -> pin count (> 0)
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned, oldest first
         self._group_count: dict[int, int] = {}  # trace id -> cached sub-blocks of it
+        self.journal: list[tuple[int, int]] | None = None  # (+1 | -1, key) when enabled
+
+    def record_changes(self) -> None:
+        """Journal insertions and evictions, for a router that mirrors this cache."""
+        self.journal = []
+
+    def drain_changes(self) -> tuple[list[int], list[int]]:
+        """(keys added, keys removed) since the last drain, net of each other."""
+        added: dict[int, None] = {}
+        removed: dict[int, None] = {}
+        for sign, key in self.journal or ():
+            if sign > 0:
+                if key in removed:
+                    del removed[key]
+                else:
+                    added[key] = None
+            elif key in added:
+                del added[key]
+            else:
+                removed[key] = None
+        if self.journal is not None:
+            self.journal.clear()
+        return list(added), list(removed)
 
     # -- lookup --------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
@@ -65,28 +150,8 @@ class PrefixCache:
         return len(self._pinned) + len(self._lru)
 
     def prefix_hit_blocks(self, hash_ids: Sequence[int], input_len: int) -> int:
-        """|LCP_block(h_r, K_d)|: leading full blocks of the request present here.
-
-        Walks trace ids, not sub-blocks, where a whole id is cached; does not touch LRU
-        order (a scheduler looking is not a request using).
-        """
-        n = full_block_count(input_len, self.block_tokens)
-        ratio = self.ratio
-        matched = 0
-        for group in hash_ids:
-            if matched >= n:
-                break
-            need = min(ratio, n - matched)
-            count = self._group_count.get(group, 0)
-            if count == 0:
-                break
-            if count < ratio:
-                base = group * ratio
-                for j in range(need):
-                    if base + j not in self:
-                        return matched + j
-            matched += need
-        return min(matched, n)
+        """|LCP_block(h_r, K_d)|; does not touch LRU order (looking is not using)."""
+        return lcp_blocks(hash_ids, input_len, self.block_tokens, self._group_count, self)
 
     def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
         return self.block_tokens * self.prefix_hit_blocks(hash_ids, input_len)
@@ -117,6 +182,8 @@ class PrefixCache:
             else:
                 group = key // self.ratio
                 self._group_count[group] = self._group_count.get(group, 0) + 1
+                if self.journal is not None:
+                    self.journal.append((1, key))
             self._pinned[key] = 1
 
     def unpin(self, keys: Sequence[int]) -> None:
@@ -144,5 +211,7 @@ class PrefixCache:
                 self._group_count[group] = left
             else:
                 del self._group_count[group]
+            if self.journal is not None:
+                self.journal.append((-1, key))
             evicted += 1
         return evicted

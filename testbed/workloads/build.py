@@ -113,3 +113,15 @@ def loop_trace(trace: list[Request], until_s: float) -> list[Request]:
 
 def _rate(trace: list[Request]) -> float:
     return (len(trace) - 1) / (trace[-1].arrival_s - trace[0].arrival_s)
+
+
+def prewarm_placement(history: list[Request], decode_names: list[str],
+                      seed: int) -> dict[str, list[Request]]:
+    """Which decode instance each history request warms: seeded, the same for every
+    scheduler and both engines (independent of any scheduling decision)."""
+    rng = random.Random(seed * 31 + 5)
+    names = sorted(decode_names)
+    placed: dict[str, list[Request]] = {n: [] for n in names}
+    for req in history:
+        placed[names[rng.randrange(len(names))]].append(req)
+    return placed
