@@ -280,6 +280,89 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
     console.print("fabric down, nothing left behind")
 
 
+def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
+    """Run the emulation with a progress bar; every exit path tears the fabric down."""
+    from testbed.emulation.net import EmulationError
+    from testbed.emulation.orchestrator import run_emulation
+    from testbed.emulation.processes import WorkerError
+    from testbed.runner import ConservationError, count_runs
+
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    total = count_runs(sc)
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
+            disable=quiet,
+        ) as progress:
+            task = progress.add_task(f"{sc.name} (packets)", total=total, step="")
+            runs = [0]
+
+            def step(label: str, wall_s: float) -> None:
+                if "building" not in label:
+                    if runs[0]:
+                        progress.advance(task)
+                    runs[0] += 1
+                    label += f" (~{wall_s:.0f} s + drain)"
+                progress.update(task, step=label)
+
+            outcome = run_emulation(sc, Path(out_dir), step, verbose=verbose)
+            progress.update(task, completed=total, step="done")
+    except (EmulationError, WorkerError) as exc:
+        _fail(str(exc))
+    except ConservationError as exc:
+        _fail(f"request conservation violated (a bug): {exc}")
+    except (KeyboardInterrupt, Terminated):
+        console.print("interrupted: workers stopped, fabric torn down; the run folder is "
+                      "marked PARTIAL")
+        sys.exit(130)
+    return outcome
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Where run folders go.")
+@click.option("--seeds", type=click.IntRange(min=1), help="Repetitions (overrides the file).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+@click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+@click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
+def emulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ...],
+            verbose: bool, quiet: bool) -> None:
+    """Run SCENARIO on packets: Mininet fat-tree, SDN controller, real worker processes.
+
+    Per sweep point the fabric is built once; each scheduler x seed then runs with fresh
+    workers: a router (the scheduler service, reading the controller's oracle over HTTP),
+    a load generator, and a prefill or decode worker inside every emulated host pushing
+    real KV byte streams (one TCP stream per TP shard, AF41). Records go to
+    OUT/<name>-emulation-<stamp>/ in the flow simulator's format plus fidelity.json.
+    Needs root and Open Vswitch (./run.sh setup). Keep runs short: time is real, and
+    warm-up + measurement + drain per run x schedulers x seeds adds up.
+    """
+    try:
+        sc = _load(scenario, sets, seeds)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    try:
+        from testbed.runner import preflight
+
+        preflight(sc)
+    except (TraceError, ValueError) as exc:
+        _fail(str(exc))
+    outcome = _emulate(sc, out_dir, verbose, quiet)
+    if quiet:
+        click.echo(str(outcome.folder))
+        return
+    click.echo(outcome.table)
+    click.echo(f"{count_runs_of(sc)} runs in {outcome.wall_s:.0f} s. Records: {outcome.folder}")
+
+
+def count_runs_of(sc) -> int:
+    from testbed.runner import count_runs
+
+    return count_runs(sc)
+
+
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 def clean(dry_run: bool) -> None:

@@ -68,11 +68,14 @@ def aggregate(summaries: Sequence[dict]) -> dict:
     if not summaries:
         return out
     for key, value in summaries[0].items():
+        if isinstance(value, str) or value is None:
+            continue  # labels (e.g. a fidelity verdict) are not averaged
         if isinstance(value, dict):
             keys = sorted({k for s in summaries for k in s[key]})
             out[key] = {k: _mean([s[key].get(k, 0.0) for s in summaries]) for k in keys}
         else:
-            vals = [float(s[key]) for s in summaries if not math.isnan(float(s[key]))]
+            vals = [float(s[key]) for s in summaries
+                    if s.get(key) is not None and not math.isnan(float(s[key]))]
             out[key] = _mean(vals)
             out[key + "_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
     return out

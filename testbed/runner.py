@@ -170,10 +170,10 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def format_table(scenario, rows: list[Row]) -> str:
+def format_table(scenario, rows: list[Row], engine: str = "flow-level simulation") -> str:
     head, body = table_cells(scenario, rows)
     lines = [
-        f"# {scenario.name}: flow-level simulation",
+        f"# {scenario.name}: {engine}",
         "",
         scenario.description.strip(),
         "",

@@ -145,10 +145,12 @@ class BackgroundCfg(_Strict):
 class NetworkCfg(_Strict):
     background: BackgroundCfg = BackgroundCfg()
     flows_per_transfer: int | None = Field(None, ge=1, description="default: TP")
-    ecmp: Literal["per-transfer", "per-flow"] = Field(
+    ecmp: Literal["per-transfer", "per-pair", "per-flow"] = Field(
         "per-transfer",
-        description="per-transfer: a transfer's flows hash to one path (L3 src/dst hash, the "
-        "paper's per-pair tier bandwidth); per-flow: each flow hashes alone (5-tuple)",
+        description="per-transfer: a transfer's flows share one path, drawn at random per "
+        "transfer (the paper's per-pair tier bandwidth); per-pair: the path is a stable hash "
+        "of the (src, dst) addresses, as switches do (the emulated fabric runs per-transfer "
+        "this way); per-flow: each flow hashes alone (5-tuple)",
     )
 
 

@@ -25,7 +25,8 @@ def reader(data: bytes):
 
 
 def test_control_messages_round_trip_and_stream_in_sequence():
-    a = {"type": "decision", "request": "r1", "decode": "i7", "tier": 2, "bytes": 10}
+    a = {"type": "decision", "request": "r1", "decode": "i7", "tier": 2, "bytes": 10,
+         "host": "10.0.0.8", "port": 7000, "wire": [1, 1, 1, 1]}
     b = {"type": "first_token", "request": "r1", "time": 3.5}
     recv = reader(protocol.encode(a) + protocol.encode(b))
     assert protocol.read_message(recv) == a

@@ -165,7 +165,7 @@ class FabricController(app_manager.OSKenApp):
                 else:
                     actions = [parser.OFPActionGroup(gids[(name, ports)])]
                 self._flow(dp, TABLE_FORWARD, 100, match, actions)
-                if self.rt.ecmp == "per-transfer" and len(ports) > 1:
+                if self.rt.ecmp in ("per-transfer", "per-pair") and len(ports) > 1:
                     for src in self.fabric.hosts.values():
                         if src.name == dst:
                             continue

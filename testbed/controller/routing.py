@@ -2,9 +2,10 @@
 
 For every destination host, a breadth-first search over the *live* links gives each
 switch's distance; a switch's next hops are its neighbours one step closer. Several next
-hops are ECMP: a select group (per-flow hashing in OVS) or, in per-transfer mode, one
-port per (source, destination) pair chosen by a stable hash, the L3 hashing the flow
-simulator's default assumes. A link going down only changes the live set.
+hops are ECMP: a select group (per-flow hashing in OVS) or, in per-pair mode (which
+also serves scenarios that ask for per-transfer: switches hash addresses, not
+transfers), one port per (source, destination) pair chosen by a stable hash.
+A link going down only changes the live set.
 """
 
 from __future__ import annotations
@@ -63,3 +64,20 @@ def group_ids(table: dict[str, dict[str, tuple[int, ...]]]) -> dict[tuple[str, t
             if len(ports) > 1:
                 out[(switch, ports)] = 1 + sum(1 for k in out if k[0] == switch)
     return out
+
+
+def pair_path(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]], src: str,
+              dst: str) -> list[tuple[str, str]]:
+    """The hops a (src, dst) host pair's packets take under per-pair (L3 hash) ECMP:
+    the controller installs exactly these choices, and both engines can follow them."""
+    hosts = fabric.hosts
+    ports_of = fabric.switch_ports
+    src_ip, dst_ip = hosts[src].ip, hosts[dst].ip
+    node, hops = hosts[src].tor, [(src, hosts[src].tor)]
+    while node != dst:
+        ports = table[node][dst]
+        port = pair_port(src_ip, dst_ip, ports) if len(ports) > 1 else ports[0]
+        nxt = ports_of[(node, port)].peer_of(node)
+        hops.append((node, nxt))
+        node = nxt
+    return hops

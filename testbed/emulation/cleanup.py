@@ -23,6 +23,7 @@ TAG = "netkv-testbed"
 NODE = r"(?:i\d+|tor\d+|agg\d+|core\d+)"
 INTF_RE = re.compile(rf"^{NODE}-eth\d+$")
 SHELL_RE = re.compile(rf"mininet:{NODE}$")
+WORKER_RE = re.compile(r"-m testbed\.workers (?:router|loadgen|prefill|decode) ")
 
 
 @dataclass
@@ -88,10 +89,13 @@ def _cmdline(pid: int) -> str:
 
 
 def our_processes() -> list[int]:
-    """Mininet node shells named like ours, and controllers named in manifests."""
+    """Mininet node shells named like ours, worker processes, controllers in manifests."""
     pids = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and SHELL_RE.search(_cmdline(int(entry.name))):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        cmdline = _cmdline(int(entry.name))
+        if SHELL_RE.search(cmdline) or WORKER_RE.search(cmdline):
             pids.append(int(entry.name))
     for manifest in manifests():
         pid = _manifest(manifest).get("controller_pid")
@@ -101,7 +105,10 @@ def our_processes() -> list[int]:
 
 
 def manifests() -> list[Path]:
-    return sorted(STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else []
+    """Run manifests and the routers' control sockets."""
+    if not STATE_DIR.is_dir():
+        return []
+    return sorted([*STATE_DIR.glob("*.json"), *STATE_DIR.glob("*.sock")])
 
 
 def _manifest(path: Path) -> dict:

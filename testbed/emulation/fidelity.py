@@ -115,6 +115,8 @@ class FidelityMonitor:
     interval_s: float = 0.5
     _samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _cpu: list[float] = field(default_factory=list)
+    # (wall time at the end of the interval, interface, seconds, kv bytes, other bytes)
+    usage: list[tuple[float, str, float, int, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -137,10 +139,14 @@ class FidelityMonitor:
             cur_cpu, now = _read_cpu(), time.monotonic()
             dt = now - prev_t
             self._cpu.append(cpu_busy_fraction(prev_cpu, cur_cpu))
+            wall = time.time()
             for intf, per in cur.items():
                 link, before = per.get(tc.LINK), prev.get(intf, {}).get(tc.LINK)
                 if not link or not before:
                     continue
+                kv = per.get("kv", {}).get("bytes", 0) - prev[intf].get("kv", {}).get("bytes", 0)
+                total = link["bytes"] - before["bytes"]
+                self.usage.append((wall, intf, dt, kv, max(0, total - kv)))
                 if saturated(per, prev.get(intf, {}), self._queue_bytes[intf]):
                     bps = (link["bytes"] - before["bytes"]) * 8 / dt
                     self._samples.setdefault(intf, []).append((now, bps))
@@ -156,3 +162,17 @@ class FidelityMonitor:
             links.append(LinkFidelity(intf, f"{node}>{link.peer_of(node)}", link.rate_bps,
                                       statistics.median(b for _, b in samples), len(samples)))
         return verdict(links, self._cpu)
+
+
+    def link_rows(self, to_modelled, measured) -> list[dict]:
+        """links.csv rows (the shared format): utilisation of every switch egress per
+        interval, against its configured rate; times in modelled seconds."""
+        rows = []
+        for wall, intf, dt, kv, other in self.usage:
+            node, link = self._egress[intf]
+            cap = link.rate_bps * dt / 8
+            t = to_modelled(wall)
+            rows.append({"time": round(t, 6), "link": f"{node}>{link.peer_of(node)}",
+                         "tier": link.tier, "capacity_gbps": link.capacity_gbps,
+                         "kv_util": kv / cap, "bg_util": other / cap, "measured": measured(t)})
+        return rows

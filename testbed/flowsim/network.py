@@ -63,6 +63,9 @@ class FluidNetwork:
         self._next_id = 0
         self.last_update = 0.0
         self._path_cache: dict[tuple[str, str], list[list[Hop]]] = {}
+        self._pair_cache: dict[tuple, list[Hop]] = {}
+        self._fabric = None
+        self._table: dict = {}
 
     # -- paths -----------------------------------------------------------------------
     def ecmp_path(self, src: str, dst: str) -> list[Hop]:
@@ -71,6 +74,26 @@ class FluidNetwork:
         if paths is None:
             paths = self._path_cache[(src, dst)] = self.spec.paths(src, dst)
         return paths[self.rng.randrange(len(paths))] if len(paths) > 1 else paths[0]
+
+    def pair_path(self, src: str, dst: str) -> list[Hop]:
+        """Per-pair ECMP: the path the emulated fabric's controller pins for this pair."""
+        key = ("pair", src, dst)
+        path = self._pair_cache.get(key)
+        if path is None:
+            if self.spec.tier(src, dst) == 0:  # same server: no switch to hash
+                path = self.spec.paths(src, dst)[0]
+            else:
+                if self._fabric is None:
+                    from testbed.controller.routing import next_hops
+                    from testbed.topologies.fabric import Fabric
+
+                    self._fabric = Fabric(self.spec, 1.0)
+                    self._table = next_hops(self._fabric, set())
+                from testbed.controller.routing import pair_path
+
+                path = pair_path(self._fabric, self._table, src, dst)
+            self._pair_cache[key] = path
+        return path
 
     # -- background ------------------------------------------------------------------
     def set_background(self, fractions: dict[Hop, float], now: float) -> None:

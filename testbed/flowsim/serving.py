@@ -103,6 +103,13 @@ class DecodeInstance:
         self.reserved += rs.reserved
         self.cache.evict_to(self.capacity - self.reserved)
 
+    def cancel(self, rs: RequestState) -> None:
+        """The KV will never come (the transfer failed): undo `assign`."""
+        self.pending -= 1
+        self.cache.unpin(rs.keys[:len(rs.keys) - len(rs.new_keys)])
+        self.reserved -= rs.reserved
+        rs.reserved = 0.0
+
     def kv_landed(self, rs: RequestState) -> None:
         self.pending -= 1
         moved = len(rs.new_keys) * self.cache.block_bytes

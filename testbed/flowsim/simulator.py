@@ -152,10 +152,13 @@ class FlowSimulation:
             return
         rs.flows_left = self.flows_per_transfer
         shard = rs.eff_bytes / self.flows_per_transfer
-        per_transfer = self.scenario.network.ecmp == "per-transfer"
-        path = self.net.ecmp_path(rs.prefill, rs.decode)
+        ecmp = self.scenario.network.ecmp
+        if ecmp == "per-pair":
+            path = self.net.pair_path(rs.prefill, rs.decode)
+        else:
+            path = self.net.ecmp_path(rs.prefill, rs.decode)
         for k in range(self.flows_per_transfer):
-            if k and not per_transfer:
+            if k and ecmp == "per-flow":
                 path = self.net.ecmp_path(rs.prefill, rs.decode)
             self.net.add_flow(path, shard, now, tag=(rs, k))
         self._reschedule_network()

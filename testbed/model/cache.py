@@ -149,6 +149,9 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._pinned) + len(self._lru)
 
+    def keys(self) -> list[int]:
+        return list(self._pinned) + list(self._lru)
+
     def prefix_hit_blocks(self, hash_ids: Sequence[int], input_len: int) -> int:
         """|LCP_block(h_r, K_d)|; does not touch LRU order (looking is not using)."""
         return lcp_blocks(hash_ids, input_len, self.block_tokens, self._group_count, self)

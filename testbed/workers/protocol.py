@@ -1,7 +1,7 @@
 """Worker protocol: length-prefixed JSON control messages, and the KV stream header.
 
-Control messages (router <-> prefill/decode workers, CS6-marked) are a 4-byte big-endian
-length followed by a JSON object with a `type` and that type's fields. KV streams (one
+Control messages (router <-> workers, over Unix sockets: see channel.py) are a 4-byte
+big-endian length followed by a JSON object with a `type` and that type's fields. KV streams (one
 TCP connection per TP shard, AF41-marked) start with MAGIC, a 2-byte header length and a
 JSON header {request, shard, shards, bytes}, then exactly `bytes` bytes of payload.
 Every malformed input raises ProtocolError naming what is wrong.
@@ -17,15 +17,32 @@ MAX_MESSAGE = 1 << 20
 MAX_HEADER = 4096
 
 REQUIRED = {
+    # every worker -> router, first message on its connection
+    "hello": ("role", "instance"),
+    # load generator -> router
+    "request": ("request", "input_len", "output_len", "hash_ids", "arrival"),
+    "loadgen_done": ("count",),
+    # router -> prefill worker, and back
     "prefill": ("request", "input_len", "output_len", "hash_ids", "arrival"),
-    "decision": ("request", "decode", "tier", "bytes"),
+    "prefill_done": ("request", "instance", "start", "end"),
+    # router -> prefill (send the KV) and -> decode (expect it, reserve memory)
+    "decision": ("request", "decode", "tier", "bytes", "host", "port", "wire"),
+    "assign": ("request", "seq", "input_len", "output_len", "hash_ids", "hit_tokens",
+               "bytes", "output_bytes", "shards"),
     "reject": ("request", "reason"),
+    "cancel": ("request", "reason"),
+    # prefill -> router once every shard is acknowledged
+    "sent": ("request", "shards"),
+    # decode -> router
     "kv_done": ("request", "decode", "bytes", "start", "end"),
     "state": ("instance", "free_memory", "queued", "batch", "time"),
     "first_token": ("request", "time"),
-    "complete": ("request", "time", "tbt"),
+    "complete": ("request", "time"),
     "failed": ("request", "reason"),
     "heartbeat": ("instance", "time"),
+    # router -> every worker: modelled time zero is wall clock t0; the run is over
+    "start": ("t0",),
+    "stop": (),
 }
 
 

@@ -1,0 +1,137 @@
+"""Start one run's worker processes, wait for the router's verdict, stop them all.
+
+The router and the load generator run in the root namespace (they talk HTTP to the
+controller on loopback); each prefill/decode worker runs inside its emulated host's
+network namespace (nsenter --net=/proc/<host pid>/ns/net), so its KV streams leave
+through the host's veth into the fabric. Every child gets SIGTERM if this process
+dies (PR_SET_PDEATHSIG), and `stop` terminates, then kills, whatever is still alive.
+A LocalLauncher runs the same processes without namespaces on 127.0.0.0/8 addresses:
+the control plane and byte accounting can then be tested without root.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from testbed.emulation.net import _die_with_parent
+from testbed.workers.config import RunConfig
+
+
+class WorkerError(RuntimeError):
+    """A run's workers could not start or finish; the message says which and why."""
+
+
+class LocalLauncher:
+    """Workers as plain processes; instance hosts must be loopback addresses."""
+
+    def command(self, instance: str | None, cmd: list[str]) -> list[str]:
+        return cmd
+
+
+class NamespaceLauncher:
+    """Workers inside Mininet hosts: the host shell's network namespace."""
+
+    def __init__(self, network):
+        self.network = network
+
+    def command(self, instance: str | None, cmd: list[str]) -> list[str]:
+        if instance is None:
+            return cmd
+        pid = self.network.host(instance).pid
+        return ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *cmd]
+
+
+def local_hosts(spec) -> dict[str, str]:
+    """127.0.1.x addresses for a LocalLauncher run: one per instance, all local."""
+    return {inst.name: f"127.0.{1 + k // 250}.{1 + k % 250}"
+            for k, inst in enumerate(spec.instances)}
+
+
+class WorkerSet:
+    def __init__(self, cfg: RunConfig, cfg_path: Path, spec, launcher, logdir: Path):
+        self.cfg, self.cfg_path, self.spec = cfg, cfg_path, spec
+        self.launcher = launcher
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def _spawn(self, name: str, role: str, instance: str | None) -> None:
+        cmd = [sys.executable, "-m", "testbed.workers", role, str(self.cfg_path)]
+        if instance is not None and role in ("prefill", "decode"):
+            cmd.append(instance)
+        log = (self.logdir / f"{name}.log").open("w")
+        self.procs[name] = subprocess.Popen(
+            self.launcher.command(instance if role in ("prefill", "decode") else None, cmd),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent)
+        log.close()
+
+    def start(self) -> WorkerSet:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        sock = Path(self.cfg.router_socket)
+        sock.unlink(missing_ok=True)
+        self._spawn("router", "router", None)
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if self.procs["router"].poll() is not None:
+                raise WorkerError(f"the router exited at start:\n{self.tail('router')}")
+            if time.monotonic() > deadline:
+                raise WorkerError("the router did not open its control socket within 60 s")
+            time.sleep(0.05)
+        self._spawn("loadgen", "loadgen", None)
+        for inst in self.spec.prefill_pool:
+            self._spawn(inst.name, "prefill", inst.name)
+        for inst in self.spec.decode_pool:
+            self._spawn(inst.name, "decode", inst.name)
+        return self
+
+    def tail(self, name: str, lines: int = 12) -> str:
+        try:
+            return "".join((self.logdir / f"{name}.log").read_text().splitlines(True)[-lines:])
+        except OSError:
+            return ""
+
+    def wait(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> dict:
+        """Block until the router exits; return its result (router.json)."""
+        router = self.procs["router"]
+        deadline = time.monotonic() + timeout_s
+        while router.poll() is None:
+            if time.monotonic() > deadline:
+                raise WorkerError(f"the run did not finish within {timeout_s:.0f} s")
+            dead = [n for n, p in self.procs.items()
+                    if n not in ("router", "loadgen") and p.poll() not in (None, 0)]
+            if dead:  # the router fails their requests; tell the user why they died
+                for n in dead:
+                    self.procs.pop(n)
+                    print(f"worker {n} died:\n{self.tail(n)}", file=sys.stderr)
+            if on_tick:
+                on_tick()
+            time.sleep(0.2)
+        out = Path(self.cfg.out) / "router.json"
+        if not out.exists():
+            raise WorkerError(f"the router exited ({router.returncode}) without a result:\n"
+                              f"{self.tail('router')}")
+        return json.loads(out.read_text())
+
+    def stop(self) -> None:
+        alive = [p for p in self.procs.values() if p.poll() is None]
+        for p in alive:
+            p.terminate()
+        deadline = time.monotonic() + 5
+        for p in alive:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        Path(self.cfg.router_socket).unlink(missing_ok=True)
+
+    def __enter__(self) -> WorkerSet:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,79 @@
+"""What every worker process shares: connect to the router, say hello, wait for the
+run's start, hand messages to one RealTimeLoop, leave when told (or when the router goes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+from testbed.workers.channel import Connection, connect
+from testbed.workers.clock import RealTimeLoop, RunClock
+from testbed.workers.config import RunConfig
+
+
+class Worker:
+    role = "worker"
+
+    def __init__(self, cfg: RunConfig, instance: str):
+        self.cfg = cfg
+        self.instance = instance
+        self.scenario = cfg.load_scenario()
+        self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
+        self.conn: Connection | None = None
+        self.started = False
+
+    # -- hooks -------------------------------------------------------------------------
+    def handle(self, msg: dict) -> None:
+        """A message from the router, on the loop thread."""
+
+    def on_start(self) -> None:
+        """The run's clock has started (loop thread)."""
+
+    def hello_extra(self) -> list[dict]:
+        """Messages to send right after hello (e.g. an initial state report)."""
+        return []
+
+    def shutdown(self) -> None:
+        """Release sockets and threads before the process exits."""
+
+    # -- plumbing ----------------------------------------------------------------------
+    def send(self, msg: dict) -> None:
+        if self.conn is not None and not self.conn.closed:
+            try:
+                self.conn.send(msg)
+            except OSError:
+                self.loop.stop()
+
+    def _dispatch(self, msg: dict) -> None:
+        kind = msg["type"]
+        if kind == "start":
+            self.loop.clock = RunClock(float(msg["t0"]), self.cfg.dilation)
+            self.started = True
+            self.on_start()
+        elif kind == "stop":
+            self.loop.stop()
+        else:
+            self.handle(msg)
+
+    def run(self) -> int:
+        try:
+            self.conn = connect(self.cfg.router_socket, self.instance)
+            self.conn.send({"type": "hello", "role": self.role, "instance": self.instance})
+            for msg in self.hello_extra():
+                self.conn.send(msg)
+            self.conn.read_forever(lambda _c, m: self.loop.post(lambda: self._dispatch(m)),
+                                   lambda _c, _why: self.loop.stop())
+            self.loop.run()
+            return 0
+        except Exception:  # noqa: BLE001 - a worker must say why it died, then exit non-zero
+            traceback.print_exc(file=sys.stderr)
+            if self.conn is not None:
+                self.send({"type": "heartbeat", "instance": self.instance, "time": -1.0,
+                           "error": traceback.format_exc(limit=3)})
+            return 1
+        finally:
+            self.shutdown()
+            if self.conn is not None:
+                self.conn.close()

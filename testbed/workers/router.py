@@ -1,0 +1,400 @@
+"""Router: the scheduler service of an emulated run.
+
+It runs the flow simulator's scheduler code (testbed/model/schedulers.py) on what a real
+router knows: the oracle fetched from the controller over HTTP every Delta_oracle, and
+decode instance state from the workers' own reports (free memory, queue, batch, and a
+mirror of each cache's blocks for prefix hits). Between a decision and the decode's
+next report it counts the decision's reservation itself (optimistic accounting keyed by
+a per-instance sequence number), as production routers do.
+
+Prefill placement is the flow simulator's: the instance whose FIFO clears first, by the
+router's own estimate. The router keeps every request's RequestState and, when the load
+generator has finished and every request has ended (or the drain limit passed), writes
+the run's requests, transfers and counters to OUT/router.json and tells workers to stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.flowsim.serving import PrefillInstance
+from testbed.lifecycle import RequestState, request_row
+from testbed.model.cache import BlockIndex, block_keys
+from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
+from testbed.model.oracle import Oracle, TransferIntent
+from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
+from testbed.workers.channel import Connection, Listener
+from testbed.workers.clock import RealTimeLoop, RunClock
+from testbed.workers.config import RunConfig
+from testbed.workers.kvstream import scaled_bytes
+from testbed.workloads.requests import Request
+
+GB = 1e9
+START_MARGIN_S = 0.5  # wall seconds between "start" and modelled time zero
+HELLO_TIMEOUT_S = 120.0
+
+
+class RouterError(RuntimeError):
+    pass
+
+
+@dataclass
+class DecodeView:
+    """A decode instance as the router knows it: last report + its own decisions since."""
+
+    index: BlockIndex
+    free_memory: float = 0.0
+    queued: int = 0
+    batch: int = 0
+    seen: int = 0  # last decision sequence number the report reflected
+    seq: int = 0  # last decision sequence number sent
+    pending: dict[int, float] = field(default_factory=dict)  # seq -> bytes reserved
+
+    def apply(self, msg: dict) -> None:
+        self.free_memory = float(msg["free_memory"])
+        self.queued = int(msg["queued"])
+        self.batch = int(msg["batch"])
+        self.seen = max(self.seen, int(msg.get("seq", 0)))
+        self.index.update(msg.get("added", ()), msg.get("removed", ()))
+        for s in [s for s in self.pending if s <= self.seen]:
+            del self.pending[s]
+
+    def candidate(self, name: str, req: Request) -> Candidate:
+        return Candidate(name, self.free_memory - sum(self.pending.values()),
+                         self.queued + len(self.pending), self.batch,
+                         self.index.prefix_hit_tokens(req.hash_ids, req.input_len))
+
+
+@dataclass
+class Ledger:
+    """Byte and message bookkeeping the run checks at the end."""
+
+    wire_sent: dict[str, int] = field(default_factory=dict)
+    wire_received: dict[str, int] = field(default_factory=dict)
+    wire_expected: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def fetch_oracle(url: str, timeout: float = 2.0) -> Oracle:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return Oracle.from_dict(json.loads(resp.read()))
+
+
+class Router:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        sc = self.sc = cfg.load_scenario()
+        self.spec = sc.cluster.spec()
+        self.model = sc.model_spec()
+        self.timing = sc.timing_model()
+        self.block_tokens = sc.workload.block_tokens
+        self.shards = sc.network.flows_per_transfer or self.spec.tp
+        self.scheduler = make_scheduler(
+            cfg.scheduler,
+            SchedulerContext(self.timing, sc.cluster.beta_max, sc.cluster.memory_reserve_gb * GB,
+                             sc.oracle.inflight_cap, seed=cfg.seed),
+            cla_weights=sc.cla())
+        self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
+        self.prefill = {i.name: PrefillInstance(i.name, self.timing) for i in self.spec.prefill_pool}
+        self.views = {i.name: DecodeView(BlockIndex(self.block_tokens))
+                      for i in self.spec.decode_pool}
+        self.expected_workers = set(self.prefill) | set(self.views) | {"loadgen"}
+        self.conns: dict[str, Connection] = {}
+        self.states: dict[str, RequestState] = {}
+        self.transfers: list[dict] = []
+        self.decision_us: list[float] = []
+        self.ledger = Ledger()
+        self.expected: int | None = None
+        self.last_arrival = 0.0
+        self.warmup, self.measure = sc.workload.warmup_s, sc.workload.measure_s
+        self.oracle: Oracle = fetch_oracle(cfg.oracle_url + "/oracle")
+        self.oracle_fetches, self.oracle_errors = 1, 0
+        self.intents: queue.SimpleQueue[TransferIntent | None] = queue.SimpleQueue()
+        self.intents_posted = 0
+        self._stop = threading.Event()
+        self.finished = False
+        self.outcome = "running"
+
+    # -- oracle and intents (their own threads; decisions read self.oracle) ------------------
+    def _refresh_oracle(self) -> None:
+        period = self.sc.oracle.refresh_s * self.cfg.dilation
+        while not self._stop.wait(period):
+            try:
+                self.oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
+                self.oracle_fetches += 1
+            except (OSError, ValueError):
+                self.oracle_errors += 1  # keep deciding on the last oracle: it only ages
+
+    def _post_intents(self) -> None:
+        while (intent := self.intents.get()) is not None:
+            req = urllib.request.Request(self.cfg.oracle_url + "/intent",
+                                         data=json.dumps(intent.to_dict()).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=2.0).close()
+                self.intents_posted += 1
+            except OSError:
+                pass
+
+    # -- connections -----------------------------------------------------------------------
+    def _on_connect(self, conn: Connection) -> None:
+        conn.read_forever(lambda c, m: self.loop.post(lambda: self._dispatch(c, m)),
+                          lambda c, why: self.loop.post(lambda: self._closed(c, why)))
+
+    def _closed(self, conn: Connection, why: str) -> None:
+        if not self.finished and conn.name in self.expected_workers - {"loadgen"}:
+            self.ledger.errors.append(f"worker {conn.name} disconnected: {why}")
+            self._fail_involving(conn.name, f"worker {conn.name} exited ({why})")
+
+    def _dispatch(self, conn: Connection, msg: dict) -> None:
+        kind = msg["type"]
+        if kind == "hello":
+            conn.name = msg["instance"]
+            self.conns[conn.name] = conn
+            if set(self.conns) >= self.expected_workers:
+                self._start()
+            return
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is None:
+            self.ledger.errors.append(f"unexpected '{kind}' from {conn.name}")
+            return
+        handler(msg)
+
+    def _broadcast(self, msg: dict) -> None:
+        for conn in self.conns.values():
+            with contextlib.suppress(OSError):
+                conn.send(msg)
+
+    def _send(self, name: str, msg: dict) -> None:
+        try:
+            self.conns[name].send(msg)
+        except (OSError, KeyError) as exc:
+            self.ledger.errors.append(f"cannot reach {name}: {exc}")
+
+    def _start(self) -> None:
+        t0 = time.time() + START_MARGIN_S * self.cfg.dilation
+        self.loop.clock = RunClock(t0, self.cfg.dilation)
+        self.t0 = t0
+        threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
+        threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
+        self._broadcast({"type": "start", "t0": t0})
+
+    # -- request path --------------------------------------------------------------------------
+    def _on_request(self, msg: dict) -> None:
+        req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
+                      int(msg["output_len"]), tuple(msg["hash_ids"]))
+        if req.request_id in self.states:
+            self.ledger.duplicates += 1
+            return
+        rs = RequestState(
+            req=req, measured=self.warmup <= req.arrival_s < self.warmup + self.measure,
+            keys=block_keys(req.hash_ids, req.input_len, self.block_tokens),
+            kv_bytes=float(kv_bytes_per_token(self.model) * req.input_len))
+        self.states[req.request_id] = rs
+        self.last_arrival = max(self.last_arrival, req.arrival_s)
+        inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
+        inst.enqueue(rs, self.loop.now)  # the router's estimate; the worker reports the truth
+        self._send(inst.name, {"type": "prefill", "request": req.request_id,
+                               "input_len": req.input_len, "output_len": req.output_len,
+                               "hash_ids": list(req.hash_ids), "arrival": req.arrival_s})
+
+    def _on_prefill_done(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is None or rs.state is not None:
+            return
+        rs.prefill, rs.prefill_start, rs.prefill_end = msg["instance"], msg["start"], msg["end"]
+        req = rs.req
+        cands = [v.candidate(name, req) for name, v in self.views.items()]
+        t0 = time.perf_counter()
+        decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
+                                         rs.prefill, cands, self.oracle)
+        self.decision_us.append((time.perf_counter() - t0) * 1e6)
+        if decision.rejected:
+            rs.terminate("rejected", decision.reason)
+            self._check_done()
+            return
+        rs.decode, rs.tier = decision.decode, decision.tier
+        rs.hit_tokens, rs.eff_bytes = decision.hit_tokens, decision.effective_bytes
+        rs.predicted_transfer_s = decision.predicted_transfer_s
+        rs.transfer_start = self.loop.now
+        output_bytes = kv_cache_bytes(self.model, req.output_len)
+        view = self.views[rs.decode]
+        view.seq += 1
+        view.pending[view.seq] = (rs.eff_bytes + output_bytes
+                                  + rs.hit_tokens * kv_bytes_per_token(self.model))
+        wire = [scaled_bytes(rs.eff_bytes / self.shards, self.cfg.scale)
+                for _ in range(self.shards)]
+        self.ledger.wire_expected[req.request_id] = sum(wire)
+        self._send(rs.decode, {"type": "assign", "request": req.request_id, "seq": view.seq,
+                               "input_len": req.input_len, "output_len": req.output_len,
+                               "hash_ids": list(req.hash_ids), "hit_tokens": rs.hit_tokens,
+                               "bytes": rs.eff_bytes, "output_bytes": output_bytes,
+                               "shards": self.shards})
+        self._send(rs.prefill, {"type": "decision", "request": req.request_id,
+                                "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
+                                "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
+                                "wire": wire})
+        self.intents.put(TransferIntent(req.request_id, rs.prefill, rs.decode,
+                                        int(rs.eff_bytes)))
+
+    def _on_sent(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is None:
+            return
+        shard_bytes = rs.eff_bytes / self.shards
+        total = 0
+        for s in msg["shards"]:
+            total += int(s["wire_bytes"])
+            self.transfers.append({
+                "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
+                "dst": rs.decode, "tier": rs.tier, "path": "", "bytes": shard_bytes,
+                "start": float(s["start"]), "end": float(s["end"])})
+        self.ledger.wire_sent[rs.req.request_id] = total
+
+    def _on_kv_done(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is None or rs.transfer_end is not None:
+            return
+        rs.transfer_end = float(msg["end"])
+        self.ledger.wire_received[rs.req.request_id] = int(msg["bytes"])
+        self.scheduler.transfer_done(rs.prefill, rs.tier)
+
+    def _on_first_token(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is not None:
+            rs.first_token = float(msg["time"])
+
+    def _on_complete(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is None:
+            return
+        if rs.state is not None:
+            self.ledger.duplicates += 1
+            return
+        rs.done = float(msg["time"])
+        rs.entry_iter_s = msg.get("entry_iter_s")
+        rs.terminate("completed")
+        self._check_done()
+
+    def _on_failed(self, msg: dict) -> None:
+        rs = self.states.get(msg["request"])
+        if rs is None or rs.state is not None:
+            return
+        self._fail(rs, str(msg["reason"]))
+        self._check_done()
+
+    def _on_state(self, msg: dict) -> None:
+        view = self.views.get(msg["instance"])
+        if view is not None:
+            view.apply(msg)
+
+    def _on_heartbeat(self, msg: dict) -> None:
+        if msg.get("error"):
+            self.ledger.errors.append(f"{msg['instance']}: {msg['error']}")
+
+    def _on_loadgen_done(self, msg: dict) -> None:
+        self.expected = int(msg["count"])
+        self.loop.at(self.last_arrival + self.sc.drain_s, self._drain_limit)
+        self._check_done()
+
+    # -- endings -------------------------------------------------------------------------------
+    def _fail(self, rs: RequestState, reason: str) -> None:
+        if rs.decode is not None and rs.transfer_end is None:
+            self.scheduler.transfer_done(rs.prefill, rs.tier)
+            self._send(rs.decode, {"type": "cancel", "request": rs.req.request_id,
+                                   "reason": reason})
+        rs.terminate("failed", reason)
+
+    def _fail_involving(self, name: str, reason: str) -> None:
+        for rs in self.states.values():
+            if rs.state is None and name in (rs.prefill, rs.decode):
+                self._fail(rs, reason)
+        self._check_done()
+
+    def _drain_limit(self) -> None:
+        for rs in self.states.values():
+            if rs.state is None:
+                self._fail(rs, f"not finished {self.sc.drain_s:g} s after the last arrival "
+                               "(drain limit)")
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.finished or self.expected is None:
+            return
+        if len(self.states) >= self.expected and all(rs.state for rs in self.states.values()):
+            self.finished = True
+            self.outcome = "finished"
+            self._broadcast({"type": "stop"})
+            self.loop.stop()
+
+    def result(self) -> dict:
+        slo = self.sc.slo_s()
+        mismatched = {rid: (self.ledger.wire_sent.get(rid), self.ledger.wire_received.get(rid))
+                      for rid in self.ledger.wire_received
+                      if self.ledger.wire_sent.get(rid) != self.ledger.wire_received[rid]}
+        return {
+            "outcome": self.outcome, "scheduler": self.cfg.scheduler, "seed": self.cfg.seed,
+            "t0": getattr(self, "t0", None), "expected": self.expected,
+            "requests": [request_row(rs, slo) for rs in self.states.values()],
+            "transfers": sorted(self.transfers, key=lambda t: (t["start"], t["request"],
+                                                               t["shard"])),
+            "decision_us": self.decision_us,
+            "wire_bytes_sent": sum(self.ledger.wire_sent.values()),
+            "wire_bytes_received": sum(self.ledger.wire_received.values()),
+            "wire_bytes_expected": sum(self.ledger.wire_expected.values()),
+            "wire_mismatches": mismatched,
+            "oracle_fetches": self.oracle_fetches, "oracle_errors": self.oracle_errors,
+            "intents_posted": self.intents_posted,
+            "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
+        }
+
+    # -- main ------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        listener = Listener(Path(self.cfg.router_socket), self._on_connect).start()
+        deadline_timer = threading.Timer(HELLO_TIMEOUT_S, lambda: self.loop.post(self._hello_timeout))
+        deadline_timer.daemon = True
+        deadline_timer.start()
+        try:
+            self.loop.run()
+        finally:
+            deadline_timer.cancel()
+            self._stop.set()
+            self.intents.put(None)
+            listener.close()
+        return self.result()
+
+    def _hello_timeout(self) -> None:
+        missing = self.expected_workers - set(self.conns)
+        if missing and not hasattr(self, "t0"):
+            self.outcome = f"workers never connected: {', '.join(sorted(missing))}"
+            self.loop.stop()
+
+
+def main(config: str) -> int:
+    cfg = RunConfig.load(Path(config))
+    try:
+        router = Router(cfg)
+    except OSError as exc:
+        print(f"router: cannot fetch the oracle at {cfg.oracle_url}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = router.run()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        result = {**router.result(), "outcome": "router crashed: " + traceback.format_exc(limit=2)}
+    out = Path(cfg.out) / "router.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, out)
+    return 0 if result["outcome"] == "finished" else 1
