@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -361,6 +362,116 @@ def count_runs_of(sc) -> int:
     from testbed.runner import count_runs
 
     return count_runs(sc)
+
+
+def _calibration_lines(doc: dict) -> str:
+    lines = []
+    for tier, t in doc["tiers"].items():
+        lines.append(f"tier {tier} ({' -> '.join(t['pair'])}): achieved {100 * t['factor']:.1f}% "
+                     f"of the configured rate, fixed cost {1e3 * t['overhead_s']:.0f} ms per "
+                     f"transfer (r2 {t['r2']:.3f})")
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the calibration (default: results/<name>-calibration.json).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+def calibrate(scenario: str, out_file: str | None, sets: tuple[str, ...]) -> None:
+    """Measure per-tier achieved bandwidth on SCENARIO's emulated fabric.
+
+    Lone KV transfers of 0.5-8 GB (modelled) between one host pair per tier; a line fit
+    gives each tier's capacity factor (achieved / configured rate) and fixed cost per
+    transfer. Use the factors in the flow model with
+    --set network.capacity_factor='{1: f1, 2: f2, 3: f3}' or `testbed validate
+    --calibration FILE`. Needs root and Open vSwitch.
+    """
+    from testbed.emulation.calibrate import calibrate as run_calibration
+    from testbed.emulation.net import EmulatedNetwork, EmulationError
+    from testbed.records import atomic_write, stamp, write_json
+
+    try:
+        sc = _load(scenario, sets)
+    except (ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    if len(sc.cells()) > 1:
+        console.print("note: calibrating the first sweep point's fabric only")
+    cell = sc.cells()[0][1]
+    workdir = Path("results") / f"{sc.name}-calibrate-{stamp()}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    cell_file = workdir / "scenario.yaml"
+    atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with console.status("building the fabric...") as status, \
+                EmulatedNetwork(cell, cell_file, workdir) as network:
+            doc = run_calibration(network, lambda label: status.update(label))
+    except (EmulationError, RuntimeError, ValueError) as exc:
+        _fail(str(exc))
+    except (KeyboardInterrupt, Terminated):
+        console.print("interrupted: fabric torn down")
+        sys.exit(130)
+    target = Path(out_file) if out_file else Path("results") / f"{sc.name}-calibration.json"
+    write_json(target, doc)
+    click.echo(_calibration_lines(doc))
+    click.echo(f"capacity factors {doc['capacity_factor']} written to {target}")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Where the validation folder goes.")
+@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this calibration.json (from testbed calibrate) instead of measuring.")
+@click.option("--seeds", type=click.IntRange(min=1), help="Repetitions (overrides the file).")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
+@click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | None,
+             sets: tuple[str, ...], verbose: bool) -> None:
+    """Run SCENARIO on packets and in the flow model; report where they agree.
+
+    Emulates every cell (calibrating the fabric first), simulates the same cells and
+    seeds before and after calibration, replays the emulation's own transfers through
+    the flow model, and writes OUT/<name>-validate-<stamp>/report.md with
+    comparison.json and plots/*.png: per-transfer error (overall, per tier, per size),
+    TTFT and transfer time per scheduler in both engines, rankings, tier shares, and
+    the fidelity verdict of every emulated run. Needs root and Open vSwitch.
+    """
+    from testbed.emulation.net import EmulationError
+    from testbed.emulation.processes import WorkerError
+    from testbed.runner import ConservationError, preflight
+    from testbed.validate.pipeline import validate as run_validation
+
+    try:
+        sc = _load(scenario, sets, seeds)
+        preflight(sc)
+        cal = json.loads(Path(calibration).read_text()) if calibration else None
+        if cal is not None and "capacity_factor" not in cal:
+            raise ValueError(f"{calibration}: not a calibration file (no capacity_factor)")
+    except (ScenarioError, TraceError, ValueError) as exc:
+        _fail(str(exc))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with console.status("validating...") as status:
+            def step(label: str, wall_s: float) -> None:
+                status.update(label + (f" (~{wall_s:.0f} s + drain)" if wall_s else ""))
+
+            folder = run_validation(sc, Path(out_dir), cal, step, verbose=verbose)
+    except ConservationError as exc:
+        _fail(f"request conservation violated (a bug): {exc}")
+    except (EmulationError, WorkerError, RuntimeError) as exc:
+        _fail(str(exc))
+    except (KeyboardInterrupt, Terminated):
+        console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
+        sys.exit(130)
+    doc = json.loads((folder / "comparison.json").read_text())
+    t = doc["targets"]
+    click.echo(f"per-transfer median |error| (replay, calibrated): "
+               f"{100 * t['replay_median_abs_transfer_error']:.1f}%; worst mean-TTFT difference: "
+               f"{100 * (t['worst_mean_ttft_error'] or 0):.1f}%; same ranking: "
+               f"{'yes' if t['same_ranking'] else 'no'}")
+    click.echo(f"report: {folder / 'report.md'}")
 
 
 @main.command()

@@ -154,6 +154,19 @@ class NetworkCfg(_Strict):
     )
 
 
+    capacity_factor: dict[int, float] = Field(
+        {}, description="flow model only: link tier -> fraction of the configured rate the "
+        "packets achieve (written by `testbed calibrate`); 1.0 where absent")
+
+    @field_validator("capacity_factor")
+    @classmethod
+    def _factors(cls, v: dict[int, float]) -> dict[int, float]:
+        for tier, f in v.items():
+            if tier not in (0, 1, 2, 3) or not 0.1 <= f <= 1.5:
+                raise ValueError(f"tier {tier}: factor {f} (tiers 0-3, factors 0.1-1.5)")
+        return v
+
+
 class OracleCfg(_Strict):
     refresh_s: float = Field(1.0, gt=0)
     inflight_cap: int = Field(16, ge=1)
@@ -174,6 +187,10 @@ class EmulationCfg(_Strict):
     metrics_port: int = Field(9100, ge=1, le=65535)
     poll_s: float = Field(1.0, gt=0, description="telemetry poll and oracle refresh period")
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
+    tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
+        "cubic", description="congestion control of KV streams; loss-based cubic shares a "
+        "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
+        "default, bbr on many kernels)")
 
 
 class Scenario(_Strict):

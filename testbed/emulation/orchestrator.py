@@ -77,8 +77,12 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
 
 
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
-                  verbose: bool = False) -> RunOutcome:
-    """Emulate every cell; write the run folder; return the table rows."""
+                  verbose: bool = False,
+                  on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None) -> RunOutcome:
+    """Emulate every cell; write the run folder; return the table rows.
+
+    `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
+    the point's runs (validate calibrates there)."""
     t_start = time.perf_counter()
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
@@ -98,6 +102,8 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
             if on_step:
                 on_step(f"{slug(point)}: building the fabric", 0.0)
             with EmulatedNetwork(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
+                if on_fabric is not None:
+                    on_fabric(net, celldir)
                 for seed in range(cell.seed, cell.seed + cell.seeds):
                     workload = build_workload(cell, seed)
                     for key in cell.schedulers:

@@ -4,8 +4,8 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
-  each class ends in a pfifo about 50 ms deep at the link rate (the kernel default,
-  1000 packets, is seconds of queue at emulated rates and slows TCP's convergence)
+  each class ends in a pfifo 50 ms deep at the link rate, at least 100 packets (the
+  kernel default, 1000 packets, is seconds of queue at emulated rates)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
 Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243, #632).
 """
@@ -25,7 +25,11 @@ from testbed.topologies.traffic_classes import CLASSES, DEFAULT_CLASS, TrafficCl
 ROOT = 0x10000
 PARENT = 0x10001
 QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
-MIN_QUEUE_PACKETS = 16
+# A switch port's buffer in packets does not shrink with the scale factor: with queues
+# of ~20 packets at a few Mbit/s, four TP shards starting together overflow them and TCP
+# loses the start of transfers (calibrated rates fell to 74-88% and varied run to run);
+# with 100 they hold at ~95% (the header overhead) and repeat.
+MIN_QUEUE_PACKETS = 100
 
 
 def _bits(rate_bps: float) -> str:

@@ -51,12 +51,15 @@ class Flow:
 class FluidNetwork:
     """Links from a FatTreeSpec; flows share them max-min fairly."""
 
-    def __init__(self, spec: FatTreeSpec, rng: random.Random):
+    def __init__(self, spec: FatTreeSpec, rng: random.Random | None,
+                 capacity_factor: dict[int, float] | None = None):
         self.spec = spec
         self.rng = rng
         self.links: dict[Hop, LinkState] = {}
+        factor = capacity_factor or {}
         for link in spec.links:
-            cap = gbps_to_bytes_per_s(link.capacity_gbps)
+            # a calibration (testbed calibrate) scales what a tier's links really deliver
+            cap = gbps_to_bytes_per_s(link.capacity_gbps) * factor.get(link.tier, 1.0)
             for hop in ((link.a, link.b), (link.b, link.a)):
                 self.links[hop] = LinkState(hop, link.tier, cap)
         self.flows: dict[int, Flow] = {}

@@ -47,7 +47,8 @@ class FlowSimulation:
         self.model = scenario.model_spec()
         self.timing = scenario.timing_model()
         cluster = scenario.cluster
-        self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3))
+        self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3),
+                                scenario.network.capacity_factor)
         self.scheduler = make_scheduler(
             scheduler_key,
             SchedulerContext(self.timing, cluster.beta_max, cluster.memory_reserve_gb * GB,

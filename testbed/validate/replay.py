@@ -16,10 +16,14 @@ from testbed.topologies.fattree import FatTreeSpec
 
 
 def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "per-transfer",
-                     seed: int = 0, background: dict[int, float] | None = None) -> list[dict]:
-    """Every row needs request, shard, src, dst, bytes, start; returns rows with `end`."""
+                     seed: int = 0, background: dict[int, float] | None = None,
+                     capacity_factor: dict[int, float] | None = None) -> list[dict]:
+    """Every row needs request, shard, src, dst, bytes, start; returns rows with `end`.
+
+    A row's recorded `path` (a>b>c) is followed when present; otherwise `ecmp` picks.
+    `capacity_factor` (tier -> factor) is a calibration of the link rates."""
     loop = EventLoop()
-    net = FluidNetwork(spec, random.Random(seed))
+    net = FluidNetwork(spec, random.Random(seed), capacity_factor)
     if background:
         net.set_background({hop: background.get(link.tier, 0.0)
                             for hop, link in net.links.items()}, 0.0)
@@ -43,7 +47,13 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
 
     def start(row: dict) -> None:
         src, dst = str(row["src"]), str(row["dst"])
-        if ecmp == "per-transfer":
+        recorded = str(row.get("path") or "")
+        if recorded:  # the path the packets took
+            nodes = recorded.split(">")
+            path = list(zip(nodes, nodes[1:], strict=False))
+        elif ecmp == "per-pair":
+            path = net.pair_path(src, dst)
+        elif ecmp == "per-transfer":
             path = paths.setdefault(str(row["request"]), net.ecmp_path(src, dst))
         else:
             path = net.ecmp_path(src, dst)

@@ -37,16 +37,25 @@ class ShardResult:
     end: float  # wall clock, last byte
 
 
-def kv_socket(tos: int = KV.tos) -> socket.socket:
-    """A TCP socket whose every packet carries `tos` (the KV class's AF41 by default)."""
+def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket:
+    """A TCP socket whose every packet carries `tos` (the KV class's AF41 by default),
+    with the given congestion control (None or "system": the host's default)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    if congestion and congestion != "system":
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"TCP congestion control {congestion!r} unavailable here ({exc}); "
+                          "see net.ipv4.tcp_available_congestion_control") from None
     return sock
 
 
 def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
-               tos: int = KV.tos, timeout: float = 300.0) -> ShardResult:
-    with kv_socket(tos) as sock:
+               tos: int = KV.tos, timeout: float = 300.0,
+               congestion: str | None = None) -> ShardResult:
+    with kv_socket(tos, congestion) as sock:
         sock.settimeout(timeout)
         sock.connect((host, port))
         start = time.time()
@@ -64,13 +73,14 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
 
 
 def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
-                  tos: int = KV.tos) -> list[ShardResult]:
+                  tos: int = KV.tos, congestion: str | None = None) -> list[ShardResult]:
     """Send every shard on its own connection, in parallel; results in shard order."""
     results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
     def one(k: int) -> None:
         try:
-            results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k], tos)
+            results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
+                                    tos, congestion=congestion)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 

@@ -50,7 +50,8 @@ class PrefillWorker(Worker):
         """Runs on its own thread: the KV streams must not hold up the next prefill."""
         rid = msg["request"]
         try:
-            results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]))
+            results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
+                                    congestion=self.scenario.emulation.tcp_congestion)
         except (OSError, ValueError) as exc:
             reason = f"KV transfer to {msg['decode']} failed: {exc}"
             self.loop.post(lambda: self.send({"type": "failed", "request": rid,

@@ -86,6 +86,26 @@ class Ledger:
     duplicates: int = 0
 
 
+class TransferPaths:
+    """The fabric path of a pair under per-pair ECMP (what the controller pins); unknown
+    ("") under per-flow hashing, where each shard's path is OVS's choice."""
+
+    def __init__(self, spec, ecmp: str):
+        from testbed.flowsim.network import FluidNetwork
+
+        self.net = FluidNetwork(spec, None) if ecmp != "per-flow" else None
+        self._cache: dict[tuple[str, str], str] = {}
+
+    def of(self, src: str, dst: str) -> str:
+        if self.net is None:
+            return ""
+        key = (src, dst)
+        if key not in self._cache:
+            hops = self.net.pair_path(src, dst)
+            self._cache[key] = ">".join([hops[0][0]] + [h[1] for h in hops])
+        return self._cache[key]
+
+
 def fetch_oracle(url: str, timeout: float = 2.0) -> Oracle:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return Oracle.from_dict(json.loads(resp.read()))
@@ -106,6 +126,7 @@ class Router:
                              sc.oracle.inflight_cap, seed=cfg.seed),
             cla_weights=sc.cla())
         self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
+        self.paths = TransferPaths(self.spec, sc.network.ecmp)
         self.prefill = {i.name: PrefillInstance(i.name, self.timing) for i in self.spec.prefill_pool}
         self.views = {i.name: DecodeView(BlockIndex(self.block_tokens))
                       for i in self.spec.decode_pool}
@@ -258,7 +279,8 @@ class Router:
             total += int(s["wire_bytes"])
             self.transfers.append({
                 "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
-                "dst": rs.decode, "tier": rs.tier, "path": "", "bytes": shard_bytes,
+                "dst": rs.decode, "tier": rs.tier, "path": self.paths.of(rs.prefill, rs.decode),
+                "bytes": shard_bytes,
                 "start": float(s["start"]), "end": float(s["end"])})
         self.ledger.wire_sent[rs.req.request_id] = total
 

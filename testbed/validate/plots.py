@@ -1,0 +1,124 @@
+"""PNG plots of a validation (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+from testbed.model.schedulers import SCHEDULERS  # noqa: E402
+from testbed.validate.compare import SIZE_BUCKETS  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def transfer_scatter(doc: dict, out: Path) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5), sharex=True, sharey=True)
+    for ax, key, title in ((axes[0], "replay_calibrated", "replay (calibrated)"),
+                           (axes[1], "engines_calibrated", "both engines (calibrated)")):
+        samples = doc["transfer_samples"][key]
+        for tier, color in ((1, "tab:green"), (2, "tab:blue"), (3, "tab:red")):
+            pts = [(r, m) for r, m, t, _ in samples if t == tier]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=8, alpha=0.6,
+                           color=color, label=f"tier {tier}")
+        top = max([max(r, m) for r, m, _, _ in samples] or [1.0])
+        ax.plot([0, top], [0, top], "k--", lw=0.8, label="equal")
+        ax.set_title(f"per-shard completion time: {title}")
+        ax.set_xlabel("packets (s)")
+        ax.set_ylabel("flow model (s)")
+        ax.legend()
+    return _save(fig, out / "transfer_scatter.png")
+
+
+def error_distribution(doc: dict, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, style in (("replay_uncalibrated", "C0--"), ("replay_calibrated", "C0-"),
+                       ("engines_uncalibrated", "C1--"), ("engines_calibrated", "C1-")):
+        errs = sorted((m - r) / r for r, m, _, _ in doc["transfer_samples"][key] if r > 0)
+        if errs:
+            ax.plot([100 * e for e in errs], [(i + 1) / len(errs) for i in range(len(errs))],
+                    style, label=key.replace("_", ", "))
+    ax.axvline(0, color="k", lw=0.6)
+    ax.set_xlabel("per-shard error, (flow - packets) / packets (%)")
+    ax.set_ylabel("CDF")
+    ax.set_title("per-transfer error distribution")
+    ax.legend()
+    return _save(fig, out / "transfer_error_cdf.png")
+
+
+def error_slices(doc: dict, out: Path) -> Path:
+    s = doc["transfers"]["replay_calibrated"]
+    labels = [f"tier {k}" for k in s["by_tier"]] + [b for _, _, b in SIZE_BUCKETS
+                                                     if b in s["by_size"]]
+    values = [v["median_abs_error"] for v in s["by_tier"].values()] + \
+        [s["by_size"][b]["median_abs_error"] for _, _, b in SIZE_BUCKETS if b in s["by_size"]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(labels, [100 * v for v in values], color="tab:blue")
+    ax.axhline(100 * doc["targets"]["transfer_target"], color="tab:red", ls="--", label="target")
+    ax.set_ylabel("median |error| (%)")
+    ax.set_title("replay (calibrated): error per tier and size bucket")
+    ax.legend()
+    return _save(fig, out / "transfer_error_slices.png")
+
+
+def ttft_bars(doc: dict, out: Path) -> list[Path]:
+    paths = []
+    for point, data in doc["calibrated"].items():
+        metrics = data["metrics"]
+        names = [SCHEDULERS.get(m["scheduler"], m["scheduler"]) for m in metrics]
+        fig, axes = plt.subplots(1, 4, figsize=(14, 4))
+        for ax, key, title in ((axes[0], "ttft_mean_ms", "TTFT mean"),
+                               (axes[1], "ttft_p50_ms", "TTFT P50"),
+                               (axes[2], "ttft_p99_ms", "TTFT P99"),
+                               (axes[3], "transfer_mean_ms", "transfer mean")):
+            xs = range(len(names))
+            ax.bar([x - 0.2 for x in xs], [m[f"{key}_reference"] or 0 for m in metrics], 0.4,
+                   label="packets")
+            ax.bar([x + 0.2 for x in xs], [m[f"{key}_model"] or 0 for m in metrics], 0.4,
+                   label="flow (calibrated)")
+            ax.set_xticks(list(xs), names, rotation=20)
+            ax.set_title(f"{title} (ms)")
+        axes[0].legend()
+        fig.suptitle(f"{doc['scenario']} {point}")
+        paths.append(_save(fig, out / f"ttft_{point}.png"))
+    return paths
+
+
+def tier_bars(doc: dict, out: Path) -> list[Path]:
+    paths = []
+    for point, by in doc["tiers"].items():
+        fig, ax = plt.subplots(figsize=(8, 4))
+        labels, bottoms_p, bottoms_f = [], [], []
+        scheds = list(by)
+        for tier, color in ((1, "tab:green"), (2, "tab:blue"), (3, "tab:red")):
+            p = [100 * by[s]["packets"].get(str(tier), 0.0) for s in scheds]
+            f = [100 * by[s]["flow"].get(str(tier), 0.0) for s in scheds]
+            xs = range(len(scheds))
+            ax.bar([x - 0.2 for x in xs], p, 0.4, bottom=bottoms_p or None, color=color,
+                   label=f"tier {tier}", edgecolor="k")
+            ax.bar([x + 0.2 for x in xs], f, 0.4, bottom=bottoms_f or None, color=color,
+                   hatch="//", edgecolor="k")
+            bottoms_p = [a + b for a, b in zip(bottoms_p or [0] * len(p), p, strict=True)]
+            bottoms_f = [a + b for a, b in zip(bottoms_f or [0] * len(f), f, strict=True)]
+        labels = [SCHEDULERS.get(s, s) for s in scheds]
+        ax.set_xticks(list(range(len(scheds))), labels)
+        ax.set_ylabel("share of transfers (%)")
+        ax.set_title(f"tier distribution: packets (left, plain) vs flow (right, hatched) {point}")
+        ax.legend()
+        paths.append(_save(fig, out / f"tiers_{point}.png"))
+    return paths
+
+
+def write_plots(doc: dict, out: Path) -> list[Path]:
+    return [transfer_scatter(doc, out), error_distribution(doc, out), error_slices(doc, out),
+            *ttft_bars(doc, out), *tier_bars(doc, out)]
