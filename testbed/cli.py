@@ -257,7 +257,7 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
             f"logs    {workdir}", highlight=False)
         from testbed.emulation.fidelity import FidelityMonitor
 
-        monitor = FidelityMonitor(fabric).start()
+        monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets).start()
         click.echo(f"READY {workdir}", err=True)  # scripts wait for this line
         if hold is not None:
             deadline = time.monotonic() + hold

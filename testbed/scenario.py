@@ -187,6 +187,9 @@ class EmulationCfg(_Strict):
     metrics_port: int = Field(9100, ge=1, le=65535)
     poll_s: float = Field(1.0, gt=0, description="telemetry poll and oracle refresh period")
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
+    queue_min_packets: int = Field(
+        16, ge=4, le=10000, description="leaf queue depth floor in packets (queues are 50 ms "
+        "at the link rate, at least this): packets do not scale with the scale factor")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "

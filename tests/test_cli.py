@@ -11,7 +11,7 @@ DEFAULT = str(ROOT / "scenarios" / "default.yaml")
 def test_help_lists_commands():
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
-    for cmd in ("simulate", "check", "topology"):
+    for cmd in ("simulate", "check", "topology", "emulate", "validate", "calibrate"):
         assert cmd in result.output
 
 
@@ -50,3 +50,30 @@ def test_check_and_topology_describe_the_scenario():
     assert result.exit_code == 0 and "scenario is valid" in result.output
     result = CliRunner().invoke(main, ["topology", DEFAULT])
     assert result.exit_code == 0 and "cross pod" in result.output
+
+
+def test_packet_commands_stop_on_bad_input_before_anything_starts(tmp_path):
+    """A malformed trace line or scenario field: exit 2 naming it, no folder, no fabric."""
+    trace = tmp_path / "bad.jsonl"
+    good = (ROOT / "data" / "traces" / "mooncake_synthetic_trace.jsonl").read_text().splitlines()
+    trace.write_text("\n".join(good[:3] + ['{"timestamp": 1, "input_length": "many"}']) + "\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: s\nworkload: {{trace: {trace}}}\n")
+    for cmd in ("emulate", "validate"):
+        result = CliRunner().invoke(main, [cmd, str(scenario), "--out", str(tmp_path / "r")])
+        assert result.exit_code == 2, result.output
+        assert f"{trace.name}:4" in result.output
+        assert not (tmp_path / "r").exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nemulation: {time_dilation: 0.5}\n")
+    for cmd in ("emulate", "validate", "calibrate"):
+        result = CliRunner().invoke(main, [cmd, str(bad)])
+        assert result.exit_code == 2
+        assert "emulation.time_dilation" in result.output
+
+
+def test_help_of_packet_commands_teaches():
+    for cmd in ("emulate", "validate", "calibrate"):
+        result = CliRunner().invoke(main, [cmd, "--help"])
+        assert result.exit_code == 0
+        assert "root" in result.output

@@ -110,7 +110,8 @@ def test_traffic_class_table():
     assert class_of_dscp(48).name == "control" and class_of_dscp(10).name == "background"
     assert sum(c.share for c in CLASSES) == pytest.approx(1.0)
     assert tc._tos_key(KV) == "0x00880000/0x00fc0000+0"
-    assert tc.queue_packets(5e6) == 21 and tc.queue_packets(1e5) == tc.MIN_QUEUE_PACKETS
+    assert tc.queue_packets(5e6, 16) == 21 and tc.queue_packets(1e5, 16) == 16
+    assert tc.queue_packets(1e5) == tc.MIN_QUEUE_PACKETS
 
 
 def test_fidelity_verdicts():

@@ -110,3 +110,89 @@ def test_a_short_stream_is_reported_not_counted():
     finally:
         rx.close()
     assert not landed and "990 bytes missing" in errors[0]
+
+
+# -- real-time loop, clock, channels -------------------------------------------------------
+def test_run_clock_converts_between_wall_and_modelled_time_with_dilation():
+    from testbed.workers.clock import RunClock
+
+    clock = RunClock(t0=1000.0, dilation=2.0)
+    assert clock.wall(3.0) == 1006.0
+    assert clock.to_modelled(1006.0) == 3.0
+
+
+def test_real_time_loop_runs_due_timers_in_time_order_and_posted_jobs():
+    import threading
+    import time
+
+    from testbed.workers.clock import RealTimeLoop, RunClock
+
+    loop = RealTimeLoop(RunClock(time.time(), 1.0))
+    seen = []
+    loop.at(loop.now + 0.03, lambda: seen.append("late"))
+    loop.at(loop.now + 0.01, lambda: seen.append("early"))
+    loop.at(loop.now + 0.05, loop.stop)
+    threading.Thread(target=lambda: loop.post(lambda: seen.append("posted"))).start()
+    loop.run()
+    assert seen.index("early") < seen.index("late")
+    assert "posted" in seen
+
+
+def test_channel_carries_framed_messages_both_ways():
+    import socket
+    import threading
+
+    from testbed.workers.channel import Connection
+
+    a, b = socket.socketpair()
+    left, right = Connection(a, "left"), Connection(b, "right")
+    got, closed = [], threading.Event()
+    right.read_forever(lambda _c, m: got.append(m), lambda _c, _why: closed.set())
+    left.send({"type": "start", "t0": 5.0})
+    left.send({"type": "stop"})
+    left.close()
+    assert closed.wait(5)
+    assert got == [{"type": "start", "t0": 5.0}, {"type": "stop"}]
+
+
+# -- the router's mirror of a decode cache ------------------------------------------------------
+def test_block_index_built_from_a_caches_journal_gives_the_same_prefix_hits():
+    import random
+
+    from testbed.model.cache import BlockIndex, PrefixCache, block_keys
+
+    rng = random.Random(3)
+    cache = PrefixCache(16, 1.0)
+    cache.record_changes()
+    mirror = BlockIndex(16)
+    requests = []
+    for _ in range(200):
+        ids = [rng.randrange(40) for _ in range(rng.randrange(1, 6))]
+        length = rng.randrange(16, 512 * len(ids) + 1)
+        keys = block_keys(ids, length, 16)
+        cache.pin(keys)
+        cache.unpin(keys)
+        cache.evict_to(rng.randrange(50, 400))
+        requests.append((ids, length))
+        if rng.random() < 0.3:
+            mirror.update(*cache.drain_changes())
+    mirror.update(*cache.drain_changes())
+    assert len(mirror) == len(cache)
+    for ids, length in requests:
+        assert mirror.prefix_hit_tokens(ids, length) == cache.prefix_hit_tokens(ids, length)
+
+
+def test_router_view_counts_its_own_decisions_until_a_report_reflects_them():
+    from testbed.model.cache import BlockIndex
+    from testbed.workers.router import DecodeView
+    from testbed.workloads.requests import Request
+
+    view = DecodeView(BlockIndex(16))
+    view.apply({"free_memory": 100.0, "queued": 0, "batch": 2, "seq": 0})
+    view.seq = 1
+    view.pending[1] = 30.0  # decided, not yet reported back
+    cand = view.candidate("i4", Request("r", 0.0, 32, 1, (7,)))
+    assert (cand.free_memory, cand.queued, cand.batch) == (70.0, 1, 2)
+    view.apply({"free_memory": 60.0, "queued": 1, "batch": 2, "seq": 1})  # the decode saw it
+    cand = view.candidate("i4", Request("r", 0.0, 32, 1, (7,)))
+    assert (cand.free_memory, cand.queued) == (60.0, 1)

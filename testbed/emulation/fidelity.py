@@ -113,6 +113,7 @@ class FidelityMonitor:
 
     fabric: object
     interval_s: float = 0.5
+    min_queue_packets: int = tc.MIN_QUEUE_PACKETS  # as the HTB leaves were built
     _samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _cpu: list[float] = field(default_factory=list)
     # (wall time at the end of the interval, interface, seconds, kv bytes, other bytes)
@@ -123,7 +124,7 @@ class FidelityMonitor:
     def __post_init__(self) -> None:
         self._egress = {intf: (node, link) for node, intf, link in
                         self.fabric.egress_interfaces() if node in self.fabric.switches}
-        self._queue_bytes = {intf: tc.queue_packets(link.rate_bps) * 1500
+        self._queue_bytes = {intf: tc.queue_packets(link.rate_bps, self.min_queue_packets) * 1500
                              for intf, (_, link) in self._egress.items()}
 
     def start(self) -> FidelityMonitor:

@@ -203,12 +203,14 @@ class EmulatedNetwork:
         subprocess.run(cmd, check=True, capture_output=True)
 
     def _shape(self) -> None:
+        q = self.scenario.emulation.queue_min_packets
         for node, intf, link in self.fabric.egress_interfaces():
             if node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps)
+                tc.install_htb(intf, link.rate_bps, min_packets=q)
             else:
                 host = self.net.get(node)
-                tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net")
+                tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
+                               min_packets=q)
 
     def host(self, name: str):
         return self.net.get(name)

@@ -60,7 +60,7 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         hosts={name: h.ip for name, h in fabric.hosts.items()})
     rundir.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.save(rundir / "workers.json")
-    monitor = FidelityMonitor(fabric).start()
+    monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets).start()
     try:
         with WorkerSet(cfg, cfg_path, fabric.spec, NamespaceLauncher(network),
                        rundir / "logs") as workers:

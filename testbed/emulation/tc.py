@@ -4,7 +4,7 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
-  each class ends in a pfifo 50 ms deep at the link rate, at least 100 packets (the
+  each class ends in a pfifo 50 ms deep at the link rate, at least 16 packets (the
   kernel default, 1000 packets, is seconds of queue at emulated rates)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
 Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243, #632).
@@ -25,11 +25,12 @@ from testbed.topologies.traffic_classes import CLASSES, DEFAULT_CLASS, TrafficCl
 ROOT = 0x10000
 PARENT = 0x10001
 QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
-# A switch port's buffer in packets does not shrink with the scale factor: with queues
-# of ~20 packets at a few Mbit/s, four TP shards starting together overflow them and TCP
-# loses the start of transfers (calibrated rates fell to 74-88% and varied run to run);
-# with 100 they hold at ~95% (the header overhead) and repeat.
-MIN_QUEUE_PACKETS = 100
+# Queueing delay at emulated rates is 1/scale times a real switch's, so deep queues
+# inflate RTTs to hundreds of ms and TCP's shares converge too slowly for the fluid
+# model's instant max-min: with 100-packet floors the TP shards of one transfer ended
+# 1.5x apart and packets ran 30% behind the flow model; with 16 (and cubic, not bbr)
+# shards stay together and a lone transfer still reaches ~96% of the rate.
+MIN_QUEUE_PACKETS = 16
 
 
 def _bits(rate_bps: float) -> str:
@@ -91,19 +92,20 @@ def _index(ipr, ifname: str) -> int:
     return found[0]
 
 
-def install_htb(ifname: str, rate_bps: float, netns: str | None = None) -> None:
+def install_htb(ifname: str, rate_bps: float, netns: str | None = None,
+                min_packets: int = MIN_QUEUE_PACKETS) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree."""
-    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps))
+    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets))
 
 
-def _install_htb(ipr, ifname: str, rate_bps: float) -> None:
+def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
         ipr.tc("del", index=idx)
     ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
     ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
            ceil=_bits(rate_bps))
-    limit = queue_packets(rate_bps)
+    limit = queue_packets(rate_bps, min_packets)
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
@@ -114,8 +116,8 @@ def _install_htb(ipr, ifname: str, rate_bps: float) -> None:
                target=ROOT | c.classid_minor, keys=[_tos_key(c)])
 
 
-def queue_packets(rate_bps: float, mtu: int = 1500) -> int:
-    return max(MIN_QUEUE_PACKETS, math.ceil(rate_bps * QUEUE_S / (mtu * 8)))
+def queue_packets(rate_bps: float, min_packets: int = MIN_QUEUE_PACKETS, mtu: int = 1500) -> int:
+    return max(min_packets, math.ceil(rate_bps * QUEUE_S / (mtu * 8)))
 
 
 def _tos_key(c: TrafficClass) -> str:

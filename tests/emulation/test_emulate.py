@@ -1,0 +1,101 @@
+"""Packets end to end (issue 4): workers on the fat-tree, validate's report, teardown."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from testbed.emulation import cleanup
+from testbed.records import PARTIAL
+from testbed.scenario import load_scenario
+from testbed.workloads.build import build_workload
+from tests.conftest import ROOT, TRACE
+from tests.emulation.conftest import wait_for, write_small
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+SHORT = {"schedulers": ["rr", "netkv-full"], "seeds": 1, "drain_s": 60,
+         "network.ecmp": "per-transfer", "workload.profile": "rag",
+         "workload.warmup_s": 1, "workload.measure_s": 4}
+
+
+def rows(path):
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
+    path = write_small(tmp_path, TRACE, SHORT)
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+
+    (folder,) = out.glob("fabric-test-validate-*")
+    assert not (folder / PARTIAL).exists()
+    report = (folder / "report.md").read_text()
+    for plot in ("transfer_scatter", "transfer_error_cdf", "ttft_000-base", "tiers_000-base"):
+        assert (folder / "plots" / f"{plot}.png").stat().st_size > 1000
+        assert f"plots/{plot}.png" in report
+    doc = json.loads((folder / "comparison.json").read_text())
+    assert doc["transfers"]["replay_calibrated"]["n"] > 0
+    assert set(doc["calibration"]["capacity_factor"]) == {"1", "2", "3"}
+
+    (emu,) = folder.glob("fabric-test-emulation-*")
+    sc = load_scenario(path)
+    spec = sc.cluster.spec()
+    expected = len(build_workload(sc, sc.seed).requests)
+    for sched in ("rr", "netkv-full"):
+        cell = emu / "cells" / "000-base" / sched / f"seed{sc.seed}"
+        requests = rows(cell / "requests.csv")
+        assert len(requests) == expected  # every request of the workload ...
+        assert {r["state"] for r in requests} <= {"completed", "rejected", "failed"}
+        assert {r["id"] for r in requests} == {r.request_id for r in
+                                                build_workload(sc, sc.seed).requests}
+        summary = json.loads((cell / "summary.json").read_text())
+        assert summary["wire_bytes_sent"] == summary["wire_bytes_received"] == \
+            summary["wire_bytes_expected"] > 0  # ... and every KV byte arrived
+        assert summary["fidelity"] in ("faithful", "unfaithful")
+        assert json.loads((cell / "fidelity.json").read_text())["verdict"] == summary["fidelity"]
+        shards = defaultdict(list)
+        for t in rows(cell / "transfers.csv"):
+            shards[t["request"]].append(t)
+        for r in requests:
+            if not r["decode"]:
+                continue
+            got = shards[r["id"]]
+            assert len(got) == spec.tp
+            assert {(t["src"], t["dst"], t["tier"]) for t in got} == \
+                {(r["prefill"], r["decode"], r["tier"])}
+            assert all(t["path"].startswith(r["prefill"] + ">") for t in got)
+        links = rows(cell / "links.csv")
+        assert any(float(x["kv_util"]) > 0 for x in links)  # tc saw the KV class move
+
+
+def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_path):
+    path = write_small(tmp_path, TRACE, {**SHORT, "workload.measure_s": 120})
+    log = (tmp_path / "emulate.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                             str(tmp_path / "results")], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: any(cleanup.WORKER_RE.search(cleanup._cmdline(p))
+                             for p in cleanup.our_processes()), 180, "worker processes")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            cleanup.clean()
+    assert proc.returncode != 0
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+    (folder,) = (tmp_path / "results").glob("fabric-test-emulation-*")
+    assert "interrupted" in (folder / PARTIAL).read_text()

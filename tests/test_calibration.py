@@ -1,0 +1,63 @@
+"""Calibration fit, per-pair paths, and replay along recorded paths (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.flowsim.network import FluidNetwork
+from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.scenario import load_scenario
+from testbed.validate.calibration import fit_tier
+from testbed.validate.replay import replay_transfers
+from tests.conftest import ROOT
+
+
+def test_fit_recovers_capacity_factor_and_fixed_cost():
+    rate = gbps_to_bytes_per_s(25)
+    samples = [(b, b / (0.9 * rate) + 0.005) for b in (0.5e9, 1e9, 2e9, 4e9)]
+    fit = fit_tier(3, samples, rate)
+    assert fit.factor == pytest.approx(0.9)
+    assert fit.overhead_s == pytest.approx(0.005)
+    assert fit.r2 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("samples, message", [
+    ([(1e9, 1.0)], "at least two sizes"),
+    ([(1e9, 2.0), (2e9, 1.0)], "does not grow"),
+])
+def test_fit_rejects_samples_that_cannot_calibrate(samples, message):
+    with pytest.raises(ValueError, match=message):
+        fit_tier(2, samples, 1e9)
+
+
+def spec():
+    return load_scenario(ROOT / "scenarios" / "default.yaml").cluster.spec()
+
+
+def test_pair_path_is_one_stable_shortest_path_and_pairs_spread_over_paths():
+    s = spec()
+    net = FluidNetwork(s, None)
+    path = net.pair_path("i0", "i9")
+    assert path in s.paths("i0", "i9")
+    assert FluidNetwork(s, None).pair_path("i0", "i9") == path  # no randomness
+    firsts = {tuple(net.pair_path(p.name, d.name))[1] for p in s.prefill_pool for d in s.decode_pool}
+    assert len(firsts) > 1  # the address hash spreads pairs over the uplinks
+
+
+def _row(request, path, start=0.0, size=1e9):
+    nodes = [h[0] for h in path] + [path[-1][1]]
+    return {"request": request, "shard": 0, "src": nodes[0], "dst": nodes[-1],
+            "bytes": size, "start": start, "path": ">".join(nodes)}
+
+
+def test_replay_follows_recorded_paths_and_applies_the_calibration():
+    s = spec()
+    paths = s.paths("i0", "i8")  # tier 3: several core paths
+    disjoint = next(p for p in paths if p[2] != paths[0][2] and p[1] != paths[0][1])
+    rate = gbps_to_bytes_per_s(s.tier_bandwidth_gbps[3])
+    apart = replay_transfers(s, [_row("a", paths[0]), _row("b", disjoint)])
+    together = replay_transfers(s, [_row("a", paths[0]), _row("b", paths[0])])
+    assert [r["end"] for r in apart] == pytest.approx([1e9 / rate] * 2)
+    assert [r["end"] for r in together] == pytest.approx([2e9 / rate] * 2)
+    slower = replay_transfers(s, [_row("a", paths[0])], capacity_factor={3: 0.5})
+    assert slower[0]["end"] == pytest.approx(2e9 / rate)
