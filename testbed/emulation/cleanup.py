@@ -94,7 +94,7 @@ def our_processes() -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        cmdline = _cmdline(int(entry.name))
+        cmdline = _cmdline(int(entry.name))  # empty for zombies: dead, nothing to remove
         if SHELL_RE.search(cmdline) or WORKER_RE.search(cmdline):
             pids.append(int(entry.name))
     for manifest in manifests():

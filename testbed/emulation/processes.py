@@ -71,6 +71,15 @@ class WorkerSet:
         log.close()
 
     def start(self) -> WorkerSet:
+        """Spawn everything; on any failure or signal here, stop what was spawned (a
+        `with` block does not call __exit__ when __enter__ raises)."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> WorkerSet:
         self.logdir.mkdir(parents=True, exist_ok=True)
         sock = Path(self.cfg.router_socket)
         sock.unlink(missing_ok=True)

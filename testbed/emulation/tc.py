@@ -27,9 +27,10 @@ PARENT = 0x10001
 QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
 # Queueing delay at emulated rates is 1/scale times a real switch's, so deep queues
 # inflate RTTs to hundreds of ms and TCP's shares converge too slowly for the fluid
-# model's instant max-min: with 100-packet floors the TP shards of one transfer ended
-# 1.5x apart and packets ran 30% behind the flow model; with 16 (and cubic, not bbr)
-# shards stay together and a lone transfer still reaches ~96% of the rate.
+# model's instant max-min: with 100-packet floors the TP shards of one transfer took
+# 1.4-1.5x as long as each other (median) and packets ran ~30% behind the flow model;
+# with 16 (and cubic, not bbr) 1.3x and within ~10%, and a lone transfer still reaches
+# ~96% of the rate (scenarios/validate.yaml, measured 2026-11-22).
 MIN_QUEUE_PACKETS = 16
 
 
