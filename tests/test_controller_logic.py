@@ -125,7 +125,9 @@ def test_fidelity_verdicts():
     cpu = fidelity.verdict([ok], [0.9] * 20)
     assert cpu["verdict"] == "unfaithful" and cpu["cpu_bound"]
     assert fidelity.cpu_busy_fraction((100, 200), (150, 300)) == 0.5
-    assert fidelity.saturated({"kv": {"drops": 3, "backlog": 0}}, {"kv": {"drops": 1}}, 1e5)
+    assert fidelity.saturated({"kv": {"drops": 3, "backlog": 3000}}, {"kv": {"drops": 1}}, 1e5)
+    # a burst that overflowed a shallow queue, which then drained: not saturation
+    assert not fidelity.saturated({"kv": {"drops": 3, "backlog": 0}}, {"kv": {"drops": 1}}, 1e5)
     assert fidelity.saturated({"kv": {"drops": 0, "backlog": 60000}}, {}, 1e5)
     assert not fidelity.saturated({"kv": {"drops": 0, "backlog": 1500}}, {}, 1e5)
 

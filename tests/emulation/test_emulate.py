@@ -31,7 +31,7 @@ def rows(path):
 
 
 def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
-    path = write_small(tmp_path, TRACE, SHORT)
+    path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
                            str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -77,6 +77,8 @@ def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
             assert all(t["path"].startswith(r["prefill"] + ">") for t in got)
         links = rows(cell / "links.csv")
         assert any(float(x["kv_util"]) > 0 for x in links)  # tc saw the KV class move
+        core = [float(x["bg_util"]) for x in links if x["tier"] == "3"]
+        assert max(core) > 0.05  # the background generators' best-effort flows were real
 
 
 def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_path):
