@@ -13,23 +13,36 @@ VENV=$ROOT/.venv
 # interpreter's site-packages, so the venv is built from it with system site-packages.
 PY=/usr/bin/python3
 APT_PACKAGES=(python3 python3-venv python3-pip mininet openvswitch-switch iperf3 ethtool
-              tcpdump iputils-ping iproute2 prometheus procps)
+              tcpdump iputils-ping iproute2 prometheus procps openssh-server openssh-client)
+# Installed without their recommends: vagrant's pull in libvirt, libguestfs and a kernel.
+APT_LEAN=(vagrant)
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
 
-install_system_packages() {
-    local missing=()
-    for p in "${APT_PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+missing_of() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
     done
-    [ ${#missing[@]} -eq 0 ] && return 0
+}
+
+install_system_packages() {
+    local missing lean
+    mapfile -t missing < <(missing_of "${APT_PACKAGES[@]}")
+    mapfile -t lean < <(missing_of "${APT_LEAN[@]}")
+    [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
-        log "missing Debian packages: ${missing[*]}; run as root or install them with apt-get"
+        log "missing Debian packages: ${missing[*]} ${lean[*]}; run as root or install them with apt-get"
         exit 1
     fi
-    log "installing Debian packages: ${missing[*]}"
+    log "installing Debian packages: ${missing[*]} ${lean[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    if [ ${#missing[@]} -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    fi
+    if [ ${#lean[@]} -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${lean[@]}"
+    fi
 }
 
 build_venv() {

@@ -68,15 +68,28 @@ SET_HELP = "Override a scenario field, e.g. --set workload.load=2.0 (repeatable)
 @click.option("--seeds", type=click.IntRange(min=1), help="Repetitions (overrides the file).")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Run cells on this many local processes (0: one per core).")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run cells on a Dask cluster (tcp://host:8786), or local:N for a local one.")
 def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ...],
-             quiet: bool) -> None:
+             quiet: bool, jobs: int, dask_address: str | None) -> None:
     """Run SCENARIO in the flow-level simulator and print the comparison table.
 
-    Every sweep point x scheduler x seed is one run; records go to
+    Every sweep point x scheduler x seed is one run (a cell); records go to
     OUT/<name>-flowsim-<stamp>/ (requests.csv, transfers.csv, links.csv and
     summary.json per run; table.md and summary.json for the whole experiment).
+    Cells are independent: --jobs spreads them over local cores, --dask over a Dask
+    cluster; the folder and table are the same as a serial run's. A cell that fails is
+    retried once; one that fails again is listed as lost and the exit code is 1.
     """
     from testbed.runner import ConservationError, count_runs, run_flowsim, table_cells
+    from testbed.sweep import Executor
+
+    if dask_address and jobs != 1:
+        _fail("give --jobs or --dask, not both")
+    executor = (Executor.dask(dask_address) if dask_address
+                else Executor.local(jobs) if jobs != 1 else Executor.serial())
 
     try:
         sc = _load(scenario, sets, seeds)
@@ -85,7 +98,7 @@ def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ..
     total = count_runs(sc)
     try:
         if quiet:
-            outcome = run_flowsim(sc, Path(out_dir))
+            outcome = run_flowsim(sc, Path(out_dir), executor=executor)
         else:
             with Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -100,15 +113,18 @@ def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ..
                     seen[0] += 1
                     progress.update(task, step=label)
 
-                outcome = run_flowsim(sc, Path(out_dir), step)
+                outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
                 progress.update(task, completed=total, step="done")
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
+    if outcome.lost:
+        for x in outcome.lost:
+            console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
     if quiet:
         click.echo(str(outcome.folder))
-        return
+        sys.exit(1 if outcome.lost else 0)
     if out.is_terminal:
         head, body = table_cells(sc, outcome.rows)
         table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
@@ -117,7 +133,10 @@ def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ..
         out.print(table)
     else:  # a pipe or a log: the plain Markdown table, never truncated
         click.echo(outcome.table)
-    click.echo(f"{total} runs in {outcome.wall_s:.1f} s. Records: {outcome.folder}")
+    click.echo(f"{total} runs on {executor.describe()} in {outcome.wall_s:.1f} s. "
+               f"Records: {outcome.folder}")
+    if outcome.lost:
+        sys.exit(1)
 
 
 @main.command()

@@ -57,6 +57,7 @@ class RunOutcome:
     rows: list[Row]
     table: str
     wall_s: float
+    lost: list[dict] = field(default_factory=list)
 
 
 def count_runs(scenario) -> int:
@@ -73,50 +74,98 @@ def preflight(scenario) -> None:
             raise ValueError(f"{where}{exc}") from None
 
 
+@dataclass(frozen=True)
+class Task:
+    """One cell of a sweep: what a worker needs to simulate it on its own."""
+
+    index: int
+    point: dict
+    cell: object  # the Scenario with the sweep point applied
+    scheduler: str
+    seed: int
+
+    @property
+    def rel(self) -> str:
+        return f"cells/{self.index:03d}-{slug(self.point)}/{self.scheduler}/seed{self.seed}"
+
+    @property
+    def label(self) -> str:
+        return f"{slug(self.point)} {SCHEDULERS[self.scheduler]} seed {self.seed}"
+
+
+def run_task(task: Task) -> dict:
+    """Simulate one cell (in any process): records and summary, checked."""
+    workload = build_workload(task.cell, task.seed)
+    result = simulate(task.cell, task.scheduler, task.seed, workload)
+    check_conservation(result.requests, len(workload.requests))
+    summary = summarize(result.requests, result.links, workload.slo_s, workload.measure_s)
+    summary["decision_us_median"] = _median(result.decision_us)
+    summary["offered_rps"] = workload.rate_rps
+    summary["capacity_rps"] = workload.capacity_rps
+    return {"requests": result.requests, "transfers": result.transfers,
+            "links": result.links, "summary": summary}
+
+
+def tasks_of(scenario) -> list[Task]:
+    return [Task(index, point, cell, key, seed)
+            for index, (point, cell) in enumerate(scenario.cells())
+            for seed in range(cell.seed, cell.seed + cell.seeds)
+            for key in cell.schedulers]
+
+
 def run_flowsim(
-    scenario, out_root: Path, on_step: Callable[[str], None] | None = None
+    scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
+    executor=None,
 ) -> RunOutcome:
-    """Simulate every cell; write the run folder; return the table rows."""
+    """Simulate every cell (on `executor`: serial by default); write the run folder in
+    the sweep's order whatever order cells finish in; return the table rows."""
+    from testbed.sweep import Executor, Lost
+
     t0 = time.perf_counter()
     preflight(scenario)
+    executor = executor or Executor.serial()
     folder = RunFolder(out_root, scenario.name, "flowsim")
     atomic_write(folder.path / "scenario.yaml",
                  yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    rows: list[Row] = []
+    tasks = tasks_of(scenario)
+    summaries: dict[tuple[int, str, int], dict] = {}
+    lost: list[dict] = []
     try:
-        for index, (point, cell) in enumerate(scenario.cells()):
-            per_sched: dict[str, list[dict]] = {k: [] for k in cell.schedulers}
-            for seed in range(cell.seed, cell.seed + cell.seeds):
-                workload = build_workload(cell, seed)
-                for key in cell.schedulers:
-                    if on_step:
-                        on_step(f"{slug(point)} {SCHEDULERS[key]} seed {seed}")
-                    result = simulate(cell, key, seed, workload)
-                    check_conservation(result.requests, len(workload.requests))
-                    summary = summarize(result.requests, result.links, workload.slo_s,
-                                        workload.measure_s)
-                    summary["decision_us_median"] = _median(result.decision_us)
-                    summary["offered_rps"] = workload.rate_rps
-                    summary["capacity_rps"] = workload.capacity_rps
-                    folder.write_cell(
-                        f"cells/{index:03d}-{slug(point)}/{key}/seed{seed}",
-                        result.requests, result.transfers, result.links, summary,
-                    )
-                    per_sched[key].append(summary)
-            for key in cell.schedulers:
-                rows.append(Row(point, key, aggregate(per_sched[key]), per_sched[key]))
+        for task, result in executor.map(run_task, tasks):
+            if isinstance(result, Lost):
+                lost.append({"cell": task.rel, "error": result.error})
+            else:
+                folder.write_cell(task.rel, result["requests"], result["transfers"],
+                                  result["links"], result["summary"])
+                summaries[(task.index, task.scheduler, task.seed)] = result["summary"]
+            if on_step:
+                on_step(task.label)
     except BaseException as exc:
         folder.mark_interrupted(f"{type(exc).__name__}: {exc}")
         raise
+    rows: list[Row] = []
+    for index, (point, cell) in enumerate(scenario.cells()):
+        for key in cell.schedulers:
+            per = [summaries[(index, key, seed)] for seed in range(cell.seed, cell.seed + cell.seeds)
+                   if (index, key, seed) in summaries]
+            if per:  # every seed lost: the cell is listed under "Lost cells" instead
+                rows.append(Row(point, key, aggregate(per), per))
     table = format_table(scenario, rows)
+    if lost:
+        table += "\n## Lost cells\n\n" + "".join(f"- `{x['cell']}`: {x['error']}\n" for x in lost)
     write_json(folder.path / "summary.json", {
-        "scenario": scenario.name, "engine": "flowsim",
+        "scenario": scenario.name, "engine": "flowsim", "executor": executor.describe(),
+        "lost_cells": lost,
         "rows": [{"point": r.point, "scheduler": SCHEDULERS[r.scheduler], "key": r.scheduler,
                   **r.stats} for r in rows],
     })
     atomic_write(folder.path / "table.md", table)
-    folder.finish()
-    return RunOutcome(folder.path, rows, table, time.perf_counter() - t0)
+    if lost:
+        folder.mark_interrupted(f"{len(lost)} cell(s) lost after a retry: "
+                                + "; ".join(x["cell"] for x in lost))
+    else:
+        folder.finish()
+    return RunOutcome(folder.path, rows, table, time.perf_counter() - t0, lost)
 
 
 def _short(key: str) -> str:

@@ -1,0 +1,80 @@
+"""Sweeps on several processes and on Dask give the serial run's folder and table."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from testbed.records import PARTIAL
+from testbed.runner import run_flowsim, run_task
+from testbed.scenario import load_scenario
+from testbed.sweep import Executor
+
+SWEEP = """
+name: sweep8
+workload: {trace: TRACE, profile: chatbot, warmup_s: 1, measure_s: 2}
+schedulers: [rr, netkv-full]
+seeds: 2
+sweep:
+  workload.load: [0.5, 1.0]
+"""  # 2 loads x 2 schedulers x 2 seeds = 8 cells
+
+TIMED = {"decision_us_median"}  # wall-clock figures differ between any two runs
+
+
+def comparable(folder: Path) -> dict:
+    out = {}
+    for path in sorted(folder.glob("cells/*/*/seed*/summary.json")):
+        summary = json.loads(path.read_text())
+        out[str(path.relative_to(folder))] = {k: v for k, v in summary.items() if k not in TIMED}
+        for name in ("requests.csv", "transfers.csv"):
+            out[str(path.parent.relative_to(folder) / name)] = (path.parent / name).read_text()
+    return out
+
+
+@pytest.mark.slow
+def test_local_processes_and_dask_match_the_serial_sweep(write_scenario, tmp_path):
+    sc = load_scenario(write_scenario(SWEEP))
+    serial = run_flowsim(sc, tmp_path / "serial")
+    local = run_flowsim(sc, tmp_path / "local", executor=Executor.local(2))
+    dask = run_flowsim(sc, tmp_path / "dask", executor=Executor.dask("local:2"))
+    reference = comparable(serial.folder)
+    assert len([k for k in reference if k.endswith("summary.json")]) == 8
+    assert comparable(local.folder) == reference
+    assert comparable(dask.folder) == reference
+    strip = [line for line in serial.table.splitlines() if "|" in line]
+    assert [line for line in dask.table.splitlines() if "|" in line] == strip
+    assert not dask.lost and not (dask.folder / PARTIAL).exists()
+
+
+def flaky(task):
+    """Kills its worker process the first time it runs cell 0; fails cell 1 for ever."""
+    marker = Path(os.environ["NETKV_TEST_MARKER"])
+    if task.index == 0 and task.scheduler == "rr" and task.seed == 1 and not marker.exists():
+        marker.write_text("died once")
+        os._exit(3)
+    if task.index == 1 and task.scheduler == "rr" and task.seed == 1:
+        raise RuntimeError("this cell always fails")
+    return run_task(task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", [Executor.local(2), Executor.dask("local:2")],
+                         ids=["local", "dask"])
+def test_a_dead_worker_is_retried_and_a_failing_cell_is_reported_lost(
+        write_scenario, tmp_path, monkeypatch, executor):
+    monkeypatch.setenv("NETKV_TEST_MARKER", str(tmp_path / "marker"))
+    import testbed.runner as runner
+
+    monkeypatch.setattr(runner, "run_task", flaky)
+    sc = load_scenario(write_scenario(SWEEP))
+    outcome = run_flowsim(sc, tmp_path / "out", executor=executor)
+    assert (tmp_path / "marker").exists()  # the worker really died once ...
+    assert (outcome.folder / "cells/000-load-0.5/rr/seed1/summary.json").exists()
+    assert [x["cell"] for x in outcome.lost] == ["cells/001-load-1.0/rr/seed1"]
+    assert "always fails" in outcome.lost[0]["error"]
+    assert "Lost cells" in outcome.table and (outcome.folder / PARTIAL).exists()
+    assert len(list(outcome.folder.glob("cells/*/*/seed*/summary.json"))) == 7
