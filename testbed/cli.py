@@ -493,6 +493,97 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
     click.echo(f"report: {folder / 'report.md'}")
 
 
+@main.group()
+def remote() -> None:
+    """Other machines over SSH: run, start, stop, follow logs, collect run records.
+
+    Hosts come from an Ansible-style YAML inventory (the one `testbed provision` uses):
+    ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file, and
+    netkv_known_hosts for an extra known-hosts file. Unknown host keys are refused:
+    add them first (ssh-keyscan HOST >> ~/.ssh/known_hosts, after checking them).
+    Commands after `--` are sent as an argument list, each argument quoted.
+    """
+
+
+INVENTORY = click.option("--inventory", "-i", required=True, type=click.Path(dir_okay=False),
+                         help="Ansible-style YAML inventory.")
+
+
+def _remote_host(inventory: str, name: str):
+    from testbed.remote.inventory import InventoryError, host_of
+    from testbed.remote.ssh import RemoteError, RemoteHost
+
+    try:
+        return RemoteHost(host_of(inventory, name)).connect()
+    except (InventoryError, RemoteError) as exc:
+        _fail(str(exc))
+
+
+@remote.command("run")
+@INVENTORY
+@click.argument("host")
+@click.argument("argv", nargs=-1, required=True)
+def remote_run(inventory: str, host: str, argv: tuple[str, ...]) -> None:
+    """Run ARGV on HOST, streaming its output; exit with its exit code."""
+    with _remote_host(inventory, host) as h:
+        rc = h.stream(list(argv), click.echo)
+    sys.exit(rc)
+
+
+@remote.command("start")
+@INVENTORY
+@click.argument("host")
+@click.option("--log", "log_path", required=True, help="Remote file for the output.")
+@click.argument("argv", nargs=-1, required=True)
+def remote_start(inventory: str, host: str, log_path: str, argv: tuple[str, ...]) -> None:
+    """Start ARGV detached on HOST (e.g. `testbed net up ... --hold 3600`); print its pid."""
+    with _remote_host(inventory, host) as h:
+        click.echo(h.start(list(argv), log_path))
+
+
+@remote.command("stop")
+@INVENTORY
+@click.argument("host")
+@click.argument("pid", type=int)
+def remote_stop(inventory: str, host: str, pid: int) -> None:
+    """SIGTERM PID on HOST (SIGKILL after 5 s): testbed parts tear down on SIGTERM."""
+    with _remote_host(inventory, host) as h:
+        h.stop(pid)
+
+
+@remote.command("logs")
+@INVENTORY
+@click.argument("host")
+@click.argument("path")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until Ctrl-C.")
+def remote_logs(inventory: str, host: str, path: str, follow: bool) -> None:
+    """Print a remote log (PATH on HOST), optionally following it as it grows."""
+    with _remote_host(inventory, host) as h:
+        try:
+            h.follow(path, click.echo, until=lambda: not follow)
+        except KeyboardInterrupt:
+            pass
+
+
+@remote.command("collect")
+@INVENTORY
+@click.argument("host")
+@click.argument("remote_dir")
+@click.option("--to", "local_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Local folder to copy into.")
+def remote_collect(inventory: str, host: str, remote_dir: str, local_dir: str) -> None:
+    """Copy a run folder from HOST into --to/<host>/<folder name>."""
+    from testbed.remote.ssh import RemoteError
+
+    target = Path(local_dir) / host / Path(remote_dir.rstrip("/")).name
+    with _remote_host(inventory, host) as h:
+        try:
+            n = h.collect(remote_dir, target)
+        except RemoteError as exc:
+            _fail(str(exc))
+    click.echo(f"{n} files -> {target}")
+
+
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 def clean(dry_run: bool) -> None:

@@ -1,0 +1,1 @@
+"""Other machines: SSH (paramiko), inventories, provisioning (Ansible)."""
