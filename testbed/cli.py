@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -558,11 +559,8 @@ def remote_stop(inventory: str, host: str, pid: int) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until Ctrl-C.")
 def remote_logs(inventory: str, host: str, path: str, follow: bool) -> None:
     """Print a remote log (PATH on HOST), optionally following it as it grows."""
-    with _remote_host(inventory, host) as h:
-        try:
-            h.follow(path, click.echo, until=lambda: not follow)
-        except KeyboardInterrupt:
-            pass
+    with _remote_host(inventory, host) as h, contextlib.suppress(KeyboardInterrupt):
+        h.follow(path, click.echo, until=lambda: not follow)
 
 
 @remote.command("collect")
