@@ -66,3 +66,21 @@ def test_a_wrong_client_key_is_refused(sshd, tmp_path):
     stranger = keygen(tmp_path / "stranger")
     with pytest.raises(RemoteError, match="authentication failed"):
         RemoteHost(spec(sshd, key_file=str(stranger))).connect()
+
+
+def test_the_cli_reaches_hosts_through_an_inventory(sshd, tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from testbed.cli import main
+
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_user": sshd.user, "netkv_known_hosts": str(sshd.known_hosts)},
+        "hosts": {"peer": {"ansible_host": "127.0.0.1", "ansible_port": sshd.port,
+                           "ansible_ssh_private_key_file": str(sshd.client_key)}}}}))
+    result = CliRunner().invoke(main, ["remote", "run", "-i", str(inv), "peer", "--",
+                                       "echo", "hello there"])
+    assert result.exit_code == 0 and result.output == "hello there\n"
+    result = CliRunner().invoke(main, ["remote", "run", "-i", str(inv), "nobody", "--", "true"])
+    assert result.exit_code == 2 and "no host 'nobody'" in result.output
