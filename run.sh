@@ -12,10 +12,9 @@ VENV=$ROOT/.venv
 # Debian's python3: later issues need Mininet, which Debian installs into this
 # interpreter's site-packages, so the venv is built from it with system site-packages.
 PY=/usr/bin/python3
-APT_PACKAGES=(python3 python3-venv python3-pip mininet openvswitch-switch iperf3 ethtool
-              tcpdump iputils-ping iproute2 prometheus procps openssh-server openssh-client)
-# Installed without their recommends: vagrant's pull in libvirt, libguestfs and a kernel.
-APT_LEAN=(vagrant)
+# What building the venv needs; the playbook (testbed provision --local) installs the
+# rest. Without root, the emulation's packages must already be there (tests skip).
+APT_PACKAGES=(python3 python3-venv python3-pip git)
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
 
@@ -27,22 +26,16 @@ missing_of() {
 }
 
 install_system_packages() {
-    local missing lean
+    local missing
     mapfile -t missing < <(missing_of "${APT_PACKAGES[@]}")
-    mapfile -t lean < <(missing_of "${APT_LEAN[@]}")
-    [ ${#missing[@]} -eq 0 ] && [ ${#lean[@]} -eq 0 ] && return 0
+    [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
-        log "missing Debian packages: ${missing[*]} ${lean[*]}; run as root or install them with apt-get"
+        log "missing Debian packages: ${missing[*]}; run as root or install them with apt-get"
         exit 1
     fi
-    log "installing Debian packages: ${missing[*]} ${lean[*]}"
+    log "installing Debian packages: ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -q
-    if [ ${#missing[@]} -gt 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
-    fi
-    if [ ${#lean[@]} -gt 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${lean[@]}"
-    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
 build_venv() {
@@ -76,8 +69,13 @@ start_openvswitch() {
 
 setup() {
     install_system_packages
-    start_openvswitch
     build_venv
+    if [ "$(id -u)" -eq 0 ]; then
+        # the one provisioning path (playbooks/testbed.yml), exercised on every run
+        log "provisioning this machine (testbed provision --local --dev)"
+        "$VENV/bin/testbed" provision --local --dev --quiet
+    fi
+    start_openvswitch
 }
 
 cmd=${1:-demo}

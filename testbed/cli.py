@@ -494,6 +494,43 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
     click.echo(f"report: {folder / 'report.md'}")
 
 
+@main.command()
+@click.option("--inventory", "-i", type=click.Path(dir_okay=False), default=None,
+              help="Provision the hosts of this Ansible inventory (over SSH).")
+@click.option("--local", "local", is_flag=True, help="Provision this machine (needs root).")
+@click.option("--check", is_flag=True, help="Dry run: report what would change.")
+@click.option("--dev", is_flag=True, help="Also the test suite's tools (sshd, vagrant).")
+@click.option("--quiet", is_flag=True, help="Only the summary and failures.")
+def provision(inventory: str | None, local: bool, check: bool, dev: bool, quiet: bool) -> None:
+    """Turn machines into testbed hosts with playbooks/testbed.yml (ansible-runner).
+
+    Installs Mininet, Open vSwitch (kernel datapath where the kernel has it), iperf3,
+    ethtool, Prometheus (scraping the controller) and the project in its virtual
+    environment, and starts and enables the services. Idempotent: a second run changes
+    nothing. Remote hosts get this checkout's tracked files in /opt/netkv-testbed;
+    they need SSH with a known host key and sudo. A failure names the host and task.
+    """
+    from testbed.remote.provision import ProvisionError
+    from testbed.remote.provision import provision as run_playbook
+
+    if bool(inventory) == local:
+        _fail("give --local or --inventory FILE (one of them)")
+    target = "this machine" if local else inventory
+    console.print(f"provisioning {target}{' (check mode)' if check else ''}...")
+    try:
+        outcome = run_playbook(Path(inventory) if inventory else None, check=check, dev=dev,
+                               on_line=(lambda _line: None) if quiet else click.echo)
+    except ProvisionError as exc:
+        _fail(str(exc))
+    for host, s in sorted(outcome.stats.items()):
+        click.echo(f"{host}: ok={s.get('ok', 0)} changed={s.get('changed', 0)} "
+                   f"failed={s.get('failures', 0)} unreachable={s.get('dark', 0)}")
+    if not outcome.ok:
+        for line in outcome.failures:
+            console.print(f"[bold red]failed[/] {line}", highlight=False)
+        sys.exit(1)
+
+
 @main.group()
 def remote() -> None:
     """Other machines over SSH: run, start, stop, follow logs, collect run records.

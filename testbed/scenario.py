@@ -184,7 +184,7 @@ class EmulationCfg(_Strict):
     bind: str = Field("127.0.0.1", description="controller, oracle and metrics address")
     of_port: int = Field(6653, ge=1, le=65535)
     oracle_port: int = Field(8000, ge=1, le=65535)
-    metrics_port: int = Field(9100, ge=1, le=65535)
+    metrics_port: int = Field(9464, ge=1, le=65535, description="not 9100: node exporter")
     poll_s: float = Field(1.0, gt=0, description="telemetry poll and oracle refresh period")
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
     queue_min_packets: int = Field(
