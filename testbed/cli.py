@@ -240,8 +240,15 @@ def net() -> None:
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=click.Path(file_okay=False), help="Where the run's logs go.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+@click.option("--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
+              metavar="INVENTORY", help="Spread the fabric over the inventory's servers "
+              "(Mininet cluster edition; see README 'Run across machines').")
+@click.option("--placement", type=click.Choice(["switchbin", "roundrobin"]),
+              default="switchbin", show_default=True, help="With --cluster: node placement.")
+@click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
+              show_default=True, help="With --cluster: how links cross servers.")
 def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: str,
-           verbose: bool) -> None:
+           verbose: bool, cluster: str | None, placement: str, tunnel: str) -> None:
     """Build SCENARIO's fat-tree and open the Mininet CLI on it.
 
     Hosts are instances (i0, i1, ...), switches tor*/agg*/core*; every link is shaped to
@@ -262,7 +269,18 @@ def net_up(scenario: str, sets: tuple[str, ...], hold: float | None, out_dir: st
     scenario_file = workdir / "scenario.yaml"
     atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     signal.signal(signal.SIGTERM, _raise_terminated)
-    network = EmulatedNetwork(sc, scenario_file, workdir, quiet=not verbose)
+    if cluster:
+        from testbed.emulation.cluster import ClusterNetwork, servers_from_inventory
+        from testbed.remote.inventory import InventoryError
+
+        try:
+            servers = servers_from_inventory(cluster)
+        except InventoryError as exc:
+            _fail(str(exc))
+        network = ClusterNetwork(sc, scenario_file, workdir, servers, placement, tunnel,
+                                 quiet=not verbose)
+    else:
+        network = EmulatedNetwork(sc, scenario_file, workdir, quiet=not verbose)
     monitor = None
     try:
         with console.status("building the fabric (controller, switches, HTB trees)..."):

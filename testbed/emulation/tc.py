@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import sys
 import threading
 from contextlib import contextmanager, suppress
 
@@ -161,3 +162,18 @@ def all_counters(ifnames: list[str], include_link: bool = False
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
         return {name: _read_classes(ipr, index[name], include_link)
                 for name in ifnames if name in index}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS`: the same HTB
+    tree, applied in the caller's own namespace; the cluster edition runs it on other
+    machines through each node's shell."""
+    if len(argv) != 4 or argv[0] != "install":
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

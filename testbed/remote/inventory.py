@@ -33,7 +33,8 @@ def _walk(group: dict, inherited: dict, out: dict[str, dict], where: str) -> Non
         _walk(sub or {}, vars_, out, f"{where}.children.{child}")
 
 
-def load_inventory(path: str | Path) -> dict[str, HostSpec]:
+def load_hostvars(path: str | Path) -> dict[str, dict]:
+    """Every host's variables, group vars applied (host vars win)."""
     path = Path(path)
     if not path.is_file():
         raise InventoryError(f"{path}: inventory not found")
@@ -47,6 +48,11 @@ def load_inventory(path: str | Path) -> dict[str, HostSpec]:
     _walk(data["all"], {}, hosts, f"{path}: all")
     if not hosts:
         raise InventoryError(f"{path}: no hosts")
+    return hosts
+
+
+def load_inventory(path: str | Path) -> dict[str, HostSpec]:
+    hosts = load_hostvars(path)
     out = {}
     for name, v in hosts.items():
         try:

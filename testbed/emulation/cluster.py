@@ -1,0 +1,151 @@
+"""One emulated fabric across several machines: Mininet's cluster edition.
+
+The inventory's hosts are the servers (an inventory host named `localhost`, or with
+`ansible_connection: local`, is this machine). Mininet places switches and hosts on
+them (`switchbin`: switches in bins, each host with its ToR; `roundrobin`), runs remote
+nodes through SSH (`ssh -o BatchMode=yes`: passwordless keys and passwordless sudo on
+every server, the same user everywhere), and joins links that cross servers with a
+tunnel: `ssh` (Mininet's RemoteLink: an Ethernet tunnel over SSH between tap devices;
+needs PermitTunnel yes in the remote sshd) or `gre` (RemoteGRELink: gretap, needs the
+kernel's ip_gre). Each node's HTB tree is built by this project's own tc code, run on
+the node's server (`python -m testbed.emulation.tc` from `netkv_project_dir`, where the
+playbooks put the project). The controller must listen where every server can reach
+it: set emulation.bind to this machine's address on the servers' network.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from testbed.emulation import tc
+from testbed.emulation.cleanup import TAG
+from testbed.emulation.net import EmulatedNetwork, EmulationError
+from testbed.remote.inventory import InventoryError, load_hostvars, load_inventory
+
+PLACEMENTS = ("switchbin", "roundrobin")
+TUNNELS = ("ssh", "gre")
+
+
+@dataclass(frozen=True)
+class Servers:
+    names: list[str]
+    ips: dict[str, str]
+    user: str | None
+    project_dir: dict[str, str]
+
+
+def servers_from_inventory(path: str | Path) -> Servers:
+    """Cluster servers from an Ansible-style inventory (see testbed.remote.inventory)."""
+    specs = load_inventory(path)
+    hostvars = load_hostvars(path)
+    names, ips, dirs, users = [], {}, {}, set()
+    for name, spec in specs.items():
+        local = name == "localhost" or hostvars[name].get("ansible_connection") == "local"
+        server = "localhost" if local else name
+        names.append(server)
+        ips[server] = "127.0.0.1" if local else spec.host
+        dirs[server] = str(hostvars[name].get("netkv_project_dir", "/opt/netkv-testbed"))
+        if not local and spec.user:
+            users.add(spec.user)
+    if len(users) > 1:
+        raise InventoryError(f"{path}: the cluster edition uses one SSH user for every "
+                             f"server; the inventory names {sorted(users)}")
+    return Servers(names, ips, users.pop() if users else None, dirs)
+
+
+def _run_on(node, command: str, **_kwargs) -> str:
+    """Run a shell command line on the node's server, root namespace, quoting intact."""
+    from mininet.util import errRun
+
+    if getattr(node, "isRemote", False):  # ssh joins its arguments: quote them once
+        return node.rcmd(["sh", "-c", shlex.quote(command)])
+    out, err, _ = errRun(["sh", "-c", command])
+    return out + err
+
+
+def _switch_class():
+    """Mininet's RemoteOVSSwitch, but each server's batch of ovs-vsctl commands runs as a
+    process (ssh for remote servers) instead of being typed into a node's shell: a
+    fabric's batch is longer than a terminal line (4096 bytes) and hung there."""
+    from itertools import groupby
+    from operator import attrgetter
+
+    from mininet.examples.cluster import RemoteOVSSwitch
+    from mininet.node import OVSSwitch
+
+    class BatchedRemoteOVSSwitch(RemoteOVSSwitch):
+        @classmethod
+        def batchStartup(cls, switches, **_kwargs):  # noqa: N802 - Mininet's name
+            key = attrgetter("server")
+            for _server, group in groupby(sorted(switches, key=key), key):
+                group = tuple(group)
+                OVSSwitch.batchStartup(group, run=partial(_run_on, group[0]))
+            return switches
+
+    return BatchedRemoteOVSSwitch
+
+
+class ClusterNetwork(EmulatedNetwork):
+    def __init__(self, scenario, scenario_file: Path, workdir: Path, servers: Servers,
+                 placement: str = "switchbin", tunnel: str = "ssh", quiet: bool = True):
+        super().__init__(scenario, scenario_file, workdir, quiet)
+        if placement not in PLACEMENTS or tunnel not in TUNNELS:
+            raise EmulationError(f"placement must be one of {PLACEMENTS}, tunnel one of "
+                                 f"{TUNNELS}")
+        self.servers, self.placement, self.tunnel = servers, placement, tunnel
+
+    def _start_mininet(self) -> None:
+        from mininet.examples.cluster import (
+            MininetCluster,
+            RemoteGRELink,
+            RemoteLink,
+            RoundRobinPlacer,
+            SwitchBinPlacer,
+        )
+        from mininet.log import setLogLevel
+        from mininet.node import RemoteController
+
+        from testbed.topologies.mininet_topo import FatTreeTopo
+
+        setLogLevel("warning" if self.quiet else "info")
+        emu = self.scenario.emulation
+        kwargs = {"servers": self.servers.names, "serverIP": self.servers.ips,
+                  "placement": SwitchBinPlacer if self.placement == "switchbin"
+                  else RoundRobinPlacer}
+        if self.servers.user:
+            kwargs["user"] = self.servers.user
+        self.net = MininetCluster(
+            topo=FatTreeTopo(self.fabric), controller=None, autoSetMacs=False, build=False,
+            switch=partial(_switch_class(), datapath=self.datapath, protocols="OpenFlow13"),
+            link=RemoteGRELink if self.tunnel == "gre" else RemoteLink, **kwargs)
+        self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
+        self.net.build()
+        self.net.start()
+        for name in self.fabric.switches:  # tag on each switch's own server
+            self.net.get(name).cmd("ovs-vsctl", "--timeout=10", "set", "Bridge", name,
+                                   f"external_ids:{TAG}={self.run_id}")
+        if self.datapath == "user":  # what TCULink does locally: no TX checksum offload
+            for link in self.net.links:
+                for intf in (link.intf1, link.intf2):
+                    intf.node.cmd("ethtool", "-K", intf.name, "tx", "off", "rx", "off")
+
+    def _shape(self) -> None:
+        q = self.scenario.emulation.queue_min_packets
+        for node, intf, link in self.fabric.egress_interfaces():
+            n = self.net.get(node)
+            server = getattr(n, "server", "localhost") or "localhost"
+            if server == "localhost":
+                if node in self.fabric.switches:
+                    tc.install_htb(intf, link.rate_bps, min_packets=q)
+                else:
+                    tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
+                                   min_packets=q)
+                continue
+            python = f"{self.servers.project_dir[server]}/.venv/bin/python"
+            out = n.cmd(python, "-m", "testbed.emulation.tc", "install", intf,
+                        str(link.rate_bps), str(q), ";", "echo", "rc=$?")
+            if "rc=0" not in out:
+                raise EmulationError(f"{node} on {server}: HTB on {intf} failed: {out[-400:]}")
