@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from testbed.workloads.requests import Request
 
+# Served: completed, or completed after a decode failure by migrating or recomputing KV.
+SERVED_STATES = ("completed", "migrated", "recomputed")
+TERMINAL_STATES = (*SERVED_STATES, "aborted", "rejected", "failed")
+
 
 @dataclass(eq=False)
 class RequestState:
@@ -38,8 +42,9 @@ class RequestState:
     entry_iter_s: float | None = None
     first_token: float | None = None
     done: float | None = None
-    state: str | None = None  # completed | rejected | failed
+    state: str | None = None  # one of TERMINAL_STATES
     reason: str = ""
+    recovery: str = ""  # migrate | recompute | abort, when its decode instance failed
 
     def terminate(self, state: str, reason: str = "") -> None:
         if self.state is not None:
@@ -54,7 +59,7 @@ def request_row(rs: RequestState, slo_s: float) -> dict:
     req = rs.req
     ttft = rs.first_token - req.arrival_s if rs.first_token is not None else None
     tbt = None
-    if rs.state == "completed":
+    if rs.state in SERVED_STATES:
         if req.output_len > 1:
             tbt = (rs.done - rs.first_token) / (req.output_len - 1)
         else:
@@ -69,5 +74,5 @@ def request_row(rs: RequestState, slo_s: float) -> dict:
         "predicted_transfer_s": rs.predicted_transfer_s,
         "first_token": rs.first_token, "done": rs.done, "ttft": ttft, "tbt": tbt,
         "slo_met": ttft is not None and ttft <= slo_s and not math.isnan(ttft),
-        "state": rs.state, "reason": rs.reason,
+        "state": rs.state, "reason": rs.reason, "recovery": rs.recovery,
     }

@@ -11,6 +11,8 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from testbed.lifecycle import SERVED_STATES
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100]; nan for no values."""
@@ -30,7 +32,8 @@ def summarize(
     requests: Sequence[dict], links: Sequence[dict], slo_s: float, measure_s: float
 ) -> dict:
     measured = [r for r in requests if r["measured"]]
-    done = [r for r in measured if r["state"] == "completed"]
+    done = [r for r in measured if r["state"] in SERVED_STATES]
+    affected = [r for r in done if r.get("recovery")]
     ttft = [r["ttft"] for r in done]
     tbt = [r["tbt"] for r in done if r["tbt"] is not None]
     xfer = [r["transfer_end"] - r["transfer_start"] for r in measured
@@ -47,6 +50,10 @@ def summarize(
         "completed": len(done),
         "rejected": sum(r["state"] == "rejected" for r in measured),
         "failed": sum(r["state"] == "failed" for r in measured),
+        "migrated": sum(r["state"] == "migrated" for r in measured),
+        "recomputed": sum(r["state"] == "recomputed" for r in measured),
+        "aborted": sum(r["state"] == "aborted" for r in measured),
+        "affected_ttft_mean_ms": 1e3 * _mean([r["ttft"] for r in affected]),
         "ttft_mean_ms": 1e3 * _mean(ttft),
         "ttft_p50_ms": 1e3 * percentile(ttft, 50),
         "ttft_p95_ms": 1e3 * percentile(ttft, 95),

@@ -13,12 +13,11 @@ from pathlib import Path
 import yaml
 
 from testbed.flowsim.simulator import simulate
+from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate, summarize
 from testbed.model.schedulers import SCHEDULERS
 from testbed.records import RunFolder, atomic_write, write_json
 from testbed.workloads.build import build_workload
-
-TERMINAL_STATES = {"completed", "rejected", "failed"}
 
 
 class ConservationError(RuntimeError):
@@ -100,6 +99,7 @@ def run_task(task: Task) -> dict:
     check_conservation(result.requests, len(workload.requests))
     summary = summarize(result.requests, result.links, workload.slo_s, workload.measure_s)
     summary["decision_us_median"] = _median(result.decision_us)
+    summary.update(result.counters)
     summary["offered_rps"] = workload.rate_rps
     summary["capacity_rps"] = workload.capacity_rps
     return {"requests": result.requests, "transfers": result.transfers,

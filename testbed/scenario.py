@@ -196,6 +196,42 @@ class EmulationCfg(_Strict):
         "default, bbr on many kernels)")
 
 
+class RecoveryCfg(_Strict):
+    """KVRS recovery when a decode instance fails (testbed/model/recovery.py)."""
+
+    policy: Literal["always_migrate", "always_recompute", "adaptive"] = "adaptive"
+    migration_slots: int = Field(32, ge=1, description="concurrent migrations at most")
+    heartbeat_s: float = Field(0.5, gt=0, description="decode heartbeat interval")
+    missed_heartbeats: int = Field(3, ge=1, description="missed beats that declare a death")
+    prefill_table: list[tuple[int, float]] | None = Field(
+        None, description="[[tokens, seconds], ...] for recompute; default: timing model")
+    oracle_max_age_s: float = Field(
+        5.0, gt=0, description="older oracle: fall back to the static tier map")
+
+
+class FaultCfg(_Strict):
+    """One injected fault: what, when (modelled seconds), where, and for how long."""
+
+    at_s: float = Field(ge=0)
+    kind: Literal["decode_down", "link_down", "tor_down", "controller_down", "background"]
+    target: str | None = Field(None, description="instance, link 'a-b' or ToR name")
+    duration_s: float | None = Field(None, gt=0, description="back after this (not decode)")
+    tier: int | None = Field(None, ge=1, le=3, description="background: which tier")
+    fraction: float | None = Field(None, ge=0, lt=1, description="background: offered load")
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> FaultCfg:
+        needs = {"decode_down": ("target",), "link_down": ("target",),
+                 "tor_down": ("target",), "controller_down": (),
+                 "background": ("tier", "fraction")}[self.kind]
+        missing = [f for f in needs if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} fault needs {', '.join(missing)}")
+        if self.kind == "decode_down" and self.duration_s is not None:
+            raise ValueError("a dead decode instance does not come back (no duration_s)")
+        return self
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -210,6 +246,8 @@ class Scenario(_Strict):
     network: NetworkCfg = NetworkCfg()
     oracle: OracleCfg = OracleCfg()
     emulation: EmulationCfg = EmulationCfg()
+    recovery: RecoveryCfg = RecoveryCfg()
+    faults: list[FaultCfg] = []
     drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
     sweep: dict[str, list[Any]] = {}
 
@@ -224,6 +262,24 @@ class Scenario(_Strict):
         if len(set(v)) != len(v):
             raise ValueError("a scheduler is listed twice")
         return v
+
+    @model_validator(mode="after")
+    def _fault_targets_exist(self) -> Scenario:
+        spec = self.cluster.spec()
+        decodes = {i.name for i in spec.decode_pool}
+        tors = set(spec.switches["tor"])
+        links = {f"{lk.a}-{lk.b}" for lk in spec.links} | {f"{lk.b}-{lk.a}" for lk in spec.links}
+        for k, fault in enumerate(self.faults):
+            where = f"faults.{k}.target"
+            if fault.kind == "decode_down" and fault.target not in decodes:
+                raise ValueError(f"{where}: {fault.target!r} is not a decode instance "
+                                 f"({', '.join(sorted(decodes))})")
+            if fault.kind == "tor_down" and fault.target not in tors:
+                raise ValueError(f"{where}: {fault.target!r} is not a ToR ({', '.join(sorted(tors))})")
+            if fault.kind == "link_down" and fault.target not in links:
+                raise ValueError(f"{where}: {fault.target!r} is not a link 'a-b' of the fabric "
+                                 "(testbed topology SCENARIO --links lists them)")
+        return self
 
     @field_validator("model")
     @classmethod

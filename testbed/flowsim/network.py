@@ -9,6 +9,7 @@ oracle's congestion is the mean background fraction of a tier's links, never KV.
 from __future__ import annotations
 
 import random
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -27,13 +28,14 @@ class LinkState:
     capacity: float  # bytes/s, the configured line rate
     background: float = 0.0  # offered fraction of capacity used by non-KV traffic
     flows: set[int] = field(default_factory=set)
+    down: bool = False  # a failed link carries nothing until it comes back
     kv_rate: float = 0.0  # sum of KV flow rates now
     kv_bytes: float = 0.0  # integral of kv_rate
     bg_bytes: float = 0.0  # integral of background rate
 
     @property
     def kv_capacity(self) -> float:
-        return self.capacity * (1.0 - self.background)
+        return 0.0 if self.down else self.capacity * (1.0 - self.background)
 
 
 @dataclass
@@ -71,11 +73,22 @@ class FluidNetwork:
         self._table: dict = {}
 
     # -- paths -----------------------------------------------------------------------
-    def ecmp_path(self, src: str, dst: str) -> list[Hop]:
-        """Uniform random choice among equal-cost paths, one per flow (seeded)."""
+    def _all_paths(self, src: str, dst: str) -> list[list[Hop]]:
         paths = self._path_cache.get((src, dst))
         if paths is None:
             paths = self._path_cache[(src, dst)] = self.spec.paths(src, dst)
+        return paths
+
+    def live_paths(self, src: str, dst: str) -> list[list[Hop]]:
+        """Equal-cost paths with no failed link; all of them if none is whole (the
+        flows then wait on a dead link until it comes back: a partition)."""
+        paths = self._all_paths(src, dst)
+        live = [p for p in paths if not any(self.links[h].down for h in p)]
+        return live or paths
+
+    def ecmp_path(self, src: str, dst: str) -> list[Hop]:
+        """Uniform random choice among equal-cost live paths, one per flow (seeded)."""
+        paths = self.live_paths(src, dst)
         return paths[self.rng.randrange(len(paths))] if len(paths) > 1 else paths[0]
 
     def pair_path(self, src: str, dst: str) -> list[Hop]:
@@ -96,7 +109,35 @@ class FluidNetwork:
 
                 path = pair_path(self._fabric, self._table, src, dst)
             self._pair_cache[key] = path
+        if any(self.links[h].down for h in path):  # the controller re-hashes on live paths
+            live = self.live_paths(src, dst)
+            path = live[zlib.crc32(f"{src}>{dst}".encode()) % len(live)]
         return path
+
+    # -- failures --------------------------------------------------------------------
+    def set_link(self, a: str, b: str, up: bool, now: float) -> int:
+        """A link fails or returns; flows on a failed link move to a live equal-cost
+        path of theirs where one exists. Returns how many flows moved."""
+        self.advance(now)
+        for hop in ((a, b), (b, a)):
+            self.links[hop].down = not up
+        moved = 0
+        if not up:
+            for flow in self.flows.values():
+                if any(self.links[h].down for h in flow.path):
+                    src, dst = flow.path[0][0], flow.path[-1][1]
+                    live = [p for p in self.live_paths(src, dst)
+                            if not any(self.links[h].down for h in p)]
+                    if live:
+                        new = live[flow.flow_id % len(live)]
+                        for hop in flow.path:
+                            self.links[hop].flows.discard(flow.flow_id)
+                        flow.path = new
+                        for hop in new:
+                            self.links[hop].flows.add(flow.flow_id)
+                        moved += 1
+        self.recompute()
+        return moved
 
     # -- background ------------------------------------------------------------------
     def set_background(self, fractions: dict[Hop, float], now: float) -> None:
@@ -122,6 +163,18 @@ class FluidNetwork:
             self.links[hop].flows.add(flow.flow_id)
         self.recompute()
         return flow
+
+    def remove_flows(self, now: float, doomed) -> list[Flow]:
+        """Take flows out (their receiver died) without finishing them."""
+        self.advance(now)
+        gone = [f for f in self.flows.values() if doomed(f)]
+        for flow in gone:
+            del self.flows[flow.flow_id]
+            for hop in flow.path:
+                self.links[hop].flows.discard(flow.flow_id)
+        if gone:
+            self.recompute()
+        return gone
 
     def advance(self, now: float) -> None:
         """Move every flow forward at its current rate to time `now`."""

@@ -71,6 +71,7 @@ class DecodeInstance:
         self.iter_count = 0
         self.running = False
         self.iterations = 0
+        self.dead = False
 
     # -- what the router sees ----------------------------------------------------------
     @property
@@ -111,6 +112,8 @@ class DecodeInstance:
         rs.reserved = 0.0
 
     def kv_landed(self, rs: RequestState) -> None:
+        if self.dead:
+            return  # bytes into a dead GPU: recovery deals with the request
         self.pending -= 1
         moved = len(rs.new_keys) * self.cache.block_bytes
         moved = min(moved, rs.reserved)
@@ -122,15 +125,30 @@ class DecodeInstance:
         if not self.running:
             self._boundary(ended=False)
 
+    def fail(self) -> list[RequestState]:
+        """The instance dies: iterations stop; return the requests it held (queued or
+        in its batch). Requests still in transfer to it are the caller's to find."""
+        self.dead = True
+        held = list(self.waiting) + list(self.batch.values())
+        self.waiting.clear()
+        self.batch.clear()
+        self._finish.clear()
+        self._just_admitted = []
+        self.running = False
+        return held
+
     def _boundary(self, ended: bool) -> None:
+        if self.dead:
+            return
         now = self.loop.now
         if ended:
             self.iter_count += 1
             self.iterations += 1
             for rs in self._just_admitted:
-                rs.first_token = now
-                if self.on_first_token is not None:
-                    self.on_first_token(rs)
+                if rs.first_token is None:  # a recovered request keeps its first token
+                    rs.first_token = now
+                    if self.on_first_token is not None:
+                        self.on_first_token(rs)
             self._just_admitted = []
             while self._finish and self._finish[0][0] <= self.iter_count:
                 _, _, rs = heapq.heappop(self._finish)
@@ -156,5 +174,6 @@ class DecodeInstance:
         self.cache.unpin(rs.keys)
         self.reserved -= rs.reserved
         rs.reserved = 0.0
-        rs.terminate("completed")
+        served = {"migrate": "migrated", "recompute": "recomputed"}.get(rs.recovery, "completed")
+        rs.terminate(served)
         self.on_complete(rs)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.recovery import RecoveryManager
 from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState, request_row
 from testbed.model.cache import PrefixCache, block_keys
@@ -34,6 +35,7 @@ class RunResult:
     decision_us: list[float] = field(default_factory=list)
     events: int = 0
     sim_time_s: float = 0.0
+    counters: dict = field(default_factory=dict)  # faults and recovery, for summary.json
 
 
 class FlowSimulation:
@@ -76,7 +78,14 @@ class FlowSimulation:
         self.transfers: list[dict] = []
         self.links: list[dict] = []
         self.decision_us: list[float] = []
+        self.stale_decisions = 0
         self._open = 0
+        self.failed: set[str] = set()  # decode instances that died
+        self.dead: set[str] = set()  # ... and that the router has noticed
+        self.controller_back_at = 0.0  # the oracle does not refresh before this
+        self.bg_override: dict[int, float] = {}
+        self.faults_log: list[dict] = []
+        self.recovery = RecoveryManager(self)
         self._net_version = 0
         self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
 
@@ -90,18 +99,80 @@ class FlowSimulation:
         bg = self.scenario.network.background
         fractions = {}
         for hop, link in self.net.links.items():
-            f = bg.fraction(link.tier)
+            f = self.bg_override.get(link.tier, bg.fraction(link.tier))
             if bg.jitter and f:
                 f *= 1.0 + bg.jitter * self.rng.uniform(-1.0, 1.0)
             fractions[hop] = f
         self.net.set_background(fractions, self.loop.now)
         self._reschedule_network()
+
+    def _background_loop(self) -> None:
+        self._background()
+        bg = self.scenario.network.background
         if bg.jitter and any(bg.fraction(t) for t in (1, 2, 3)):
-            self.loop.after(bg.change_s, self._background)
+            self.loop.after(bg.change_s, self._background_loop)
 
     def _refresh_oracle(self) -> None:
-        self.oracle = self.oracle.with_congestion(self.net.tier_congestion(), self.loop.now)
+        if self.loop.now >= self.controller_back_at:  # a stopped controller serves nothing
+            self.oracle = self.oracle.with_congestion(self.net.tier_congestion(), self.loop.now)
         self.loop.after(self.scenario.oracle.refresh_s, self._refresh_oracle)
+
+    def oracle_fresh(self) -> bool:
+        return self.oracle.age(self.loop.now) <= self.scenario.recovery.oracle_max_age_s
+
+    def oracle_view(self):
+        """The oracle as the router uses it: past oracle_max_age_s, the static tier map."""
+        if self.oracle_fresh():
+            return self.oracle
+        self.stale_decisions += 1
+        return self.oracle.with_congestion({}, self.oracle.generated_at)
+
+    # -- faults --------------------------------------------------------------------------
+    def _fault(self, fault) -> None:
+        now = self.loop.now
+        self.faults_log.append({"time": now, "kind": fault.kind, "target": fault.target})
+        back = now + fault.duration_s if fault.duration_s else None
+        if fault.kind == "decode_down":
+            self._decode_down(fault.target)
+        elif fault.kind == "controller_down":
+            self.controller_back_at = back if back is not None else float("inf")
+        elif fault.kind == "background":
+            self.bg_override[fault.tier] = fault.fraction
+            self._background()
+            if back is not None:
+                self.loop.at(back, lambda: (self.bg_override.pop(fault.tier, None),
+                                            self._background()))
+        else:  # link_down | tor_down
+            links = [(lk.a, lk.b) for lk in self.spec.links
+                     if fault.target in (f"{lk.a}-{lk.b}", f"{lk.b}-{lk.a}")
+                     or (fault.kind == "tor_down" and fault.target in (lk.a, lk.b))]
+            self._links(links, up=False)
+            if back is not None:
+                self.loop.at(back, lambda: self._links(links, up=True))
+
+    def _links(self, links, up: bool) -> None:
+        for a, b in links:
+            self.net.set_link(a, b, up, self.loop.now)
+        self._reschedule_network()
+
+    def _decode_down(self, name: str) -> None:
+        self.failed.add(name)
+        self.decode[name].fail()
+        self.net.remove_flows(self.loop.now, lambda f: f.tag[0].decode == name)
+        self._reschedule_network()
+        self.loop.after(self.recovery.detection_delay(), lambda: self._detected(name))
+
+    def _detected(self, name: str) -> None:
+        self.dead.add(name)
+        self.net.remove_flows(self.loop.now, lambda f: f.tag[0].decode == name)
+        self._reschedule_network()
+        for rs in self.states:
+            if rs.state is None and rs.decode == name:
+                if rs.transfer_end is None and rs.transfer_start is not None:
+                    self.scheduler.transfer_done(rs.prefill, rs.tier)  # that transfer is gone
+                    if rs.recovery == "migrate":
+                        self.recovery.slots.release()
+                self.recovery.recover(rs)
 
     def _sample_links(self) -> None:
         now = self.loop.now
@@ -125,16 +196,19 @@ class FlowSimulation:
         end = inst.enqueue(rs, self.loop.now)
         self.loop.at(end, lambda: self._prefill_done(rs))
 
+    def candidates(self, req) -> list[Candidate]:
+        """Decode instances as the router sees them: all but those it knows are dead."""
+        return [Candidate(d.name, d.free_memory, d.queued, d.batch_size,
+                          d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
+                for d in self.decode.values() if d.name not in self.dead]
+
     def _prefill_done(self, rs: RequestState) -> None:
         req = rs.req
-        cands = [
-            Candidate(d.name, d.free_memory, d.queued, d.batch_size,
-                      d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
-            for d in self.decode.values()
-        ]
+        cands = self.candidates(req)
         info = RequestInfo(req.request_id, req.input_len, rs.kv_bytes)
+        oracle = self.oracle_view()
         t0 = time.perf_counter()
-        decision = self.scheduler.select(info, rs.prefill, cands, self.oracle)
+        decision = self.scheduler.select(info, rs.prefill, cands, oracle)
         self.decision_us.append((time.perf_counter() - t0) * 1e6)
         if decision.rejected:
             rs.terminate("rejected", decision.reason)
@@ -146,8 +220,12 @@ class FlowSimulation:
         rs.predicted_transfer_s = decision.predicted_transfer_s
         output_bytes = kv_cache_bytes(self.model, req.output_len)
         dec.assign(rs, decision.hit_tokens // self.scenario.workload.block_tokens, output_bytes)
+        rs.transfer_start = self.loop.now
+        self.start_transfer(rs)
+
+    def start_transfer(self, rs: RequestState) -> None:
+        """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now."""
         now = self.loop.now
-        rs.transfer_start = now
         if rs.eff_bytes <= 0:
             self.loop.after(self.oracle.latency(rs.tier), lambda: self._transfer_done(rs))
             return
@@ -189,11 +267,24 @@ class FlowSimulation:
         self._reschedule_network()
 
     def _transfer_done(self, rs: RequestState) -> None:
+        if rs.state is not None or rs.transfer_end is not None:
+            return  # aborted meanwhile, or a stale completion of an abandoned transfer
         rs.transfer_end = self.loop.now
         self.scheduler.transfer_done(rs.prefill, rs.tier)
+        if rs.recovery == "migrate":
+            self.recovery.migrated(rs, self.loop.now)
         self.decode[rs.decode].kv_landed(rs)
 
+    def kv_ready(self, rs: RequestState) -> None:
+        """Recomputed KV is in place on its target."""
+        if rs.state is None and rs.decode not in self.failed:
+            rs.transfer_end = self.loop.now
+            self.decode[rs.decode].kv_landed(rs)
+
     def _completed(self, rs: RequestState) -> None:
+        self._open -= 1
+
+    def request_ended(self) -> None:
         self._open -= 1
 
     # -- run ---------------------------------------------------------------------------
@@ -214,8 +305,10 @@ class FlowSimulation:
         self._prewarm()
         last = max((r.arrival_s for r in wl.requests), default=0.0)
         self._horizon = wl.warmup_s + wl.measure_s
-        self._background()
+        self._background_loop()
         self._refresh_oracle()
+        for fault in self.scenario.faults:
+            self.loop.at(fault.at_s, lambda fault=fault: self._fault(fault))
         self.loop.at(LINK_SAMPLE_S, self._sample_links)
         self.loop.run(until=last + self.scenario.drain_s, stop=lambda: self._open == 0)
         for rs in self.states:
@@ -229,6 +322,13 @@ class FlowSimulation:
             decision_us=self.decision_us,
             events=self.loop.processed,
             sim_time_s=self.loop.now,
+            counters={
+                "recovery_decisions": {k: float(self.recovery.decisions.get(k, 0))
+                                       for k in ("migrate", "recompute", "abort")},
+                "migration_slot_fallbacks": self.recovery.slot_fallbacks,
+                "stale_oracle_decisions": self.stale_decisions,
+                "faults_injected": len(self.faults_log),
+            },
         )
 
 

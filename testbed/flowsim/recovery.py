@@ -1,0 +1,104 @@
+"""Recovery of requests whose decode instance failed, in the flow simulator (KVRS).
+
+Detection comes `missed_heartbeats x heartbeat_s` after the death; until then the
+router may still send work there. On detection every request the dead instance held,
+was receiving, or was about to receive is recovered: the scheduler picks a healthy
+target as usual, testbed/model/recovery.py prices both paths (migrate: the full KV from
+the prefill instance at the oracle's live bandwidth, or the EWMA of recent migrations
+when the oracle is stale; recompute: T_prefill(L) from the profiled table behind the
+target's own recompute queue; both plus the target's queueing), and the policy
+chooses, migrates only while a migration slot is free, or aborts with the reason.
+A request that had produced its first token keeps its TTFT and restarts decoding.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from testbed.lifecycle import RequestState
+from testbed.model.kv import kv_cache_bytes
+from testbed.model.recovery import (
+    ABORT,
+    MIGRATE,
+    RECOMPUTE,
+    BandwidthEWMA,
+    MigrationSlots,
+    PrefillTable,
+    decide,
+    migrate_cost,
+    recompute_cost,
+    recovery_bandwidth_bps,
+)
+from testbed.model.schedulers import RequestInfo
+
+
+class RecoveryManager:
+    def __init__(self, sim):
+        self.sim = sim
+        cfg = sim.scenario.recovery
+        self.cfg = cfg
+        self.table = (PrefillTable(tuple(map(tuple, cfg.prefill_table))) if cfg.prefill_table
+                      else PrefillTable.from_timing(sim.timing))
+        self.slots = MigrationSlots(cfg.migration_slots)
+        self.ewma = BandwidthEWMA()
+        self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
+        self.decisions: Counter[str] = Counter()
+        self.slot_fallbacks = 0
+
+    def detection_delay(self) -> float:
+        return self.cfg.missed_heartbeats * self.cfg.heartbeat_s
+
+    def recover(self, rs: RequestState) -> None:
+        sim = self.sim
+        now = sim.loop.now
+        req = rs.req
+        oracle = sim.oracle_view()
+        cands = sim.candidates(req)
+        decision = sim.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
+                                        rs.prefill, cands, oracle)
+        if decision.rejected:
+            self._abort(rs, f"decode {rs.decode} failed; {decision.reason}")
+            return
+        target = decision.decode
+        cand = next(c for c in cands if c.instance == target)
+        wait = sim.scheduler.load_time(cand)
+        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma)
+        mig = migrate_cost(rs.kv_bytes, bw, wait)
+        rec = recompute_cost(req.input_len, self.table,
+                             max(0.0, self.backlog.get(target, 0.0) - now) + wait)
+        budget = (sim.workload.slo_s - (now - req.arrival_s) if rs.first_token is None
+                  else float("inf"))
+        choice = decide(self.cfg.policy, mig, rec, budget)
+        action = choice.action
+        if action == MIGRATE and not self.slots.acquire():
+            action = RECOMPUTE  # every slot busy: recompute rather than wait
+            self.slot_fallbacks += 1
+        if action == ABORT:
+            sim.scheduler.transfer_done(rs.prefill, decision.tier)
+            self._abort(rs, f"decode {rs.decode} failed; {choice.reason}")
+            return
+        self.decisions[action] += 1
+        rs.recovery = action
+        rs.decode, rs.tier = target, decision.tier
+        rs.hit_tokens, rs.transfer_start, rs.transfer_end = 0, now, None
+        rs.eff_bytes = rs.kv_bytes if action == MIGRATE else 0.0
+        sim.decode[target].assign(rs, 0, kv_cache_bytes(sim.model, req.output_len))
+        if action == MIGRATE:
+            sim.start_transfer(rs)  # the scheduler's in-flight count covers it until done
+            return
+        sim.scheduler.transfer_done(rs.prefill, decision.tier)  # no network transfer
+        start = max(now, self.backlog.get(target, 0.0))
+        end = start + self.table.time(req.input_len)
+        self.backlog[target] = end
+        sim.loop.at(end, lambda: sim.kv_ready(rs))
+
+    def migrated(self, rs: RequestState, now: float) -> None:
+        """A migration's KV landed: free its slot, learn its rate."""
+        self.slots.release()
+        self.ewma.observe(rs.eff_bytes, now - rs.transfer_start)
+
+    def _abort(self, rs: RequestState, reason: str) -> None:
+        self.decisions[ABORT] += 1
+        rs.recovery = ABORT
+        rs.terminate("aborted", reason)
+        self.sim.request_ended()
