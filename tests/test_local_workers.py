@@ -86,3 +86,36 @@ def test_workers_serve_every_request_and_move_every_kv_byte(tmp_path, oracle, sc
         assert busy < timing.prefill_time(r["input_len"]) + 0.25  # real timers, small lag
         assert r["prefill_end"] <= r["transfer_start"] <= r["transfer_end"] <= r["first_token"]
         assert r["first_token"] < r["done"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy, state", [("always_migrate", "migrated"),
+                                           ("always_recompute", "recomputed")])
+def test_a_killed_decode_worker_is_detected_and_its_requests_recovered(
+        tmp_path, oracle, policy, state):
+    data = {**SMALL, "workload": {**SMALL["workload"], "measure_s": 4, "load": 3.0},
+            "recovery": {"policy": policy, "heartbeat_s": 0.2, "missed_heartbeats": 3},
+            "faults": [{"at_s": 3.0, "kind": "decode_down", "target": "i3"}]}
+    sc = load_scenario_from(data, tmp_path)
+    spec = sc.cluster.spec()
+    assert "i3" in {i.name for i in spec.decode_pool}
+    cfg = RunConfig(scenario=str(tmp_path / "scenario.yaml"), scheduler="rr", seed=1,
+                    t0=0.0, dilation=1.0, scale=sc.emulation.scale,
+                    router_socket=str(tmp_path / "router.sock"), out=str(tmp_path),
+                    oracle_url=oracle, kv_port=21000 + os.getpid() % 20000, bg_port=0,
+                    hosts=local_hosts(spec))
+    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
+                   tmp_path / "logs") as workers:
+        result = workers.wait(180)
+        assert "i3" not in workers.procs  # it died (SIGKILL from the router's fault)
+    assert result["outcome"] == "finished", result["errors"]
+    check_conservation(result["requests"], len(build_workload(sc, 1).requests))
+    events = [f["event"] for f in result["faults"]]
+    assert events == ["decode_down", "declared dead"]
+    affected = [r for r in result["requests"] if r["recovery"]]
+    assert affected and {r["state"] for r in affected} <= {state, "aborted"}
+    assert all(r["decode"] != "i3" for r in affected if r["state"] == state)
+    assert result["recovery_decisions"][policy.split("_")[1]] == \
+        sum(r["state"] == state for r in affected)
+    served = [r for r in result["requests"] if r["state"] in ("completed", state)]
+    assert all(r["first_token"] is not None for r in served)

@@ -57,7 +57,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         router_socket=str(STATE_DIR / f"{network.run_id}-{tag}.sock"), out=str(rundir),
         oracle_url=network.base_url, kv_port=emu.kv_port,
         bg_port=emu.kv_port + KV_PORT_BG_OFFSET,
-        hosts={name: h.ip for name, h in fabric.hosts.items()})
+        hosts={name: h.ip for name, h in fabric.hosts.items()},
+        controller_pid=network.controller.pid if network.controller else None)
     rundir.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.save(rundir / "workers.json")
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets).start()

@@ -20,14 +20,12 @@ from testbed.model.kv import kv_cache_bytes
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
-    RECOMPUTE,
     BandwidthEWMA,
     MigrationSlots,
-    PrefillTable,
-    decide,
-    migrate_cost,
-    recompute_cost,
+    plan_recovery,
+    prefill_table_for,
     recovery_bandwidth_bps,
+    ttft_budget,
 )
 from testbed.model.schedulers import RequestInfo
 
@@ -37,8 +35,7 @@ class RecoveryManager:
         self.sim = sim
         cfg = sim.scenario.recovery
         self.cfg = cfg
-        self.table = (PrefillTable(tuple(map(tuple, cfg.prefill_table))) if cfg.prefill_table
-                      else PrefillTable.from_timing(sim.timing))
+        self.table = prefill_table_for(cfg.prefill_table, sim.timing)
         self.slots = MigrationSlots(cfg.migration_slots)
         self.ewma = BandwidthEWMA()
         self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
@@ -61,21 +58,17 @@ class RecoveryManager:
             return
         target = decision.decode
         cand = next(c for c in cands if c.instance == target)
-        wait = sim.scheduler.load_time(cand)
-        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma)
-        mig = migrate_cost(rs.kv_bytes, bw, wait)
-        rec = recompute_cost(req.input_len, self.table,
-                             max(0.0, self.backlog.get(target, 0.0) - now) + wait)
-        budget = (sim.workload.slo_s - (now - req.arrival_s) if rs.first_token is None
-                  else float("inf"))
-        choice = decide(self.cfg.policy, mig, rec, budget)
-        action = choice.action
-        if action == MIGRATE and not self.slots.acquire():
-            action = RECOMPUTE  # every slot busy: recompute rather than wait
-            self.slot_fallbacks += 1
+        budget = ttft_budget(sim.workload.slo_s, now, req.arrival_s, rs.first_token)
+        plan = plan_recovery(
+            self.cfg.policy, rs.kv_bytes, req.input_len,
+            recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma),
+            sim.scheduler.load_time(cand), max(0.0, self.backlog.get(target, 0.0) - now),
+            self.table, budget, self.slots)
+        self.slot_fallbacks += plan.slot_fallback
+        action = plan.action
         if action == ABORT:
             sim.scheduler.transfer_done(rs.prefill, decision.tier)
-            self._abort(rs, f"decode {rs.decode} failed; {choice.reason}")
+            self._abort(rs, f"decode {rs.decode} failed; {plan.reason}")
             return
         self.decisions[action] += 1
         rs.recovery = action
@@ -88,7 +81,7 @@ class RecoveryManager:
             return
         sim.scheduler.transfer_done(rs.prefill, decision.tier)  # no network transfer
         start = max(now, self.backlog.get(target, 0.0))
-        end = start + self.table.time(req.input_len)
+        end = start + plan.recompute_s
         self.backlog[target] = end
         sim.loop.at(end, lambda: sim.kv_ready(rs))
 

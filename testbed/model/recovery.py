@@ -160,3 +160,36 @@ def crossover_curve(kv_bytes_of, table: PrefillTable, bandwidths_bps: Sequence[f
              "crossover_queue": crossover_queue_depth(kv_bytes_of(n), b, n, table,
                                                       per_request_delay_s)}
             for b in bandwidths_bps for n in lengths]
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    action: str  # migrate | recompute | abort
+    migrate_s: float
+    recompute_s: float  # the prefill time alone (what the target must spend)
+    reason: str = ""
+    slot_fallback: bool = False  # wanted to migrate, no slot free
+
+
+def plan_recovery(policy: str, kv_bytes: float, prompt_tokens: int, bandwidth_bps: float,
+                  target_wait_s: float, recompute_backlog_s: float, table: PrefillTable,
+                  budget_s: float, slots: MigrationSlots) -> RecoveryPlan:
+    """Both engines' recovery step: price both paths on the chosen target, let the
+    policy decide, and take a migration slot (recompute when none is free)."""
+    mig = migrate_cost(kv_bytes, bandwidth_bps, target_wait_s)
+    rec = recompute_cost(prompt_tokens, table, recompute_backlog_s + target_wait_s)
+    choice = decide(policy, mig, rec, budget_s)
+    prefill_s = table.time(prompt_tokens)
+    if choice.action == MIGRATE and not slots.acquire():
+        return RecoveryPlan(RECOMPUTE, mig, prefill_s, "no migration slot free", True)
+    return RecoveryPlan(choice.action, mig, prefill_s, choice.reason)
+
+
+def ttft_budget(slo_s: float, now: float, arrival_s: float, first_token: float | None) -> float:
+    """What is left of the TTFT SLO; unbounded once the first token was delivered."""
+    return float("inf") if first_token is not None else slo_s - (now - arrival_s)
+
+
+def prefill_table_for(points, timing) -> PrefillTable:
+    """The scenario's profiled table, or the timing model's T_prefill as one."""
+    return PrefillTable(tuple(map(tuple, points))) if points else PrefillTable.from_timing(timing)

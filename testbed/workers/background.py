@@ -38,6 +38,8 @@ def stream_rate_bps(fraction: float, tier_gbps: float, scale: float, dilation: f
 class BackgroundTraffic:
     def __init__(self, spec, instance: str, ip: str, hosts: dict[str, str], port: int,
                  fractions: dict[int, float], scale: float, dilation: float):
+        self.spec, self.instance, self.hosts = spec, instance, hosts
+        self.scale, self.dilation = scale, dilation
         self.streams = []
         for tier, f in sorted(fractions.items()):
             other = partner(spec, instance, tier) if f > 0 else None
@@ -56,6 +58,20 @@ class BackgroundTraffic:
             threading.Thread(target=self._send, args=(host, rate), daemon=True,
                              name=f"bg-{host}").start()
         return self
+
+    def surge(self, tier: int, fraction: float, until_wall: float) -> bool:
+        """An extra stream at `fraction` of the tier until a wall-clock time (a fault)."""
+        other = partner(self.spec, self.instance, tier)
+        if other is None or fraction <= 0:
+            return False
+        if self._sink is None:
+            self._sink = socket.create_server((self.ip, self.port))
+            threading.Thread(target=self._accept, daemon=True, name="bg-sink").start()
+        rate = stream_rate_bps(fraction, self.spec.tier_bandwidth_gbps[tier], self.scale,
+                               self.dilation)
+        threading.Thread(target=self._send, args=(self.hosts[other], rate, until_wall),
+                         daemon=True, name=f"surge-{tier}").start()
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,7 +95,7 @@ class BackgroundTraffic:
                 except OSError:
                     return
 
-    def _send(self, host: str, rate_bps: float) -> None:
+    def _send(self, host: str, rate_bps: float, until_wall: float = float("inf")) -> None:
         """Paced in 16 KiB writes: the long-run rate is rate_bps, bursts one chunk."""
         deadline = time.monotonic() + 30.0
         sock = None
@@ -94,7 +110,7 @@ class BackgroundTraffic:
         interval = CHUNK * 8 / rate_bps
         next_at = time.monotonic()
         with sock:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and time.time() < until_wall:
                 try:
                     sock.sendall(_ZEROS)
                 except OSError:

@@ -4,6 +4,7 @@ run's start, hand messages to one RealTimeLoop, leave when told (or when the rou
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -60,7 +61,8 @@ class Worker:
     def run(self) -> int:
         try:
             self.conn = connect(self.cfg.router_socket, self.instance)
-            self.conn.send({"type": "hello", "role": self.role, "instance": self.instance})
+            self.conn.send({"type": "hello", "role": self.role, "instance": self.instance,
+                            "pid": os.getpid()})
             for msg in self.hello_extra():
                 self.conn.send(msg)
             self.conn.read_forever(lambda _c, m: self.loop.post(lambda: self._dispatch(m)),

@@ -24,6 +24,7 @@ class RunConfig:
     kv_port: int
     bg_port: int
     hosts: dict[str, str] = field(default_factory=dict)  # instance -> IP on the fabric
+    controller_pid: int | None = None  # for controller_down faults
 
     def save(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))

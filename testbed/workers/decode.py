@@ -56,6 +56,7 @@ class DecodeWorker(Worker):
         self.shards: dict[str, int] = {}
         self.landing: dict[str, Landing] = {}
         self.seq_seen = 0
+        self.recompute_free = 0.0
         self.receiver = KVReceiver(cfg.hosts[instance], cfg.kv_port,
                                    lambda r: self.loop.post(lambda: self._shard(r)),
                                    lambda why: self.loop.post(lambda: self._bad_stream(why)))
@@ -84,12 +85,21 @@ class DecodeWorker(Worker):
         self.receiver.start()
         if self.background.streams:
             self.background.start()
+        self._beat()
+
+    def _beat(self) -> None:
+        """The liveness signal the router's failure detector counts (recovery.heartbeat_s)."""
+        self.send({"type": "heartbeat", "instance": self.instance, "time": self.loop.now})
+        self.loop.after(self.scenario.recovery.heartbeat_s, self._beat)
 
     # -- events --------------------------------------------------------------------------
     def handle(self, msg: dict) -> None:
         kind = msg["type"]
         if kind == "assign":
             self._assign(msg)
+        elif kind == "surge":
+            self.background.surge(int(msg["tier"]), float(msg["fraction"]),
+                                  self.loop.clock.wall(float(msg["until"])))
         elif kind == "cancel":
             rs = self.assigned.pop(msg["request"], None)
             if rs is not None:
@@ -111,7 +121,22 @@ class DecodeWorker(Worker):
         self.assigned[rid] = rs
         self.shards[rid] = int(msg["shards"])
         self.report()
+        recompute_s = float(msg.get("recompute_s") or 0.0)
+        if recompute_s > 0:  # KVRS recompute: this GPU reruns the prefill, in its own FIFO
+            start = max(self.loop.now, self.recompute_free)
+            self.recompute_free = start + recompute_s
+            self.loop.at(self.recompute_free, lambda: self._recomputed(rid, start))
+            return
         self._maybe_landed(rid)
+
+    def _recomputed(self, rid: str, start: float) -> None:
+        rs = self.assigned.get(rid)
+        if rs is None:
+            return
+        self.dec.kv_landed(rs)
+        self.send({"type": "kv_done", "request": rid, "decode": self.instance, "bytes": 0,
+                   "start": start, "end": self.loop.now})
+        self.report()
 
     def _shard(self, result: ShardResult) -> None:
         land = self.landing.setdefault(result.request, Landing())
@@ -136,14 +161,15 @@ class DecodeWorker(Worker):
                    "error": f"bad KV stream: {why}"})
 
     def _first_token(self, rs: RequestState) -> None:
-        self.send({"type": "first_token", "request": rs.req.request_id, "time": rs.first_token})
+        self.send({"type": "first_token", "request": rs.req.request_id, "time": rs.first_token,
+                   "instance": self.instance})
         self.report()  # admission moved it from the queue into the batch
 
     def _completed(self, rs: RequestState) -> None:
         self.assigned.pop(rs.req.request_id, None)
         self.shards.pop(rs.req.request_id, None)
         self.send({"type": "complete", "request": rs.req.request_id, "time": rs.done,
-                   "entry_iter_s": rs.entry_iter_s})
+                   "entry_iter_s": rs.entry_iter_s, "instance": self.instance})
         self.report()
 
     def shutdown(self) -> None:

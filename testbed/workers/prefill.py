@@ -42,6 +42,9 @@ class PrefillWorker(Worker):
             self.loop.at(end, lambda: self.send({
                 "type": "prefill_done", "request": req.request_id, "instance": self.instance,
                 "start": rs.prefill_start, "end": self.loop.now}))
+        elif msg["type"] == "surge":
+            self.background.surge(int(msg["tier"]), float(msg["fraction"]),
+                                  self.loop.clock.wall(float(msg["until"])))
         elif msg["type"] == "decision":
             threading.Thread(target=self._push, args=(msg,), daemon=True,
                              name=f"kv-{msg['request']}").start()
@@ -55,7 +58,7 @@ class PrefillWorker(Worker):
         except (OSError, ValueError) as exc:
             reason = f"KV transfer to {msg['decode']} failed: {exc}"
             self.loop.post(lambda: self.send({"type": "failed", "request": rid,
-                                              "reason": reason}))
+                                              "reason": reason, "decode": msg["decode"]}))
             return
         clock = self.loop.clock
         shards = [{"shard": r.shard, "wire_bytes": r.bytes, "start": clock.to_modelled(r.start),

@@ -43,6 +43,8 @@ REQUIRED = {
     # router -> every worker: modelled time zero is wall clock t0; the run is over
     "start": ("t0",),
     "stop": (),
+    # router -> instance workers: a background surge on a tier until a modelled time
+    "surge": ("tier", "fraction", "until"),
 }
 
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -32,10 +33,12 @@ from testbed.lifecycle import RequestState, request_row
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
+from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop, RunClock
 from testbed.workers.config import RunConfig
+from testbed.workers.faults import FaultState, fault_interfaces, set_links
 from testbed.workers.kvstream import scaled_bytes
 from testbed.workloads.requests import Request
 
@@ -146,6 +149,8 @@ class Router:
         self._stop = threading.Event()
         self.finished = False
         self.outcome = "running"
+        self.faults = FaultState(sc.recovery, self.timing)
+        self.pids: dict[str, int] = {}
 
     # -- oracle and intents (their own threads; decisions read self.oracle) ------------------
     def _refresh_oracle(self) -> None:
@@ -174,6 +179,8 @@ class Router:
                           lambda c, why: self.loop.post(lambda: self._closed(c, why)))
 
     def _closed(self, conn: Connection, why: str) -> None:
+        if conn.name in self.views:
+            return  # a decode instance is declared dead by missed heartbeats, then recovered
         if not self.finished and conn.name in self.expected_workers - {"loadgen"}:
             self.ledger.errors.append(f"worker {conn.name} disconnected: {why}")
             self._fail_involving(conn.name, f"worker {conn.name} exited ({why})")
@@ -183,6 +190,8 @@ class Router:
         if kind == "hello":
             conn.name = msg["instance"]
             self.conns[conn.name] = conn
+            if msg.get("pid"):
+                self.pids[conn.name] = int(msg["pid"])
             if set(self.conns) >= self.expected_workers:
                 self._start()
             return
@@ -210,6 +219,9 @@ class Router:
         threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
         threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
         self._broadcast({"type": "start", "t0": t0})
+        self.loop.at(self.faults.cfg.heartbeat_s, self._check_heartbeats)
+        for fault in self.sc.faults:
+            self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
 
     # -- request path --------------------------------------------------------------------------
     def _on_request(self, msg: dict) -> None:
@@ -236,10 +248,10 @@ class Router:
             return
         rs.prefill, rs.prefill_start, rs.prefill_end = msg["instance"], msg["start"], msg["end"]
         req = rs.req
-        cands = [v.candidate(name, req) for name, v in self.views.items()]
+        cands = self._candidates(req)
         t0 = time.perf_counter()
         decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
-                                         rs.prefill, cands, self.oracle)
+                                         rs.prefill, cands, self._oracle_view())
         self.decision_us.append((time.perf_counter() - t0) * 1e6)
         if decision.rejected:
             rs.terminate("rejected", decision.reason)
@@ -249,19 +261,27 @@ class Router:
         rs.hit_tokens, rs.eff_bytes = decision.hit_tokens, decision.effective_bytes
         rs.predicted_transfer_s = decision.predicted_transfer_s
         rs.transfer_start = self.loop.now
+        self._send_work(rs)
+
+    def _send_work(self, rs: RequestState, recompute_s: float = 0.0) -> None:
+        """Tell the decode instance to expect the request (reserve memory) and the prefill
+        instance to send its KV; a recompute needs no transfer."""
+        req = rs.req
         output_bytes = kv_cache_bytes(self.model, req.output_len)
         view = self.views[rs.decode]
         view.seq += 1
         view.pending[view.seq] = (rs.eff_bytes + output_bytes
                                   + rs.hit_tokens * kv_bytes_per_token(self.model))
-        wire = [scaled_bytes(rs.eff_bytes / self.shards, self.cfg.scale)
-                for _ in range(self.shards)]
+        shards = 0 if recompute_s else self.shards
+        wire = [scaled_bytes(rs.eff_bytes / self.shards, self.cfg.scale) for _ in range(shards)]
         self.ledger.wire_expected[req.request_id] = sum(wire)
         self._send(rs.decode, {"type": "assign", "request": req.request_id, "seq": view.seq,
                                "input_len": req.input_len, "output_len": req.output_len,
                                "hash_ids": list(req.hash_ids), "hit_tokens": rs.hit_tokens,
                                "bytes": rs.eff_bytes, "output_bytes": output_bytes,
-                               "shards": self.shards})
+                               "shards": shards, "recompute_s": recompute_s})
+        if recompute_s:
+            return
         self._send(rs.prefill, {"type": "decision", "request": req.request_id,
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
@@ -286,15 +306,20 @@ class Router:
 
     def _on_kv_done(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
-        if rs is None or rs.transfer_end is not None:
-            return
+        if rs is None or rs.transfer_end is not None or msg["decode"] != rs.decode:
+            return  # a late report from an instance the request has left
         rs.transfer_end = float(msg["end"])
         self.ledger.wire_received[rs.req.request_id] = int(msg["bytes"])
+        if rs.recovery == RECOMPUTE:
+            return  # no network transfer was counted in flight
         self.scheduler.transfer_done(rs.prefill, rs.tier)
+        if rs.recovery == MIGRATE:
+            self.faults.slots.release()
+            self.faults.ewma.observe(rs.eff_bytes, rs.transfer_end - rs.transfer_start)
 
     def _on_first_token(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
-        if rs is not None:
+        if rs is not None and rs.first_token is None:  # a recovered request keeps its first
             rs.first_token = float(msg["time"])
 
     def _on_complete(self, msg: dict) -> None:
@@ -304,15 +329,20 @@ class Router:
         if rs.state is not None:
             self.ledger.duplicates += 1
             return
+        if msg.get("instance", rs.decode) != rs.decode:
+            return
         rs.done = float(msg["time"])
         rs.entry_iter_s = msg.get("entry_iter_s")
-        rs.terminate("completed")
+        rs.terminate({MIGRATE: "migrated", RECOMPUTE: "recomputed"}.get(rs.recovery,
+                                                                         "completed"))
         self._check_done()
 
     def _on_failed(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
         if rs is None or rs.state is not None:
             return
+        if msg.get("decode", rs.decode) != rs.decode or rs.decode in self.faults.suspects():
+            return  # the transfer to a dying instance failed: recovery takes the request
         self._fail(rs, str(msg["reason"]))
         self._check_done()
 
@@ -322,6 +352,7 @@ class Router:
             view.apply(msg)
 
     def _on_heartbeat(self, msg: dict) -> None:
+        self.faults.last_beat[msg["instance"]] = self.loop.now
         if msg.get("error"):
             self.ledger.errors.append(f"{msg['instance']}: {msg['error']}")
 
@@ -331,6 +362,103 @@ class Router:
         self._check_done()
 
     # -- endings -------------------------------------------------------------------------------
+    # -- faults and recovery -----------------------------------------------------------------
+    def _candidates(self, req: Request) -> list[Candidate]:
+        return [v.candidate(name, req) for name, v in self.views.items()
+                if name not in self.faults.dead]
+
+    def _oracle_view(self) -> Oracle:
+        """The last oracle; past oracle_max_age_s, its static tier map (no congestion)."""
+        age = (time.time() - self.oracle.generated_at) / self.cfg.dilation
+        self.faults.note_oracle_age(self.loop.now, age)
+        if age <= self.faults.cfg.oracle_max_age_s:
+            return self.oracle
+        self.faults.stale_decisions += 1
+        return self.oracle.with_congestion({}, self.oracle.generated_at)
+
+    def _check_heartbeats(self) -> None:
+        limit = self.faults.cfg.missed_heartbeats * self.faults.cfg.heartbeat_s
+        for name in self.views:
+            if name not in self.faults.dead and \
+                    self.loop.now - self.faults.last_beat.get(name, 0.0) > limit:
+                self._declare_dead(name)
+        if not self.finished:
+            self.loop.after(self.faults.cfg.heartbeat_s, self._check_heartbeats)
+
+    def _declare_dead(self, name: str) -> None:
+        self.faults.dead.add(name)
+        self.faults.log.append({"time": self.loop.now, "event": "declared dead", "target": name})
+        for rs in list(self.states.values()):
+            if rs.state is None and rs.decode == name:
+                if rs.transfer_end is None and rs.recovery != RECOMPUTE:
+                    self.scheduler.transfer_done(rs.prefill, rs.tier)
+                    if rs.recovery == MIGRATE:
+                        self.faults.slots.release()
+                self._recover(rs)
+        self._check_done()
+
+    def _recover(self, rs: RequestState) -> None:
+        req, now = rs.req, self.loop.now
+        oracle = self._oracle_view()
+        cands = self._candidates(req)
+        decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
+                                         rs.prefill, cands, oracle)
+        lost = rs.decode
+        if decision.rejected:
+            self._abort(rs, f"decode {lost} failed; {decision.reason}")
+            return
+        cand = next(c for c in cands if c.instance == decision.decode)
+        fresh = (time.time() - self.oracle.generated_at) / self.cfg.dilation \
+            <= self.faults.cfg.oracle_max_age_s
+        plan = self.faults.plan(rs, decision.decode, self.scheduler.load_time(cand), oracle,
+                                fresh, now, self.sc.slo_s())
+        if plan.action == ABORT:
+            self.scheduler.transfer_done(rs.prefill, decision.tier)
+            self._abort(rs, f"decode {lost} failed; {plan.reason}")
+            return
+        self.faults.decisions[plan.action] += 1
+        rs.recovery = plan.action
+        rs.decode, rs.tier = decision.decode, decision.tier
+        rs.hit_tokens, rs.transfer_start, rs.transfer_end = 0, now, None
+        if plan.action == MIGRATE:
+            rs.eff_bytes = rs.kv_bytes
+            self._send_work(rs)
+        else:
+            rs.eff_bytes = 0.0
+            self.scheduler.transfer_done(rs.prefill, decision.tier)  # no network transfer
+            self._send_work(rs, recompute_s=plan.recompute_s)
+
+    def _abort(self, rs: RequestState, reason: str) -> None:
+        rs.recovery = ABORT
+        self.faults.decisions[ABORT] += 1
+        rs.terminate("aborted", reason)
+        self._check_done()
+
+    def _inject(self, fault) -> None:
+        """Make a scenario fault happen on the real system, at its modelled time."""
+        self.faults.log.append({"time": self.loop.now, "event": fault.kind,
+                                "target": fault.target})
+        back = fault.duration_s * self.cfg.dilation if fault.duration_s else None
+        try:
+            if fault.kind == "decode_down":
+                os.kill(self.pids[fault.target], signal.SIGKILL)
+            elif fault.kind == "controller_down" and self.cfg.controller_pid:
+                os.kill(self.cfg.controller_pid, signal.SIGSTOP)
+                if back:
+                    threading.Timer(back, os.kill, (self.cfg.controller_pid,
+                                                    signal.SIGCONT)).start()
+            elif fault.kind in ("link_down", "tor_down"):
+                intfs = fault_interfaces(self.sc.fabric(), fault)
+                set_links(intfs, up=False)
+                if back:
+                    threading.Timer(back, set_links, (intfs, True)).start()
+            elif fault.kind == "background":
+                self._broadcast({"type": "surge", "tier": fault.tier,
+                                 "fraction": fault.fraction,
+                                 "until": self.loop.now + (fault.duration_s or 1e9)})
+        except (OSError, KeyError) as exc:
+            self.ledger.errors.append(f"fault {fault.kind} {fault.target}: {exc}")
+
     def _fail(self, rs: RequestState, reason: str) -> None:
         if rs.decode is not None and rs.transfer_end is None:
             self.scheduler.transfer_done(rs.prefill, rs.tier)
@@ -379,6 +507,11 @@ class Router:
             "oracle_fetches": self.oracle_fetches, "oracle_errors": self.oracle_errors,
             "intents_posted": self.intents_posted,
             "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
+            "recovery_decisions": {k: self.faults.decisions.get(k, 0)
+                                   for k in (MIGRATE, RECOMPUTE, ABORT)},
+            "migration_slot_fallbacks": self.faults.slot_fallbacks,
+            "stale_oracle_decisions": self.faults.stale_decisions,
+            "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
         }
 
     # -- main ------------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""The router's side of faults: heartbeat bookkeeping, KVRS recovery state, and making a
+scenario's link and ToR failures happen on the emulated fabric."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from testbed.model.recovery import (
+    BandwidthEWMA,
+    MigrationSlots,
+    RecoveryPlan,
+    plan_recovery,
+    prefill_table_for,
+    recovery_bandwidth_bps,
+    ttft_budget,
+)
+
+
+class FaultState:
+    def __init__(self, cfg, timing):
+        self.cfg = cfg
+        self.table = prefill_table_for(cfg.prefill_table, timing)
+        self.slots = MigrationSlots(cfg.migration_slots)
+        self.ewma = BandwidthEWMA()
+        self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
+        self.decisions: Counter[str] = Counter()
+        self.slot_fallbacks = 0
+        self.last_beat: dict[str, float] = {}
+        self.dead: set[str] = set()
+        self.stale_decisions = 0
+        self.max_age = 0.0
+        self.log: list[dict] = []
+
+    def suspects(self) -> set[str]:
+        return self.dead
+
+    def note_oracle_age(self, now: float, age: float) -> None:
+        self.max_age = max(self.max_age, age)
+
+    def plan(self, rs, target: str, wait_s: float, oracle, fresh: bool, now: float,
+             slo_s: float) -> RecoveryPlan:
+        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, fresh, self.ewma)
+        budget = ttft_budget(slo_s, now, rs.req.arrival_s, rs.first_token)
+        plan = plan_recovery(self.cfg.policy, rs.kv_bytes, rs.req.input_len, bw, wait_s,
+                             max(0.0, self.backlog.get(target, 0.0) - now), self.table,
+                             budget, self.slots)
+        self.slot_fallbacks += plan.slot_fallback
+        if plan.action == "recompute":
+            self.backlog[target] = max(now, self.backlog.get(target, 0.0)) + plan.recompute_s
+        return plan
+
+
+def fault_interfaces(fabric, fault) -> list[str]:
+    """The switch-side interfaces (root namespace) of a failing link or ToR."""
+    out = []
+    for link in fabric.links:
+        names = (f"{link.a}-{link.b}", f"{link.b}-{link.a}")
+        hit = fault.target in names if fault.kind == "link_down" else \
+            fault.target in (link.a, link.b)
+        if hit:
+            out += [fabric.intf_name(n, link.port_of(n)) for n in (link.a, link.b)
+                    if n in fabric.switches]
+    return out
+
+
+def set_links(interfaces: list[str], up: bool) -> None:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        for name in interfaces:
+            idx = ipr.link_lookup(ifname=name)
+            if idx:
+                ipr.link("set", index=idx[0], state="up" if up else "down")
