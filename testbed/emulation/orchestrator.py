@@ -161,6 +161,11 @@ def run_counters(result: dict, workload, fidelity: dict) -> dict:
         "fidelity": fidelity["verdict"], "cpu_busy_p95": fidelity["cpu_busy_p95"],
         "worst_link_ratio": fidelity["worst_ratio"],
         "worker_errors": len(result["errors"]),
+        "recovery_decisions": {k: float(v) for k, v in result["recovery_decisions"].items()},
+        "migration_slot_fallbacks": result["migration_slot_fallbacks"],
+        "stale_oracle_decisions": result["stale_oracle_decisions"],
+        "oracle_age_max_s": result["oracle_age_max_s"],
+        "faults_injected": sum(f["event"] != "declared dead" for f in result["faults"]),
     }
 
 

@@ -31,9 +31,6 @@ class FaultState:
         self.max_age = 0.0
         self.log: list[dict] = []
 
-    def suspects(self) -> set[str]:
-        return self.dead
-
     def note_oracle_age(self, now: float, age: float) -> None:
         self.max_age = max(self.max_age, age)
 

@@ -341,10 +341,18 @@ class Router:
         rs = self.states.get(msg["request"])
         if rs is None or rs.state is not None:
             return
-        if msg.get("decode", rs.decode) != rs.decode or rs.decode in self.faults.suspects():
-            return  # the transfer to a dying instance failed: recovery takes the request
-        self._fail(rs, str(msg["reason"]))
-        self._check_done()
+        if msg.get("decode", rs.decode) != rs.decode or rs.decode in self.faults.dead:
+            return  # recovery has taken the request elsewhere
+        # A transfer that broke may mean its receiver died: give the failure detector its
+        # full window to say so (then recovery takes the request) before failing it.
+        decode = rs.decode
+        wait = (self.faults.cfg.missed_heartbeats + 1) * self.faults.cfg.heartbeat_s
+        self.loop.after(wait, lambda: self._transfer_failed(rs, decode, str(msg["reason"])))
+
+    def _transfer_failed(self, rs: RequestState, decode: str, reason: str) -> None:
+        if rs.state is None and rs.decode == decode and decode not in self.faults.dead:
+            self._fail(rs, reason)
+            self._check_done()
 
     def _on_state(self, msg: dict) -> None:
         view = self.views.get(msg["instance"])

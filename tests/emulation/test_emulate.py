@@ -101,3 +101,35 @@ def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_
     assert left.empty, left.describe()
     (folder,) = (tmp_path / "results").glob("fabric-test-emulation-*")
     assert "interrupted" in (folder / PARTIAL).read_text()
+
+
+def test_faults_on_packets_lose_nothing(tmp_path):
+    """A decode worker killed, a core link cut and restored, the controller stopped and
+    resumed, all in one short run: every request ends, the dead one's are recovered."""
+    path = write_small(tmp_path, TRACE, {
+        **SHORT, "schedulers": ["rr"], "workload.load": 2.0, "workload.measure_s": 6,
+        "recovery": {"policy": "adaptive", "heartbeat_s": 0.2, "missed_heartbeats": 3,
+                     "oracle_max_age_s": 1.0},
+        "faults": [{"at_s": 1.5, "kind": "link_down", "target": "agg0-core0", "duration_s": 1.5},
+                   {"at_s": 4.0, "kind": "decode_down", "target": "i4"},
+                   {"at_s": 5.0, "kind": "controller_down", "duration_s": 3.0}]})
+    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                           str(tmp_path / "results"), "--quiet"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+    (cell,) = (tmp_path / "results").glob("fabric-test-emulation-*/cells/000-base/rr/seed1")
+    requests = rows(cell / "requests.csv")
+    sc = load_scenario(path)
+    assert len(requests) == len(build_workload(sc, sc.seed).requests)
+    states = {r["state"] for r in requests}
+    assert states <= {"completed", "migrated", "recomputed", "aborted"}, states
+    affected = [r for r in requests if r["recovery"]]
+    assert affected and all(r["decode"] != "i4" for r in affected if r["state"] != "aborted")
+    router = json.loads((cell / "router.json").read_text())
+    assert [f["event"] for f in router["faults"]][:3] == ["link_down", "decode_down",
+                                                          "declared dead"]
+    assert router["stale_oracle_decisions"] > 0  # it kept deciding on the aged oracle
+    assert router["oracle_age_max_s"] > 1.0  # ... and saw the gap
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["wire_bytes_sent"] == summary["wire_bytes_received"]
