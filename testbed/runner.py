@@ -200,6 +200,9 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         "scheduler", "TTFT mean±std (ms)", "P50", "P99", "TBT (ms)", "SLO", "goodput (rps)",
         "xfer (ms)", "tiers T0:T1:T2:T3 (%)", "vs RR", "vs CLA*",
     ]
+    faults = bool(scenario.faults) or any("faults" in k for k in keys)
+    if faults:  # what the failures cost and how they were handled
+        head += ["affected TTFT (ms)", "migrate:recompute:abort"]
     by_point: dict[str, dict[str, Row]] = {}
     for row in rows:
         by_point.setdefault(repr(row.point), {})[row.scheduler] = row
@@ -215,7 +218,9 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             _fmt(s["slo_attainment"], 3), _fmt(s["goodput_rps"], 2),
             _fmt(s["transfer_mean_ms"]), tiers,
             _delta(row, peers.get("rr")), _delta(row, peers.get("cla")),
-        ])
+        ] + ([_fmt(s.get("affected_ttft_mean_ms")),
+              ":".join(_fmt(s.get("recovery_decisions", {}).get(k), 1)
+                       for k in ("migrate", "recompute", "abort"))] if faults else []))
     return head, body
 
 

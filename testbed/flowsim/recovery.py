@@ -61,7 +61,8 @@ class RecoveryManager:
         budget = ttft_budget(sim.workload.slo_s, now, req.arrival_s, rs.first_token)
         plan = plan_recovery(
             self.cfg.policy, rs.kv_bytes, req.input_len,
-            recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma),
+            recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma,
+                                   sim.scheduler.inflight.get(decision.tier, rs.prefill)),
             sim.scheduler.load_time(cand), max(0.0, self.backlog.get(target, 0.0) - now),
             self.table, budget, self.slots)
         self.slot_fallbacks += plan.slot_fallback

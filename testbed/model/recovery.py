@@ -145,11 +145,14 @@ class BandwidthEWMA:
 
 
 def recovery_bandwidth_bps(oracle, prefill: str, target: str, oracle_fresh: bool,
-                           ewma: BandwidthEWMA) -> float:
-    """Live per-tier bandwidth from the oracle (B_tier x (1 - congestion)), else the EWMA."""
+                           ewma: BandwidthEWMA, n_inflight: int = 0) -> float:
+    """Live per-tier bandwidth from the oracle, shared with the prefill instance's other
+    transfers in flight on that tier (NetKV's B_eff, eq. 3); else the EWMA of
+    measured migrations."""
     if oracle_fresh or ewma.value is None:
         tier = oracle.tier(prefill, target)
-        return 8 * effective_bandwidth(oracle.bandwidth(tier), oracle.congestion_of(tier), 0)
+        return 8 * effective_bandwidth(oracle.bandwidth(tier), oracle.congestion_of(tier),
+                                       n_inflight)
     return ewma.value
 
 

@@ -35,8 +35,8 @@ class FaultState:
         self.max_age = max(self.max_age, age)
 
     def plan(self, rs, target: str, wait_s: float, oracle, fresh: bool, now: float,
-             slo_s: float) -> RecoveryPlan:
-        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, fresh, self.ewma)
+             slo_s: float, n_inflight: int = 0) -> RecoveryPlan:
+        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, fresh, self.ewma, n_inflight)
         budget = ttft_budget(slo_s, now, rs.req.arrival_s, rs.first_token)
         plan = plan_recovery(self.cfg.policy, rs.kv_bytes, rs.req.input_len, bw, wait_s,
                              max(0.0, self.backlog.get(target, 0.0) - now), self.table,

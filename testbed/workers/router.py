@@ -419,7 +419,8 @@ class Router:
         fresh = (time.time() - self.oracle.generated_at) / self.cfg.dilation \
             <= self.faults.cfg.oracle_max_age_s
         plan = self.faults.plan(rs, decision.decode, self.scheduler.load_time(cand), oracle,
-                                fresh, now, self.sc.slo_s())
+                                fresh, now, self.sc.slo_s(),
+                                self.scheduler.inflight.get(decision.tier, rs.prefill))
         if plan.action == ABORT:
             self.scheduler.transfer_done(rs.prefill, decision.tier)
             self._abort(rs, f"decode {lost} failed; {plan.reason}")
