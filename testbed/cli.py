@@ -56,6 +56,8 @@ def main() -> None:
     \b
       testbed check scenarios/default.yaml      validate and describe a scenario
       testbed simulate scenarios/default.yaml   run it in the flow-level simulator
+      testbed validate scenarios/validate.yaml  packets vs flow model (root)
+      testbed provision --local                 make this machine a testbed host
     """
 
 
