@@ -207,6 +207,10 @@ class RecoveryCfg(_Strict):
         None, description="[[tokens, seconds], ...] for recompute; default: timing model")
     oracle_max_age_s: float = Field(
         5.0, gt=0, description="older oracle: fall back to the static tier map")
+    recompute_target: Literal["scheduler", "local"] = Field(
+        "scheduler", description="where a recompute runs: the scheduler's pick (as a "
+        "migration), or the least-loaded healthy instance nearest the failed one (KVRS's "
+        "intra-node recompute)")
 
 
 class FaultCfg(_Strict):

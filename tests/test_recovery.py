@@ -77,3 +77,36 @@ def test_ewma_of_measured_rates():
     ewma.observe(1e9, 1.0)  # 8 Gbit/s
     ewma.observe(1e9, 0.5)  # 16 Gbit/s
     assert ewma.value == pytest.approx(12e9)
+
+
+def test_plan_prices_each_path_on_its_own_target_and_falls_back_without_a_slot():
+    from testbed.model.recovery import plan_recovery
+
+    slots = MigrationSlots(1)
+    # migrating to an idle remote instance beats recomputing behind a loaded local one
+    plan = plan_recovery("adaptive", 1.21e9, 1477, 25 * GBPS, migrate_wait_s=0.0,
+                         recompute_wait_s=0.0, recompute_backlog_s=0.6,
+                         table=OPT13B_PREFILL, budget_s=5.0, slots=slots)
+    assert plan.action == "migrate" and plan.migrate_s == pytest.approx(0.3872)
+    again = plan_recovery("adaptive", 1.21e9, 1477, 25 * GBPS, 0.0, 0.0, 0.6, OPT13B_PREFILL,
+                          5.0, slots)  # the only slot is taken
+    assert again.action == "recompute" and again.slot_fallback
+    idle = plan_recovery("adaptive", 1.21e9, 1477, 25 * GBPS, 0.0, 0.0, 0.0, OPT13B_PREFILL,
+                         5.0, MigrationSlots())
+    assert idle.action == "recompute"  # an idle local GPU recomputes 1477 tokens in 89 ms
+
+
+def test_nearest_instance_prefers_the_failed_ones_rack_then_the_least_loaded():
+    from testbed.model.recovery import nearest_instance
+    from testbed.scenario import load_scenario
+    from tests.conftest import ROOT
+
+    spec = load_scenario(ROOT / "scenarios" / "default.yaml").cluster.spec()
+    decodes = [i.name for i in spec.decode_pool if i.name != "i6"]
+    rack = sorted(n for n in decodes if spec.tier("i6", n) == 1)  # i4, i5
+    assert nearest_instance(spec, "i6", decodes, lambda n: 0.0) == "i7"  # same server
+    without = [n for n in decodes if n != "i7"]
+    load = {"i4": 2.0, "i5": 1.0}
+    assert nearest_instance(spec, "i6", without, lambda n: load.get(n, 0.0)) == "i5"
+    busy = {n: (9.0 if n in rack else 0.0) for n in without}
+    assert nearest_instance(spec, "i6", without, busy.get) in rack  # locality before load

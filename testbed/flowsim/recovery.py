@@ -22,6 +22,7 @@ from testbed.model.recovery import (
     MIGRATE,
     BandwidthEWMA,
     MigrationSlots,
+    nearest_instance,
     plan_recovery,
     prefill_table_for,
     recovery_bandwidth_bps,
@@ -56,14 +57,17 @@ class RecoveryManager:
         if decision.rejected:
             self._abort(rs, f"decode {rs.decode} failed; {decision.reason}")
             return
-        target = decision.decode
-        cand = next(c for c in cands if c.instance == target)
+        by_name = {c.instance: c for c in cands}
+        load = lambda n: sim.scheduler.load_time(by_name[n])  # noqa: E731
+        mig_target = decision.decode
+        rec_target = (nearest_instance(sim.spec, rs.decode, list(by_name), load)
+                      if self.cfg.recompute_target == "local" else mig_target)
         budget = ttft_budget(sim.workload.slo_s, now, req.arrival_s, rs.first_token)
         plan = plan_recovery(
             self.cfg.policy, rs.kv_bytes, req.input_len,
-            recovery_bandwidth_bps(oracle, rs.prefill, target, sim.oracle_fresh(), self.ewma,
+            recovery_bandwidth_bps(oracle, rs.prefill, mig_target, sim.oracle_fresh(), self.ewma,
                                    sim.scheduler.inflight.get(decision.tier, rs.prefill)),
-            sim.scheduler.load_time(cand), max(0.0, self.backlog.get(target, 0.0) - now),
+            load(mig_target), load(rec_target), max(0.0, self.backlog.get(rec_target, 0.0) - now),
             self.table, budget, self.slots)
         self.slot_fallbacks += plan.slot_fallback
         action = plan.action
@@ -71,9 +75,10 @@ class RecoveryManager:
             sim.scheduler.transfer_done(rs.prefill, decision.tier)
             self._abort(rs, f"decode {rs.decode} failed; {plan.reason}")
             return
+        target = mig_target if action == MIGRATE else rec_target
         self.decisions[action] += 1
         rs.recovery = action
-        rs.decode, rs.tier = target, decision.tier
+        rs.decode, rs.tier = target, sim.oracle.tier(rs.prefill, target)
         rs.hit_tokens, rs.transfer_start, rs.transfer_end = 0, now, None
         rs.eff_bytes = rs.kv_bytes if action == MIGRATE else 0.0
         sim.decode[target].assign(rs, 0, kv_cache_bytes(sim.model, req.output_len))

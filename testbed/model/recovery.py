@@ -175,12 +175,13 @@ class RecoveryPlan:
 
 
 def plan_recovery(policy: str, kv_bytes: float, prompt_tokens: int, bandwidth_bps: float,
-                  target_wait_s: float, recompute_backlog_s: float, table: PrefillTable,
-                  budget_s: float, slots: MigrationSlots) -> RecoveryPlan:
-    """Both engines' recovery step: price both paths on the chosen target, let the
-    policy decide, and take a migration slot (recompute when none is free)."""
-    mig = migrate_cost(kv_bytes, bandwidth_bps, target_wait_s)
-    rec = recompute_cost(prompt_tokens, table, recompute_backlog_s + target_wait_s)
+                  migrate_wait_s: float, recompute_wait_s: float, recompute_backlog_s: float,
+                  table: PrefillTable, budget_s: float, slots: MigrationSlots) -> RecoveryPlan:
+    """Both engines' recovery step: price migrating to its target and recomputing on its
+    own (they may differ: KVRS recomputes intra-node), let the policy decide, and take a
+    migration slot (recompute when none is free)."""
+    mig = migrate_cost(kv_bytes, bandwidth_bps, migrate_wait_s)
+    rec = recompute_cost(prompt_tokens, table, recompute_backlog_s + recompute_wait_s)
     choice = decide(policy, mig, rec, budget_s)
     prefill_s = table.time(prompt_tokens)
     if choice.action == MIGRATE and not slots.acquire():
@@ -196,3 +197,9 @@ def ttft_budget(slo_s: float, now: float, arrival_s: float, first_token: float |
 def prefill_table_for(points, timing) -> PrefillTable:
     """The scenario's profiled table, or the timing model's T_prefill as one."""
     return PrefillTable(tuple(map(tuple, points))) if points else PrefillTable.from_timing(timing)
+
+
+def nearest_instance(spec, failed: str, names, load) -> str:
+    """The healthy instance nearest the failed one (same server, rack, pod, then any),
+    the least loaded (`load(name)`) among equals: where KVRS recomputes intra-node."""
+    return min(names, key=lambda n: (spec.tier(failed, n), load(n), n))

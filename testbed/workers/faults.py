@@ -34,16 +34,18 @@ class FaultState:
     def note_oracle_age(self, now: float, age: float) -> None:
         self.max_age = max(self.max_age, age)
 
-    def plan(self, rs, target: str, wait_s: float, oracle, fresh: bool, now: float,
-             slo_s: float, n_inflight: int = 0) -> RecoveryPlan:
-        bw = recovery_bandwidth_bps(oracle, rs.prefill, target, fresh, self.ewma, n_inflight)
+    def plan(self, rs, mig_target: str, rec_target: str, load, oracle, fresh: bool,
+             now: float, slo_s: float, n_inflight: int = 0) -> RecoveryPlan:
+        bw = recovery_bandwidth_bps(oracle, rs.prefill, mig_target, fresh, self.ewma, n_inflight)
         budget = ttft_budget(slo_s, now, rs.req.arrival_s, rs.first_token)
-        plan = plan_recovery(self.cfg.policy, rs.kv_bytes, rs.req.input_len, bw, wait_s,
-                             max(0.0, self.backlog.get(target, 0.0) - now), self.table,
+        plan = plan_recovery(self.cfg.policy, rs.kv_bytes, rs.req.input_len, bw,
+                             load(mig_target), load(rec_target),
+                             max(0.0, self.backlog.get(rec_target, 0.0) - now), self.table,
                              budget, self.slots)
         self.slot_fallbacks += plan.slot_fallback
         if plan.action == "recompute":
-            self.backlog[target] = max(now, self.backlog.get(target, 0.0)) + plan.recompute_s
+            self.backlog[rec_target] = (max(now, self.backlog.get(rec_target, 0.0))
+                                        + plan.recompute_s)
         return plan
 
 

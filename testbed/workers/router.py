@@ -33,7 +33,7 @@ from testbed.lifecycle import RequestState, request_row
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
-from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
+from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE, nearest_instance
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop, RunClock
@@ -415,11 +415,14 @@ class Router:
         if decision.rejected:
             self._abort(rs, f"decode {lost} failed; {decision.reason}")
             return
-        cand = next(c for c in cands if c.instance == decision.decode)
+        by_name = {c.instance: c for c in cands}
+        load = lambda n: self.scheduler.load_time(by_name[n])  # noqa: E731
+        rec_target = (nearest_instance(self.spec, lost, list(by_name), load)
+                      if self.faults.cfg.recompute_target == "local" else decision.decode)
         fresh = (time.time() - self.oracle.generated_at) / self.cfg.dilation \
             <= self.faults.cfg.oracle_max_age_s
-        plan = self.faults.plan(rs, decision.decode, self.scheduler.load_time(cand), oracle,
-                                fresh, now, self.sc.slo_s(),
+        plan = self.faults.plan(rs, decision.decode, rec_target, load, oracle, fresh, now,
+                                self.sc.slo_s(),
                                 self.scheduler.inflight.get(decision.tier, rs.prefill))
         if plan.action == ABORT:
             self.scheduler.transfer_done(rs.prefill, decision.tier)
@@ -427,7 +430,8 @@ class Router:
             return
         self.faults.decisions[plan.action] += 1
         rs.recovery = plan.action
-        rs.decode, rs.tier = decision.decode, decision.tier
+        target = decision.decode if plan.action == MIGRATE else rec_target
+        rs.decode, rs.tier = target, self.oracle.tier(rs.prefill, target)
         rs.hit_tokens, rs.transfer_start, rs.transfer_end = 0, now, None
         if plan.action == MIGRATE:
             rs.eff_bytes = rs.kv_bytes
