@@ -76,3 +76,21 @@ def test_ecmp_uses_every_equal_cost_path():
     net = FluidNetwork(spec, random.Random(3))
     chosen = {tuple(net.ecmp_path("i0", "i15")) for _ in range(400)}
     assert len(chosen) == spec.n_cores
+
+
+def test_strict_priority_levels_then_max_min_within_a_level():
+    import random
+
+    from testbed.flowsim.network import FluidNetwork
+    from testbed.scenario import load_scenario
+    from tests.conftest import ROOT
+
+    spec = load_scenario(ROOT / "scenarios" / "default.yaml").cluster.spec()
+    net = FluidNetwork(spec, random.Random(1))
+    path = spec.paths("i0", "i8")[0]
+    cap = min(net.links[h].capacity for h in path)
+    hi = net.add_flow(path, 1e9, 0.0, level=0)
+    lo = net.add_flow(path, 1e9, 0.0, level=3)
+    assert hi.rate == pytest.approx(cap) and lo.rate == pytest.approx(0.0)
+    net.set_level(lo, 0, 0.0)  # promoted: now they share
+    assert hi.rate == pytest.approx(cap / 2) and lo.rate == pytest.approx(cap / 2)

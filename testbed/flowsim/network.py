@@ -46,6 +46,7 @@ class Flow:
     remaining: float
     start: float
     tag: object = None  # owner's handle (a transfer shard)
+    level: int = 0  # strict-priority class: 0 is served first (MFS and its baselines)
     rate: float = 0.0
     end: float | None = None
 
@@ -154,9 +155,10 @@ class FluidNetwork:
         return {tier: min(sum(v) / len(v), 0.99) for tier, v in sums.items()}
 
     # -- flows -----------------------------------------------------------------------
-    def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None) -> Flow:
+    def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
+                 level: int = 0) -> Flow:
         self.advance(now)
-        flow = Flow(self._next_id, path, size, size, now, tag)
+        flow = Flow(self._next_id, path, size, size, now, tag, level)
         self._next_id += 1
         self.flows[flow.flow_id] = flow
         for hop in path:
@@ -218,16 +220,20 @@ class FluidNetwork:
         return None if best is None else self.last_update + best
 
     def recompute(self) -> None:
-        """Max-min fair rates by progressive filling over the links that carry flows."""
+        """Strict priority between levels (0 first), max-min fair within a level, by
+        progressive filling of each level over what the levels above left."""
         for link in self.links.values():
             link.kv_rate = 0.0
-        unfrozen = set(self.flows)
-        residual: dict[Hop, float] = {}
+        residual: dict[Hop, float] = {hop: link.kv_capacity for hop, link in self.links.items()
+                                      if link.flows}
+        for level in sorted({f.level for f in self.flows.values()}):
+            self._fill({fid for fid, f in self.flows.items() if f.level == level}, residual)
+
+    def _fill(self, unfrozen: set[int], residual: dict[Hop, float]) -> None:
         active: dict[Hop, set[int]] = {}
-        for hop, link in self.links.items():
-            if link.flows:
-                residual[hop] = link.kv_capacity
-                active[hop] = set(link.flows)
+        for fid in unfrozen:
+            for hop in self.flows[fid].path:
+                active.setdefault(hop, set()).add(fid)
         while unfrozen:
             hop = min(active, key=lambda h: residual[h] / len(active[h]))
             share = max(residual[hop] / len(active[hop]), 0.0)
@@ -243,3 +249,10 @@ class FluidNetwork:
                         members.discard(fid)
                         if not members:
                             del active[h]
+
+    def set_level(self, flow: Flow, level: int, now: float) -> None:
+        """A flow changes priority level (MFS promotes at layer boundaries)."""
+        if flow.level != level:
+            self.advance(now)
+            flow.level = level
+            self.recompute()

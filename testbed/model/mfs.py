@@ -1,0 +1,163 @@
+"""Multi-stage Flow Scheduling (MFS, arXiv 2603.17456): priority levels for KV flows, pure.
+
+Defer-and-Promote over a Reverse Multi-Level Queue: K levels, 0 the highest. A flow
+starts deferred in a low level and is promoted, never demoted, at layer boundaries as
+its urgency grows.
+
+- Explicit deadlines (P2D transfers, deadline = the request's TTFT SLO): urgency is the
+  Minimal Link Utilisation, MLU = remaining bytes / ((deadline - now) x B_eff), the share
+  of the residual bandwidth needed to finish just in time (>= 1: infeasible). Levels
+  come from geometric thresholds theta_k = theta_top x ratio^k (k = 0..K-2; the lowest
+  level takes everything below). The paper's extracted text lost the constants; we
+  choose theta_top = 0.8 and ratio = 0.5 (parameters) and reserve level 0 for P2D flows
+  at theta_top or more.
+- Implicit deadlines (KV-reuse retrieval): urgency by the Relative Layer Index,
+  RLI = target layer - executing layer (smaller = more urgent), capped into levels 1..K-1.
+- Across requests: the Robust Effective Deadline of a batch splits its deadlines at the
+  largest gap into tight and loose groups, RED = rho x D_tight + (1 - rho) x D_loose with
+  rho the tight share (rare outliers cannot hijack the batch), and a feasibility check
+  prunes the requests adding the most delay into a scavenger class.
+- Baselines on the same levels: fair sharing (one level), SJF, EDF (explicit deadlines
+  first, the rest fair) and Karuna (deadline flows at their minimum rate, the rest SJF).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_LEVELS = 8
+THETA_TOP = 0.8
+THETA_RATIO = 0.5
+SCAVENGER = -1  # pruned: served only when nothing else wants the link
+
+
+def mlu(remaining_bytes: float, deadline_s: float, now_s: float, bandwidth: float) -> float:
+    """Minimal Link Utilisation (bandwidth in bytes/s); inf when the deadline has passed."""
+    if remaining_bytes <= 0:
+        return 0.0
+    slack = deadline_s - now_s
+    if slack <= 0 or bandwidth <= 0:
+        return math.inf
+    return remaining_bytes / (slack * bandwidth)
+
+
+def thresholds(levels: int = DEFAULT_LEVELS, top: float = THETA_TOP,
+               ratio: float = THETA_RATIO) -> list[float]:
+    """theta_0 > theta_1 > ... > theta_{K-2}: MLU at or above theta_k means level <= k."""
+    if levels < 2 or not 0 < ratio < 1 or top <= 0:
+        raise ValueError("need >= 2 levels, 0 < ratio < 1 and a positive top threshold")
+    return [top * ratio**k for k in range(levels - 1)]
+
+
+def level_for_mlu(u: float, levels: int = DEFAULT_LEVELS, top: float = THETA_TOP,
+                  ratio: float = THETA_RATIO) -> int:
+    for k, theta in enumerate(thresholds(levels, top, ratio)):
+        if u >= theta:
+            return k
+    return levels - 1
+
+
+def promote(current: int, target: int) -> int:
+    """Monotonic: a flow only ever moves up (to a smaller level index)."""
+    return min(current, target)
+
+
+def rli(target_layer: int, executing_layer: int) -> int:
+    return max(0, target_layer - executing_layer)
+
+
+def level_for_rli(r: int, levels: int = DEFAULT_LEVELS) -> int:
+    """Implicit deadlines never take level 0 (reserved for urgent P2D flows)."""
+    return min(1 + r, levels - 1)
+
+
+def robust_effective_deadline(deadlines: Sequence[float]) -> float:
+    """RED of a batch: split at the largest gap between sorted deadlines."""
+    if not deadlines:
+        raise ValueError("a batch needs at least one deadline")
+    d = sorted(deadlines)
+    if len(d) == 1 or d[-1] == d[0]:
+        return d[0]
+    gaps = [d[i + 1] - d[i] for i in range(len(d) - 1)]
+    cut = gaps.index(max(gaps)) + 1
+    rho = cut / len(d)
+    return rho * d[0] + (1 - rho) * d[cut]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A request (or batch) for the feasibility check: its deadline and the time it needs."""
+
+    name: str
+    deadline: float
+    work_s: float
+
+
+def feasible_order(jobs: Sequence[Job], now: float = 0.0) -> tuple[list[str], list[str]]:
+    """Order by deadline; while some job would finish after its deadline, prune the job
+    contributing the most work. Returns (order of kept jobs, pruned jobs)."""
+    kept = sorted(jobs, key=lambda j: (j.deadline, j.name))
+    pruned: list[str] = []
+    while True:
+        t, late = now, False
+        for job in kept:
+            t += job.work_s
+            if t > job.deadline:
+                late = True
+                break
+        if not late:
+            return [j.name for j in kept], pruned
+        worst = max(kept, key=lambda j: (j.work_s, j.name))
+        kept.remove(worst)
+        pruned.append(worst.name)
+
+
+@dataclass(frozen=True)
+class FlowView:
+    """What a policy sees of a flow when it assigns a level."""
+
+    name: str
+    remaining: float  # bytes
+    deadline: float | None  # explicit deadline (P2D), else None
+    rli: int | None = None  # implicit-deadline flows: relative layer index
+
+
+def assign_levels(policy: str, flows: Sequence[FlowView], now: float, bandwidth: float,
+                  levels: int = DEFAULT_LEVELS, current: dict[str, int] | None = None
+                  ) -> dict[str, int]:
+    """Level per flow under `policy` (mfs | fair | sjf | edf | karuna); 0 is served first."""
+    current = current or {}
+    if policy == "fair":
+        return {f.name: levels - 1 for f in flows}
+    if policy == "sjf":
+        order = sorted(flows, key=lambda f: (f.remaining, f.name))
+        return {f.name: min(k, levels - 1) for k, f in enumerate(order)}
+    if policy == "edf":
+        timed = sorted((f for f in flows if f.deadline is not None),
+                       key=lambda f: (f.deadline, f.name))
+        out = {f.name: min(k, levels - 2) for k, f in enumerate(timed)}
+        out.update({f.name: levels - 1 for f in flows if f.deadline is None})
+        return out
+    if policy == "karuna":
+        out = {f.name: 0 for f in flows if f.deadline is not None}  # rate-limited, see below
+        rest = sorted((f for f in flows if f.deadline is None), key=lambda f: (f.remaining, f.name))
+        out.update({f.name: min(1 + k, levels - 1) for k, f in enumerate(rest)})
+        return out
+    if policy != "mfs":
+        raise ValueError(f"unknown flow policy {policy!r}; mfs, fair, sjf, edf or karuna")
+    out = {}
+    for f in flows:
+        if f.deadline is not None:
+            target = level_for_mlu(mlu(f.remaining, f.deadline, now, bandwidth), levels)
+        else:
+            target = level_for_rli(f.rli or 0, levels)
+        out[f.name] = promote(current.get(f.name, levels - 1), target)
+    return out
+
+
+def karuna_min_rate(remaining: float, deadline: float, now: float) -> float:
+    """Karuna gives a deadline flow just the rate that meets its deadline (bytes/s)."""
+    slack = deadline - now
+    return math.inf if slack <= 0 else remaining / slack
