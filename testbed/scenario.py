@@ -154,6 +154,14 @@ class NetworkCfg(_Strict):
     )
 
 
+    flow_policy: Literal["fair", "mfs", "sjf", "edf", "karuna"] = Field(
+        "fair", description="priority of KV flows: fair sharing, or levels by MFS "
+        "(Defer-and-Promote), SJF, EDF or Karuna (testbed/model/mfs.py)")
+    priority_levels: int = Field(8, ge=2, le=8, description="K strict-priority levels")
+    mfs_theta_top: float = Field(0.8, gt=0, description="MLU that earns the top level")
+    mfs_theta_ratio: float = Field(0.5, gt=0, lt=1, description="geometric threshold ratio")
+    reprioritize_s: float = Field(
+        0.05, gt=0, description="how often levels are re-evaluated (a layer boundary)")
     capacity_factor: dict[int, float] = Field(
         {}, description="flow model only: link tier -> fraction of the configured rate the "
         "packets achieve (written by `testbed calibrate`); 1.0 where absent")

@@ -17,6 +17,7 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.recovery import RecoveryManager
 from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState, request_row
+from testbed.model import mfs
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
@@ -239,8 +240,43 @@ class FlowSimulation:
         for k in range(self.flows_per_transfer):
             if k and ecmp == "per-flow":
                 path = self.net.ecmp_path(rs.prefill, rs.decode)
-            self.net.add_flow(path, shard, now, tag=(rs, k))
+            self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level)
+        if self.scenario.network.flow_policy != "fair":
+            self._reprioritize(reschedule_tick=False)
         self._reschedule_network()
+
+    @property
+    def _initial_level(self) -> int:
+        """New flows start deferred at the bottom level (all at 0 under fair sharing)."""
+        net = self.scenario.network
+        return 0 if net.flow_policy == "fair" else net.priority_levels - 1
+
+    def _reprioritize(self, reschedule_tick: bool = True) -> None:
+        """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as MLU grows."""
+        net_cfg = self.scenario.network
+        now = self.loop.now
+        self.net.advance(now)
+        flows = list(self.net.flows.values())
+        views = [mfs.FlowView(str(f.flow_id), f.remaining, f.tag[0].req.arrival_s
+                              + self.workload.slo_s,
+                              bandwidth=self.oracle.bandwidth(f.tag[0].tier)
+                              / self.flows_per_transfer)
+                 for f in flows]
+        levels = mfs.assign_levels(net_cfg.flow_policy, views, now, 1.0,
+                                   net_cfg.priority_levels,
+                                   {str(f.flow_id): f.level for f in flows},
+                                   net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
+        changed = False
+        for f in flows:
+            level = levels[str(f.flow_id)]
+            if level != f.level:
+                f.level = level
+                changed = True
+        if changed:
+            self.net.recompute()
+            self._reschedule_network()
+        if reschedule_tick:
+            self.loop.after(net_cfg.reprioritize_s, self._reprioritize)
 
     def _reschedule_network(self) -> None:
         self._net_version += 1
@@ -309,6 +345,8 @@ class FlowSimulation:
         self._refresh_oracle()
         for fault in self.scenario.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._fault(fault))
+        if self.scenario.network.flow_policy != "fair":
+            self.loop.after(self.scenario.network.reprioritize_s, self._reprioritize)
         self.loop.at(LINK_SAMPLE_S, self._sample_links)
         self.loop.run(until=last + self.scenario.drain_s, stop=lambda: self._open == 0)
         for rs in self.states:

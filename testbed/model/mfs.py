@@ -122,11 +122,12 @@ class FlowView:
     remaining: float  # bytes
     deadline: float | None  # explicit deadline (P2D), else None
     rli: int | None = None  # implicit-deadline flows: relative layer index
+    bandwidth: float | None = None  # bytes/s this flow's path offers (default: the call's)
 
 
 def assign_levels(policy: str, flows: Sequence[FlowView], now: float, bandwidth: float,
-                  levels: int = DEFAULT_LEVELS, current: dict[str, int] | None = None
-                  ) -> dict[str, int]:
+                  levels: int = DEFAULT_LEVELS, current: dict[str, int] | None = None,
+                  top: float = THETA_TOP, ratio: float = THETA_RATIO) -> dict[str, int]:
     """Level per flow under `policy` (mfs | fair | sjf | edf | karuna); 0 is served first."""
     current = current or {}
     if policy == "fair":
@@ -150,7 +151,8 @@ def assign_levels(policy: str, flows: Sequence[FlowView], now: float, bandwidth:
     out = {}
     for f in flows:
         if f.deadline is not None:
-            target = level_for_mlu(mlu(f.remaining, f.deadline, now, bandwidth), levels)
+            u = mlu(f.remaining, f.deadline, now, f.bandwidth or bandwidth)
+            target = level_for_mlu(u, levels, top, ratio)
         else:
             target = level_for_rli(f.rli or 0, levels)
         out[f.name] = promote(current.get(f.name, levels - 1), target)
