@@ -38,6 +38,9 @@ def summarize(
     tbt = [r["tbt"] for r in done if r["tbt"] is not None]
     xfer = [r["transfer_end"] - r["transfer_start"] for r in measured
             if r["transfer_end"] is not None and r["transfer_start"] is not None]
+    # MFS's earliness: how long before its TTFT deadline each KV transfer completed
+    early = [r["arrival"] + slo_s - r["transfer_end"] for r in measured
+             if r["transfer_end"] is not None]
     met = [r for r in done if r["ttft"] <= slo_s]
     tiers = Counter(r["tier"] for r in measured if r["tier"] is not None)
     n_tier = sum(tiers.values())
@@ -64,6 +67,7 @@ def summarize(
         "goodput_rps": len(met) / measure_s,
         "throughput_rps": len(done) / measure_s,
         "transfer_mean_ms": 1e3 * _mean(xfer),
+        "p2d_earliness_mean_ms": 1e3 * _mean(early),
         "tier_share": {str(t): tiers[t] / n_tier for t in sorted(tiers)} if n_tier else {},
         "tier_utilisation": {str(t): _mean(v) for t, v in sorted(util.items())},
     }

@@ -104,14 +104,20 @@ def test_flow_policies_run_in_the_flow_simulator(write_scenario):
     text = ("name: prio\nschedulers: [netkv-full]\n"
             "workload: {trace: TRACE, profile: rag, load: 1.2, warmup_s: 2, measure_s: 8}\n"
             "network: {flow_policy: POLICY, background: {tier3: 0.3}}\n")
-    xfer = {}
+    xfer, levels = {}, {}
     for policy in ("fair", "mfs", "sjf", "edf", "karuna"):
         sc = load_scenario(write_scenario(text.replace("POLICY", policy), f"{policy}.yaml"))
         wl = build_workload(sc, sc.seed)
         result = simulate(sc, "netkv-full", sc.seed, wl)
         check_conservation(result.requests, len(wl.requests))
-        xfer[policy] = summarize(result.requests, result.links, wl.slo_s,
-                                 wl.measure_s)["transfer_mean_ms"]
+        summary = summarize(result.requests, result.links, wl.slo_s, wl.measure_s)
+        xfer[policy] = summary["transfer_mean_ms"]
+        assert summary["p2d_earliness_mean_ms"] == summary["p2d_earliness_mean_ms"]  # a number
+        levels[policy] = result.counters["level_bytes"]
+        moved = sum(t["bytes"] for t in result.transfers)
+        assert sum(levels[policy].values()) == pytest.approx(moved, rel=1e-6)
     assert xfer["sjf"] < xfer["fair"]  # shortest first cuts the mean transfer time
     assert xfer["karuna"] == pytest.approx(xfer["fair"])  # all P2D: one level, as fair
     assert xfer["mfs"] != xfer["fair"]  # deferral changes who gets the link when
+    assert set(levels["fair"]) == {"0"}  # one class
+    assert len(levels["mfs"]) > 1  # bytes moved at several levels as flows were promoted

@@ -66,6 +66,7 @@ class FluidNetwork:
             for hop in ((link.a, link.b), (link.b, link.a)):
                 self.links[hop] = LinkState(hop, link.tier, cap)
         self.flows: dict[int, Flow] = {}
+        self.level_bytes: dict[int, float] = {}  # KV bytes delivered per priority level
         self._next_id = 0
         self.last_update = 0.0
         self._path_cache: dict[tuple[str, str], list[list[Hop]]] = {}
@@ -184,7 +185,10 @@ class FluidNetwork:
         if dt <= 0:
             return
         for flow in self.flows.values():
-            flow.remaining = max(0.0, flow.remaining - flow.rate * dt)
+            moved = min(flow.remaining, flow.rate * dt)
+            flow.remaining -= moved
+            if moved:
+                self.level_bytes[flow.level] = self.level_bytes.get(flow.level, 0.0) + moved
         for link in self.links.values():
             if link.kv_rate:
                 link.kv_bytes += link.kv_rate * dt

@@ -366,6 +366,7 @@ class FlowSimulation:
                 "migration_slot_fallbacks": self.recovery.slot_fallbacks,
                 "stale_oracle_decisions": self.stale_decisions,
                 "faults_injected": len(self.faults_log),
+                "level_bytes": {str(k): v for k, v in sorted(self.net.level_bytes.items())},
             },
         )
 
