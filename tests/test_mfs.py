@@ -117,7 +117,7 @@ def test_flow_policies_run_in_the_flow_simulator(write_scenario):
         moved = sum(t["bytes"] for t in result.transfers)
         assert sum(levels[policy].values()) == pytest.approx(moved, rel=1e-6)
     assert xfer["sjf"] < xfer["fair"]  # shortest first cuts the mean transfer time
-    assert xfer["karuna"] == pytest.approx(xfer["fair"])  # all P2D: one level, as fair
+    assert xfer["karuna"] > xfer["fair"]  # deadline flows paced to just-in-time rates
     assert xfer["mfs"] != xfer["fair"]  # deferral changes who gets the link when
     assert set(levels["fair"]) == {"0"}  # one class
     assert len(levels["mfs"]) > 1  # bytes moved at several levels as flows were promoted

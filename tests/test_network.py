@@ -94,3 +94,21 @@ def test_strict_priority_levels_then_max_min_within_a_level():
     assert hi.rate == pytest.approx(cap) and lo.rate == pytest.approx(0.0)
     net.set_level(lo, 0, 0.0)  # promoted: now they share
     assert hi.rate == pytest.approx(cap / 2) and lo.rate == pytest.approx(cap / 2)
+
+
+def test_a_capped_flow_takes_its_cap_and_leaves_the_rest():
+    import random
+
+    from testbed.flowsim.network import FluidNetwork
+    from testbed.scenario import load_scenario
+    from tests.conftest import ROOT
+
+    spec = load_scenario(ROOT / "scenarios" / "default.yaml").cluster.spec()
+    net = FluidNetwork(spec, random.Random(1))
+    path = spec.paths("i0", "i8")[0]
+    cap = min(net.links[h].capacity for h in path)
+    slow = net.add_flow(path, 1e9, 0.0)
+    slow.cap = cap / 10
+    fast = net.add_flow(path, 1e9, 0.0)  # recompute on add applies the cap
+    assert slow.rate == pytest.approx(cap / 10)
+    assert fast.rate == pytest.approx(cap * 0.9)

@@ -47,6 +47,7 @@ class Flow:
     start: float
     tag: object = None  # owner's handle (a transfer shard)
     level: int = 0  # strict-priority class: 0 is served first (MFS and its baselines)
+    cap: float | None = None  # rate limit in bytes/s (Karuna's minimum-rate deadline flows)
     rate: float = 0.0
     end: float | None = None
 
@@ -234,6 +235,7 @@ class FluidNetwork:
             self._fill({fid for fid, f in self.flows.items() if f.level == level}, residual)
 
     def _fill(self, unfrozen: set[int], residual: dict[Hop, float]) -> None:
+        """Progressive filling; a flow with a cap freezes at it when that binds first."""
         active: dict[Hop, set[int]] = {}
         for fid in unfrozen:
             for hop in self.flows[fid].path:
@@ -241,18 +243,28 @@ class FluidNetwork:
         while unfrozen:
             hop = min(active, key=lambda h: residual[h] / len(active[h]))
             share = max(residual[hop] / len(active[hop]), 0.0)
+            capped = [fid for fid in unfrozen if self.flows[fid].cap is not None
+                      and self.flows[fid].cap < share]
+            if capped:
+                fid = min(capped, key=lambda f: self.flows[f].cap)
+                self._freeze(fid, self.flows[fid].cap, unfrozen, residual, active)
+                continue
             for fid in list(active[hop]):
-                flow = self.flows[fid]
-                flow.rate = share
-                unfrozen.discard(fid)
-                for h in flow.path:
-                    residual[h] -= share
-                    self.links[h].kv_rate += share
-                    members = active.get(h)
-                    if members is not None:
-                        members.discard(fid)
-                        if not members:
-                            del active[h]
+                self._freeze(fid, share, unfrozen, residual, active)
+
+    def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[Hop, float],
+                active: dict[Hop, set[int]]) -> None:
+        flow = self.flows[fid]
+        flow.rate = rate
+        unfrozen.discard(fid)
+        for h in flow.path:
+            residual[h] -= rate
+            self.links[h].kv_rate += rate
+            members = active.get(h)
+            if members is not None:
+                members.discard(fid)
+                if not members:
+                    del active[h]
 
     def set_level(self, flow: Flow, level: int, now: float) -> None:
         """A flow changes priority level (MFS promotes at layer boundaries)."""

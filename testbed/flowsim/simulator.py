@@ -8,6 +8,7 @@ admission at an iteration boundary -> output tokens -> completion.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -251,14 +252,19 @@ class FlowSimulation:
         net = self.scenario.network
         return 0 if net.flow_policy == "fair" else net.priority_levels - 1
 
+    def _p2d_deadline(self, rs: RequestState) -> float:
+        """A P2D transfer's explicit deadline: the TTFT deadline less the first decode
+        iteration that must follow it (a full batch's, to be safe)."""
+        return (rs.req.arrival_s + self.workload.slo_s
+                - self.timing.iteration_time(self.scenario.cluster.beta_max))
+
     def _reprioritize(self, reschedule_tick: bool = True) -> None:
         """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as MLU grows."""
         net_cfg = self.scenario.network
         now = self.loop.now
         self.net.advance(now)
         flows = list(self.net.flows.values())
-        views = [mfs.FlowView(str(f.flow_id), f.remaining, f.tag[0].req.arrival_s
-                              + self.workload.slo_s,
+        views = [mfs.FlowView(str(f.flow_id), f.remaining, self._p2d_deadline(f.tag[0]),
                               bandwidth=self.oracle.bandwidth(f.tag[0].tier)
                               / self.flows_per_transfer)
                  for f in flows]
@@ -267,10 +273,15 @@ class FlowSimulation:
                                    {str(f.flow_id): f.level for f in flows},
                                    net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
         changed = False
+        karuna = net_cfg.flow_policy == "karuna"
         for f in flows:
             level = levels[str(f.flow_id)]
-            if level != f.level:
-                f.level = level
+            cap = None
+            if karuna:  # deadline flows paced at just the rate that meets the deadline
+                cap = mfs.karuna_min_rate(f.remaining, self._p2d_deadline(f.tag[0]), now)
+                cap = None if math.isinf(cap) else cap
+            if level != f.level or cap != f.cap:
+                f.level, f.cap = level, cap
                 changed = True
         if changed:
             self.net.recompute()
