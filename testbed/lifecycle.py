@@ -73,6 +73,7 @@ def request_row(rs: RequestState, slo_s: float) -> dict:
         "transfer_start": rs.transfer_start, "transfer_end": rs.transfer_end,
         "predicted_transfer_s": rs.predicted_transfer_s,
         "first_token": rs.first_token, "done": rs.done, "ttft": ttft, "tbt": tbt,
+        "slo_s": slo_s,
         "slo_met": ttft is not None and ttft <= slo_s and not math.isnan(ttft),
         "state": rs.state, "reason": rs.reason, "recovery": rs.recovery,
     }

@@ -39,9 +39,9 @@ def summarize(
     xfer = [r["transfer_end"] - r["transfer_start"] for r in measured
             if r["transfer_end"] is not None and r["transfer_start"] is not None]
     # MFS's earliness: how long before its TTFT deadline each KV transfer completed
-    early = [r["arrival"] + slo_s - r["transfer_end"] for r in measured
+    early = [r["arrival"] + (r.get("slo_s") or slo_s) - r["transfer_end"] for r in measured
              if r["transfer_end"] is not None]
-    met = [r for r in done if r["ttft"] <= slo_s]
+    met = [r for r in done if r["ttft"] <= (r.get("slo_s") or slo_s)]  # per-request SLOs
     tiers = Counter(r["tier"] for r in measured if r["tier"] is not None)
     n_tier = sum(tiers.values())
     util: dict[int, list[float]] = {}

@@ -113,6 +113,9 @@ class WorkloadCfg(_Strict):
     input_length: int | None = Field(None, gt=0, description="fixed input length override")
     p_share: float | None = Field(None, ge=0, le=1, description="override the profile's")
     slo_s: float | None = Field(None, gt=0, description="override the profile's TTFT SLO")
+    slo_mix: list[tuple[float, float]] | None = Field(
+        None, description="[[share, slo_s], ...]: each request draws its TTFT SLO (seeded by "
+        "its id, the same in both engines); shares sum to 1")
     block_tokens: int = Field(16, description="prefix-match block size; divides 512")
 
     @field_validator("block_tokens")
@@ -120,6 +123,17 @@ class WorkloadCfg(_Strict):
     def _divides(cls, v: int) -> int:
         if v <= 0 or 512 % v:
             raise ValueError("must be a positive divisor of 512 (Mooncake's block size)")
+        return v
+
+    @field_validator("slo_mix")
+    @classmethod
+    def _mix(cls, v):
+        if v is None:
+            return v
+        if not v or any(share <= 0 or slo <= 0 for share, slo in v):
+            raise ValueError("give [[share, slo_s], ...] with positive shares and SLOs")
+        if abs(sum(share for share, _ in v) - 1.0) > 1e-6:
+            raise ValueError(f"shares sum to {sum(share for share, _ in v):g}, not 1")
         return v
 
     @model_validator(mode="after")

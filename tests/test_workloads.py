@@ -95,3 +95,26 @@ def test_synthetic_generator_is_seeded_and_shares_prefixes():
     assert len(set(firsts)) < len(firsts)  # shared documents
     none = synthetic.generate(random.Random(7), **args, p_share=0.0)
     assert len({r.hash_ids[0] for r in none}) == len(none)
+
+
+def test_slo_mix_draws_each_requests_slo_by_its_id(write_scenario):
+    from collections import Counter
+
+    from testbed.scenario import ScenarioError, load_scenario
+    from testbed.workloads.build import build_workload, request_slo
+
+    sc = load_scenario(write_scenario(
+        "name: m\nworkload: {trace: TRACE, profile: rag, slo_mix: [[0.3, 3.0], [0.7, 8.0]]}\n"))
+    wl = build_workload(sc, sc.seed)
+    draws = Counter(request_slo(5.0, [[0.3, 3.0], [0.7, 8.0]], f"r{k}") for k in range(4000))
+    assert set(draws) == {3.0, 8.0} and 0.27 < draws[3.0] / 4000 < 0.33
+    assert all(wl.slo_for(r.request_id) in (3.0, 8.0) for r in wl.requests)
+    assert wl.slo_for("r1") == request_slo(5.0, [[0.3, 3.0], [0.7, 8.0]], "r1")  # stable
+    assert request_slo(5.0, None, "r1") == 5.0
+    try:
+        load_scenario(write_scenario("name: b\nworkload: {trace: TRACE, slo_mix: [[0.5, 3.0]]}\n",
+                                     "bad.yaml"))
+    except ScenarioError as exc:
+        assert "shares sum to 0.5" in str(exc)
+    else:
+        raise AssertionError("a mix that does not sum to 1 must be refused")

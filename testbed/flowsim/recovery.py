@@ -62,7 +62,8 @@ class RecoveryManager:
         mig_target = decision.decode
         rec_target = (nearest_instance(sim.spec, rs.decode, list(by_name), load)
                       if self.cfg.recompute_target == "local" else mig_target)
-        budget = ttft_budget(sim.workload.slo_s, now, req.arrival_s, rs.first_token)
+        budget = ttft_budget(sim.workload.slo_for(req.request_id), now, req.arrival_s,
+                             rs.first_token)
         plan = plan_recovery(
             self.cfg.policy, rs.kv_bytes, req.input_len,
             recovery_bandwidth_bps(oracle, rs.prefill, mig_target, sim.oracle_fresh(), self.ewma,

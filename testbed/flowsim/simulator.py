@@ -255,7 +255,7 @@ class FlowSimulation:
     def _p2d_deadline(self, rs: RequestState) -> float:
         """A P2D transfer's explicit deadline: the TTFT deadline less the first decode
         iteration that must follow it (a full batch's, to be safe)."""
-        return (rs.req.arrival_s + self.workload.slo_s
+        return (rs.req.arrival_s + self.workload.slo_for(rs.req.request_id)
                 - self.timing.iteration_time(self.scenario.cluster.beta_max))
 
     def _reprioritize(self, reschedule_tick: bool = True) -> None:
@@ -365,7 +365,8 @@ class FlowSimulation:
                 rs.terminate("failed", f"not finished {self.scenario.drain_s:g} s after the "
                                        "last arrival (drain limit)")
         return RunResult(
-            requests=[request_row(rs, self.workload.slo_s) for rs in self.states],
+            requests=[request_row(rs, self.workload.slo_for(rs.req.request_id))
+                      for rs in self.states],
             transfers=self.transfers,
             links=self.links,
             decision_us=self.decision_us,

@@ -40,6 +40,7 @@ from testbed.workers.clock import RealTimeLoop, RunClock
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState, fault_interfaces, set_links
 from testbed.workers.kvstream import scaled_bytes
+from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
 
 GB = 1e9
@@ -422,7 +423,7 @@ class Router:
         fresh = (time.time() - self.oracle.generated_at) / self.cfg.dilation \
             <= self.faults.cfg.oracle_max_age_s
         plan = self.faults.plan(rs, decision.decode, rec_target, load, oracle, fresh, now,
-                                self.sc.slo_s(),
+                                self._slo(req.request_id),
                                 self.scheduler.inflight.get(decision.tier, rs.prefill))
         if plan.action == ABORT:
             self.scheduler.transfer_done(rs.prefill, decision.tier)
@@ -440,6 +441,9 @@ class Router:
             rs.eff_bytes = 0.0
             self.scheduler.transfer_done(rs.prefill, decision.tier)  # no network transfer
             self._send_work(rs, recompute_s=plan.recompute_s)
+
+    def _slo(self, request_id: str) -> float:
+        return request_slo(self.sc.slo_s(), self.sc.workload.slo_mix, request_id)
 
     def _abort(self, rs: RequestState, reason: str) -> None:
         rs.recovery = ABORT
@@ -502,14 +506,14 @@ class Router:
             self.loop.stop()
 
     def result(self) -> dict:
-        slo = self.sc.slo_s()
         mismatched = {rid: (self.ledger.wire_sent.get(rid), self.ledger.wire_received.get(rid))
                       for rid in self.ledger.wire_received
                       if self.ledger.wire_sent.get(rid) != self.ledger.wire_received[rid]}
         return {
             "outcome": self.outcome, "scheduler": self.cfg.scheduler, "seed": self.cfg.seed,
             "t0": getattr(self, "t0", None), "expected": self.expected,
-            "requests": [request_row(rs, slo) for rs in self.states.values()],
+            "requests": [request_row(rs, self._slo(rs.req.request_id))
+                         for rs in self.states.values()],
             "transfers": sorted(self.transfers, key=lambda t: (t["start"], t["request"],
                                                                t["shard"])),
             "decision_us": self.decision_us,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +20,19 @@ from testbed.workloads.profiles import (
 from testbed.workloads.requests import Request
 
 
+def request_slo(slo_s: float, slo_mix, request_id: str) -> float:
+    """A request's TTFT SLO: the scenario's, or a draw from slo_mix seeded by its id."""
+    if not slo_mix:
+        return slo_s
+    u = zlib.crc32(request_id.encode()) / 2**32
+    acc = 0.0
+    for share, slo in slo_mix:
+        acc += share
+        if u < acc:
+            return slo
+    return slo_mix[-1][1]
+
+
 @dataclass(frozen=True)
 class Workload:
     requests: list[Request]
@@ -28,6 +42,10 @@ class Workload:
     warmup_s: float
     measure_s: float
     slo_s: float
+    slo_mix: tuple[tuple[float, float], ...] | None = None
+
+    def slo_for(self, request_id: str) -> float:
+        return request_slo(self.slo_s, self.slo_mix, request_id)
 
 
 @lru_cache(maxsize=4)
@@ -68,7 +86,8 @@ def build_workload(scenario, seed: int) -> Workload:
         )
         if wl.input_length:
             reqs = override_length(reqs, wl.input_length)
-        return Workload(reqs, [], rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s())
+        return Workload(reqs, [], rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s(),
+                        _mix(wl.slo_mix))
 
     trace = filter_profile(load_trace(wl.trace), scenario.profile())
     if len(trace) < 2:
@@ -92,7 +111,12 @@ def build_workload(scenario, seed: int) -> Workload:
         trace = loop_trace(trace, span_needed)
     reqs = compress(trace, rate, wl.trace_offset_s, duration)
     history = [r for r in trace if r.arrival_s < wl.trace_offset_s] if wl.prewarm else []
-    return Workload(reqs, history, rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s())
+    return Workload(reqs, history, rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s(),
+                    _mix(wl.slo_mix))
+
+
+def _mix(mix) -> tuple[tuple[float, float], ...] | None:
+    return tuple((float(a), float(b)) for a, b in mix) if mix else None
 
 
 def loop_trace(trace: list[Request], until_s: float) -> list[Request]:
