@@ -41,6 +41,19 @@ def _load(path: str, sets: tuple[str, ...], seeds: int | None = None):
     return load_scenario(path, overrides)
 
 
+def _stepper(progress, task):
+    """step(label): the previous run is done (from the second call on); show `label`."""
+    seen = [0]
+
+    def step(label: str) -> None:
+        if seen[0]:
+            progress.advance(task)
+        seen[0] += 1
+        progress.update(task, step=label)
+
+    return step
+
+
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False)
     sys.exit(2)
@@ -108,14 +121,7 @@ def simulate(scenario: str, out_dir: str, seeds: int | None, sets: tuple[str, ..
                 TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
             ) as progress:
                 task = progress.add_task(sc.name, total=total, step="")
-                seen = [0]
-
-                def step(label: str) -> None:
-                    if seen[0]:
-                        progress.advance(task)
-                    seen[0] += 1
-                    progress.update(task, step=label)
-
+                step = _stepper(progress, task)
                 outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
                 progress.update(task, completed=total, step="done")
     except (TraceError, ValueError) as exc:
@@ -337,15 +343,13 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
             disable=quiet,
         ) as progress:
             task = progress.add_task(f"{sc.name} (packets)", total=total, step="")
-            runs = [0]
+            run_step = _stepper(progress, task)
 
             def step(label: str, wall_s: float) -> None:
-                if "building" not in label:
-                    if runs[0]:
-                        progress.advance(task)
-                    runs[0] += 1
-                    label += f" (~{wall_s:.0f} s + drain)"
-                progress.update(task, step=label)
+                if "building" in label:  # a fabric coming up is no run of its own
+                    progress.update(task, step=label)
+                else:
+                    run_step(f"{label} (~{wall_s:.0f} s + drain)")
 
             outcome = run_emulation(sc, Path(out_dir), step, verbose=verbose)
             progress.update(task, completed=total, step="done")

@@ -49,16 +49,21 @@ def load_scenario_from(data: dict, tmp=None):
     return load_scenario(path)
 
 
+def local_config(tmp_path, sc, scheduler: str, oracle: str, kv_port: int) -> RunConfig:
+    """One run's worker config on loopback addresses (no fabric), seed 1, no dilation."""
+    return RunConfig(scenario=str(tmp_path / "scenario.yaml"), scheduler=scheduler, seed=1,
+                     t0=0.0, dilation=1.0, scale=sc.emulation.scale,
+                     router_socket=str(tmp_path / "router.sock"), out=str(tmp_path),
+                     oracle_url=oracle, kv_port=kv_port, bg_port=0,
+                     hosts=local_hosts(sc.cluster.spec()))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["netkv-full", "rr"])
 def test_workers_serve_every_request_and_move_every_kv_byte(tmp_path, oracle, scheduler):
     sc = load_scenario_from(SMALL, tmp_path)
     spec = sc.cluster.spec()
-    cfg = RunConfig(scenario=str(tmp_path / "scenario.yaml"), scheduler=scheduler, seed=1,
-                    t0=0.0, dilation=1.0, scale=sc.emulation.scale,
-                    router_socket=str(tmp_path / "router.sock"), out=str(tmp_path),
-                    oracle_url=oracle, kv_port=20000 + os.getpid() % 20000, bg_port=0,
-                    hosts=local_hosts(spec))
+    cfg = local_config(tmp_path, sc, scheduler, oracle, kv_port=20000 + os.getpid() % 20000)
     with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
                    tmp_path / "logs") as workers:
         result = workers.wait(180)
@@ -99,11 +104,7 @@ def test_a_killed_decode_worker_is_detected_and_its_requests_recovered(
     sc = load_scenario_from(data, tmp_path)
     spec = sc.cluster.spec()
     assert "i3" in {i.name for i in spec.decode_pool}
-    cfg = RunConfig(scenario=str(tmp_path / "scenario.yaml"), scheduler="rr", seed=1,
-                    t0=0.0, dilation=1.0, scale=sc.emulation.scale,
-                    router_socket=str(tmp_path / "router.sock"), out=str(tmp_path),
-                    oracle_url=oracle, kv_port=21000 + os.getpid() % 20000, bg_port=0,
-                    hosts=local_hosts(spec))
+    cfg = local_config(tmp_path, sc, "rr", oracle, kv_port=21000 + os.getpid() % 20000)
     with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
                    tmp_path / "logs") as workers:
         result = workers.wait(180)

@@ -46,6 +46,18 @@ def block_keys(hash_ids: Sequence[int], input_len: int, block_tokens: int) -> li
     return [hash_ids[k // ratio] * ratio + k % ratio for k in range(n)]
 
 
+def _count_in(group_count: dict[int, int], group: int) -> None:
+    group_count[group] = group_count.get(group, 0) + 1
+
+
+def _count_out(group_count: dict[int, int], group: int) -> None:
+    left = group_count[group] - 1
+    if left:
+        group_count[group] = left
+    else:
+        del group_count[group]
+
+
 def lcp_blocks(hash_ids: Sequence[int], input_len: int, block_tokens: int,
                group_count: Mapping[int, int], blocks: Container[int]) -> int:
     """Leading full blocks of a request present in `blocks`.
@@ -91,17 +103,11 @@ class BlockIndex:
         for key in removed:
             if key in self._keys:
                 self._keys.discard(key)
-                group = key // self.ratio
-                left = self._group_count[group] - 1
-                if left:
-                    self._group_count[group] = left
-                else:
-                    del self._group_count[group]
+                _count_out(self._group_count, key // self.ratio)
         for key in added:
             if key not in self._keys:
                 self._keys.add(key)
-                group = key // self.ratio
-                self._group_count[group] = self._group_count.get(group, 0) + 1
+                _count_in(self._group_count, key // self.ratio)
 
     def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
         return self.block_tokens * lcp_blocks(hash_ids, input_len, self.block_tokens,
@@ -183,8 +189,7 @@ class PrefixCache:
             if key in self._lru:
                 del self._lru[key]
             else:
-                group = key // self.ratio
-                self._group_count[group] = self._group_count.get(group, 0) + 1
+                _count_in(self._group_count, key // self.ratio)
                 if self.journal is not None:
                     self.journal.append((1, key))
             self._pinned[key] = 1
@@ -208,12 +213,7 @@ class PrefixCache:
         evicted = 0
         for _ in range(max(0, excess)):
             key, _ = self._lru.popitem(last=False)
-            group = key // self.ratio
-            left = self._group_count[group] - 1
-            if left:
-                self._group_count[group] = left
-            else:
-                del self._group_count[group]
+            _count_out(self._group_count, key // self.ratio)
             if self.journal is not None:
                 self.journal.append((-1, key))
             evicted += 1

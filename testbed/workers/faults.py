@@ -31,7 +31,7 @@ class FaultState:
         self.max_age = 0.0
         self.log: list[dict] = []
 
-    def note_oracle_age(self, now: float, age: float) -> None:
+    def note_oracle_age(self, age: float) -> None:
         self.max_age = max(self.max_age, age)
 
     def plan(self, rs, mig_target: str, rec_target: str, load, oracle, fresh: bool,

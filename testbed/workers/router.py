@@ -376,11 +376,14 @@ class Router:
         return [v.candidate(name, req) for name, v in self.views.items()
                 if name not in self.faults.dead]
 
+    def _oracle_fresh(self) -> bool:
+        age = (time.time() - self.oracle.generated_at) / self.cfg.dilation
+        self.faults.note_oracle_age(age)
+        return age <= self.faults.cfg.oracle_max_age_s
+
     def _oracle_view(self) -> Oracle:
         """The last oracle; past oracle_max_age_s, its static tier map (no congestion)."""
-        age = (time.time() - self.oracle.generated_at) / self.cfg.dilation
-        self.faults.note_oracle_age(self.loop.now, age)
-        if age <= self.faults.cfg.oracle_max_age_s:
+        if self._oracle_fresh():
             return self.oracle
         self.faults.stale_decisions += 1
         return self.oracle.with_congestion({}, self.oracle.generated_at)
@@ -420,9 +423,8 @@ class Router:
         load = lambda n: self.scheduler.load_time(by_name[n])  # noqa: E731
         rec_target = (nearest_instance(self.spec, lost, list(by_name), load)
                       if self.faults.cfg.recompute_target == "local" else decision.decode)
-        fresh = (time.time() - self.oracle.generated_at) / self.cfg.dilation \
-            <= self.faults.cfg.oracle_max_age_s
-        plan = self.faults.plan(rs, decision.decode, rec_target, load, oracle, fresh, now,
+        plan = self.faults.plan(rs, decision.decode, rec_target, load, oracle,
+                                self._oracle_fresh(), now,
                                 self._slo(req.request_id),
                                 self.scheduler.inflight.get(decision.tier, rs.prefill))
         if plan.action == ABORT:
