@@ -31,6 +31,7 @@ class RequestState:
     decode: str | None = None
     tier: int | None = None
     hit_tokens: int = 0
+    reuse_tokens: int = 0  # prefix KV fetched from a holder instead of computed
     eff_bytes: float = 0.0
     predicted_transfer_s: float | None = None
     transfer_start: float | None = None
@@ -68,7 +69,7 @@ def request_row(rs: RequestState, slo_s: float) -> dict:
         "id": req.request_id, "arrival": req.arrival_s, "input_len": req.input_len,
         "output_len": req.output_len, "measured": rs.measured,
         "prefill": rs.prefill, "decode": rs.decode, "tier": rs.tier,
-        "hit_tokens": rs.hit_tokens, "kv_bytes": rs.kv_bytes, "transfer_bytes": rs.eff_bytes,
+        "hit_tokens": rs.hit_tokens, "reuse_tokens": rs.reuse_tokens, "kv_bytes": rs.kv_bytes, "transfer_bytes": rs.eff_bytes,
         "prefill_start": rs.prefill_start, "prefill_end": rs.prefill_end,
         "transfer_start": rs.transfer_start, "transfer_end": rs.transfer_end,
         "predicted_transfer_s": rs.predicted_transfer_s,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 REQUEST_FIELDS = [
     "id", "arrival", "input_len", "output_len", "measured", "prefill", "decode", "tier",
-    "hit_tokens", "kv_bytes", "transfer_bytes", "prefill_start", "prefill_end",
+    "hit_tokens", "reuse_tokens", "kv_bytes", "transfer_bytes", "prefill_start", "prefill_end",
     "transfer_start", "transfer_end", "predicted_transfer_s", "first_token", "done", "ttft",
     "tbt", "slo_s", "slo_met", "state", "reason", "recovery",
 ]

@@ -212,6 +212,10 @@ class EmulationCfg(_Strict):
     queue_min_packets: int = Field(
         16, ge=4, le=10000, description="leaf queue depth floor in packets (queues are 50 ms "
         "at the link rate, at least this): packets do not scale with the scale factor")
+    layer_chunks: bool = Field(
+        False, description="send KV layer by layer with a DSCP priority level per layer "
+        "chunk (HTB level classes on every egress); always on under a non-fair "
+        "network.flow_policy; set it for fair runs compared against those")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
@@ -233,6 +237,15 @@ class RecoveryCfg(_Strict):
         "scheduler", description="where a recompute runs: the scheduler's pick (as a "
         "migration), or the least-loaded healthy instance nearest the failed one (KVRS's "
         "intra-node recompute)")
+
+
+class ReuseCfg(_Strict):
+    """KV-reuse retrieval (MFS's stage 1, testbed/model/reuse.py): a prefill fetches the
+    longest cached prefix of its prompt from the decode instance holding it, layer by
+    layer while it computes, instead of recomputing it."""
+
+    enabled: bool = False
+    min_tokens: int = Field(512, ge=1, description="shorter reusable prefixes are computed")
 
 
 class FaultCfg(_Strict):
@@ -273,6 +286,7 @@ class Scenario(_Strict):
     oracle: OracleCfg = OracleCfg()
     emulation: EmulationCfg = EmulationCfg()
     recovery: RecoveryCfg = RecoveryCfg()
+    reuse: ReuseCfg = ReuseCfg()
     faults: list[FaultCfg] = []
     drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
     sweep: dict[str, list[Any]] = {}
@@ -346,6 +360,12 @@ class Scenario(_Strict):
 
     def cla(self) -> tuple[float, float]:
         return self.cla_weights or CLA_WEIGHTS[self.workload.profile]
+
+    def kv_levels(self) -> int:
+        """Priority levels the emulated fabric needs for KV (0: one KV class, AF41)."""
+        if self.network.flow_policy != "fair" or self.emulation.layer_chunks:
+            return self.network.priority_levels
+        return 0
 
     def fabric(self):
         from testbed.topologies.fabric import Fabric

@@ -17,7 +17,11 @@ from testbed.model.mfs import (
     mlu,
     promote,
     rli,
+    edf_level,
+    prune_infeasible,
     robust_effective_deadline,
+    scavenger_level,
+    sjf_level,
     thresholds,
 )
 
@@ -77,10 +81,29 @@ def test_each_policy_orders_the_same_flows_its_own_way():
     edf = assign_levels("edf", FLOWS, 1.0, bw)
     assert edf["p2d-tight"] < edf["p2d-loose"] < edf["reuse"]
     karuna = assign_levels("karuna", FLOWS, 1.0, bw)
-    assert karuna["p2d-tight"] == karuna["p2d-loose"] == 0 and karuna["reuse"] == 1
+    assert karuna["p2d-tight"] == karuna["p2d-loose"] == 0
+    assert karuna["reuse"] == 1 + sjf["reuse"]  # the rest by size, below deadline flows
     assert karuna_min_rate(40e6, 1.5, 1.0) == pytest.approx(80e6)
     with pytest.raises(ValueError, match="unknown flow policy"):
         assign_levels("lifo", FLOWS, 1.0, bw)
+
+
+def test_sjf_and_edf_are_buckets_a_sender_can_compute_alone():
+    # alone on a 100 MB/s path: 1 MB takes 10 ms (level 0), 4 MB 40 ms (two doublings)
+    assert sjf_level(1e6, 100e6) == 0 and sjf_level(4e6, 100e6) == 2
+    assert sjf_level(1e12, 100e6) == 7  # capped at the bottom
+    assert edf_level(1.05, now=1.0) == 0 and edf_level(1.4, now=1.0) == 2
+    assert edf_level(1e6, now=0.0) == 6  # explicit deadlines stay above implicit ones
+    assert edf_level(None, now=0.0) == 7
+    assert edf_level(0.5, now=1.0) == 0  # overdue: most urgent
+
+
+def test_pruned_requests_go_below_every_level():
+    assert scavenger_level(8) == 8
+    # one sender, 1 s of link each: a (due 1 s) and c (due 2 s) fit, b (2 s of work) does not
+    jobs = [Job("a", 1.0, 1.0), Job("b", 1.5, 2.0), Job("c", 2.0, 1.0)]
+    assert prune_infeasible(jobs, now=0.0) == {"b"}
+    assert prune_infeasible(jobs[:1], now=0.0) == set()
 
 
 def test_mfs_promotes_a_deferred_flow_as_its_deadline_nears_and_keeps_it_up():

@@ -23,7 +23,7 @@ from testbed.controller import routing, telemetry
 from testbed.controller.exporter import Metrics
 from testbed.controller.state import ControllerState
 from testbed.emulation import tc
-from testbed.topologies.traffic_classes import CLASSES, CONTROL, KV
+from testbed.topologies.traffic_classes import CLASSES, CONTROL, KV, trusted_level_dscps
 
 log = logging.getLogger("testbed.controller")
 
@@ -113,9 +113,14 @@ class FabricController(app_manager.OSKenApp):
                    [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
         host_ports = [link.port_of(name) for (sw, _), link in self.fabric.switch_ports.items()
                       if sw == name and link.peer_of(name) in self.fabric.hosts]
-        # DSCP policy at the ToR ingress: mark KV and control by port, trust the class
-        # table's code points, re-mark anything else best effort. Inside the fabric: trust.
+        # DSCP policy at the ToR ingress: trust the KV priority levels senders set per
+        # layer chunk (above all else: MFS and its baselines), mark KV and control by
+        # port, trust the class table's code points, re-mark anything else best effort.
+        # Inside the fabric: trust.
         for port in host_ports:
+            for dscp in trusted_level_dscps():
+                match = parser.OFPMatch(in_port=port, eth_type=0x0800, ip_dscp=dscp)
+                self._flow(dp, TABLE_CLASSIFY, 250, match, goto=TABLE_FORWARD)
             for field in ("tcp_dst", "tcp_src"):
                 for cls, ports in ((KV, (self.rt.kv_port,)), (CONTROL, self.rt.control_ports)):
                     for p in ports:

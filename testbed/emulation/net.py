@@ -204,13 +204,14 @@ class EmulatedNetwork:
 
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
+        levels = self.scenario.kv_levels()
         for node, intf, link in self.fabric.egress_interfaces():
             if node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps, min_packets=q)
+                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels)
             else:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
-                               min_packets=q)
+                               min_packets=q, kv_levels=levels)
 
     def host(self, name: str):
         return self.net.get(name)

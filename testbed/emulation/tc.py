@@ -7,6 +7,9 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   each class ends in a pfifo 50 ms deep at the link rate, at least 16 packets (the
   kernel default, 1000 packets, is seconds of queue at emulated rates)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
+With K priority levels (kv_levels > 0) 1:20 is an inner class over leaves 1:21.. (one
+per level plus a scavenger, traffic_classes.py): each guaranteed LEVEL_SHARE of the kv
+rate, ceil = link, prio = level, so spare rate goes to the highest level first.
 Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243, #632).
 """
 
@@ -21,7 +24,15 @@ from contextlib import contextmanager, suppress
 
 from pyroute2 import IPRoute, NetlinkError
 
-from testbed.topologies.traffic_classes import CLASSES, DEFAULT_CLASS, TrafficClass
+from testbed.topologies.traffic_classes import (
+    CLASSES,
+    DEFAULT_CLASS,
+    KV,
+    LEVEL_SHARE,
+    MAX_LEVELS,
+    level_dscp,
+    level_minor,
+)
 
 ROOT = 0x10000
 PARENT = 0x10001
@@ -33,6 +44,7 @@ QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not 
 # with 16 (and cubic, not bbr) 1.3x and within ~10%, and a lone transfer still reaches
 # ~96% of the rate (scenarios/validate.yaml, measured 2026-11-22).
 MIN_QUEUE_PACKETS = 16
+HTB_PRIOS = 8  # HTB has prios 0..7: with 8 levels the scavenger shares prio 7 with level 7
 
 
 def _bits(rate_bps: float) -> str:
@@ -94,13 +106,15 @@ def _index(ipr, ifname: str) -> int:
     return found[0]
 
 
-def install_htb(ifname: str, rate_bps: float, netns: str | None = None,
+def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_levels: int = 0,
                 min_packets: int = MIN_QUEUE_PACKETS) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree."""
-    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets))
+    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets,
+                                                 kv_levels))
 
 
-def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int) -> None:
+def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int,
+                 kv_levels: int = 0) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
         ipr.tc("del", index=idx)
@@ -111,27 +125,43 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int) -> None:
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
+        if c is KV and kv_levels:
+            continue  # an inner class: its levels hold the queues
         ipr.tc("add", "pfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
                limit=limit)
-    for pref, c in enumerate((c for c in CLASSES if c is not DEFAULT_CLASS), start=1):
+    targets = {c.dscp: ROOT | c.classid_minor for c in CLASSES if c is not DEFAULT_CLASS}
+    for k in range(kv_levels + 1 if kv_levels else 0):  # K levels and the scavenger
+        minor = level_minor(k)
+        ipr.tc("add-class", "htb", idx, ROOT | minor, parent=ROOT | KV.classid_minor,
+               rate=_bits(rate_bps * KV.share * LEVEL_SHARE), ceil=_bits(rate_bps),
+               prio=min(k, HTB_PRIOS - 1))
+        ipr.tc("add", "pfifo", idx, minor << 16, parent=ROOT | minor, limit=limit)
+        targets[level_dscp(k, kv_levels)] = ROOT | minor
+        if k == 0:
+            targets[KV.dscp] = ROOT | minor  # unlevelled KV (ACKs) rides the top level
+    for pref, (dscp, target) in enumerate(targets.items(), start=1):
         ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
-               target=ROOT | c.classid_minor, keys=[_tos_key(c)])
+               target=target, keys=[_tos_key(dscp)])
 
 
 def queue_packets(rate_bps: float, min_packets: int = MIN_QUEUE_PACKETS, mtu: int = 1500) -> int:
     return max(min_packets, math.ceil(rate_bps * QUEUE_S / (mtu * 8)))
 
 
-def _tos_key(c: TrafficClass) -> str:
+def _tos_key(dscp: int) -> str:
     """u32 key on the TOS byte: 32-bit word at offset 0, byte 1, DSCP bits only."""
-    return f"0x{c.tos << 16:08x}/0x00fc0000+0"
+    return f"0x{(dscp << 2) << 16:08x}/0x00fc0000+0"
 
 
 LINK = "link"  # the root class 1:1: the whole link, for saturation checks
 
 
-def _read_classes(ipr, idx: int, include_link: bool = False) -> dict[str, dict[str, int]]:
+def _read_classes(ipr, idx: int, include_link: bool = False, levels: bool = False
+                  ) -> dict[str, dict[str, int]]:
+    """Counters per class name; with priority levels, "kv" is the sum of its level leaves
+    (the inner class keeps no queue of its own) and, if asked, each leaf as "kv.<k>"."""
     by_minor = {c.classid_minor: c.name for c in CLASSES}
+    by_minor.update({level_minor(k): f"{KV.name}.{k}" for k in range(MAX_LEVELS + 1)})
     if include_link:
         by_minor[PARENT & 0xFFFF] = LINK
     out: dict[str, dict[str, int]] = {}
@@ -149,10 +179,19 @@ def _read_classes(ipr, idx: int, include_link: bool = False) -> dict[str, dict[s
             "overlimits": int(queue.get("overlimits", 0)),
             "backlog": int(queue.get("backlog", 0)),
         }
+    leaves = [name for name in out if name.startswith(f"{KV.name}.")]
+    if leaves:
+        out[KV.name] = {key: sum(out[leaf][key] for leaf in leaves) for key in COUNTERS}
+        if not levels:
+            for leaf in leaves:
+                del out[leaf]
     return out
 
 
-def all_counters(ifnames: list[str], include_link: bool = False
+COUNTERS = ("bytes", "packets", "drops", "overlimits", "backlog")
+
+
+def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = False
                  ) -> dict[str, dict[str, dict[str, int]]]:
     """Per interface, per traffic class: bytes, packets, drops, overlimits, backlog.
 
@@ -160,18 +199,19 @@ def all_counters(ifnames: list[str], include_link: bool = False
     """
     with netlink() as ipr:
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-        return {name: _read_classes(ipr, index[name], include_link)
+        return {name: _read_classes(ipr, index[name], include_link, levels)
                 for name in ifnames if name in index}
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS`: the same HTB
-    tree, applied in the caller's own namespace; the cluster edition runs it on other
-    machines through each node's shell."""
-    if len(argv) != 4 or argv[0] != "install":
+    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS]`:
+    the same HTB tree, applied in the caller's own namespace; the cluster edition runs it
+    on other machines through each node's shell."""
+    if len(argv) not in (4, 5) or argv[0] != "install":
         print(main.__doc__, file=sys.stderr)
         return 2
-    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]))
+    levels = int(argv[4]) if len(argv) == 5 else 0
+    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]), kv_levels=levels)
     return 0
 
 

@@ -16,29 +16,111 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import count
 
 from testbed.flowsim.events import EventLoop
 from testbed.lifecycle import RequestState
+from testbed.model import reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.timing import TimingModel
 from testbed.workloads.requests import Request
 
 
-class PrefillInstance:
-    """FIFO prefill: deterministic service times, so the queue is its clear time."""
+@dataclass(eq=False)
+class PrefillJob:
+    rs: RequestState
+    compute_s: float
+    layer_s: float
+    fetching: bool  # waits for fetched reusable KV (testbed.model.reuse)
+    fetched_at: float | None = None
+    computed: bool = False
 
-    def __init__(self, name: str, timing: TimingModel):
+
+class PrefillInstance:
+    """FIFO prefill GPU.
+
+    Without a loop it only estimates (the router's view: `free_at` after each enqueue).
+    With a loop and `on_done` it runs the queue: a request computes for T_prefill of its
+    non-reused tokens, and one that fetches reusable KV also waits for the fetch (plus a
+    layer) before it ends, so a late fetch stalls the GPU and the whole queue behind it.
+    """
+
+    def __init__(self, name: str, timing: TimingModel, n_layers: int = 1,
+                 loop=None, on_done: Callable[[RequestState], None] | None = None):
         self.name = name
         self.timing = timing
-        self.free_at = 0.0
+        self.n_layers = n_layers
+        self.loop = loop
+        self.on_done = on_done
+        self.free_at = 0.0  # estimate: when the queue clears if no fetch is late
+        self.queue: deque[PrefillJob] = deque()
+        self.busy: PrefillJob | None = None
+        self.jobs: dict[str, PrefillJob] = {}
+        self.stall_s = 0.0  # GPU time spent waiting for fetches
 
-    def enqueue(self, rs: RequestState, now: float) -> float:
+    def enqueue(self, rs: RequestState, now: float, reuse_tokens: int = 0,
+                fetching: bool = False) -> float:
+        """Queue a request; returns its expected end (no stall)."""
+        compute = self.timing.prefill_time(max(rs.req.input_len - reuse_tokens, 0))
         start = max(now, self.free_at)
-        end = start + self.timing.prefill_time(rs.req.input_len)
-        self.free_at = end
-        rs.prefill, rs.prefill_start, rs.prefill_end = self.name, start, end
-        return end
+        self.free_at = start + compute
+        rs.prefill, rs.prefill_start, rs.prefill_end = self.name, start, self.free_at
+        if self.loop is None:
+            return self.free_at
+        job = PrefillJob(rs, compute, reuse.layer_time(compute, self.n_layers), fetching)
+        self.jobs[rs.req.request_id] = job
+        self.queue.append(job)
+        if self.busy is None:
+            self._start_next()
+        return rs.prefill_end
+
+    def fetched(self, request_id: str) -> None:
+        """The request's reusable KV has all arrived."""
+        job = self.jobs.get(request_id)
+        if job is None or job.fetched_at is not None:
+            return
+        job.fetched_at = self.loop.now
+        if job.computed:  # the GPU was stalled on this fetch: the last layer runs now
+            self.loop.after(job.layer_s, lambda: self._finish(job))
+
+    def fetch_failed(self, request_id: str, recompute_s: float) -> None:
+        """The holder died mid-fetch: the prefix is computed here instead, recompute_s
+        more GPU time (counted from now, as if the whole prefix were missing)."""
+        job = self.jobs.get(request_id)
+        if job is None or job.fetched_at is not None:
+            return
+        job.fetched_at = self.loop.now + recompute_s - job.layer_s
+        if job.computed:
+            self.loop.at(job.fetched_at + job.layer_s, lambda: self._finish(job))
+
+    def _start_next(self) -> None:
+        if not self.queue:
+            self.busy = None
+            return
+        job = self.busy = self.queue.popleft()
+        now = self.loop.now
+        job.rs.prefill_start = now
+        self.loop.at(now + job.compute_s, lambda: self._compute_done(job))
+
+    def _compute_done(self, job: PrefillJob) -> None:
+        job.computed = True
+        if job.fetching and job.fetched_at is None:
+            return  # stalled until `fetched`
+        end = reuse.prefill_end(job.rs.prefill_start, job.compute_s, job.fetched_at,
+                                job.layer_s)
+        self.loop.at(end, lambda: self._finish(job))
+
+    def _finish(self, job: PrefillJob) -> None:
+        now = self.loop.now
+        stall = now - (job.rs.prefill_start + job.compute_s)
+        if stall > 1e-12:
+            self.stall_s += stall
+            self.free_at += stall
+        job.rs.prefill_end = now
+        del self.jobs[job.rs.req.request_id]
+        self.on_done(job.rs)
+        self._start_next()
 
 
 class DecodeInstance:

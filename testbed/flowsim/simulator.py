@@ -18,7 +18,7 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.recovery import RecoveryManager
 from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState, request_row
-from testbed.model import mfs
+from testbed.model import mfs, reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
@@ -27,6 +27,17 @@ from testbed.workloads.build import Workload, prewarm_placement
 
 GB = 1e9
 LINK_SAMPLE_S = 1.0
+REUSE = "reuse"  # the stage tag of a KV-reuse fetch flow (P2D flows carry their shard)
+
+
+@dataclass(frozen=True)
+class Fetch:
+    holder: str
+    prefill: str
+    tier: int
+    size: float
+    expected_start: float  # of the prefill, as estimated when the fetch began
+    layer_s: float
 
 
 @dataclass
@@ -61,7 +72,11 @@ class FlowSimulation:
         )
         block_tokens = scenario.workload.block_tokens
         block_bytes = kv_bytes_per_token(self.model) * block_tokens
-        self.prefill = {i.name: PrefillInstance(i.name, self.timing) for i in self.spec.prefill_pool}
+        self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
+                                                self.loop, self._prefill_done)
+                        for i in self.spec.prefill_pool}
+        self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
+        self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
         self.decode = {
             i.name: DecodeInstance(i.name, self.loop, self.timing, cluster.beta_max,
                                    cluster.memory_gb * GB, PrefixCache(block_tokens, block_bytes),
@@ -89,6 +104,7 @@ class FlowSimulation:
         self.faults_log: list[dict] = []
         self.recovery = RecoveryManager(self)
         self._net_version = 0
+        self.reuse_bytes = 0.0
         self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
 
     # -- setup -------------------------------------------------------------------------
@@ -160,6 +176,13 @@ class FlowSimulation:
     def _decode_down(self, name: str) -> None:
         self.failed.add(name)
         self.decode[name].fail()
+        self.net.remove_flows(self.loop.now, lambda f: f.tag[1] == REUSE
+                              and self.fetches[f.tag[0].req.request_id].holder == name)
+        for rid, fetch in list(self.fetches.items()):
+            if fetch.holder == name:
+                del self.fetches[rid]
+                tokens = round(fetch.size / kv_bytes_per_token(self.model))
+                self.prefill[fetch.prefill].fetch_failed(rid, self.timing.prefill_per_token_s * tokens)
         self.net.remove_flows(self.loop.now, lambda f: f.tag[0].decode == name)
         self._reschedule_network()
         self.loop.after(self.recovery.detection_delay(), lambda: self._detected(name))
@@ -195,8 +218,40 @@ class FlowSimulation:
     # -- request path ------------------------------------------------------------------
     def _arrive(self, rs: RequestState) -> None:
         inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        end = inst.enqueue(rs, self.loop.now)
-        self.loop.at(end, lambda: self._prefill_done(rs))
+        plan = self._reuse_plan(rs)
+        rs.reuse_tokens = plan.tokens if plan else 0
+        inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
+        if plan is not None:
+            self._fetch(rs, plan.holder, inst.jobs[rs.req.request_id].layer_s)
+
+    def _reuse_plan(self, rs: RequestState) -> reuse.Reuse | None:
+        cfg = self.scenario.reuse
+        if not cfg.enabled:
+            return None
+        req = rs.req
+        hits = {d.name: d.cache.prefix_hit_tokens(req.hash_ids, req.input_len)
+                for d in self.decode.values() if d.name not in self.failed}
+        return reuse.choose_holder(hits, cfg.min_tokens)
+
+    def _fetch(self, rs: RequestState, holder: str, layer_s: float) -> None:
+        """Stage 1: the reusable prefix's KV from its holder to the prefill, as one flow."""
+        size = kv_bytes_per_token(self.model) * rs.reuse_tokens
+        tier = self.spec.tier_map[(rs.prefill, holder)]
+        self.fetches[rs.req.request_id] = Fetch(holder, rs.prefill, tier, size,
+                                                rs.prefill_start, layer_s)
+        if self.scenario.network.ecmp == "per-pair":
+            path = self.net.pair_path(holder, rs.prefill)
+        else:
+            path = self.net.ecmp_path(holder, rs.prefill)
+        self.net.add_flow(path, size, self.loop.now, tag=(rs, REUSE), level=self._initial_level)
+        if self.scenario.network.flow_policy != "fair":
+            self._reprioritize(reschedule_tick=False)
+        self._reschedule_network()
+
+    def _fetched(self, rs: RequestState) -> None:
+        fetch = self.fetches.pop(rs.req.request_id)
+        self.reuse_bytes += fetch.size
+        self.prefill[rs.prefill].fetched(rs.req.request_id)
 
     def candidates(self, req) -> list[Candidate]:
         """Decode instances as the router sees them: all but those it knows are dead."""
@@ -250,35 +305,34 @@ class FlowSimulation:
     def _initial_level(self) -> int:
         """New flows start deferred at the bottom level (all at 0 under fair sharing)."""
         net = self.scenario.network
-        return 0 if net.flow_policy == "fair" else net.priority_levels - 1
+        return 0 if net.flow_policy == "fair" else mfs.initial_level(net.flow_policy,
+                                                                      net.priority_levels)
 
     def _p2d_deadline(self, rs: RequestState) -> float:
         """A P2D transfer's explicit deadline: the TTFT deadline less the first decode
         iteration that must follow it (a full batch's, to be safe)."""
-        return (rs.req.arrival_s + self.workload.slo_for(rs.req.request_id)
-                - self.timing.iteration_time(self.scenario.cluster.beta_max))
+        return mfs.p2d_deadline(rs.req.arrival_s, self.workload.slo_for(rs.req.request_id),
+                                self.timing.iteration_time(self.scenario.cluster.beta_max))
 
     def _reprioritize(self, reschedule_tick: bool = True) -> None:
-        """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as MLU grows."""
+        """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as urgency
+        grows; each flow sees only what its sender would (testbed.model.mfs.FlowView)."""
         net_cfg = self.scenario.network
+        policy, levels = net_cfg.flow_policy, net_cfg.priority_levels
         now = self.loop.now
         self.net.advance(now)
         flows = list(self.net.flows.values())
-        views = [mfs.FlowView(str(f.flow_id), f.remaining, self._p2d_deadline(f.tag[0]),
-                              bandwidth=self.oracle.bandwidth(f.tag[0].tier)
-                              / self.flows_per_transfer)
-                 for f in flows]
-        levels = mfs.assign_levels(net_cfg.flow_policy, views, now, 1.0,
-                                   net_cfg.priority_levels,
-                                   {str(f.flow_id): f.level for f in flows},
-                                   net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
+        if policy == "mfs":
+            self._prune(flows, now)
         changed = False
-        karuna = net_cfg.flow_policy == "karuna"
         for f in flows:
-            level = levels[str(f.flow_id)]
+            rs, stage = f.tag
+            pruned = stage != REUSE and rs.req.request_id in self.pruned
+            level = mfs.flow_level(policy, self._flow_view(f, now), now, f.level, pruned,
+                                   levels, net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
             cap = None
-            if karuna:  # deadline flows paced at just the rate that meets the deadline
-                cap = mfs.karuna_min_rate(f.remaining, self._p2d_deadline(f.tag[0]), now)
+            if policy == "karuna" and stage != REUSE:  # deadline flows at just their rate
+                cap = mfs.karuna_min_rate(f.remaining, self._p2d_deadline(rs), now)
                 cap = None if math.isinf(cap) else cap
             if level != f.level or cap != f.cap:
                 f.level, f.cap = level, cap
@@ -288,6 +342,32 @@ class FlowSimulation:
             self._reschedule_network()
         if reschedule_tick:
             self.loop.after(net_cfg.reprioritize_s, self._reprioritize)
+
+    def _flow_view(self, f, now: float) -> mfs.FlowView:
+        rs, stage = f.tag
+        if stage == REUSE:
+            fetch = self.fetches[rs.req.request_id]
+            r = reuse.retrieval_rli(now, fetch.expected_start, fetch.layer_s,
+                                    f.size - f.remaining, f.size, self.model.n_layers)
+            return mfs.FlowView(str(f.flow_id), f.remaining, None, rli=r,
+                                bandwidth=self.oracle.bandwidth(fetch.tier))
+        return mfs.FlowView(str(f.flow_id), f.remaining, self._p2d_deadline(rs),
+                            bandwidth=self.oracle.bandwidth(rs.tier) / self.flows_per_transfer)
+
+    def _prune(self, flows, now: float) -> None:
+        """MFS's feasibility check, per sender (the prefill NIC its P2D flows share)."""
+        by_sender: dict[str, dict[str, mfs.Job]] = {}
+        for f in flows:
+            rs, stage = f.tag
+            if stage == REUSE or rs.req.request_id in self.pruned:
+                continue
+            jobs = by_sender.setdefault(rs.prefill, {})
+            rid = rs.req.request_id
+            work = f.remaining / self.oracle.bandwidth(rs.tier)
+            prev = jobs.get(rid)
+            jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), work + (prev.work_s if prev else 0))
+        for jobs in by_sender.values():
+            self.pruned |= mfs.prune_infeasible(list(jobs.values()), now)
 
     def _reschedule_network(self) -> None:
         self._net_version += 1
@@ -302,6 +382,9 @@ class FlowSimulation:
         now = self.loop.now
         for flow in self.net.pop_finished(now):
             rs, shard = flow.tag
+            if shard == REUSE:
+                self._fetched(rs)
+                continue
             self.transfers.append({
                 "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
                 "dst": rs.decode, "tier": rs.tier,
@@ -379,6 +462,9 @@ class FlowSimulation:
                 "stale_oracle_decisions": self.stale_decisions,
                 "faults_injected": len(self.faults_log),
                 "level_bytes": {str(k): v for k, v in sorted(self.net.level_bytes.items())},
+                "reuse_bytes": self.reuse_bytes,
+                "prefill_stall_s": sum(p.stall_s for p in self.prefill.values()),
+                "pruned_requests": len(self.pruned),
             },
         )
 

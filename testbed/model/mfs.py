@@ -30,7 +30,6 @@ from dataclasses import dataclass
 DEFAULT_LEVELS = 8
 THETA_TOP = 0.8
 THETA_RATIO = 0.5
-SCAVENGER = -1  # pruned: served only when nothing else wants the link
 
 
 def mlu(remaining_bytes: float, deadline_s: float, now_s: float, bandwidth: float) -> float:
@@ -116,7 +115,9 @@ def feasible_order(jobs: Sequence[Job], now: float = 0.0) -> tuple[list[str], li
 
 @dataclass(frozen=True)
 class FlowView:
-    """What a policy sees of a flow when it assigns a level."""
+    """What a policy sees of a flow when it assigns a level: only what its sender knows,
+    so the emulation's senders (testbed/workers/kvstream.py) compute the very same level
+    per layer chunk that the flow simulator does."""
 
     name: str
     remaining: float  # bytes
@@ -125,38 +126,102 @@ class FlowView:
     bandwidth: float | None = None  # bytes/s this flow's path offers (default: the call's)
 
 
+# Baselines on K levels: SJF and EDF are global orders in their papers; with a handful of
+# priority queues they become size and slack buckets (as PIAS does for SJF), which a
+# sender can compute alone. Our choices, both geometric (x2 per level):
+SJF_BASE_S = 0.01  # level 0: a flow that would finish within 10 ms alone on its path
+EDF_BASE_S = 0.1  # level 0: a deadline within 100 ms
+
+
+def _bucket(x: float, base: float, top: int) -> int:
+    """0 for x <= base, then one level per doubling, capped at `top`."""
+    if x <= base:
+        return 0
+    return min(top, math.ceil(math.log2(x / base)))
+
+
+def sjf_level(remaining: float, bandwidth: float, levels: int = DEFAULT_LEVELS) -> int:
+    """Shortest job first: bucket of the time the flow needs alone on its path."""
+    return _bucket(remaining / bandwidth, SJF_BASE_S, levels - 1)
+
+
+def edf_level(deadline: float | None, now: float, levels: int = DEFAULT_LEVELS) -> int:
+    """Earliest deadline first for explicit deadlines (slack buckets over levels 0..K-2);
+    implicit-deadline flows share the bottom level fairly."""
+    if deadline is None:
+        return levels - 1
+    return _bucket(max(deadline - now, 0.0), EDF_BASE_S, levels - 2)
+
+
+def target_level(policy: str, flow: FlowView, now: float, bandwidth: float,
+                 levels: int = DEFAULT_LEVELS, top: float = THETA_TOP,
+                 ratio: float = THETA_RATIO) -> int:
+    """The level `policy` wants for one flow now, before monotonic promotion."""
+    bw = flow.bandwidth or bandwidth
+    if policy == "fair":
+        return levels - 1
+    if policy == "sjf":
+        return sjf_level(flow.remaining, bw, levels)
+    if policy == "edf":
+        return edf_level(flow.deadline, now, levels)
+    if policy == "karuna":  # deadline flows on top, rate-limited (karuna_min_rate); rest SJF
+        if flow.deadline is not None:
+            return 0
+        return min(1 + sjf_level(flow.remaining, bw, levels), levels - 1)
+    if policy != "mfs":
+        raise ValueError(f"unknown flow policy {policy!r}; mfs, fair, sjf, edf or karuna")
+    if flow.deadline is not None:
+        return level_for_mlu(mlu(flow.remaining, flow.deadline, now, bw), levels, top, ratio)
+    return level_for_rli(flow.rli or 0, levels)
+
+
+def initial_level(policy: str, levels: int = DEFAULT_LEVELS) -> int:
+    """Where a new flow starts before its first evaluation: MFS defers to the bottom."""
+    return levels - 1
+
+
+def flow_level(policy: str, flow: FlowView, now: float, current: int, pruned: bool = False,
+               levels: int = DEFAULT_LEVELS, top: float = THETA_TOP,
+               ratio: float = THETA_RATIO) -> int:
+    """One flow's level at a layer boundary, as its sender decides it: the scavenger
+    once pruned, else the policy's target (only ever a promotion under MFS)."""
+    if pruned:
+        return scavenger_level(levels)
+    target = target_level(policy, flow, now, flow.bandwidth or 1.0, levels, top, ratio)
+    return promote(current, target) if policy == "mfs" else target
+
+
+def p2d_deadline(arrival_s: float, slo_s: float, first_iteration_s: float) -> float:
+    """A P2D transfer's explicit deadline: the TTFT deadline less the decode iteration
+    that must follow the transfer before the first token."""
+    return arrival_s + slo_s - first_iteration_s
+
+
 def assign_levels(policy: str, flows: Sequence[FlowView], now: float, bandwidth: float,
                   levels: int = DEFAULT_LEVELS, current: dict[str, int] | None = None,
                   top: float = THETA_TOP, ratio: float = THETA_RATIO) -> dict[str, int]:
-    """Level per flow under `policy` (mfs | fair | sjf | edf | karuna); 0 is served first."""
+    """Level per flow under `policy` (mfs | fair | sjf | edf | karuna); 0 is served first.
+    MFS only promotes (never demotes); the baselines follow their target each time."""
     current = current or {}
-    if policy == "fair":
-        return {f.name: levels - 1 for f in flows}
-    if policy == "sjf":
-        order = sorted(flows, key=lambda f: (f.remaining, f.name))
-        return {f.name: min(k, levels - 1) for k, f in enumerate(order)}
-    if policy == "edf":
-        timed = sorted((f for f in flows if f.deadline is not None),
-                       key=lambda f: (f.deadline, f.name))
-        out = {f.name: min(k, levels - 2) for k, f in enumerate(timed)}
-        out.update({f.name: levels - 1 for f in flows if f.deadline is None})
-        return out
-    if policy == "karuna":
-        out = {f.name: 0 for f in flows if f.deadline is not None}  # rate-limited, see below
-        rest = sorted((f for f in flows if f.deadline is None), key=lambda f: (f.remaining, f.name))
-        out.update({f.name: min(1 + k, levels - 1) for k, f in enumerate(rest)})
-        return out
-    if policy != "mfs":
-        raise ValueError(f"unknown flow policy {policy!r}; mfs, fair, sjf, edf or karuna")
-    out = {}
-    for f in flows:
-        if f.deadline is not None:
-            u = mlu(f.remaining, f.deadline, now, f.bandwidth or bandwidth)
-            target = level_for_mlu(u, levels, top, ratio)
-        else:
-            target = level_for_rli(f.rli or 0, levels)
-        out[f.name] = promote(current.get(f.name, levels - 1), target)
-    return out
+    return {f.name: flow_level(policy, f if f.bandwidth else _with_bw(f, bandwidth), now,
+                               current.get(f.name, levels - 1), False, levels, top, ratio)
+            for f in flows}
+
+
+def _with_bw(f: FlowView, bandwidth: float) -> FlowView:
+    return FlowView(f.name, f.remaining, f.deadline, f.rli, bandwidth)
+
+
+def scavenger_level(levels: int = DEFAULT_LEVELS) -> int:
+    """Below every level: pruned (infeasible) requests get the link only when it is idle."""
+    return levels
+
+
+def prune_infeasible(jobs: Sequence[Job], now: float) -> set[str]:
+    """MFS's inter-request feasibility check at one sender: requests that cannot all meet
+    their (robust effective) deadlines give way, heaviest first, to the scavenger class."""
+    _, pruned = feasible_order(jobs, now)
+    return set(pruned)
 
 
 def karuna_min_rate(remaining: float, deadline: float, now: float) -> float:

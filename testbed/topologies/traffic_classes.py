@@ -7,7 +7,16 @@
 | background | BE (0)     | 0x00     | 1:30      | 35%              | 2        |
 
 Every class may borrow up to the link rate (ceil = rate), so an idle class costs
-nothing. Unknown DSCP values fall into background (the HTB default class). KV flows keep
+nothing.
+
+Priority levels of KV flows (issue 7: MFS and its baselines, testbed/model/mfs.py). With
+a non-fair flow policy the kv class becomes an inner HTB class whose leaves are the K
+levels plus a scavenger level below them: level k is DSCP 16 + k (CS2 upwards; the
+scavenger is DSCP 8, CS1, "lower effort"), HTB class 1:<0x21 + k>, prio k. This kernel
+has no prio qdisc, so HTB approximates strict priority: each level is guaranteed only
+LEVEL_SHARE of the kv class and may borrow up to the link rate, and HTB lends spare
+rate to the lowest prio value first. AF41 (unlevelled KV, e.g. the receiver's ACKs)
+goes to level 0. Unknown DSCP values fall into background (the HTB default class). KV flows keep
 AF41 end to end, which is what lets the controller's congestion figure exclude them.
 """
 
@@ -36,6 +45,33 @@ BACKGROUND = TrafficClass("background", 0, 0x30, 0.35, 2)
 CLASSES = (CONTROL, KV, BACKGROUND)
 DEFAULT_CLASS = BACKGROUND
 BY_NAME = {c.name: c for c in CLASSES}
+
+
+MAX_LEVELS = 8
+LEVEL_DSCP_BASE = 16
+SCAVENGER_DSCP = 8
+LEVEL_SHARE = 0.01  # guaranteed fraction of the kv class per level (strict: 0)
+
+
+def level_dscp(level: int, levels: int) -> int:
+    """DSCP of KV priority level `level` (0 first; `levels` is the scavenger)."""
+    if not 0 <= level <= levels <= MAX_LEVELS:
+        raise ValueError(f"level {level} outside 0..{levels} (at most {MAX_LEVELS} levels)")
+    return SCAVENGER_DSCP if level == levels else LEVEL_DSCP_BASE + level
+
+
+def level_tos(level: int, levels: int) -> int:
+    return level_dscp(level, levels) << 2
+
+
+def level_minor(level: int) -> int:
+    """HTB class minor of a level's leaf under the kv class (the scavenger is level K)."""
+    return KV.classid_minor + 1 + level
+
+
+def trusted_level_dscps() -> list[int]:
+    """Every DSCP a KV sender may set for a level: the controller trusts them all."""
+    return [LEVEL_DSCP_BASE + k for k in range(MAX_LEVELS)] + [SCAVENGER_DSCP]
 
 
 def class_of_dscp(dscp: int) -> TrafficClass:
