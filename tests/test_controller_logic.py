@@ -109,7 +109,27 @@ def test_traffic_class_table():
     assert KV.dscp == 34 and KV.tos == 0x88
     assert class_of_dscp(48).name == "control" and class_of_dscp(10).name == "background"
     assert sum(c.share for c in CLASSES) == pytest.approx(1.0)
-    assert tc._tos_key(KV) == "0x00880000/0x00fc0000+0"
+    assert tc._tos_key(KV.dscp) == "0x00880000/0x00fc0000+0"
+
+
+def test_priority_levels_have_their_own_code_points_and_leaves():
+    from testbed.topologies.traffic_classes import (
+        SCAVENGER_DSCP,
+        level_dscp,
+        level_minor,
+        level_tos,
+        trusted_level_dscps,
+    )
+
+    dscps = [level_dscp(k, 8) for k in range(9)]
+    assert dscps[:8] == list(range(16, 24)) and dscps[8] == SCAVENGER_DSCP
+    assert not set(dscps) & {c.dscp for c in CLASSES}  # no clash with the class table
+    assert sorted(trusted_level_dscps()) == sorted(dscps)
+    assert level_dscp(4, 4) == SCAVENGER_DSCP  # with 4 levels, level 4 is the scavenger
+    assert level_tos(0, 8) == 16 << 2
+    assert [level_minor(k) for k in (0, 8)] == [0x21, 0x29]
+    with pytest.raises(ValueError):
+        level_dscp(9, 8)
     assert tc.queue_packets(5e6, 16) == 21 and tc.queue_packets(1e5, 16) == 16
     assert tc.queue_packets(1e5) == tc.MIN_QUEUE_PACKETS
 

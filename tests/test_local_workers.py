@@ -14,6 +14,7 @@ import yaml
 from testbed.controller.oracle_server import make_server, serve_in_thread
 from testbed.controller.state import ControllerState
 from testbed.emulation.processes import LocalLauncher, WorkerSet, local_hosts
+from testbed.model.kv import kv_bytes_per_token
 from testbed.runner import check_conservation
 from testbed.scenario import load_scenario
 from testbed.workers.config import RunConfig
@@ -120,3 +121,36 @@ def test_a_killed_decode_worker_is_detected_and_its_requests_recovered(
         sum(r["state"] == state for r in affected)
     served = [r for r in result["requests"] if r["state"] in ("completed", state)]
     assert all(r["first_token"] is not None for r in served)
+
+
+@pytest.mark.slow
+def test_kv_reuse_fetches_and_priority_marking_under_mfs(tmp_path, oracle):
+    """Stage 1 on real processes: holders stream cached prefixes to prefill workers, the
+    prefill waits for them, every sender marks its layers by MFS, and levels are counted."""
+    data = {**SMALL, "workload": {"trace": None, "profile": "all", "load": 1.0,
+                                  "warmup_s": 1, "measure_s": 3,
+                                  "synthetic": {"mean_input": 4000, "documents": 4,
+                                                "share_fraction": 0.9}},
+            "network": {"flow_policy": "mfs"}, "reuse": {"enabled": True, "min_tokens": 256}}
+    sc = load_scenario_from(data, tmp_path)
+    cfg = local_config(tmp_path, sc, "netkv-full", oracle, kv_port=22000 + os.getpid() % 20000)
+    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), sc.cluster.spec(), LocalLauncher(),
+                   tmp_path / "logs") as workers:
+        result = workers.wait(180)
+    assert result["outcome"] == "finished", result["errors"]
+    workload = build_workload(sc, 1)
+    check_conservation(result["requests"], len(workload.requests))
+    assert Counter(r["state"] for r in result["requests"]) == {"completed": len(workload.requests)}
+    reused = [r for r in result["requests"] if r["reuse_tokens"]]
+    assert reused, "the workload shares prefixes: some prefill must fetch one"
+    timing = sc.timing_model()
+    for r in reused:  # computed only the rest, and no earlier than that
+        assert r["prefill_end"] - r["prefill_start"] >= \
+            timing.prefill_time(r["input_len"] - r["reuse_tokens"]) - 1e-6
+    per_token = kv_bytes_per_token(sc.model_spec())
+    assert result["reuse_bytes"] == pytest.approx(per_token * sum(r["reuse_tokens"]
+                                                                 for r in reused))
+    levels = {int(k): v for k, v in result["level_bytes"].items()}
+    assert sum(levels.values()) == pytest.approx(
+        (result["wire_bytes_sent"]) / sc.emulation.scale + result["reuse_bytes"], rel=0.01)
+    assert len(levels) > 1 and all(0 <= k <= 8 for k in levels)

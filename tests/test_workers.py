@@ -26,7 +26,8 @@ def reader(data: bytes):
 
 def test_control_messages_round_trip_and_stream_in_sequence():
     a = {"type": "decision", "request": "r1", "decode": "i7", "tier": 2, "bytes": 10,
-         "host": "10.0.0.8", "port": 7000, "wire": [1, 1, 1, 1]}
+         "host": "10.0.0.8", "port": 7000, "wire": [1, 1, 1, 1], "deadline": 4.2,
+         "bandwidth": 3.1e9}
     b = {"type": "first_token", "request": "r1", "time": 3.5}
     recv = reader(protocol.encode(a) + protocol.encode(b))
     assert protocol.read_message(recv) == a
@@ -83,7 +84,8 @@ def test_a_transfer_lands_byte_exact_on_loopback():
         if len(landed) == 3:
             done.set()
 
-    rx = kvstream.KVReceiver("127.0.0.1", 0, on_shard, errors.append).start()
+    rx = kvstream.KVReceiver("127.0.0.1", 0, on_shard,
+                             lambda why, _rid: errors.append(why)).start()
     try:
         sizes = [3 * 2**20 + 7, 0, 512 * 1024]
         sent = kvstream.send_transfer("127.0.0.1", rx.port, "r42", sizes)
@@ -100,7 +102,7 @@ def test_a_short_stream_is_reported_not_counted():
     landed, errors = [], []
     got_error = threading.Event()
     rx = kvstream.KVReceiver("127.0.0.1", 0, landed.append,
-                             lambda m: (errors.append(m), got_error.set())).start()
+                             lambda m, rid: (errors.append((m, rid)), got_error.set())).start()
     try:
         with socket.create_connection(("127.0.0.1", rx.port)) as sock:
             sock.sendall(protocol.kv_header("r1", 0, 1, 1000) + b"x" * 10)
@@ -109,7 +111,34 @@ def test_a_short_stream_is_reported_not_counted():
         assert got_error.wait(5)
     finally:
         rx.close()
-    assert not landed and "990 bytes missing" in errors[0]
+    assert not landed and "990 bytes missing" in errors[0][0] and errors[0][1] == "r1"
+
+
+def test_a_marked_shard_is_sent_layer_by_layer_and_promoted_between_layers():
+    """Levels change only at layer boundaries, the bytes per level add up, and a paced
+    shard takes at least size / rate."""
+    import time
+
+    landed = []
+    rx = kvstream.KVReceiver("127.0.0.1", 0, landed.append).start()
+    asked = []
+
+    def decide(sent, total):
+        asked.append(sent)
+        return (7 if sent < total // 2 else 0), None
+
+    try:
+        marking = kvstream.Marking(decide, levels=8, layers=10)
+        r = kvstream.send_shard("127.0.0.1", rx.port, "r7", 0, 1, 100_000, marking=marking)
+        paced = kvstream.Marking(lambda s, t: (3, 200_000.0), levels=8, layers=4)
+        t0 = time.monotonic()
+        kvstream.send_shard("127.0.0.1", rx.port, "r8", 0, 1, 100_000, marking=paced)
+        took = time.monotonic() - t0
+    finally:
+        rx.close()
+    assert asked == [0] + [k * 10_000 for k in range(10)]  # the SYN's level, then per layer
+    assert r.level_bytes == {7: 50_000, 0: 50_000}
+    assert took >= 100_000 / 200_000 * 0.75  # the last layer's sleep may end early
 
 
 # -- real-time loop, clock, channels -------------------------------------------------------

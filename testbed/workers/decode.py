@@ -11,6 +11,8 @@ batch, cache blocks added and evicted) after every change.
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass
 
 from testbed.flowsim.serving import DecodeInstance
@@ -19,7 +21,8 @@ from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
-from testbed.workers.kvstream import KVReceiver, ShardResult
+from testbed.workers.kvstream import KVReceiver, ShardResult, send_transfer
+from testbed.workers.levels import SenderLevels
 from testbed.workloads.build import build_workload, prewarm_placement
 from testbed.workloads.requests import Request
 
@@ -59,7 +62,9 @@ class DecodeWorker(Worker):
         self.recompute_free = 0.0
         self.receiver = KVReceiver(cfg.hosts[instance], cfg.kv_port,
                                    lambda r: self.loop.post(lambda: self._shard(r)),
-                                   lambda why: self.loop.post(lambda: self._bad_stream(why)))
+                                   lambda why, _rid: self.loop.post(lambda: self._bad_stream(why)))
+        self.levels = (SenderLevels(sc, self.loop, cfg.scale, sc.model_spec().n_layers)
+                       if sc.kv_levels() else None)
         bg = sc.network.background
         self.background = BackgroundTraffic(
             spec, instance, cfg.hosts[instance], cfg.hosts, cfg.bg_port,
@@ -100,6 +105,9 @@ class DecodeWorker(Worker):
         elif kind == "surge":
             self.background.surge(int(msg["tier"]), float(msg["fraction"]),
                                   self.loop.clock.wall(float(msg["until"])))
+        elif kind == "fetch":
+            threading.Thread(target=self._send_fetch, args=(msg,), daemon=True,
+                             name=f"fetch-{msg['request']}").start()
         elif kind == "cancel":
             rs = self.assigned.pop(msg["request"], None)
             if rs is not None:
@@ -128,6 +136,26 @@ class DecodeWorker(Worker):
             self.loop.at(self.recompute_free, lambda: self._recomputed(rid, start))
             return
         self._maybe_landed(rid)
+
+    def _send_fetch(self, msg: dict) -> None:
+        """KV reuse: stream a cached prefix to the prefill instance that reuses it (its
+        own thread, like a prefill's push). A failure is the receiver's to notice."""
+        rid = msg["request"]
+        marking = None
+        if self.levels is not None:
+            marking = self.levels.fetch(rid, float(msg["expected_start"]),
+                                        float(msg["layer_s"]), float(msg["bandwidth"]))
+        try:
+            results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
+                                    congestion=self.scenario.emulation.tcp_congestion,
+                                    marking=(lambda _k: marking) if marking else None)
+        except (OSError, ValueError) as exc:
+            print(f"{self.instance}: fetch {rid} failed: {exc}", file=sys.stderr)
+            return
+        shards = [{"shard": r.shard, "wire_bytes": r.bytes, "level_bytes": r.level_bytes or {}}
+                  for r in results]
+        self.loop.post(lambda: self.send({"type": "sent", "request": rid, "shards": shards,
+                                          "stage": "reuse"}))
 
     def _recomputed(self, rid: str, start: float) -> None:
         rs = self.assigned.get(rid)

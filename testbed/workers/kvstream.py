@@ -3,6 +3,12 @@
 The sender sets IP_TOS before connecting, so every packet of the shard carries the KV
 DSCP from the first SYN; the controller also marks the KV port, as a safety net. Byte
 counts on the wire are the modelled shard size x the emulation's scale factor.
+
+With priority levels (MFS and its baselines) a shard goes layer by layer: at each layer
+boundary the sender asks its Marking for the level (and, for Karuna, a pacing rate) and
+re-marks the socket's TOS if the level changed; the controller trusts level DSCPs. A
+small TCP_NOTSENT_LOWAT keeps the unsent backlog to about a layer, so a new TOS reaches
+the wire with the next layer rather than after everything already queued.
 """
 
 from __future__ import annotations
@@ -13,11 +19,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.topologies.traffic_classes import KV
+from testbed.topologies.traffic_classes import KV, level_tos
 from testbed.workers.protocol import kv_header, read_exact, read_kv_header
 
 CHUNK = 256 * 1024
 _ZEROS = memoryview(bytes(CHUNK))
+NOTSENT_LOWAT = 8192  # bytes of unsent data the kernel may hold before send() blocks
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+
+
+@dataclass(frozen=True)
+class Marking:
+    """How a sender marks one shard: `decide(sent, total)` -> (level, rate in wire
+    bytes/s or None), asked at every layer boundary; levels + 1 is the scavenger."""
+
+    decide: Callable[[int, int], tuple[int, float | None]]
+    levels: int
+    layers: int
 
 
 def scaled_bytes(modelled_bytes: float, scale: float) -> int:
@@ -35,6 +53,7 @@ class ShardResult:
     bytes: int
     start: float  # wall clock, first byte of payload
     end: float  # wall clock, last byte
+    level_bytes: dict[int, int] | None = None  # payload bytes sent per priority level
 
 
 def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket:
@@ -54,33 +73,68 @@ def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket
 
 def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
                tos: int = KV.tos, timeout: float = 300.0,
-               congestion: str | None = None) -> ShardResult:
+               congestion: str | None = None, marking: Marking | None = None) -> ShardResult:
+    level_bytes: dict[int, int] | None = None
+    if marking is not None:
+        level, _ = marking.decide(0, size)
+        tos = level_tos(level, marking.levels)
     with kv_socket(tos, congestion) as sock:
         sock.settimeout(timeout)
+        if marking is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         sock.connect((host, port))
         start = time.time()
         sock.sendall(kv_header(request, shard, shards, size))
-        left = size
-        while left:
-            n = min(left, CHUNK)
-            sock.sendall(_ZEROS[:n])
-            left -= n
+        if marking is None:
+            _send_zeros(sock, size)
+        else:
+            level_bytes = _send_layers(sock, size, marking, level)
         sock.shutdown(socket.SHUT_WR)
         ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
         if ack != b"\x01":
             raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
-        return ShardResult(request, shard, shards, size, start, time.time())
+        return ShardResult(request, shard, shards, size, start, time.time(), level_bytes)
+
+
+def _send_zeros(sock: socket.socket, size: int) -> None:
+    left = size
+    while left:
+        n = min(left, CHUNK)
+        sock.sendall(_ZEROS[:n])
+        left -= n
+
+
+def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
+                 ) -> dict[int, int]:
+    """One chunk per layer; the level (DSCP) may change only between chunks."""
+    per_layer = max(1, -(-size // marking.layers))
+    sent, out = 0, {}
+    while sent < size:
+        new, rate = marking.decide(sent, size)
+        if new != level:
+            level = new
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, level_tos(level, marking.levels))
+        n = min(per_layer, size - sent)
+        began = time.monotonic()
+        _send_zeros(sock, n)
+        sent += n
+        out[level] = out.get(level, 0) + n
+        if rate:  # paced (Karuna): no faster than the rate, layer by layer
+            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+    return out
 
 
 def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
-                  tos: int = KV.tos, congestion: str | None = None) -> list[ShardResult]:
+                  tos: int = KV.tos, congestion: str | None = None,
+                  marking: Callable[[int], Marking] | None = None) -> list[ShardResult]:
     """Send every shard on its own connection, in parallel; results in shard order."""
     results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
     def one(k: int) -> None:
         try:
             results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
-                                    tos, congestion=congestion)
+                                    tos, congestion=congestion,
+                                    marking=marking(k) if marking else None)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 
@@ -99,9 +153,10 @@ class KVReceiver:
     """Accepts KV shard streams; calls on_shard(ShardResult) when a shard has fully landed."""
 
     def __init__(self, host: str, port: int, on_shard: Callable[[ShardResult], None],
-                 on_error: Callable[[str], None] | None = None):
+                 on_error: Callable[[str, str | None], None] | None = None):
+        """on_error(why, request id if the header had arrived)."""
         self.on_shard = on_shard
-        self.on_error = on_error or (lambda _msg: None)
+        self.on_error = on_error or (lambda _msg, _rid: None)
         self.sock = socket.create_server((host, port), reuse_port=False)
         self.port = self.sock.getsockname()[1]
         self._thread = threading.Thread(target=self._accept, name="kv-accept", daemon=True)
@@ -124,6 +179,7 @@ class KVReceiver:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        head: dict = {}
         with conn:
             try:
                 head = read_kv_header(conn.recv)
@@ -140,6 +196,6 @@ class KVReceiver:
                                      int(head["shards"]), int(head["bytes"]), start, time.time())
                 conn.sendall(b"\x01")
             except (OSError, ValueError) as exc:
-                self.on_error(str(exc))
+                self.on_error(str(exc), head.get("request"))
                 return
         self.on_shard(result)

@@ -2,19 +2,24 @@
 
 The queue is the flow simulator's PrefillInstance on real time. When the router's
 decision for a finished request arrives, the KV goes to the chosen decode instance as
-one TCP stream per TP shard, in parallel, AF41-marked, each carrying its modelled shard
-size x the emulation's scale factor; the instance meanwhile prefills the next request.
+one TCP stream per TP shard, in parallel, AF41-marked (or, with priority levels, marked
+per layer chunk by SenderLevels), each carrying its modelled shard size x the
+emulation's scale factor; the instance meanwhile prefills the next request. With KV
+reuse, the worker also receives fetched prefix KV from holders (on its own KV port) and
+a request's prefill cannot end before its fetch has landed.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
-from testbed.workers.kvstream import send_transfer
+from testbed.workers.kvstream import KVReceiver, ShardResult, send_transfer
+from testbed.workers.levels import SenderLevels
 from testbed.workloads.requests import Request
 
 
@@ -23,13 +28,29 @@ class PrefillWorker(Worker):
 
     def __init__(self, cfg, instance: str):
         super().__init__(cfg, instance)
-        self.gpu = PrefillInstance(instance, self.scenario.timing_model())
-        bg = self.scenario.network.background
+        sc = self.scenario
+        self.timing = sc.timing_model()
+        n_layers = sc.model_spec().n_layers
+        self.gpu = PrefillInstance(instance, self.timing, n_layers, self.loop, self._done)
+        bg = sc.network.background
         self.background = BackgroundTraffic(
-            self.scenario.cluster.spec(), instance, cfg.hosts[instance], cfg.hosts,
+            sc.cluster.spec(), instance, cfg.hosts[instance], cfg.hosts,
             cfg.bg_port, {1: bg.tier1, 2: bg.tier2, 3: bg.tier3}, cfg.scale, cfg.dilation)
+        self.levels = (SenderLevels(sc, self.loop, cfg.scale, n_layers)
+                       if sc.kv_levels() else None)
+        self.fetch_bytes: dict[str, int] = {}  # request -> wire bytes of its landed fetch
+        self.landed_early: set[str] = set()  # fetches that beat the router's prefill message
+        self.reuse_tokens: dict[str, int] = {}
+        self.receiver = None
+        if sc.reuse.enabled:
+            self.receiver = KVReceiver(
+                cfg.hosts[instance], cfg.kv_port,
+                lambda r: self.loop.post(lambda: self._fetched(r)),
+                lambda why, rid: self.loop.post(lambda: self._fetch_failed(rid, why)))
 
     def on_start(self) -> None:
+        if self.receiver is not None:
+            self.receiver.start()
         if self.background.streams:
             self.background.start()
 
@@ -38,10 +59,13 @@ class PrefillWorker(Worker):
             req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
                           int(msg["output_len"]), tuple(msg["hash_ids"]))
             rs = RequestState(req=req, measured=False, keys=[], kv_bytes=0.0)
-            end = self.gpu.enqueue(rs, self.loop.now)
-            self.loop.at(end, lambda: self.send({
-                "type": "prefill_done", "request": req.request_id, "instance": self.instance,
-                "start": rs.prefill_start, "end": self.loop.now}))
+            tokens = int(msg.get("reuse_tokens") or 0)
+            self.reuse_tokens[req.request_id] = tokens
+            self.gpu.enqueue(rs, self.loop.now, tokens, fetching=tokens > 0)
+            if req.request_id in self.landed_early:
+                self.gpu.fetched(req.request_id)
+        elif msg["type"] == "fetch_failed":
+            self._fetch_failed(msg["request"], msg["reason"])
         elif msg["type"] == "surge":
             self.background.surge(int(msg["tier"]), float(msg["fraction"]),
                                   self.loop.clock.wall(float(msg["until"])))
@@ -49,21 +73,59 @@ class PrefillWorker(Worker):
             threading.Thread(target=self._push, args=(msg,), daemon=True,
                              name=f"kv-{msg['request']}").start()
 
+    def _done(self, rs: RequestState) -> None:
+        rid = rs.req.request_id
+        self.reuse_tokens.pop(rid, None)
+        self.send({"type": "prefill_done", "request": rid, "instance": self.instance,
+                   "start": rs.prefill_start, "end": self.loop.now,
+                   "fetch_wire_bytes": self.fetch_bytes.pop(rid, 0),
+                   "stall_s": self.gpu.stall_s})
+
+    def _fetched(self, result: ShardResult) -> None:
+        rid = result.request
+        self.fetch_bytes[rid] = result.bytes
+        if rid in self.gpu.jobs:
+            self.gpu.fetched(rid)
+        else:
+            self.landed_early.add(rid)
+
+    def _fetch_failed(self, rid: str | None, why: str) -> None:
+        """The holder died or its stream broke: compute the prefix here instead."""
+        if rid is None or rid not in self.gpu.jobs:
+            return
+        print(f"{self.instance}: fetch for {rid} failed ({why}): recomputing its prefix",
+              file=sys.stderr)
+        tokens = self.reuse_tokens.get(rid, 0)
+        self.gpu.fetch_failed(rid, self.timing.prefill_per_token_s * tokens)
+
     def _push(self, msg: dict) -> None:
         """Runs on its own thread: the KV streams must not hold up the next prefill."""
         rid = msg["request"]
+        marking = None
+        if self.levels is not None:
+            marking = self.levels.p2d(rid, float(msg["deadline"]), float(msg["bandwidth"]),
+                                      len(msg["wire"]))
         try:
             results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
-                                    congestion=self.scenario.emulation.tcp_congestion)
+                                    congestion=self.scenario.emulation.tcp_congestion,
+                                    marking=marking)
         except (OSError, ValueError) as exc:
             reason = f"KV transfer to {msg['decode']} failed: {exc}"
             self.loop.post(lambda: self.send({"type": "failed", "request": rid,
                                               "reason": reason, "decode": msg["decode"]}))
             return
+        finally:
+            if self.levels is not None:
+                self.levels.done(rid)
         clock = self.loop.clock
         shards = [{"shard": r.shard, "wire_bytes": r.bytes, "start": clock.to_modelled(r.start),
-                   "end": clock.to_modelled(r.end)} for r in results]
-        self.loop.post(lambda: self.send({"type": "sent", "request": rid, "shards": shards}))
+                   "end": clock.to_modelled(r.end), "level_bytes": r.level_bytes or {}}
+                  for r in results]
+        pruned = self.levels is not None and rid in self.levels.pruned
+        self.loop.post(lambda: self.send({"type": "sent", "request": rid, "shards": shards,
+                                          "pruned": pruned}))
 
     def shutdown(self) -> None:
+        if self.receiver is not None:
+            self.receiver.close()
         self.background.stop()

@@ -25,8 +25,13 @@ REQUIRED = {
     # router -> prefill worker, and back
     "prefill": ("request", "input_len", "output_len", "hash_ids", "arrival"),
     "prefill_done": ("request", "instance", "start", "end"),
+    # router -> the decode instance holding a prompt's cached prefix: send it to the
+    # prefill (KV reuse); router -> prefill: that fetch will not come
+    "fetch": ("request", "host", "port", "wire", "expected_start", "layer_s", "bandwidth"),
+    "fetch_failed": ("request", "reason"),
     # router -> prefill (send the KV) and -> decode (expect it, reserve memory)
-    "decision": ("request", "decode", "tier", "bytes", "host", "port", "wire"),
+    "decision": ("request", "decode", "tier", "bytes", "host", "port", "wire", "deadline",
+                 "bandwidth"),
     "assign": ("request", "seq", "input_len", "output_len", "hash_ids", "hit_tokens",
                "bytes", "output_bytes", "shards"),
     "reject": ("request", "reason"),

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState, request_row
+from testbed.model import mfs, reuse
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
@@ -131,7 +132,8 @@ class Router:
             cla_weights=sc.cla())
         self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
         self.paths = TransferPaths(self.spec, sc.network.ecmp)
-        self.prefill = {i.name: PrefillInstance(i.name, self.timing) for i in self.spec.prefill_pool}
+        self.prefill = {i.name: PrefillInstance(i.name, self.timing)  # estimates only
+                        for i in self.spec.prefill_pool}
         self.views = {i.name: DecodeView(BlockIndex(self.block_tokens))
                       for i in self.spec.decode_pool}
         self.expected_workers = set(self.prefill) | set(self.views) | {"loadgen"}
@@ -152,6 +154,11 @@ class Router:
         self.outcome = "running"
         self.faults = FaultState(sc.recovery, self.timing)
         self.pids: dict[str, int] = {}
+        self.fetching: dict[str, str] = {}  # request -> holder whose fetch is under way
+        self.level_bytes: dict[int, float] = {}  # modelled KV bytes per priority level
+        self.reuse_bytes = 0.0
+        self.stall_s: dict[str, float] = {}  # prefill instance -> GPU time lost to fetches
+        self.pruned: set[str] = set()
 
     # -- oracle and intents (their own threads; decisions read self.oracle) ------------------
     def _refresh_oracle(self) -> None:
@@ -238,16 +245,46 @@ class Router:
         self.states[req.request_id] = rs
         self.last_arrival = max(self.last_arrival, req.arrival_s)
         inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        inst.enqueue(rs, self.loop.now)  # the router's estimate; the worker reports the truth
+        plan = self._reuse_plan(req)
+        rs.reuse_tokens = plan.tokens if plan else 0
+        # the router's estimate; the worker reports the truth
+        inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
         self._send(inst.name, {"type": "prefill", "request": req.request_id,
                                "input_len": req.input_len, "output_len": req.output_len,
-                               "hash_ids": list(req.hash_ids), "arrival": req.arrival_s})
+                               "hash_ids": list(req.hash_ids), "arrival": req.arrival_s,
+                               "reuse_tokens": rs.reuse_tokens})
+        if plan is not None:
+            self._fetch(rs, plan.holder)
+
+    def _reuse_plan(self, req: Request) -> reuse.Reuse | None:
+        if not self.sc.reuse.enabled:
+            return None
+        hits = {name: view.index.prefix_hit_tokens(req.hash_ids, req.input_len)
+                for name, view in self.views.items() if name not in self.faults.dead}
+        return reuse.choose_holder(hits, self.sc.reuse.min_tokens)
+
+    def _fetch(self, rs: RequestState, holder: str) -> None:
+        """Stage 1: the holder streams the cached prefix's KV to the prefill instance."""
+        req = rs.req
+        self.fetching[req.request_id] = holder
+        size = kv_bytes_per_token(self.model) * rs.reuse_tokens
+        compute = self.timing.prefill_time(req.input_len - rs.reuse_tokens)
+        tier = self.spec.tier_map[(rs.prefill, holder)]
+        self._send(holder, {"type": "fetch", "request": req.request_id,
+                            "host": self.cfg.hosts[rs.prefill], "port": self.cfg.kv_port,
+                            "wire": [scaled_bytes(size, self.cfg.scale)],
+                            "expected_start": rs.prefill_start,
+                            "layer_s": reuse.layer_time(compute, self.model.n_layers),
+                            "bandwidth": self._oracle_view().bandwidth(tier)})
 
     def _on_prefill_done(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
         if rs is None or rs.state is not None:
             return
         rs.prefill, rs.prefill_start, rs.prefill_end = msg["instance"], msg["start"], msg["end"]
+        self.stall_s[rs.prefill] = float(msg.get("stall_s") or 0.0)
+        if self.fetching.pop(rs.req.request_id, None) is not None and msg.get("fetch_wire_bytes"):
+            self.reuse_bytes += kv_bytes_per_token(self.model) * rs.reuse_tokens
         req = rs.req
         cands = self._candidates(req)
         t0 = time.perf_counter()
@@ -286,14 +323,30 @@ class Router:
         self._send(rs.prefill, {"type": "decision", "request": req.request_id,
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
-                                "wire": wire})
+                                "wire": wire, "deadline": self._p2d_deadline(rs),
+                                "bandwidth": self._oracle_view().bandwidth(rs.tier)})
         self.intents.put(TransferIntent(req.request_id, rs.prefill, rs.decode,
                                         int(rs.eff_bytes)))
 
+    def _p2d_deadline(self, rs: RequestState) -> float:
+        return mfs.p2d_deadline(rs.req.arrival_s, self._slo(rs.req.request_id),
+                                self.timing.iteration_time(self.sc.cluster.beta_max))
+
+    def _count_levels(self, shards: list[dict]) -> None:
+        for s in shards:
+            for level, wire in (s.get("level_bytes") or {}).items():
+                self.level_bytes[int(level)] = (self.level_bytes.get(int(level), 0.0)
+                                                + int(wire) / self.cfg.scale)
+
     def _on_sent(self, msg: dict) -> None:
+        self._count_levels(msg["shards"])
+        if msg.get("stage") == "reuse":
+            return
         rs = self.states.get(msg["request"])
         if rs is None:
             return
+        if msg.get("pruned"):
+            self.pruned.add(rs.req.request_id)
         shard_bytes = rs.eff_bytes / self.shards
         total = 0
         for s in msg["shards"]:
@@ -399,6 +452,13 @@ class Router:
 
     def _declare_dead(self, name: str) -> None:
         self.faults.dead.add(name)
+        for rid, holder in list(self.fetching.items()):
+            if holder == name:  # the prefill computes that prefix itself
+                del self.fetching[rid]
+                rs = self.states[rid]
+                if rs.prefill is not None:
+                    self._send(rs.prefill, {"type": "fetch_failed", "request": rid,
+                                            "reason": f"holder {name} declared dead"})
         self.faults.log.append({"time": self.loop.now, "event": "declared dead", "target": name})
         for rs in list(self.states.values()):
             if rs.state is None and rs.decode == name:
@@ -531,6 +591,10 @@ class Router:
             "migration_slot_fallbacks": self.faults.slot_fallbacks,
             "stale_oracle_decisions": self.faults.stale_decisions,
             "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
+            "level_bytes": {str(k): v for k, v in sorted(self.level_bytes.items())},
+            "reuse_bytes": self.reuse_bytes,
+            "prefill_stall_s": sum(self.stall_s.values()),
+            "pruned_requests": len(self.pruned),
         }
 
     # -- main ------------------------------------------------------------------------------------
