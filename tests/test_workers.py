@@ -225,3 +225,33 @@ def test_router_view_counts_its_own_decisions_until_a_report_reflects_them():
     view.apply({"free_memory": 60.0, "queued": 1, "batch": 2, "seq": 1})  # the decode saw it
     cand = view.candidate("i4", Request("r", 0.0, 32, 1, (7,)))
     assert (cand.free_memory, cand.queued) == (60.0, 1)
+
+
+def test_a_stalled_marked_send_asks_for_its_level_again_before_the_layer_ends():
+    """A starved flow must still be promoted: the sender re-asks every recheck_s."""
+    import time
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    asked = []
+
+    def reader():
+        conn, _ = server.accept()
+        time.sleep(0.6)  # the receiver does not read: the sender's window closes
+        while conn.recv(1 << 16):
+            pass
+        conn.sendall(b"\x01")
+        conn.close()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    marking = kvstream.Marking(lambda sent, total: (asked.append(sent) or 7, None), 8, 2,
+                               recheck_s=0.05)
+    kvstream.send_shard("127.0.0.1", server.getsockname()[1], "r9", 0, 1, 4_000_000,
+                        marking=marking)
+    t.join(10)
+    server.close()
+    assert len(asked) > 3  # more than the SYN's and the two layers' questions
+    assert any(s not in (0, 2_000_000) for s in asked)  # ... asked mid-layer, while stalled

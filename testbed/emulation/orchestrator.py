@@ -166,6 +166,10 @@ def run_counters(result: dict, workload, fidelity: dict) -> dict:
         "stale_oracle_decisions": result["stale_oracle_decisions"],
         "oracle_age_max_s": result["oracle_age_max_s"],
         "faults_injected": sum(f["event"] != "declared dead" for f in result["faults"]),
+        # priority levels and KV reuse (issue 7), as the flow simulator reports them
+        "level_bytes": result["level_bytes"], "reuse_bytes": result["reuse_bytes"],
+        "prefill_stall_s": result["prefill_stall_s"],
+        "pruned_requests": result["pruned_requests"],
     }
 
 

@@ -36,6 +36,7 @@ class Marking:
     decide: Callable[[int, int], tuple[int, float | None]]
     levels: int
     layers: int
+    recheck_s: float | None = None  # wall seconds a stalled send waits before re-asking
 
 
 def scaled_bytes(modelled_bytes: float, scale: float) -> int:
@@ -89,6 +90,7 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
             _send_zeros(sock, size)
         else:
             level_bytes = _send_layers(sock, size, marking, level)
+            sock.settimeout(timeout)
         sock.shutdown(socket.SHUT_WR)
         ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
         if ack != b"\x01":
@@ -106,21 +108,32 @@ def _send_zeros(sock: socket.socket, size: int) -> None:
 
 def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
                  ) -> dict[int, int]:
-    """One chunk per layer; the level (DSCP) may change only between chunks."""
+    """One chunk per layer; the level (DSCP) changes at layer boundaries, and also when a
+    send has stalled for recheck_s: a starved low-level flow must still be promoted (the
+    flow model re-evaluates every reprioritize_s whatever a flow's progress), and its
+    queued packets are stuck behind higher levels anyway."""
     per_layer = max(1, -(-size // marking.layers))
-    sent, out = 0, {}
+    sent, layer_start, layer_end, out = 0, 0, 0, {}
+    began = time.monotonic()
+    rate = None
+    sock.settimeout(marking.recheck_s)
     while sent < size:
+        if sent >= layer_end:  # a layer boundary
+            if rate:  # paced (Karuna): no faster than the rate, layer by layer
+                time.sleep(max(0.0, began + (layer_end - layer_start) / rate - time.monotonic()))
+            layer_start, layer_end = layer_end, min(size, layer_end + per_layer)
+            began = time.monotonic()
         new, rate = marking.decide(sent, size)
         if new != level:
             level = new
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, level_tos(level, marking.levels))
-        n = min(per_layer, size - sent)
-        began = time.monotonic()
-        _send_zeros(sock, n)
-        sent += n
-        out[level] = out.get(level, 0) + n
-        if rate:  # paced (Karuna): no faster than the rate, layer by layer
-            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+        while sent < layer_end:
+            try:
+                n = sock.send(_ZEROS[:min(layer_end - sent, CHUNK)])
+            except TimeoutError:
+                break  # stalled: ask for the level again
+            sent += n
+            out[level] = out.get(level, 0) + n
     return out
 
 

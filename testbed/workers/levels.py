@@ -35,6 +35,8 @@ class SenderLevels:
         self.loop = loop  # its clock is replaced when the run starts: read it each time
         self.scale = scale
         self.n_layers = n_layers
+        # a stalled sender re-asks for its level as often as the flow model re-evaluates
+        self.recheck_s = net.reprioritize_s * loop.clock.dilation
         self.lock = threading.Lock()
         self.transfers: dict[str, _Transfer] = {}
         self.pruned: set[str] = set()
@@ -70,7 +72,7 @@ class SenderLevels:
                     rate = self._wire_rate(mfs.karuna_min_rate(view.remaining, deadline, now))
                 return level, rate
 
-            return Marking(decide, self.levels, self.n_layers)
+            return Marking(decide, self.levels, self.n_layers, self.recheck_s)
 
         return marking
 
@@ -97,4 +99,4 @@ class SenderLevels:
                                         self.levels, self.top, self.ratio)
             return current[0], None
 
-        return Marking(decide, self.levels, self.n_layers)
+        return Marking(decide, self.levels, self.n_layers, self.recheck_s)
