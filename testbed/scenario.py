@@ -69,14 +69,24 @@ class ClusterCfg(_Strict):
     beta_max: int = Field(64, ge=1)
     memory_gb: float = Field(180.0, gt=0, description="KV memory per instance (4 x 45 GB)")
     memory_reserve_gb: float = Field(2.0, ge=0, description="m_min")
+    slowdown: dict[str, float] = Field(
+        {}, description="instance -> compute time multiplier of its prefills (a slower or "
+        "shared GPU: computational imbalance)")
 
     @model_validator(mode="after")
     def _spec_builds(self) -> ClusterCfg:
-        self.spec()  # raises ValueError with the offending field named
+        spec = self.spec()  # raises ValueError with the offending field named
+        names = {i.name for i in spec.instances}
+        for name, factor in self.slowdown.items():
+            if name not in names:
+                raise ValueError(f"slowdown names unknown instance {name!r}")
+            if not 0.1 <= factor <= 100:
+                raise ValueError(f"slowdown of {name}: {factor} (0.1-100)")
         return self
 
     def spec(self) -> FatTreeSpec:
-        fields = self.model_dump(exclude={"beta_max", "memory_gb", "memory_reserve_gb"})
+        fields = self.model_dump(exclude={"beta_max", "memory_gb", "memory_reserve_gb",
+                                          "slowdown"})
         return FatTreeSpec(**fields)
 
 
@@ -176,6 +186,14 @@ class NetworkCfg(_Strict):
     mfs_theta_ratio: float = Field(0.5, gt=0, lt=1, description="geometric threshold ratio")
     reprioritize_s: float = Field(
         0.05, gt=0, description="how often levels are re-evaluated (a layer boundary)")
+    transfer_mode: Literal["contiguous", "segment", "block"] = Field(
+        "contiguous", description="KV send calls per shard: one (contiguous), one per segment "
+        "of segment_blocks blocks, or one per block per layer per K/V (PagedAttention's "
+        "layer-wise layout); testbed/model/granularity.py")
+    segment_blocks: int = Field(16, ge=1, description="blocks per call in segment mode")
+    per_call_s: float = Field(
+        0.0, ge=0, description="flow model: time each send call after the first adds to a "
+        "transfer (measure it: benchmarks/bench_granularity.py)")
     capacity_factor: dict[int, float] = Field(
         {}, description="flow model only: link tier -> fraction of the configured rate the "
         "packets achieve (written by `testbed calibrate`); 1.0 where absent")
@@ -239,6 +257,35 @@ class RecoveryCfg(_Strict):
         "intra-node recompute)")
 
 
+class FlowKVCfg(_Strict):
+    """FlowKV's Load-Aware Scheduler (scheduler key `flowkv`, testbed/model/flowkv.py).
+    The paper publishes no constants: ours, tuned on a disjoint trace window by
+    scenarios/tune-flowkv.yaml."""
+
+    cycle_s: float = Field(0.5, gt=0, description="controller cycle: sample, score, decide")
+    window_s: float = Field(2.0, gt=0, description="sliding window that smooths the samples")
+    switch_cycles: int = Field(4, ge=1, description="cycles a switched node keeps its role")
+    prefill_low: float = Field(0.5, ge=0, le=1)
+    prefill_high: float = Field(0.9, ge=0, le=1)
+    decode_low: float = Field(0.5, ge=0, le=1)
+    decode_high: float = Field(0.9, ge=0, le=1)
+    idle: float = Field(0.25, ge=0, le=1, description="a node under this may switch role")
+    max_switch: int | None = Field(None, ge=1, description="nodes switched per cycle at most")
+    token_budget: int = Field(32768, ge=1, description="queued prefill tokens that fill a node")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FlowKVCfg:
+        if self.prefill_low > self.prefill_high or self.decode_low > self.decode_high:
+            raise ValueError("each low threshold must not exceed its high threshold")
+        return self
+
+    def thresholds(self):
+        from testbed.model.flowkv import Thresholds
+
+        return Thresholds(self.prefill_low, self.prefill_high, self.decode_low,
+                          self.decode_high, self.idle)
+
+
 class ReuseCfg(_Strict):
     """KV-reuse retrieval (MFS's stage 1, testbed/model/reuse.py): a prefill fetches the
     longest cached prefix of its prompt from the decode instance holding it, layer by
@@ -287,6 +334,7 @@ class Scenario(_Strict):
     emulation: EmulationCfg = EmulationCfg()
     recovery: RecoveryCfg = RecoveryCfg()
     reuse: ReuseCfg = ReuseCfg()
+    flowkv: FlowKVCfg = FlowKVCfg()
     faults: list[FaultCfg] = []
     drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
     sweep: dict[str, list[Any]] = {}

@@ -47,9 +47,12 @@ class PrefillInstance:
     """
 
     def __init__(self, name: str, timing: TimingModel, n_layers: int = 1,
-                 loop=None, on_done: Callable[[RequestState], None] | None = None):
+                 loop=None, on_done: Callable[[RequestState], None] | None = None,
+                 slowdown: float = 1.0, on_busy: Callable[[float], None] | None = None):
         self.name = name
         self.timing = timing
+        self.slowdown = slowdown  # compute time multiplier (a slower or shared GPU)
+        self.on_busy = on_busy  # told when a job starts and until when (a hybrid node)
         self.n_layers = n_layers
         self.loop = loop
         self.on_done = on_done
@@ -62,7 +65,7 @@ class PrefillInstance:
     def enqueue(self, rs: RequestState, now: float, reuse_tokens: int = 0,
                 fetching: bool = False) -> float:
         """Queue a request; returns its expected end (no stall)."""
-        compute = self.timing.prefill_time(max(rs.req.input_len - reuse_tokens, 0))
+        compute = self.compute_time(rs.req.input_len - reuse_tokens)
         start = max(now, self.free_at)
         self.free_at = start + compute
         rs.prefill, rs.prefill_start, rs.prefill_end = self.name, start, self.free_at
@@ -74,6 +77,17 @@ class PrefillInstance:
         if self.busy is None:
             self._start_next()
         return rs.prefill_end
+
+    def compute_time(self, tokens: int) -> float:
+        return self.timing.prefill_time(max(tokens, 0)) * self.slowdown
+
+    def expected_end(self, tokens: int, now: float) -> float:
+        """When a request of `tokens` would finish if queued now (FlowKV's TTFT estimate)."""
+        return max(now, self.free_at) + self.compute_time(tokens)
+
+    @property
+    def idle(self) -> bool:
+        return self.busy is None and not self.queue
 
     def fetched(self, request_id: str) -> None:
         """The request's reusable KV has all arrived."""
@@ -101,6 +115,8 @@ class PrefillInstance:
         job = self.busy = self.queue.popleft()
         now = self.loop.now
         job.rs.prefill_start = now
+        if self.on_busy is not None:
+            self.on_busy(now + job.compute_s)
         self.loop.at(now + job.compute_s, lambda: self._compute_done(job))
 
     def _compute_done(self, job: PrefillJob) -> None:
@@ -154,6 +170,7 @@ class DecodeInstance:
         self.running = False
         self.iterations = 0
         self.dead = False
+        self.hold_until = 0.0  # the GPU runs prefill work until then (FlowKV role switch)
 
     # -- what the router sees ----------------------------------------------------------
     @property
@@ -192,6 +209,9 @@ class DecodeInstance:
         self.cache.unpin(rs.keys[:len(rs.keys) - len(rs.new_keys)])
         self.reserved -= rs.reserved
         rs.reserved = 0.0
+
+    def hold(self, until: float) -> None:
+        self.hold_until = max(self.hold_until, until)
 
     def kv_landed(self, rs: RequestState) -> None:
         if self.dead:
@@ -246,7 +266,8 @@ class DecodeInstance:
             t_iter = self.timing.iteration_time(len(self.batch))
             for rs in self._just_admitted:
                 rs.entry_iter_s = t_iter
-            self.loop.after(t_iter, lambda: self._boundary(ended=True))
+            start = max(now, self.hold_until)  # prefill work has the GPU first
+            self.loop.at(start + t_iter, lambda: self._boundary(ended=True))
         else:
             self.running = False
 

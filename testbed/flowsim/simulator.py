@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from testbed.flowsim.events import EventLoop
+from testbed.flowsim.flowkv import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.recovery import RecoveryManager
 from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState, request_row
-from testbed.model import mfs, reuse
+from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
@@ -72,8 +73,10 @@ class FlowSimulation:
         )
         block_tokens = scenario.workload.block_tokens
         block_bytes = kv_bytes_per_token(self.model) * block_tokens
+        slow = cluster.slowdown
         self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
-                                                self.loop, self._prefill_done)
+                                                self.loop, self._prefill_done,
+                                                slow.get(i.name, 1.0))
                         for i in self.spec.prefill_pool}
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
@@ -103,6 +106,7 @@ class FlowSimulation:
         self.bg_override: dict[int, float] = {}
         self.faults_log: list[dict] = []
         self.recovery = RecoveryManager(self)
+        self.flowkv = FlowKVControl(self) if scheduler_key == "flowkv" else None
         self._net_version = 0
         self.reuse_bytes = 0.0
         self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
@@ -217,7 +221,10 @@ class FlowSimulation:
 
     # -- request path ------------------------------------------------------------------
     def _arrive(self, rs: RequestState) -> None:
-        inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
+        if self.flowkv is not None:
+            inst = self.flowkv.choose_prefill(rs.req.input_len, self.loop.now)
+        else:
+            inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
         plan = self._reuse_plan(rs)
         rs.reuse_tokens = plan.tokens if plan else 0
         inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
@@ -236,7 +243,7 @@ class FlowSimulation:
     def _fetch(self, rs: RequestState, holder: str, layer_s: float) -> None:
         """Stage 1: the reusable prefix's KV from its holder to the prefill, as one flow."""
         size = kv_bytes_per_token(self.model) * rs.reuse_tokens
-        tier = self.spec.tier_map[(rs.prefill, holder)]
+        tier = self.spec.tier(rs.prefill, holder)
         self.fetches[rs.req.request_id] = Fetch(holder, rs.prefill, tier, size,
                                                 rs.prefill_start, layer_s)
         if self.scenario.network.ecmp == "per-pair":
@@ -264,6 +271,11 @@ class FlowSimulation:
         cands = self.candidates(req)
         info = RequestInfo(req.request_id, req.input_len, rs.kv_bytes)
         oracle = self.oracle_view()
+        if rs.prefill in self.decode:  # a decode node doing prefill work (FlowKV)
+            if self._decode_locally(rs, cands):
+                return
+            oracle = oracle.with_tiers({(rs.prefill, d): self.spec.tier(rs.prefill, d)
+                                        for d in self.decode})
         t0 = time.perf_counter()
         decision = self.scheduler.select(info, rs.prefill, cands, oracle)
         self.decision_us.append((time.perf_counter() - t0) * 1e6)
@@ -279,6 +291,33 @@ class FlowSimulation:
         dec.assign(rs, decision.hit_tokens // self.scenario.workload.block_tokens, output_bytes)
         rs.transfer_start = self.loop.now
         self.start_transfer(rs)
+
+    def _decode_locally(self, rs: RequestState, cands: list[Candidate]) -> bool:
+        """A hybrid node keeps the request it prefilled when it has the memory: the KV
+        is already in its GPU (tier 0, nothing crosses the network)."""
+        here = next((c for c in cands if c.instance == rs.prefill), None)
+        info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
+        if here is None or not self.scheduler.feasible(info, [here]):
+            return False
+        dec = self.decode[rs.prefill]
+        rs.decode, rs.tier, rs.hit_tokens = rs.prefill, 0, here.hit_tokens
+        rs.eff_bytes = self.scheduler.effective_bytes(info, here)
+        dec.assign(rs, here.hit_tokens // self.scenario.workload.block_tokens,
+                   kv_cache_bytes(self.model, rs.req.output_len))
+        rs.transfer_start = rs.transfer_end = self.loop.now
+        dec.kv_landed(rs)
+        return True
+
+    def _call_overhead(self, rs: RequestState) -> float:
+        """Send calls after the first, per shard (shards send in parallel)."""
+        net = self.scenario.network
+        if net.transfer_mode == "contiguous" or not net.per_call_s:
+            return 0.0
+        tokens = round(rs.eff_bytes / kv_bytes_per_token(self.model))
+        calls = granularity.transfer_calls(net.transfer_mode, tokens,
+                                           self.scenario.workload.block_tokens,
+                                           self.model.n_layers, net.segment_blocks)
+        return granularity.call_overhead_s(calls, net.per_call_s)
 
     def start_transfer(self, rs: RequestState) -> None:
         """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now."""
@@ -393,7 +432,8 @@ class FlowSimulation:
             })
             rs.flows_left -= 1
             if rs.flows_left == 0:
-                self.loop.after(self.oracle.latency(rs.tier), lambda rs=rs: self._transfer_done(rs))
+                delay = self.oracle.latency(rs.tier) + self._call_overhead(rs)
+                self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
         self._reschedule_network()
 
     def _transfer_done(self, rs: RequestState) -> None:
@@ -437,6 +477,8 @@ class FlowSimulation:
         self._horizon = wl.warmup_s + wl.measure_s
         self._background_loop()
         self._refresh_oracle()
+        if self.flowkv is not None:
+            self.flowkv.start()
         for fault in self.scenario.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._fault(fault))
         if self.scenario.network.flow_policy != "fair":
@@ -465,6 +507,7 @@ class FlowSimulation:
                 "reuse_bytes": self.reuse_bytes,
                 "prefill_stall_s": sum(p.stall_s for p in self.prefill.values()),
                 "pruned_requests": len(self.pruned),
+                **(self.flowkv.counters() if self.flowkv is not None else {}),
             },
         )
 

@@ -30,6 +30,10 @@ class Oracle:
     def tier(self, src: str, dst: str) -> int:
         return self.tier_map[(src, dst)]
 
+    def with_tiers(self, extra: dict[tuple[str, str], int]) -> Oracle:
+        """The same oracle knowing more pairs (a decode node doing prefill work: FlowKV)."""
+        return replace(self, tier_map={**self.tier_map, **extra})
+
     def bandwidth(self, tier: int) -> float:
         """Static tier bandwidth in bytes/s."""
         return gbps_to_bytes_per_s(self.tier_bandwidth_gbps[tier])

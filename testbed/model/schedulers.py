@@ -269,6 +269,21 @@ class NetKV(Scheduler):
         return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
 
 
+class FlowKVLoadAware(Scheduler):
+    """FlowKV-LA's decode choice in its normal regime: the smallest transfer latency from
+    the chosen prefill node under the oracle's cost model (tier bandwidth and live
+    congestion; FlowKV keeps no self-contention counter), load breaking ties. Prefill
+    placement and role switching are the engines' controller cycle (model/flowkv.py)."""
+
+    name = "FlowKV-LA"
+
+    def rank(self, request, prefill, feasible, oracle):
+        best, key = self.pick_min(feasible, lambda c: (
+            self.network_time(request, prefill, c, oracle, use_inflight=False),
+            self.load_time(c)))
+        return best, key[0]
+
+
 SCHEDULERS = {
     "rr": "RR",
     "la": "LA",
@@ -277,6 +292,7 @@ SCHEDULERS = {
     "netkv-topo": "NetKV-Topo-Only",
     "netkv-static": "NetKV-Static",
     "netkv-full": "NetKV-Full",
+    "flowkv": "FlowKV-LA",
 }
 
 
@@ -298,4 +314,6 @@ def make_scheduler(
         return NetKV(ctx, use_inflight=True, use_congestion=False, name=SCHEDULERS[key])
     if key == "netkv-full":
         return NetKV(ctx, use_inflight=True, use_congestion=True, name=SCHEDULERS[key])
+    if key == "flowkv":
+        return FlowKVLoadAware(ctx)
     raise ValueError(f"unknown scheduler {key!r}; choose one of {', '.join(SCHEDULERS)}")

@@ -269,7 +269,7 @@ class Router:
         self.fetching[req.request_id] = holder
         size = kv_bytes_per_token(self.model) * rs.reuse_tokens
         compute = self.timing.prefill_time(req.input_len - rs.reuse_tokens)
-        tier = self.spec.tier_map[(rs.prefill, holder)]
+        tier = self.spec.tier(rs.prefill, holder)
         self._send(holder, {"type": "fetch", "request": req.request_id,
                             "host": self.cfg.hosts[rs.prefill], "port": self.cfg.kv_port,
                             "wire": [scaled_bytes(size, self.cfg.scale)],
