@@ -104,6 +104,8 @@ def test_pruned_requests_go_below_every_level():
     jobs = [Job("a", 1.0, 1.0), Job("b", 1.5, 2.0), Job("c", 2.0, 1.0)]
     assert prune_infeasible(jobs, now=0.0) == {"b"}
     assert prune_infeasible(jobs[:1], now=0.0) == set()
+    # hopeless alone on its own path, whatever the NIC: pruned first
+    assert prune_infeasible([Job("x", 1.0, 0.1, alone_s=1.5), Job("y", 2.0, 1.0)], 0.0) == {"x"}
 
 
 def test_mfs_promotes_a_deferred_flow_as_its_deadline_nears_and_keeps_it_up():

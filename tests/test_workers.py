@@ -255,3 +255,24 @@ def test_a_stalled_marked_send_asks_for_its_level_again_before_the_layer_ends():
     server.close()
     assert len(asked) > 3  # more than the SYN's and the two layers' questions
     assert any(s not in (0, 2_000_000) for s in asked)  # ... asked mid-layer, while stalled
+
+
+def test_a_shard_sent_as_framed_calls_lands_byte_exact():
+    landed, both = [], threading.Event()
+
+    def on_shard(result):
+        landed.append(result)
+        if len(landed) == 2:
+            both.set()
+
+    rx = kvstream.KVReceiver("127.0.0.1", 0, on_shard).start()
+    try:
+        r = kvstream.send_shard("127.0.0.1", rx.port, "r5", 0, 1, 100_003, calls=37)
+        one = kvstream.send_shard("127.0.0.1", rx.port, "r6", 0, 1, 100_003)
+        assert both.wait(5)
+    finally:
+        rx.close()
+    assert r.bytes == one.bytes == 100_003
+    assert sorted(x.bytes for x in landed) == [100_003, 100_003]
+    with pytest.raises(protocol.ProtocolError):
+        protocol.kv_header("r", 0, 1, 10, calls=0)

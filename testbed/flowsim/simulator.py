@@ -109,6 +109,7 @@ class FlowSimulation:
         self.flowkv = FlowKVControl(self) if scheduler_key == "flowkv" else None
         self._net_version = 0
         self.reuse_bytes = 0.0
+        self._nic_bw = self.spec.host_gbps * 1e9 / 8  # bytes/s of a server's NIC
         self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
 
     # -- setup -------------------------------------------------------------------------
@@ -394,7 +395,7 @@ class FlowSimulation:
                             bandwidth=self.oracle.bandwidth(rs.tier) / self.flows_per_transfer)
 
     def _prune(self, flows, now: float) -> None:
-        """MFS's feasibility check, per sender (the prefill NIC its P2D flows share)."""
+        """MFS's feasibility check, per sender: its P2D transfers share its NIC."""
         by_sender: dict[str, dict[str, mfs.Job]] = {}
         for f in flows:
             rs, stage = f.tag
@@ -402,9 +403,10 @@ class FlowSimulation:
                 continue
             jobs = by_sender.setdefault(rs.prefill, {})
             rid = rs.req.request_id
-            work = f.remaining / self.oracle.bandwidth(rs.tier)
             prev = jobs.get(rid)
-            jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), work + (prev.work_s if prev else 0))
+            left = f.remaining + (prev.work_s * self._nic_bw if prev else 0.0)
+            jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), left / self._nic_bw,
+                                left / self.oracle.bandwidth(rs.tier))
         for jobs in by_sender.values():
             self.pruned |= mfs.prune_infeasible(list(jobs.values()), now)
 

@@ -87,11 +87,13 @@ def robust_effective_deadline(deadlines: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Job:
-    """A request (or batch) for the feasibility check: its deadline and the time it needs."""
+    """A request (or batch) for the feasibility check: its deadline, the time it needs of
+    the resource the jobs share, and the least time it needs alone (its own path)."""
 
     name: str
     deadline: float
     work_s: float
+    alone_s: float = 0.0
 
 
 def feasible_order(jobs: Sequence[Job], now: float = 0.0) -> tuple[list[str], list[str]]:
@@ -218,10 +220,13 @@ def scavenger_level(levels: int = DEFAULT_LEVELS) -> int:
 
 
 def prune_infeasible(jobs: Sequence[Job], now: float) -> set[str]:
-    """MFS's inter-request feasibility check at one sender: requests that cannot all meet
-    their (robust effective) deadlines give way, heaviest first, to the scavenger class."""
-    _, pruned = feasible_order(jobs, now)
-    return set(pruned)
+    """MFS's inter-request feasibility check at one sender. A job that cannot meet its
+    deadline even alone on its path is pruned; the rest share the sender's NIC (work_s
+    is their time on it) and give way, heaviest first, until the others fit. Pruned
+    requests go to the scavenger class."""
+    hopeless = {j.name for j in jobs if now + j.alone_s > j.deadline}
+    _, pruned = feasible_order([j for j in jobs if j.name not in hopeless], now)
+    return hopeless | set(pruned)
 
 
 def karuna_min_rate(remaining: float, deadline: float, now: float) -> float:

@@ -14,11 +14,13 @@ the wire with the next layer rather than after everything already queued.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from testbed.model.granularity import split_bytes
 from testbed.topologies.traffic_classes import KV, level_tos
 from testbed.workers.protocol import kv_header, read_exact, read_kv_header
 
@@ -74,8 +76,12 @@ def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket
 
 def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
                tos: int = KV.tos, timeout: float = 300.0,
-               congestion: str | None = None, marking: Marking | None = None) -> ShardResult:
+               congestion: str | None = None, marking: Marking | None = None,
+               calls: int = 1) -> ShardResult:
+    """One shard on its own connection. calls > 1: as that many messages, each framed
+    and acknowledged before the next (block-wise or segment transfers)."""
     level_bytes: dict[int, int] | None = None
+    calls = max(1, min(calls, size)) if size > 0 else 1
     if marking is not None:
         level, _ = marking.decide(0, size)
         tos = level_tos(level, marking.levels)
@@ -85,8 +91,10 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
             sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         sock.connect((host, port))
         start = time.time()
-        sock.sendall(kv_header(request, shard, shards, size))
-        if marking is None:
+        sock.sendall(kv_header(request, shard, shards, size, calls))
+        if calls > 1:
+            level_bytes = _send_calls(sock, size, calls, marking, level if marking else 0)
+        elif marking is None:
             _send_zeros(sock, size)
         else:
             level_bytes = _send_layers(sock, size, marking, level)
@@ -104,6 +112,30 @@ def _send_zeros(sock: socket.socket, size: int) -> None:
         n = min(left, CHUNK)
         sock.sendall(_ZEROS[:n])
         left -= n
+
+
+def _send_calls(sock: socket.socket, size: int, calls: int, marking: Marking | None,
+                level: int) -> dict[int, int] | None:
+    """Each call a framed message that completes (the receiver's 0x02) before the next:
+    what a blocking send per KV block costs on the wire. Nagle is off, as NCCL's
+    transport would not wait to coalesce."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sent, out = 0, {}
+    for n in split_bytes(size, calls):
+        if marking is not None:
+            new, _ = marking.decide(sent, size)
+            if new != level:
+                level = new
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS,
+                                level_tos(level, marking.levels))
+        sock.sendall(struct.pack("!I", n) + bytes(_ZEROS[:min(n, 4096)]))
+        if n > 4096:
+            _send_zeros(sock, n - 4096)
+        if sock.recv(1) != b"\x02":
+            raise ConnectionError(f"call {len(out)} of {calls}: no completion")
+        sent += n
+        out[level] = out.get(level, 0) + n
+    return out if marking is not None else None
 
 
 def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
@@ -139,7 +171,8 @@ def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
 
 def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
                   tos: int = KV.tos, congestion: str | None = None,
-                  marking: Callable[[int], Marking] | None = None) -> list[ShardResult]:
+                  marking: Callable[[int], Marking] | None = None,
+                  calls: int = 1) -> list[ShardResult]:
     """Send every shard on its own connection, in parallel; results in shard order."""
     results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
@@ -147,7 +180,7 @@ def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
         try:
             results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
                                     tos, congestion=congestion,
-                                    marking=marking(k) if marking else None)
+                                    marking=marking(k) if marking else None, calls=calls)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 
@@ -160,6 +193,15 @@ def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
         if isinstance(r, BaseException):
             raise r
     return results  # type: ignore[return-value]
+
+
+def _drain(conn: socket.socket, size: int) -> None:
+    left = size
+    while left:
+        chunk = conn.recv(min(left, CHUNK))
+        if not chunk:
+            raise ConnectionError(f"stream ended with {left} bytes missing")
+        left -= len(chunk)
 
 
 class KVReceiver:
@@ -191,18 +233,30 @@ class KVReceiver:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
+    @staticmethod
+    def _calls(conn: socket.socket, size: int, calls: int) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        got = 0
+        for k in range(calls):
+            (n,) = struct.unpack("!I", read_exact(conn.recv, 4) or b"\0\0\0\0")
+            if got + n > size:
+                raise ConnectionError(f"call {k} overruns the announced {size} bytes")
+            _drain(conn, n)
+            got += n
+            conn.sendall(b"\x02")
+        if got != size:
+            raise ConnectionError(f"{calls} calls carried {got} of {size} bytes")
+
     def _serve(self, conn: socket.socket) -> None:
         head: dict = {}
         with conn:
             try:
                 head = read_kv_header(conn.recv)
                 start = time.time()
-                left = head["bytes"]
-                while left:
-                    chunk = conn.recv(min(left, CHUNK))
-                    if not chunk:
-                        raise ConnectionError(f"stream ended with {left} bytes missing")
-                    left -= len(chunk)
+                if head.get("calls", 1) > 1:
+                    self._calls(conn, head["bytes"], head["calls"])
+                else:
+                    _drain(conn, head["bytes"])
                 if read_exact(conn.recv, 1):
                     raise ConnectionError("more bytes than the header announced")
                 result = ShardResult(str(head["request"]), int(head["shard"]),

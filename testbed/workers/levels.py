@@ -35,6 +35,7 @@ class SenderLevels:
         self.loop = loop  # its clock is replaced when the run starts: read it each time
         self.scale = scale
         self.n_layers = n_layers
+        self.nic_bw = scenario.cluster.host_gbps * 1e9 / 8  # what a sender's flows share
         # a stalled sender re-asks for its level as often as the flow model re-evaluates
         self.recheck_s = net.reprioritize_s * loop.clock.dilation
         self.lock = threading.Lock()
@@ -81,7 +82,8 @@ class SenderLevels:
             self.transfers.pop(request, None)
 
     def _prune(self, now: float) -> None:
-        jobs = [mfs.Job(rid, t.deadline, sum(t.remaining.values()) / t.bandwidth)
+        jobs = [mfs.Job(rid, t.deadline, sum(t.remaining.values()) / self.nic_bw,
+                        sum(t.remaining.values()) / t.bandwidth)
                 for rid, t in self.transfers.items() if rid not in self.pruned]
         self.pruned |= mfs.prune_infeasible(jobs, now)
 

@@ -108,7 +108,7 @@ class PrefillWorker(Worker):
         try:
             results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
                                     congestion=self.scenario.emulation.tcp_congestion,
-                                    marking=marking)
+                                    marking=marking, calls=int(msg.get("calls") or 1))
         except (OSError, ValueError) as exc:
             reason = f"KV transfer to {msg['decode']} failed: {exc}"
             self.loop.post(lambda: self.send({"type": "failed", "request": rid,

@@ -5,6 +5,10 @@
 transfer per BYTES (wire bytes, split over SHARDS parallel AF41 streams), one after the
 other, and prints a JSON line per transfer: wire bytes and seconds from the first
 connect to the last acknowledgement, exactly what an emulated KV transfer measures.
+`python -m testbed.workers.probe calls HOST PORT CC BYTES CALLS [CALLS ...]` sends one
+shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
+granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
+{request, bytes} for every shard that lands, after its "ready" line.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ import sys
 import threading
 import time
 
-from testbed.workers.kvstream import KVReceiver, send_transfer
+from testbed.workers.kvstream import KVReceiver, send_shard, send_transfer
 
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "recv":
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        receiver = KVReceiver(argv[1], int(argv[2]), lambda _r: None).start()
+        receiver = KVReceiver(argv[1], int(argv[2]), lambda r: print(json.dumps(
+            {"request": r.request, "bytes": r.bytes}), flush=True)).start()
         print("ready", flush=True)
         stop.wait()
         receiver.close()
@@ -34,6 +39,14 @@ def main(argv: list[str]) -> int:
             t0 = time.time()
             results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc)
             print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0}),
+                  flush=True)
+        return 0
+    if len(argv) >= 6 and argv[0] == "calls":
+        host, port, cc, size = argv[1], int(argv[2]), argv[3], int(argv[4])
+        for k, calls in enumerate(int(c) for c in argv[5:]):
+            t0 = time.time()
+            r = send_shard(host, port, f"calls{k}", 0, 1, size, congestion=cc, calls=calls)
+            print(json.dumps({"bytes": r.bytes, "calls": calls, "seconds": r.end - t0}),
                   flush=True)
         return 0
     print(__doc__, file=sys.stderr)

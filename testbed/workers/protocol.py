@@ -3,7 +3,8 @@
 Control messages (router <-> workers, over Unix sockets: see channel.py) are a 4-byte
 big-endian length followed by a JSON object with a `type` and that type's fields. KV streams (one
 TCP connection per TP shard, AF41-marked) start with MAGIC, a 2-byte header length and a
-JSON header {request, shard, shards, bytes}, then exactly `bytes` bytes of payload.
+JSON header {request, shard, shards, bytes[, calls]}, then exactly `bytes` bytes of
+payload: raw, or with calls > 1 as that many framed, individually acknowledged messages.
 Every malformed input raises ProtocolError naming what is wrong.
 """
 
@@ -106,11 +107,15 @@ def read_message(recv) -> dict | None:
         raise ProtocolError(f"message is not JSON: {exc.msg}") from None
 
 
-def kv_header(request: str, shard: int, shards: int, size: int) -> bytes:
-    if size < 0 or not 0 <= shard < shards:
-        raise ProtocolError(f"bad shard {shard}/{shards} or size {size}")
-    body = json.dumps({"request": request, "shard": shard, "shards": shards,
-                       "bytes": size}).encode()
+def kv_header(request: str, shard: int, shards: int, size: int, calls: int = 1) -> bytes:
+    """calls > 1: the payload follows as that many framed messages (4-byte length, then
+    the bytes), each acknowledged before the next (granularity.py's send calls)."""
+    if size < 0 or not 0 <= shard < shards or calls < 1:
+        raise ProtocolError(f"bad shard {shard}/{shards}, size {size} or calls {calls}")
+    head = {"request": request, "shard": shard, "shards": shards, "bytes": size}
+    if calls > 1:
+        head["calls"] = calls
+    body = json.dumps(head).encode()
     return MAGIC + struct.pack("!H", len(body)) + body
 
 
@@ -130,4 +135,7 @@ def read_kv_header(recv) -> dict:
             raise ProtocolError(f"KV header lacks '{key}'")
     if not isinstance(head["bytes"], int) or head["bytes"] < 0:
         raise ProtocolError(f"KV header 'bytes' must be an integer >= 0, got {head['bytes']!r}")
+    calls = head.get("calls", 1)
+    if not isinstance(calls, int) or calls < 1:
+        raise ProtocolError(f"KV header 'calls' must be an integer >= 1, got {calls!r}")
     return head

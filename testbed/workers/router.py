@@ -30,7 +30,7 @@ from pathlib import Path
 
 from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState, request_row
-from testbed.model import mfs, reuse
+from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
@@ -324,9 +324,17 @@ class Router:
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
                                 "wire": wire, "deadline": self._p2d_deadline(rs),
-                                "bandwidth": self._oracle_view().bandwidth(rs.tier)})
+                                "bandwidth": self._oracle_view().bandwidth(rs.tier),
+                                "calls": self._calls(rs)})
         self.intents.put(TransferIntent(req.request_id, rs.prefill, rs.decode,
                                         int(rs.eff_bytes)))
+
+    def _calls(self, rs: RequestState) -> int:
+        """Send calls per shard under network.transfer_mode (granularity.py)."""
+        net = self.sc.network
+        tokens = round(rs.eff_bytes / kv_bytes_per_token(self.model))
+        return granularity.transfer_calls(net.transfer_mode, tokens, self.block_tokens,
+                                          self.model.n_layers, net.segment_blocks)
 
     def _p2d_deadline(self, rs: RequestState) -> float:
         return mfs.p2d_deadline(rs.req.arrival_s, self._slo(rs.req.request_id),
