@@ -154,3 +154,29 @@ def test_kv_reuse_fetches_and_priority_marking_under_mfs(tmp_path, oracle):
     assert sum(levels.values()) == pytest.approx(
         (result["wire_bytes_sent"]) / sc.emulation.scale + result["reuse_bytes"], rel=0.01)
     assert len(levels) > 1 and all(0 <= k <= 8 for k in levels)
+
+
+@pytest.mark.slow
+def test_flowkv_switches_an_idle_decode_worker_to_prefill_work(tmp_path, oracle):
+    """Role switching on real processes: with slow prefill workers the router's FlowKV
+    controller tells idle decode workers to take prefill work, sends them requests, and
+    they decode what they prefilled in place; nothing is lost."""
+    data = {**SMALL, "workload": {**SMALL["workload"], "load": 0.9, "measure_s": 5},
+            "cluster": {**SMALL["cluster"], "slowdown": {"i0": 4.0}},
+            "flowkv": {"cycle_s": 0.25, "window_s": 1.0, "prefill_low": 0.3}}
+    sc = load_scenario_from(data, tmp_path)
+    spec = sc.cluster.spec()
+    cfg = local_config(tmp_path, sc, "flowkv", oracle, kv_port=23000 + os.getpid() % 20000)
+    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
+                   tmp_path / "logs") as workers:
+        result = workers.wait(180)
+    assert result["outcome"] == "finished", result["errors"]
+    check_conservation(result["requests"], len(build_workload(sc, 1).requests))
+    assert {r["state"] for r in result["requests"]} == {"completed"}
+    assert result["role_switches"] > 0
+    prefill_pool = {i.name for i in spec.prefill_pool}
+    hybrid = [r for r in result["requests"] if r["prefill"] not in prefill_pool]
+    assert hybrid, "some request was prefilled by a switched decode worker"
+    local = [r for r in hybrid if r["decode"] == r["prefill"]]
+    assert local and all(r["tier"] == 0 for r in local)  # decoded in place: no transfer
+    assert not result["wire_mismatches"] and not result["errors"]

@@ -170,6 +170,9 @@ def run_counters(result: dict, workload, fidelity: dict) -> dict:
         "level_bytes": result["level_bytes"], "reuse_bytes": result["reuse_bytes"],
         "prefill_stall_s": result["prefill_stall_s"],
         "pruned_requests": result["pruned_requests"],
+        # FlowKV-LA's controller (issue 8), when it ran
+        **{k: result[k] for k in ("flowkv_regimes", "role_switches", "scale_hints")
+           if k in result},
     }
 
 

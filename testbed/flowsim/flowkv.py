@@ -50,18 +50,13 @@ class FlowKVControl:
                        and rs.state is None)
 
     def _prefill_state(self, p: PrefillInstance, sending: int) -> flowkv.NodeState:
-        queued_tokens = sum(j.rs.req.input_len for j in p.queue)
-        busy = 0.0 if p.busy is None else 1.0
-        return flowkv.NodeState(
-            prefill={"running": busy, "waiting": len(p.queue), "sending": sending},
-            token_budget=min(1.0, queued_tokens / self.cfg.token_budget), gpu_util=busy)
+        return flowkv.prefill_node_state(p.busy is not None, len(p.queue), sending,
+                                         sum(j.rs.req.input_len for j in p.queue),
+                                         self.cfg.token_budget)
 
     def _decode_state(self, d) -> flowkv.NodeState:
-        occupancy = d.batch_size / d.beta_max
-        return flowkv.NodeState(
-            decode={"running": occupancy, "waiting": d.queued},
-            kv_util=min(1.0, max(0.0, 1.0 - d.free_memory / d.capacity)),
-            gpu_util=1.0 if d.batch_size else 0.0, mem_bw_util=occupancy)
+        return flowkv.decode_node_state(d.batch_size, d.beta_max, d.queued, d.free_memory,
+                                        d.capacity)
 
     def cycle(self) -> None:
         sim, now = self.sim, self.sim.loop.now

@@ -68,6 +68,24 @@ DECODE_WEIGHTS = Weights(running=0.3, waiting=0.2, swapped=0.0, sending=0.0,
 QUEUE_CAPS = {"running": 1.0, "waiting": 4.0, "swapped": 4.0, "sending": 4.0}
 
 
+def prefill_node_state(busy: bool, waiting: int, sending: int, queued_tokens: int,
+                       token_budget: int) -> NodeState:
+    """A prefill node's sample as both engines see it (no swapping in this model)."""
+    b = 1.0 if busy else 0.0
+    return NodeState(prefill={"running": b, "waiting": waiting, "sending": sending},
+                     token_budget=min(1.0, queued_tokens / token_budget), gpu_util=b)
+
+
+def decode_node_state(batch: int, beta_max: int, queued: int, free_memory: float,
+                      capacity: float) -> NodeState:
+    """A decode node's sample: batch occupancy stands for the memory-bandwidth load of
+    its iterations (decode is bandwidth-bound)."""
+    occupancy = batch / beta_max
+    return NodeState(decode={"running": occupancy, "waiting": queued},
+                     kv_util=min(1.0, max(0.0, 1.0 - free_memory / capacity)),
+                     gpu_util=1.0 if batch else 0.0, mem_bw_util=occupancy)
+
+
 def normalise(side: Mapping[str, float], caps: Mapping[str, float] = QUEUE_CAPS
               ) -> dict[str, float]:
     return {k: min(1.0, max(0.0, side.get(k, 0.0) / caps[k])) for k in QUEUE_FIELDS}

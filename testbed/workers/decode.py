@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from testbed.flowsim.serving import DecodeInstance
+from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token
@@ -23,6 +23,7 @@ from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
 from testbed.workers.kvstream import KVReceiver, ShardResult, send_transfer
 from testbed.workers.levels import SenderLevels
+from testbed.workers.push import push_kv
 from testbed.workloads.build import build_workload, prewarm_placement
 from testbed.workloads.requests import Request
 
@@ -65,6 +66,8 @@ class DecodeWorker(Worker):
                                    lambda why, _rid: self.loop.post(lambda: self._bad_stream(why)))
         self.levels = (SenderLevels(sc, self.loop, cfg.scale, sc.model_spec().n_layers)
                        if sc.kv_levels() else None)
+        self.gpu: PrefillInstance | None = None  # prefill work, once switched (FlowKV)
+        self.role_log: list[tuple[float, str]] = []
         bg = sc.network.background
         self.background = BackgroundTraffic(
             spec, instance, cfg.hosts[instance], cfg.hosts, cfg.bg_port,
@@ -105,6 +108,13 @@ class DecodeWorker(Worker):
         elif kind == "surge":
             self.background.surge(int(msg["tier"]), float(msg["fraction"]),
                                   self.loop.clock.wall(float(msg["until"])))
+        elif kind == "role":  # FlowKV: take prefill work (or stop taking it)
+            self.role_log.append((self.loop.now, msg["role"]))
+        elif kind == "prefill":
+            self._prefill(msg)
+        elif kind == "decision":  # a request it prefilled goes to another decode instance
+            threading.Thread(target=push_kv, args=(self, msg), daemon=True,
+                             name=f"kv-{msg['request']}").start()
         elif kind == "fetch":
             threading.Thread(target=self._send_fetch, args=(msg,), daemon=True,
                              name=f"fetch-{msg['request']}").start()
@@ -135,7 +145,29 @@ class DecodeWorker(Worker):
             self.recompute_free = start + recompute_s
             self.loop.at(self.recompute_free, lambda: self._recomputed(rid, start))
             return
+        if self.shards[rid] == 0:  # prefilled here (FlowKV): the KV is already in place
+            self._recomputed(rid, self.loop.now)
+            return
         self._maybe_landed(rid)
+
+    def _prefill(self, msg: dict) -> None:
+        """Prefill work on this GPU (switched by the router's FlowKV controller): its own
+        FIFO, which holds the decode iterations back while it computes."""
+        if self.gpu is None:
+            sc = self.scenario
+            self.gpu = PrefillInstance(self.instance, sc.timing_model(),
+                                       sc.model_spec().n_layers, self.loop, self._prefilled,
+                                       sc.cluster.slowdown.get(self.instance, 1.0),
+                                       on_busy=self.dec.hold)
+        req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
+                      int(msg["output_len"]), tuple(msg["hash_ids"]))
+        self.gpu.enqueue(RequestState(req=req, measured=False, keys=[], kv_bytes=0.0),
+                         self.loop.now)
+
+    def _prefilled(self, rs: RequestState) -> None:
+        self.send({"type": "prefill_done", "request": rs.req.request_id,
+                   "instance": self.instance, "start": rs.prefill_start, "end": self.loop.now,
+                   "stall_s": self.gpu.stall_s})
 
     def _send_fetch(self, msg: dict) -> None:
         """KV reuse: stream a cached prefix to the prefill instance that reuses it (its

@@ -18,8 +18,9 @@ from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
-from testbed.workers.kvstream import KVReceiver, ShardResult, send_transfer
+from testbed.workers.kvstream import KVReceiver, ShardResult
 from testbed.workers.levels import SenderLevels
+from testbed.workers.push import push_kv
 from testbed.workloads.requests import Request
 
 
@@ -31,7 +32,8 @@ class PrefillWorker(Worker):
         sc = self.scenario
         self.timing = sc.timing_model()
         n_layers = sc.model_spec().n_layers
-        self.gpu = PrefillInstance(instance, self.timing, n_layers, self.loop, self._done)
+        self.gpu = PrefillInstance(instance, self.timing, n_layers, self.loop, self._done,
+                                   sc.cluster.slowdown.get(instance, 1.0))
         bg = sc.network.background
         self.background = BackgroundTraffic(
             sc.cluster.spec(), instance, cfg.hosts[instance], cfg.hosts,
@@ -70,7 +72,7 @@ class PrefillWorker(Worker):
             self.background.surge(int(msg["tier"]), float(msg["fraction"]),
                                   self.loop.clock.wall(float(msg["until"])))
         elif msg["type"] == "decision":
-            threading.Thread(target=self._push, args=(msg,), daemon=True,
+            threading.Thread(target=push_kv, args=(self, msg), daemon=True,
                              name=f"kv-{msg['request']}").start()
 
     def _done(self, rs: RequestState) -> None:
@@ -97,33 +99,6 @@ class PrefillWorker(Worker):
               file=sys.stderr)
         tokens = self.reuse_tokens.get(rid, 0)
         self.gpu.fetch_failed(rid, self.timing.prefill_per_token_s * tokens)
-
-    def _push(self, msg: dict) -> None:
-        """Runs on its own thread: the KV streams must not hold up the next prefill."""
-        rid = msg["request"]
-        marking = None
-        if self.levels is not None:
-            marking = self.levels.p2d(rid, float(msg["deadline"]), float(msg["bandwidth"]),
-                                      len(msg["wire"]))
-        try:
-            results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
-                                    congestion=self.scenario.emulation.tcp_congestion,
-                                    marking=marking, calls=int(msg.get("calls") or 1))
-        except (OSError, ValueError) as exc:
-            reason = f"KV transfer to {msg['decode']} failed: {exc}"
-            self.loop.post(lambda: self.send({"type": "failed", "request": rid,
-                                              "reason": reason, "decode": msg["decode"]}))
-            return
-        finally:
-            if self.levels is not None:
-                self.levels.done(rid)
-        clock = self.loop.clock
-        shards = [{"shard": r.shard, "wire_bytes": r.bytes, "start": clock.to_modelled(r.start),
-                   "end": clock.to_modelled(r.end), "level_bytes": r.level_bytes or {}}
-                  for r in results]
-        pruned = self.levels is not None and rid in self.levels.pruned
-        self.loop.post(lambda: self.send({"type": "sent", "request": rid, "shards": shards,
-                                          "pruned": pruned}))
 
     def shutdown(self) -> None:
         if self.receiver is not None:

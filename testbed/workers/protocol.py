@@ -30,6 +30,8 @@ REQUIRED = {
     # prefill (KV reuse); router -> prefill: that fetch will not come
     "fetch": ("request", "host", "port", "wire", "expected_start", "layer_s", "bandwidth"),
     "fetch_failed": ("request", "reason"),
+    # router -> decode worker (FlowKV): take prefill work, or stop taking it
+    "role": ("instance", "role"),
     # router -> prefill (send the KV) and -> decode (expect it, reserve memory)
     "decision": ("request", "decode", "tier", "bytes", "host", "port", "wire", "deadline",
                  "bandwidth"),

@@ -41,6 +41,7 @@ from testbed.workers.clock import RealTimeLoop, RunClock
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState, fault_interfaces, set_links
 from testbed.workers.kvstream import scaled_bytes
+from testbed.workers.roles import RouterFlowKV
 from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
 
@@ -132,8 +133,9 @@ class Router:
             cla_weights=sc.cla())
         self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
         self.paths = TransferPaths(self.spec, sc.network.ecmp)
-        self.prefill = {i.name: PrefillInstance(i.name, self.timing)  # estimates only
-                        for i in self.spec.prefill_pool}
+        self.prefill = {i.name: PrefillInstance(  # estimates only
+            i.name, self.timing, slowdown=sc.cluster.slowdown.get(i.name, 1.0))
+            for i in self.spec.prefill_pool}
         self.views = {i.name: DecodeView(BlockIndex(self.block_tokens))
                       for i in self.spec.decode_pool}
         self.expected_workers = set(self.prefill) | set(self.views) | {"loadgen"}
@@ -159,6 +161,8 @@ class Router:
         self.reuse_bytes = 0.0
         self.stall_s: dict[str, float] = {}  # prefill instance -> GPU time lost to fetches
         self.pruned: set[str] = set()
+        self.flowkv = RouterFlowKV(self) if cfg.scheduler == "flowkv" else None
+        self.local: set[str] = set()  # decoded where they were prefilled (FlowKV)
 
     # -- oracle and intents (their own threads; decisions read self.oracle) ------------------
     def _refresh_oracle(self) -> None:
@@ -230,6 +234,8 @@ class Router:
         self.loop.at(self.faults.cfg.heartbeat_s, self._check_heartbeats)
         for fault in self.sc.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
+        if self.flowkv is not None:
+            self.flowkv.start()
 
     # -- request path --------------------------------------------------------------------------
     def _on_request(self, msg: dict) -> None:
@@ -244,8 +250,13 @@ class Router:
             kv_bytes=float(kv_bytes_per_token(self.model) * req.input_len))
         self.states[req.request_id] = rs
         self.last_arrival = max(self.last_arrival, req.arrival_s)
-        inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        plan = self._reuse_plan(req)
+        if self.flowkv is not None:
+            inst = self.flowkv.choose_prefill(req.input_len, self.loop.now)
+            self.flowkv.dispatched(inst.name, req.request_id, req.input_len)
+        else:
+            inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
+        # a decode worker doing prefill work has no fetch receiver: it computes it all
+        plan = self._reuse_plan(req) if inst.name in self.prefill else None
         rs.reuse_tokens = plan.tokens if plan else 0
         # the router's estimate; the worker reports the truth
         inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
@@ -287,9 +298,17 @@ class Router:
             self.reuse_bytes += kv_bytes_per_token(self.model) * rs.reuse_tokens
         req = rs.req
         cands = self._candidates(req)
+        oracle = self._oracle_view()
+        if self.flowkv is not None:
+            self.flowkv.prefilled(rs.prefill, req.request_id)
+        if rs.prefill in self.views:  # a decode worker did the prefill (FlowKV)
+            if self._decode_locally(rs, cands):
+                return
+            oracle = oracle.with_tiers({(rs.prefill, d): self.spec.tier(rs.prefill, d)
+                                        for d in self.views})
         t0 = time.perf_counter()
         decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
-                                         rs.prefill, cands, self._oracle_view())
+                                         rs.prefill, cands, oracle)
         self.decision_us.append((time.perf_counter() - t0) * 1e6)
         if decision.rejected:
             rs.terminate("rejected", decision.reason)
@@ -301,7 +320,22 @@ class Router:
         rs.transfer_start = self.loop.now
         self._send_work(rs)
 
-    def _send_work(self, rs: RequestState, recompute_s: float = 0.0) -> None:
+    def _decode_locally(self, rs: RequestState, cands: list[Candidate]) -> bool:
+        """The instance that prefilled the request decodes it if it has the memory."""
+        info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
+        here = [c for c in cands if c.instance == rs.prefill]
+        if not here or not self.scheduler.feasible(info, here):
+            return False
+        rs.decode, rs.tier, rs.hit_tokens = rs.prefill, 0, here[0].hit_tokens
+        rs.eff_bytes = self.scheduler.effective_bytes(info, here[0])
+        rs.transfer_start = self.loop.now
+        self.local.add(rs.req.request_id)
+        self.ledger.wire_sent[rs.req.request_id] = 0
+        self._send_work(rs, local=True)
+        return True
+
+    def _send_work(self, rs: RequestState, recompute_s: float = 0.0, local: bool = False
+                   ) -> None:
         """Tell the decode instance to expect the request (reserve memory) and the prefill
         instance to send its KV; a recompute needs no transfer."""
         req = rs.req
@@ -310,7 +344,7 @@ class Router:
         view.seq += 1
         view.pending[view.seq] = (rs.eff_bytes + output_bytes
                                   + rs.hit_tokens * kv_bytes_per_token(self.model))
-        shards = 0 if recompute_s else self.shards
+        shards = 0 if recompute_s or local else self.shards
         wire = [scaled_bytes(rs.eff_bytes / self.shards, self.cfg.scale) for _ in range(shards)]
         self.ledger.wire_expected[req.request_id] = sum(wire)
         self._send(rs.decode, {"type": "assign", "request": req.request_id, "seq": view.seq,
@@ -318,7 +352,7 @@ class Router:
                                "hash_ids": list(req.hash_ids), "hit_tokens": rs.hit_tokens,
                                "bytes": rs.eff_bytes, "output_bytes": output_bytes,
                                "shards": shards, "recompute_s": recompute_s})
-        if recompute_s:
+        if recompute_s or local:
             return
         self._send(rs.prefill, {"type": "decision", "request": req.request_id,
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
@@ -372,7 +406,7 @@ class Router:
             return  # a late report from an instance the request has left
         rs.transfer_end = float(msg["end"])
         self.ledger.wire_received[rs.req.request_id] = int(msg["bytes"])
-        if rs.recovery == RECOMPUTE:
+        if rs.recovery == RECOMPUTE or rs.req.request_id in self.local:
             return  # no network transfer was counted in flight
         self.scheduler.transfer_done(rs.prefill, rs.tier)
         if rs.recovery == MIGRATE:
@@ -603,6 +637,7 @@ class Router:
             "reuse_bytes": self.reuse_bytes,
             "prefill_stall_s": sum(self.stall_s.values()),
             "pruned_requests": len(self.pruned),
+            **(self.flowkv.counters() if self.flowkv is not None else {}),
         }
 
     # -- main ------------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""FlowKV-LA at the router: the global controller's cycle over what workers report.
+
+The same model as the flow simulator's (testbed.model.flowkv: states, scores, plans,
+role switches), fed with the router's view: its prefill dispatch bookkeeping (what each
+prefill node holds, what it is sending) and the decode instances' state reports. A
+switched decode worker gets a `role` message, then `prefill` work; the router sends it
+prefill work only while it is switched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from testbed.flowsim.serving import PrefillInstance
+from testbed.model import flowkv
+
+
+class RouterFlowKV:
+    def __init__(self, router):
+        self.r = router
+        self.cfg = router.sc.flowkv
+        self.windows = {name: flowkv.SlidingWindow(self.cfg.window_s)
+                        for name in (*router.prefill, *router.views)}
+        self.switches = flowkv.RoleSwitches(self.cfg.switch_cycles)
+        self.hybrid: dict[str, PrefillInstance] = {}  # the router's estimates for them
+        self.accepting: set[str] = set()
+        self.held: dict[str, dict[str, int]] = defaultdict(dict)  # node -> request -> tokens
+        self.regimes: Counter[str] = Counter()
+        self.scale_hints = 0
+
+    def start(self) -> None:
+        self.r.loop.after(self.cfg.cycle_s, self.cycle)
+
+    def choose_prefill(self, tokens: int, now: float) -> PrefillInstance:
+        targets = [*self.r.prefill.values(), *(self.hybrid[n] for n in sorted(self.accepting))]
+        return min(targets, key=lambda p: (p.expected_end(tokens, now), p.name))
+
+    def dispatched(self, node: str, request: str, tokens: int) -> None:
+        self.held[node][request] = tokens
+
+    def prefilled(self, node: str, request: str) -> None:
+        self.held[node].pop(request, None)
+
+    def cycle(self) -> None:
+        r, now = self.r, self.r.loop.now
+        if r.finished:
+            return
+        sending = Counter(rs.prefill for rs in r.states.values()
+                          if rs.transfer_start is not None and rs.transfer_end is None
+                          and rs.state is None)
+        for name in r.prefill:
+            held = self.held[name]
+            self.windows[name].add(now, flowkv.prefill_node_state(
+                bool(held), max(len(held) - 1, 0), sending[name], sum(held.values()),
+                self.cfg.token_budget))
+        live = [n for n in r.views if n not in r.faults.dead]
+        capacity = r.sc.cluster.memory_gb * 1e9
+        for name in live:
+            v = r.views[name]
+            self.windows[name].add(now, flowkv.decode_node_state(
+                v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
+                v.free_memory - sum(v.pending.values()), capacity))
+        p_scores = {n: flowkv.load_score(self.windows[n].mean(), "prefill") for n in r.prefill}
+        d_scores = {n: flowkv.load_score(self.windows[n].mean(), "decode") for n in live}
+        plan = flowkv.plan_cycle(p_scores, d_scores, self.cfg.thresholds(), self.cfg.max_switch)
+        self.regimes[plan.regime] += 1
+        self.scale_hints += bool(plan.scale_hint)
+        new, back = self.switches.apply(plan, live)
+        for name in new:
+            if name not in self.hybrid:
+                self.hybrid[name] = PrefillInstance(
+                    name, r.timing, slowdown=r.sc.cluster.slowdown.get(name, 1.0))
+            self.accepting.add(name)
+            r._send(name, {"type": "role", "instance": name, "role": "prefill"})
+        for name in back:
+            self.accepting.discard(name)
+            r._send(name, {"type": "role", "instance": name, "role": "decode"})
+        r.loop.after(self.cfg.cycle_s, self.cycle)
+
+    def counters(self) -> dict:
+        return {"flowkv_regimes": dict(self.regimes),
+                "role_switches": sum(1 for _, e in self.switches.log if e == "switch"),
+                "scale_hints": self.scale_hints}
