@@ -265,11 +265,12 @@ class FlowKVCfg(_Strict):
     cycle_s: float = Field(0.5, gt=0, description="controller cycle: sample, score, decide")
     window_s: float = Field(2.0, gt=0, description="sliding window that smooths the samples")
     switch_cycles: int = Field(4, ge=1, description="cycles a switched node keeps its role")
-    prefill_low: float = Field(0.5, ge=0, le=1)
+    prefill_low: float = Field(0.05, ge=0, le=1, description="tuned (tune-flowkv.yaml)")
     prefill_high: float = Field(0.9, ge=0, le=1)
     decode_low: float = Field(0.5, ge=0, le=1)
     decode_high: float = Field(0.9, ge=0, le=1)
-    idle: float = Field(0.25, ge=0, le=1, description="a node under this may switch role")
+    idle: float = Field(0.15, ge=0, le=1, description="a node under this may switch role "
+                        "(0.02-0.15 tuned alike)")
     max_switch: int | None = Field(None, ge=1, description="nodes switched per cycle at most")
     token_budget: int = Field(32768, ge=1, description="queued prefill tokens that fill a node")
 

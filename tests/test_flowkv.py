@@ -34,21 +34,24 @@ def test_the_sliding_window_smooths_bursts():
     assert win.mean().gpu_util == 0.0
 
 
+TH = Thresholds(prefill_low=0.5, prefill_high=0.9, decode_low=0.5, decode_high=0.9, idle=0.25)
+
+
 @pytest.mark.parametrize("c_p, c_d, expected", [
     (0.3, 0.2, "normal"), (0.7, 0.1, "imbalanced"), (0.2, 0.8, "imbalanced"),
     (0.95, 0.1, "extreme"), (0.5, 0.5, "normal")])
 def test_regimes_follow_the_thresholds(c_p, c_d, expected):
-    assert flowkv.regime(c_p, c_d, Thresholds()) == expected
+    assert flowkv.regime(c_p, c_d, TH) == expected
 
 
 def test_an_imbalanced_prefill_side_switches_idle_decode_nodes():
-    plan = flowkv.plan_cycle({"p0": 0.8, "p1": 0.6}, {"d0": 0.1, "d1": 0.4, "d2": 0.05})
+    plan = flowkv.plan_cycle({"p0": 0.8, "p1": 0.6}, {"d0": 0.1, "d1": 0.4, "d2": 0.05}, TH)
     assert plan.regime == "imbalanced"
     assert plan.to_prefill == ("d2", "d0") and plan.to_decode == ()  # idlest first
-    extreme = flowkv.plan_cycle({"p0": 1.0}, {"d0": 0.1})
+    extreme = flowkv.plan_cycle({"p0": 1.0}, {"d0": 0.1}, TH)
     assert extreme.regime == "extreme" and "prefill" in extreme.scale_hint
-    assert flowkv.plan_cycle({"p0": 0.1}, {"d0": 0.1}).stop
-    other_way = flowkv.plan_cycle({"p0": 0.1}, {"d0": 0.8})
+    assert flowkv.plan_cycle({"p0": 0.1}, {"d0": 0.1}, TH).stop
+    other_way = flowkv.plan_cycle({"p0": 0.1}, {"d0": 0.8}, TH)
     assert other_way.to_decode == ("p0",) and other_way.to_prefill == ()
 
 

@@ -109,11 +109,11 @@ def cluster_score(scores: Iterable[float]) -> float:
 
 @dataclass(frozen=True)
 class Thresholds:
-    prefill_low: float = 0.5
+    prefill_low: float = 0.05  # tuned on a disjoint trace window (tune-flowkv.yaml)
     prefill_high: float = 0.9
     decode_low: float = 0.5
     decode_high: float = 0.9
-    idle: float = 0.25  # a node under this may take the other role
+    idle: float = 0.15  # a node under this may take the other role
 
 
 def regime(c_p: float, c_d: float, th: Thresholds = Thresholds()) -> str:
