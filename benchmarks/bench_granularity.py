@@ -1,11 +1,13 @@
 """Transfer granularity on the emulated fabric (root): time vs send calls, packets beside
 the flow model.
 
-One shard of fixed size crosses the fabric from i0 to i4 (cross pod) as 1, 4, 16, ...
+One shard of fixed size crosses the fabric from i0 to i4 (same pod) as 1, 4, 16, ...
 framed send calls, each acknowledged before the next (kvstream's block-wise mode, what a
 blocking send per PagedAttention block costs). The median of --reps runs per point is
 fitted to T(n) = T(1) + (n - 1) x per_call_s; the flow model's curve is that line, with
-per_call_s in modelled seconds (= wall seconds here: time dilation 1). Then FlowKV's
+per_call_s in modelled seconds (= wall seconds here: time dilation 1), and the flow
+model's curve is what the flow simulator computes for a lone transfer: the bytes at the
+path's tier rate plus granularity.call_overhead_s(n, per_call_s). Then FlowKV's
 comparison: 23,469 calls per request (its layer-wise baseline) against 1, extrapolated
 on the fitted line, beside FlowKV's 0.944 s -> 0.053 s.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from testbed.emulation.net import EmulatedNetwork
+from testbed.model.granularity import call_overhead_s
 from testbed.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,18 +68,24 @@ def main() -> None:
                     [sys.executable, "-m", "testbed.workers.probe", "calls", dst.IP(), "7411",
                      "cubic", str(args.bytes), *map(str, CALLS)], cwd=ROOT)
                 out, _ = send.communicate(timeout=1800)
-                for line in out.decode().split():
+                for line in out.decode().splitlines():
                     doc = json.loads(line)
                     runs[doc["calls"]].append(doc["seconds"])
             recv.terminate()
             recv.wait(timeout=10)
+            spec = sc.cluster.spec()
+            tier = spec.tier("i0", "i4")
+            path_bps = net.fabric.rate_bps(spec.tier_bandwidth_gbps[tier])
     points = [(n, statistics.median(ts)) for n, ts in runs.items()]
     a, per_call = fit(points)
-    print(f"shard {args.bytes} wire bytes, i0 -> i4 (cross pod), median of {args.reps}")
-    print(f"fit: T(n) = {a:.3f} s + (n - 1) x {per_call * 1e3:.3f} ms")
+    lone = args.bytes * 8 / path_bps
+    print(f"shard {args.bytes} wire bytes, i0 -> i4 (tier {tier}, {path_bps / 1e6:.0f} Mbit/s), "
+          f"median of {args.reps}")
+    print(f"fit: T(n) = {a:.3f} s + (n - 1) x {per_call * 1e3:.3f} ms; the bytes alone: "
+          f"{lone:.3f} s")
     print(f"{'calls':>6} {'packets (s)':>12} {'flow model (s)':>15} {'error':>7}")
     for n, t in points:
-        model = a + (n - 1) * per_call
+        model = lone + call_overhead_s(n, per_call)
         print(f"{n:>6} {t:>12.3f} {model:>15.3f} {100 * (model - t) / t:>+6.1f}%")
     big = a + (FLOWKV_CALLS - 1) * per_call
     print(f"{FLOWKV_CALLS} calls vs 1 (extrapolated): {big:.2f} s vs {points[0][1]:.3f} s = "
