@@ -286,6 +286,12 @@ class FlowKVCfg(_Strict):
         return Thresholds(self.prefill_low, self.prefill_high, self.decode_low,
                           self.decode_high, self.idle)
 
+    def controller(self, prefill, decode):
+        from testbed.model.flowkv import Controller
+
+        return Controller(prefill, decode, self.window_s, self.switch_cycles,
+                          self.thresholds(), self.max_switch)
+
 
 class ReuseCfg(_Strict):
     """KV-reuse retrieval (MFS's stage 1, testbed/model/reuse.py): a prefill fetches the

@@ -50,6 +50,14 @@ def load_scenario_from(data: dict, tmp=None):
     return load_scenario(path)
 
 
+def run_local(tmp_path, sc, scheduler: str, oracle: str, port_base: int) -> dict:
+    """Run one scheduler's workers on loopback to the end; the router's result."""
+    cfg = local_config(tmp_path, sc, scheduler, oracle, port_base + os.getpid() % 20000)
+    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), sc.cluster.spec(),
+                   LocalLauncher(), tmp_path / "logs") as workers:
+        return workers.wait(180)
+
+
 def local_config(tmp_path, sc, scheduler: str, oracle: str, kv_port: int) -> RunConfig:
     """One run's worker config on loopback addresses (no fabric), seed 1, no dilation."""
     return RunConfig(scenario=str(tmp_path / "scenario.yaml"), scheduler=scheduler, seed=1,
@@ -64,10 +72,7 @@ def local_config(tmp_path, sc, scheduler: str, oracle: str, kv_port: int) -> Run
 def test_workers_serve_every_request_and_move_every_kv_byte(tmp_path, oracle, scheduler):
     sc = load_scenario_from(SMALL, tmp_path)
     spec = sc.cluster.spec()
-    cfg = local_config(tmp_path, sc, scheduler, oracle, kv_port=20000 + os.getpid() % 20000)
-    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
-                   tmp_path / "logs") as workers:
-        result = workers.wait(180)
+    result = run_local(tmp_path, sc, scheduler, oracle, 20000)
     assert result["outcome"] == "finished", result["errors"]
     workload = build_workload(sc, 1)
     check_conservation(result["requests"], len(workload.requests))
@@ -133,10 +138,7 @@ def test_kv_reuse_fetches_and_priority_marking_under_mfs(tmp_path, oracle):
                                                 "share_fraction": 0.9}},
             "network": {"flow_policy": "mfs"}, "reuse": {"enabled": True, "min_tokens": 256}}
     sc = load_scenario_from(data, tmp_path)
-    cfg = local_config(tmp_path, sc, "netkv-full", oracle, kv_port=22000 + os.getpid() % 20000)
-    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), sc.cluster.spec(), LocalLauncher(),
-                   tmp_path / "logs") as workers:
-        result = workers.wait(180)
+    result = run_local(tmp_path, sc, "netkv-full", oracle, 22000)
     assert result["outcome"] == "finished", result["errors"]
     workload = build_workload(sc, 1)
     check_conservation(result["requests"], len(workload.requests))
@@ -166,10 +168,7 @@ def test_flowkv_switches_an_idle_decode_worker_to_prefill_work(tmp_path, oracle)
             "flowkv": {"cycle_s": 0.25, "window_s": 1.0, "prefill_low": 0.3}}
     sc = load_scenario_from(data, tmp_path)
     spec = sc.cluster.spec()
-    cfg = local_config(tmp_path, sc, "flowkv", oracle, kv_port=23000 + os.getpid() % 20000)
-    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), spec, LocalLauncher(),
-                   tmp_path / "logs") as workers:
-        result = workers.wait(180)
+    result = run_local(tmp_path, sc, "flowkv", oracle, 23000)
     assert result["outcome"] == "finished", result["errors"]
     check_conservation(result["requests"], len(build_workload(sc, 1).requests))
     assert {r["state"] for r in result["requests"]} == {"completed"}

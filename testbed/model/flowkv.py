@@ -225,3 +225,37 @@ class RoleSwitches:
     @property
     def active(self) -> set[str]:
         return set(self.left)
+
+
+class Controller:
+    """The global controller's state across cycles, for either engine: each cycle the
+    engine hands in one sample per node; the controller smooths, scores, plans and
+    advances the role switches."""
+
+    def __init__(self, prefill: Iterable[str], decode: Iterable[str], window_s: float,
+                 switch_cycles: int, th: Thresholds, max_switch: int | None = None):
+        self.prefill, self.decode = list(prefill), list(decode)
+        self.windows = {n: SlidingWindow(window_s) for n in (*self.prefill, *self.decode)}
+        self.switches = RoleSwitches(switch_cycles)
+        self.th, self.max_switch = th, max_switch
+        self.regimes: dict[str, int] = {}
+        self.scale_hints = 0
+
+    def step(self, now: float, samples: Mapping[str, NodeState], live: Iterable[str]
+             ) -> tuple[list[str], list[str]]:
+        """One cycle: (decode nodes that switch to prefill work now, nodes that return).
+        `live`: decode nodes that may switch (not dead)."""
+        for name, state in samples.items():
+            self.windows[name].add(now, state)
+        live = [n for n in self.decode if n in set(live)]
+        p = {n: load_score(self.windows[n].mean(), "prefill") for n in self.prefill}
+        d = {n: load_score(self.windows[n].mean(), "decode") for n in live}
+        plan = plan_cycle(p, d, self.th, self.max_switch)
+        self.regimes[plan.regime] = self.regimes.get(plan.regime, 0) + 1
+        self.scale_hints += bool(plan.scale_hint)
+        return self.switches.apply(plan, live)
+
+    def counters(self) -> dict:
+        return {"flowkv_regimes": dict(self.regimes),
+                "role_switches": sum(1 for _, e in self.switches.log if e == "switch"),
+                "scale_hints": self.scale_hints}

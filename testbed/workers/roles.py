@@ -19,14 +19,10 @@ class RouterFlowKV:
     def __init__(self, router):
         self.r = router
         self.cfg = router.sc.flowkv
-        self.windows = {name: flowkv.SlidingWindow(self.cfg.window_s)
-                        for name in (*router.prefill, *router.views)}
-        self.switches = flowkv.RoleSwitches(self.cfg.switch_cycles)
+        self.control = self.cfg.controller(router.prefill, router.views)
         self.hybrid: dict[str, PrefillInstance] = {}  # the router's estimates for them
         self.accepting: set[str] = set()
         self.held: dict[str, dict[str, int]] = defaultdict(dict)  # node -> request -> tokens
-        self.regimes: Counter[str] = Counter()
-        self.scale_hints = 0
 
     def start(self) -> None:
         self.r.loop.after(self.cfg.cycle_s, self.cycle)
@@ -48,24 +44,20 @@ class RouterFlowKV:
         sending = Counter(rs.prefill for rs in r.states.values()
                           if rs.transfer_start is not None and rs.transfer_end is None
                           and rs.state is None)
+        samples = {}
         for name in r.prefill:
             held = self.held[name]
-            self.windows[name].add(now, flowkv.prefill_node_state(
+            samples[name] = flowkv.prefill_node_state(
                 bool(held), max(len(held) - 1, 0), sending[name], sum(held.values()),
-                self.cfg.token_budget))
+                self.cfg.token_budget)
         live = [n for n in r.views if n not in r.faults.dead]
         capacity = r.sc.cluster.memory_gb * 1e9
         for name in live:
             v = r.views[name]
-            self.windows[name].add(now, flowkv.decode_node_state(
+            samples[name] = flowkv.decode_node_state(
                 v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
-                v.free_memory - sum(v.pending.values()), capacity))
-        p_scores = {n: flowkv.load_score(self.windows[n].mean(), "prefill") for n in r.prefill}
-        d_scores = {n: flowkv.load_score(self.windows[n].mean(), "decode") for n in live}
-        plan = flowkv.plan_cycle(p_scores, d_scores, self.cfg.thresholds(), self.cfg.max_switch)
-        self.regimes[plan.regime] += 1
-        self.scale_hints += bool(plan.scale_hint)
-        new, back = self.switches.apply(plan, live)
+                v.free_memory - sum(v.pending.values()), capacity)
+        new, back = self.control.step(now, samples, live)
         for name in new:
             if name not in self.hybrid:
                 self.hybrid[name] = PrefillInstance(
@@ -78,6 +70,4 @@ class RouterFlowKV:
         r.loop.after(self.cfg.cycle_s, self.cycle)
 
     def counters(self) -> dict:
-        return {"flowkv_regimes": dict(self.regimes),
-                "role_switches": sum(1 for _, e in self.switches.log if e == "switch"),
-                "scale_hints": self.scale_hints}
+        return self.control.counters()

@@ -25,6 +25,15 @@ SHORT = {"schedulers": ["rr", "netkv-full"], "seeds": 1, "drain_s": 60,
          "workload.warmup_s": 1, "workload.measure_s": 4}
 
 
+def emulate_quietly(path, tmp_path) -> None:
+    """`testbed emulate` to the end; it must succeed and leave nothing behind."""
+    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                           str(tmp_path / "results"), "--quiet"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+
+
 def rows(path):
     with path.open() as fh:
         return list(csv.DictReader(fh))
@@ -113,11 +122,7 @@ def test_faults_on_packets_lose_nothing(tmp_path):
         "faults": [{"at_s": 1.5, "kind": "link_down", "target": "agg0-core0", "duration_s": 1.5},
                    {"at_s": 4.0, "kind": "decode_down", "target": "i4"},
                    {"at_s": 5.0, "kind": "controller_down", "duration_s": 3.0}]})
-    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                           str(tmp_path / "results"), "--quiet"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert cleanup.find_leftovers().empty
+    emulate_quietly(path, tmp_path)
     (cell,) = (tmp_path / "results").glob("fabric-test-emulation-*/cells/000-base/rr/seed1")
     requests = rows(cell / "requests.csv")
     sc = load_scenario(path)
@@ -145,11 +150,7 @@ def test_mfs_with_kv_reuse_on_packets(tmp_path):
                      "measure_s": 4, "synthetic": {"mean_input": 4000, "documents": 4,
                                                    "share_fraction": 0.9}},
         "reuse": {"enabled": True, "min_tokens": 256}})
-    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                           str(tmp_path / "results"), "--quiet"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert cleanup.find_leftovers().empty
+    emulate_quietly(path, tmp_path)
     (cell,) = (tmp_path / "results").glob("fabric-test-emulation-*/cells/000-base/*/seed1")
     requests = rows(cell / "requests.csv")
     sc = load_scenario(path)
