@@ -226,7 +226,8 @@ class FlowSimulation:
             inst = self.flowkv.choose_prefill(rs.req.input_len, self.loop.now)
         else:
             inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        plan = self._reuse_plan(rs)
+        # a decode node doing prefill work computes it all (as on packets: no fetch receiver)
+        plan = self._reuse_plan(rs) if inst.name in self.prefill else None
         rs.reuse_tokens = plan.tokens if plan else 0
         inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
         if plan is not None:
