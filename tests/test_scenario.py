@@ -75,3 +75,14 @@ def test_overrides_apply_like_set(write_scenario):
 def test_every_shipped_scenario_validates(path):
     sc = load_scenario(path)
     assert sc.cells()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("cluster: {slowdown: {i99: 2.0}}", "cluster: .*slowdown names unknown instance 'i99'"),
+    ("flowkv: {prefill_low: 0.95, prefill_high: 0.9}", "flowkv: .*low threshold"),
+    ("network: {transfer_mode: scatter}", "network.transfer_mode"),
+    ("reuse: {min_tokens: 0}", "reuse.min_tokens"),
+])
+def test_issue_7_and_8_fields_are_checked_by_name(write_scenario, extra, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(write_scenario(f"name: x\nworkload: {{trace: TRACE}}\n{extra}\n"))
