@@ -123,3 +123,25 @@ def test_per_call_overhead_lengthens_transfers_in_the_flow_model(write_scenario)
         rows = simulate(sc, "rr", sc.seed, wl).requests
         means[mode] = sum(r["transfer_end"] - r["transfer_start"] for r in rows) / len(rows)
     assert means["contiguous"] < means["segment"] < means["block"]
+
+
+def test_a_prefill_node_takes_decode_work_when_the_decode_side_is_hot(write_scenario):
+    """The other direction, in the flow simulator: with decode batches full and prefill
+    idle, idle prefill nodes get a decode engine and receive requests to decode."""
+    from testbed.flowsim.simulator import simulate
+    from testbed.runner import check_conservation
+    from testbed.scenario import load_scenario
+    from testbed.workloads.build import build_workload
+
+    sc = load_scenario(write_scenario(
+        "name: hot-decode\nschedulers: [flowkv]\ncluster: {beta_max: 4}\n"
+        "workload: {trace: null, profile: all, load: 0.8, measure_s: 10,\n"
+        "           synthetic: {mean_input: 8000, mean_output: 1500}}\n"
+        "flowkv: {prefill_low: 0.5, decode_low: 0.2, idle: 0.4}\n", "hot.yaml"))
+    wl = build_workload(sc, sc.seed)
+    result = simulate(sc, "flowkv", sc.seed, wl)
+    check_conservation(result.requests, len(wl.requests))
+    prefill_pool = {i.name for i in sc.cluster.spec().prefill_pool}
+    decoded_on_prefill = [r for r in result.requests if r["decode"] in prefill_pool]
+    assert decoded_on_prefill and all(r["state"] == "completed" for r in decoded_on_prefill)
+    assert result.counters["role_switches"] > 0

@@ -71,8 +71,6 @@ class FlowSimulation:
                              scenario.oracle.inflight_cap, seed=seed),
             cla_weights=scenario.cla(),
         )
-        block_tokens = scenario.workload.block_tokens
-        block_bytes = kv_bytes_per_token(self.model) * block_tokens
         slow = cluster.slowdown
         self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
                                                 self.loop, self._prefill_done,
@@ -80,15 +78,14 @@ class FlowSimulation:
                         for i in self.spec.prefill_pool}
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
-        self.decode = {
-            i.name: DecodeInstance(i.name, self.loop, self.timing, cluster.beta_max,
-                                   cluster.memory_gb * GB, PrefixCache(block_tokens, block_bytes),
-                                   self._completed)
-            for i in self.spec.decode_pool
-        }
+        self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
+        tiers = dict(self.spec.tier_map)
+        if scheduler_key == "flowkv":  # roles switch: any instance may send to any other
+            names = [i.name for i in self.spec.instances]
+            tiers.update({(a, b): self.spec.tier(a, b) for a in names for b in names if a != b})
         self.oracle = Oracle(
-            tier_map=dict(self.spec.tier_map),
+            tier_map=tiers,
             tier_bandwidth_gbps=self.spec.tier_bandwidth_gbps,
             tier_latency_us=self.spec.tier_latency_us,
             congestion={},
@@ -111,6 +108,15 @@ class FlowSimulation:
         self.reuse_bytes = 0.0
         self._nic_bw = self.spec.host_gbps * 1e9 / 8  # bytes/s of a server's NIC
         self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
+
+    def new_decoder(self, name: str) -> DecodeInstance:
+        """A decode engine on instance `name` (every decode instance; a prefill instance
+        once FlowKV switches it to decode work)."""
+        cluster, block_tokens = self.scenario.cluster, self.scenario.workload.block_tokens
+        block_bytes = kv_bytes_per_token(self.model) * block_tokens
+        return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
+                              cluster.memory_gb * GB, PrefixCache(block_tokens, block_bytes),
+                              self._completed)
 
     # -- setup -------------------------------------------------------------------------
     def _prewarm(self) -> None:
@@ -264,20 +270,18 @@ class FlowSimulation:
 
     def candidates(self, req) -> list[Candidate]:
         """Decode instances as the router sees them: all but those it knows are dead."""
+        closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
         return [Candidate(d.name, d.free_memory, d.queued, d.batch_size,
                           d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
-                for d in self.decode.values() if d.name not in self.dead]
+                for d in self.decode.values() if d.name not in self.dead | closed]
 
     def _prefill_done(self, rs: RequestState) -> None:
         req = rs.req
         cands = self.candidates(req)
         info = RequestInfo(req.request_id, req.input_len, rs.kv_bytes)
         oracle = self.oracle_view()
-        if rs.prefill in self.decode:  # a decode node doing prefill work (FlowKV)
-            if self._decode_locally(rs, cands):
-                return
-            oracle = oracle.with_tiers({(rs.prefill, d): self.spec.tier(rs.prefill, d)
-                                        for d in self.decode})
+        if rs.prefill in self.decode and self._decode_locally(rs, cands):
+            return  # a node doing both roles (FlowKV) keeps what it prefilled
         t0 = time.perf_counter()
         decision = self.scheduler.select(info, rs.prefill, cands, oracle)
         self.decision_us.append((time.perf_counter() - t0) * 1e6)

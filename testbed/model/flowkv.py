@@ -241,19 +241,21 @@ class Controller:
         self.regimes: dict[str, int] = {}
         self.scale_hints = 0
 
-    def step(self, now: float, samples: Mapping[str, NodeState], live: Iterable[str]
-             ) -> tuple[list[str], list[str]]:
-        """One cycle: (decode nodes that switch to prefill work now, nodes that return).
-        `live`: decode nodes that may switch (not dead)."""
+    def step(self, now: float, samples: Mapping[str, NodeState], live: Iterable[str],
+             switchable: Iterable[str] | None = None) -> tuple[list[str], list[str]]:
+        """One cycle: (nodes that take the other role now, nodes that return to theirs).
+        `live`: decode nodes alive; `switchable`: the nodes the engine can switch
+        (default: the live decode nodes)."""
         for name, state in samples.items():
             self.windows[name].add(now, state)
-        live = [n for n in self.decode if n in set(live)]
+        alive = set(live)
+        live = [n for n in self.decode if n in alive]
         p = {n: load_score(self.windows[n].mean(), "prefill") for n in self.prefill}
         d = {n: load_score(self.windows[n].mean(), "decode") for n in live}
         plan = plan_cycle(p, d, self.th, self.max_switch)
         self.regimes[plan.regime] = self.regimes.get(plan.regime, 0) + 1
         self.scale_hints += bool(plan.scale_hint)
-        return self.switches.apply(plan, live)
+        return self.switches.apply(plan, live if switchable is None else switchable)
 
     def counters(self) -> dict:
         return {"flowkv_regimes": dict(self.regimes),
