@@ -179,3 +179,27 @@ def test_flowkv_switches_an_idle_decode_worker_to_prefill_work(tmp_path, oracle)
     local = [r for r in hybrid if r["decode"] == r["prefill"]]
     assert local and all(r["tier"] == 0 for r in local)  # decoded in place: no transfer
     assert not result["wire_mismatches"] and not result["errors"]
+
+
+@pytest.mark.slow
+def test_flowkv_switches_an_idle_prefill_worker_to_decode_work(tmp_path, oracle):
+    """The other direction on real processes: decode batches are full, so the router
+    switches an idle prefill worker to decode work; it starts a decode engine, reports
+    and beats like a decode worker (else the failure detector would declare it dead),
+    and serves requests to completion."""
+    data = {**SMALL, "workload": {"trace": None, "profile": "all", "load": 0.6,
+                                  "warmup_s": 1, "measure_s": 4,
+                                  "synthetic": {"mean_input": 2000, "mean_output": 400}},
+            "cluster": {**SMALL["cluster"], "beta_max": 2},
+            "flowkv": {"cycle_s": 0.25, "window_s": 1.0, "prefill_low": 0.6,
+                       "decode_low": 0.1, "idle": 0.6}}
+    sc = load_scenario_from(data, tmp_path)
+    result = run_local(tmp_path, sc, "flowkv", oracle, 24000)
+    assert result["outcome"] == "finished", result["errors"]
+    check_conservation(result["requests"], len(build_workload(sc, 1).requests))
+    assert {r["state"] for r in result["requests"]} == {"completed"}
+    prefill_pool = {i.name for i in sc.cluster.spec().prefill_pool}
+    on_prefill = [r for r in result["requests"] if r["decode"] in prefill_pool]
+    assert on_prefill, "some request was decoded by a switched prefill worker"
+    assert result["role_switches"] > 0
+    assert not result["wire_mismatches"] and not result["errors"]

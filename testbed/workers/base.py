@@ -39,6 +39,12 @@ class Worker:
     def shutdown(self) -> None:
         """Release sockets and threads before the process exits."""
 
+    def beat(self) -> None:
+        """The liveness signal the router's failure detector counts (recovery.heartbeat_s),
+        from every worker that runs a decode engine."""
+        self.send({"type": "heartbeat", "instance": self.instance, "time": self.loop.now})
+        self.loop.after(self.scenario.recovery.heartbeat_s, self.beat)
+
     # -- plumbing ----------------------------------------------------------------------
     def send(self, msg: dict) -> None:
         if self.conn is not None and not self.conn.closed:

@@ -57,12 +57,7 @@ class DecodeWorker(Worker):
         self.receiver.start()
         if self.background.streams:
             self.background.start()
-        self._beat()
-
-    def _beat(self) -> None:
-        """The liveness signal the router's failure detector counts (recovery.heartbeat_s)."""
-        self.send({"type": "heartbeat", "instance": self.instance, "time": self.loop.now})
-        self.loop.after(self.scenario.recovery.heartbeat_s, self._beat)
+        self.beat()
 
     # -- events --------------------------------------------------------------------------
     def handle(self, msg: dict) -> None:
@@ -115,7 +110,8 @@ class DecodeWorker(Worker):
         try:
             results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
                                     congestion=self.scenario.emulation.tcp_congestion,
-                                    marking=(lambda _k: marking) if marking else None)
+                                    marking=(lambda _k: marking) if marking else None,
+                                    stage="reuse")
         except (OSError, ValueError) as exc:
             print(f"{self.instance}: fetch {rid} failed: {exc}", file=sys.stderr)
             return

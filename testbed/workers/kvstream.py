@@ -57,6 +57,7 @@ class ShardResult:
     start: float  # wall clock, first byte of payload
     end: float  # wall clock, last byte
     level_bytes: dict[int, int] | None = None  # payload bytes sent per priority level
+    stage: str = "p2d"  # or "reuse": a KV-reuse fetch
 
 
 def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket:
@@ -77,7 +78,7 @@ def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket
 def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
                tos: int = KV.tos, timeout: float = 300.0,
                congestion: str | None = None, marking: Marking | None = None,
-               calls: int = 1) -> ShardResult:
+               calls: int = 1, stage: str = "p2d") -> ShardResult:
     """One shard on its own connection. calls > 1: as that many messages, each framed
     and acknowledged before the next (block-wise or segment transfers)."""
     level_bytes: dict[int, int] | None = None
@@ -91,7 +92,7 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
             sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         sock.connect((host, port))
         start = time.time()
-        sock.sendall(kv_header(request, shard, shards, size, calls))
+        sock.sendall(kv_header(request, shard, shards, size, calls, stage))
         if calls > 1:
             level_bytes = _send_calls(sock, size, calls, marking, level if marking else 0)
         elif marking is None:
@@ -103,7 +104,8 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
         ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
         if ack != b"\x01":
             raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
-        return ShardResult(request, shard, shards, size, start, time.time(), level_bytes)
+        return ShardResult(request, shard, shards, size, start, time.time(), level_bytes,
+                           stage)
 
 
 def _send_zeros(sock: socket.socket, size: int) -> None:
@@ -172,7 +174,7 @@ def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
 def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
                   tos: int = KV.tos, congestion: str | None = None,
                   marking: Callable[[int], Marking] | None = None,
-                  calls: int = 1) -> list[ShardResult]:
+                  calls: int = 1, stage: str = "p2d") -> list[ShardResult]:
     """Send every shard on its own connection, in parallel; results in shard order."""
     results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
@@ -180,7 +182,8 @@ def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
         try:
             results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
                                     tos, congestion=congestion,
-                                    marking=marking(k) if marking else None, calls=calls)
+                                    marking=marking(k) if marking else None, calls=calls,
+                                    stage=stage)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 
@@ -260,7 +263,8 @@ class KVReceiver:
                 if read_exact(conn.recv, 1):
                     raise ConnectionError("more bytes than the header announced")
                 result = ShardResult(str(head["request"]), int(head["shard"]),
-                                     int(head["shards"]), int(head["bytes"]), start, time.time())
+                                     int(head["shards"]), int(head["bytes"]), start, time.time(),
+                                     stage=str(head.get("stage", "p2d")))
                 conn.sendall(b"\x01")
             except (OSError, ValueError) as exc:
                 self.on_error(str(exc), head.get("request"))

@@ -18,6 +18,7 @@ from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
+from testbed.workers.decode_engine import DecodeEngine
 from testbed.workers.kvstream import KVReceiver, ShardResult
 from testbed.workers.levels import SenderLevels
 from testbed.workers.push import push_kv
@@ -43,11 +44,12 @@ class PrefillWorker(Worker):
         self.fetch_bytes: dict[str, int] = {}  # request -> wire bytes of its landed fetch
         self.landed_early: set[str] = set()  # fetches that beat the router's prefill message
         self.reuse_tokens: dict[str, int] = {}
+        self.engine: DecodeEngine | None = None  # decode work, once switched (FlowKV)
         self.receiver = None
-        if sc.reuse.enabled:
+        if sc.reuse.enabled or cfg.scheduler == "flowkv":  # fetches, or P2D when switched
             self.receiver = KVReceiver(
                 cfg.hosts[instance], cfg.kv_port,
-                lambda r: self.loop.post(lambda: self._fetched(r)),
+                lambda r: self.loop.post(lambda: self._landed(r)),
                 lambda why, rid: self.loop.post(lambda: self._fetch_failed(rid, why)))
 
     def on_start(self) -> None:
@@ -66,6 +68,14 @@ class PrefillWorker(Worker):
             self.gpu.enqueue(rs, self.loop.now, tokens, fetching=tokens > 0)
             if req.request_id in self.landed_early:
                 self.gpu.fetched(req.request_id)
+        elif msg["type"] == "role":
+            if msg["role"] == "decode" and self.engine is None:
+                self._become_hybrid()
+        elif msg["type"] == "assign":
+            self.engine.assign(msg)
+        elif msg["type"] == "cancel":
+            if self.engine is not None:
+                self.engine.cancel(msg["request"])
         elif msg["type"] == "fetch_failed":
             self._fetch_failed(msg["request"], msg["reason"])
         elif msg["type"] == "surge":
@@ -82,6 +92,23 @@ class PrefillWorker(Worker):
                    "start": rs.prefill_start, "end": self.loop.now,
                    "fetch_wire_bytes": self.fetch_bytes.pop(rid, 0),
                    "stall_s": self.gpu.stall_s})
+
+    def _become_hybrid(self) -> None:
+        """FlowKV switched this instance to decode work too: a decode engine on the same
+        GPU (its prefills still come first), heartbeats, and a first state report."""
+        self.engine = DecodeEngine(self)
+        self.gpu.on_busy = self.engine.dec.hold
+        self.send(self.engine.first_state())
+        self.beat()
+
+    def _landed(self, result: ShardResult) -> None:
+        if result.stage == "reuse":
+            self._fetched(result)
+        elif self.engine is not None:
+            self.engine.shard(result)
+        else:
+            print(f"{self.instance}: KV for {result.request} but no decode work here",
+                  file=sys.stderr)
 
     def _fetched(self, result: ShardResult) -> None:
         rid = result.request

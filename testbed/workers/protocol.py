@@ -109,14 +109,18 @@ def read_message(recv) -> dict | None:
         raise ProtocolError(f"message is not JSON: {exc.msg}") from None
 
 
-def kv_header(request: str, shard: int, shards: int, size: int, calls: int = 1) -> bytes:
+def kv_header(request: str, shard: int, shards: int, size: int, calls: int = 1,
+              stage: str = "p2d") -> bytes:
     """calls > 1: the payload follows as that many framed messages (4-byte length, then
-    the bytes), each acknowledged before the next (granularity.py's send calls)."""
+    the bytes), each acknowledged before the next (granularity.py's send calls).
+    stage "reuse": a KV-reuse fetch, not a P2D transfer (a worker may receive both)."""
     if size < 0 or not 0 <= shard < shards or calls < 1:
         raise ProtocolError(f"bad shard {shard}/{shards}, size {size} or calls {calls}")
     head = {"request": request, "shard": shard, "shards": shards, "bytes": size}
     if calls > 1:
         head["calls"] = calls
+    if stage != "p2d":
+        head["stage"] = stage
     body = json.dumps(head).encode()
     return MAGIC + struct.pack("!H", len(body)) + body
 

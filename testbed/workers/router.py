@@ -301,11 +301,8 @@ class Router:
         oracle = self._oracle_view()
         if self.flowkv is not None:
             self.flowkv.prefilled(rs.prefill, req.request_id)
-        if rs.prefill in self.views:  # a decode worker did the prefill (FlowKV)
-            if self._decode_locally(rs, cands):
-                return
-            oracle = oracle.with_tiers({(rs.prefill, d): self.spec.tier(rs.prefill, d)
-                                        for d in self.views})
+        if rs.prefill in self.views and self._decode_locally(rs, cands):
+            return  # an instance doing both roles (FlowKV) keeps what it prefilled
         t0 = time.perf_counter()
         decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
                                          rs.prefill, cands, oracle)
@@ -467,9 +464,15 @@ class Router:
 
     # -- endings -------------------------------------------------------------------------------
     # -- faults and recovery -----------------------------------------------------------------
+    def add_view(self, name: str) -> None:
+        """Start tracking a decode engine's reports (a prefill worker switched to decode
+        work by FlowKV)."""
+        self.views[name] = DecodeView(BlockIndex(self.block_tokens))
+
     def _candidates(self, req: Request) -> list[Candidate]:
+        closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
         return [v.candidate(name, req) for name, v in self.views.items()
-                if name not in self.faults.dead]
+                if name not in self.faults.dead and name not in closed]
 
     def _oracle_fresh(self) -> bool:
         age = (time.time() - self.oracle.generated_at) / self.cfg.dilation
@@ -477,11 +480,15 @@ class Router:
         return age <= self.faults.cfg.oracle_max_age_s
 
     def _oracle_view(self) -> Oracle:
-        """The last oracle; past oracle_max_age_s, its static tier map (no congestion)."""
-        if self._oracle_fresh():
-            return self.oracle
-        self.faults.stale_decisions += 1
-        return self.oracle.with_congestion({}, self.oracle.generated_at)
+        """The last oracle; past oracle_max_age_s, its static tier map (no congestion).
+        Under FlowKV roles switch, so it also knows every instance pair's tier."""
+        oracle = self.oracle
+        if not self._oracle_fresh():
+            self.faults.stale_decisions += 1
+            oracle = oracle.with_congestion({}, oracle.generated_at)
+        if self.flowkv is not None:
+            oracle = oracle.with_tiers(self.flowkv.all_tiers)
+        return oracle
 
     def _check_heartbeats(self) -> None:
         limit = self.faults.cfg.missed_heartbeats * self.faults.cfg.heartbeat_s
