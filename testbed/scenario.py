@@ -184,6 +184,9 @@ class NetworkCfg(_Strict):
     priority_levels: int = Field(8, ge=2, le=8, description="K strict-priority levels")
     mfs_theta_top: float = Field(0.8, gt=0, description="MLU that earns the top level")
     mfs_theta_ratio: float = Field(0.5, gt=0, lt=1, description="geometric threshold ratio")
+    mfs_pruning: Literal["feasibility", "alone", "none"] = Field(
+        "feasibility", description="MFS's pruning to the scavenger class: the paper's "
+        "feasibility check per sender, only what cannot make it even alone, or none")
     reprioritize_s: float = Field(
         0.05, gt=0, description="how often levels are re-evaluated (a layer boundary)")
     transfer_mode: Literal["contiguous", "segment", "block"] = Field(

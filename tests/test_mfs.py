@@ -106,6 +106,11 @@ def test_pruned_requests_go_below_every_level():
     assert prune_infeasible(jobs[:1], now=0.0) == set()
     # hopeless alone on its own path, whatever the NIC: pruned first
     assert prune_infeasible([Job("x", 1.0, 0.1, alone_s=1.5), Job("y", 2.0, 1.0)], 0.0) == {"x"}
+    # the rules: only the hopeless, or nothing
+    both = [Job("x", 1.0, 0.1, alone_s=1.5), *jobs]
+    assert prune_infeasible(both, 0.0, "feasibility") == {"x", "b"}
+    assert prune_infeasible(both, 0.0, "alone") == {"x"}
+    assert prune_infeasible(both, 0.0, "none") == set()
 
 
 def test_mfs_promotes_a_deferred_flow_as_its_deadline_nears_and_keeps_it_up():

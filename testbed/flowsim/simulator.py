@@ -413,7 +413,8 @@ class FlowSimulation:
             jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), left / self._nic_bw,
                                 left / self.oracle.bandwidth(rs.tier))
         for jobs in by_sender.values():
-            self.pruned |= mfs.prune_infeasible(list(jobs.values()), now)
+            self.pruned |= mfs.prune_infeasible(list(jobs.values()), now,
+                                                self.scenario.network.mfs_pruning)
 
     def _reschedule_network(self) -> None:
         self._net_version += 1

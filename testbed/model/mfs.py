@@ -219,12 +219,20 @@ def scavenger_level(levels: int = DEFAULT_LEVELS) -> int:
     return levels
 
 
-def prune_infeasible(jobs: Sequence[Job], now: float) -> set[str]:
+PRUNING = ("feasibility", "alone", "none")
+
+
+def prune_infeasible(jobs: Sequence[Job], now: float, rule: str = "feasibility") -> set[str]:
     """MFS's inter-request feasibility check at one sender. A job that cannot meet its
-    deadline even alone on its path is pruned; the rest share the sender's NIC (work_s
-    is their time on it) and give way, heaviest first, until the others fit. Pruned
-    requests go to the scavenger class."""
+    deadline even alone on its path is pruned; under "feasibility" (the paper's check)
+    the rest share the sender's NIC (work_s is their time on it) and give way, heaviest
+    first, until the others fit; "alone" stops after the first step, "none" prunes
+    nothing. Pruned requests go to the scavenger class."""
+    if rule == "none":
+        return set()
     hopeless = {j.name for j in jobs if now + j.alone_s > j.deadline}
+    if rule == "alone":
+        return hopeless
     _, pruned = feasible_order([j for j in jobs if j.name not in hopeless], now)
     return hopeless | set(pruned)
 

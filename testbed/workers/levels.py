@@ -32,6 +32,7 @@ class SenderLevels:
         self.policy = net.flow_policy
         self.levels = net.priority_levels
         self.top, self.ratio = net.mfs_theta_top, net.mfs_theta_ratio
+        self.pruning = net.mfs_pruning
         self.loop = loop  # its clock is replaced when the run starts: read it each time
         self.scale = scale
         self.n_layers = n_layers
@@ -85,7 +86,7 @@ class SenderLevels:
         jobs = [mfs.Job(rid, t.deadline, sum(t.remaining.values()) / self.nic_bw,
                         sum(t.remaining.values()) / t.bandwidth)
                 for rid, t in self.transfers.items() if rid not in self.pruned]
-        self.pruned |= mfs.prune_infeasible(jobs, now)
+        self.pruned |= mfs.prune_infeasible(jobs, now, self.pruning)
 
     def fetch(self, request: str, expected_start: float, layer_s: float, bandwidth: float
               ) -> Marking:
