@@ -36,7 +36,7 @@ class FlowKVControl:
     def choose_prefill(self, tokens: int, now: float) -> PrefillInstance:
         """The node with the smallest expected TTFT (its queue and its own compute)."""
         targets = [*self.sim.prefill.values(), *(self.hybrid[n] for n in sorted(self.accepting))]
-        return min(targets, key=lambda p: (p.expected_end(tokens, now), p.name))
+        return flowkv.fastest_prefill(targets, tokens, now)
 
     def cycle(self) -> None:
         sim, now = self.sim, self.sim.loop.now

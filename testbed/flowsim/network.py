@@ -172,13 +172,17 @@ class FluidNetwork:
         """Take flows out (their receiver died) without finishing them."""
         self.advance(now)
         gone = [f for f in self.flows.values() if doomed(f)]
-        for flow in gone:
+        self._detach(gone)
+        return gone
+
+    def _detach(self, flows: list[Flow]) -> None:
+        """Take flows off the network and its links, and re-share the bandwidth."""
+        for flow in flows:
             del self.flows[flow.flow_id]
             for hop in flow.path:
                 self.links[hop].flows.discard(flow.flow_id)
-        if gone:
+        if flows:
             self.recompute()
-        return gone
 
     def advance(self, now: float) -> None:
         """Move every flow forward at its current rate to time `now`."""
@@ -207,11 +211,7 @@ class FluidNetwork:
         for flow in done:
             flow.remaining = 0.0
             flow.end = now
-            del self.flows[flow.flow_id]
-            for hop in flow.path:
-                self.links[hop].flows.discard(flow.flow_id)
-        if done:
-            self.recompute()
+        self._detach(done)
         return done
 
     def next_completion(self) -> float | None:

@@ -86,6 +86,12 @@ def decode_node_state(batch: int, beta_max: int, queued: int, free_memory: float
                      gpu_util=1.0 if batch else 0.0, mem_bw_util=occupancy)
 
 
+def fastest_prefill(targets, tokens: int, now: float):
+    """Normal regime: the prefill queue (PrefillInstance-like: expected_end, name) that
+    would finish a request of `tokens` first, i.e. the smallest expected TTFT."""
+    return min(targets, key=lambda p: (p.expected_end(tokens, now), p.name))
+
+
 def normalise(side: Mapping[str, float], caps: Mapping[str, float] = QUEUE_CAPS
               ) -> dict[str, float]:
     return {k: min(1.0, max(0.0, side.get(k, 0.0) / caps[k])) for k in QUEUE_FIELDS}

@@ -35,7 +35,7 @@ class RouterFlowKV:
 
     def choose_prefill(self, tokens: int, now: float) -> PrefillInstance:
         targets = [*self.r.prefill.values(), *(self.hybrid[n] for n in sorted(self.accepting))]
-        return min(targets, key=lambda p: (p.expected_end(tokens, now), p.name))
+        return flowkv.fastest_prefill(targets, tokens, now)
 
     def dispatched(self, node: str, request: str, tokens: int) -> None:
         self.held[node][request] = tokens
