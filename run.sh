@@ -39,14 +39,16 @@ install_system_packages() {
 }
 
 build_venv() {
-    local stamp=$VENV/.installed-hash
+    # The stamp's name is the recipe's hash; the playbook's project role uses the same one.
     local want
     want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    local stamp=$VENV/.installed-$want
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ]; then
         return 0
     fi
     log "building virtual environment in .venv"
     [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"
+    rm -f "$VENV"/.installed-*
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -e ".[dev]"
     echo "$want" >"$stamp"
