@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.schedulers import SCHEDULERS
+from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
 from testbed.topologies.fattree import FatTreeSpec
 from testbed.workloads.profiles import CLA_WEIGHTS, PROFILES
@@ -166,8 +168,32 @@ class BackgroundCfg(_Strict):
         return {0: 0.0, 1: self.tier1, 2: self.tier2, 3: self.tier3}[tier]
 
 
+class TcpCfg(_Strict):
+    """The flow model's TCP terms (network.flow_model: tcp; testbed/model/tcp.py)."""
+
+    replica: bool = Field(
+        False, description="use the emulated replica's equivalents (segment of 1514 wire "
+        "bytes / emulation.scale, wall delays / emulation.time_dilation) to predict the "
+        "packets; false: the modelled cluster's own segment and delays")
+    mss_bytes: float = Field(4096, gt=0, le=1e12, description="modelled bytes per segment "
+                             "(the cluster's; RoCE's 4096 by default)")
+    init_cwnd: float = Field(10, gt=0, le=1e6, description="segments in the first window")
+    handshake_rtts: float = Field(1.0, ge=0, le=100, description="round trips before data")
+    tail_rtts: float = Field(1.0, ge=0, le=100,
+                             description="round trips from the last byte to the sender's end")
+    hop_delay_us: float = Field(0.0, ge=0, le=1e6, description="per hop and direction: "
+                                "switch processing (replica: wall microseconds)")
+    rtt_exponent: float = Field(0.0, ge=0, le=2, description="bandwidth share ~ rtt^-x "
+                                "between flows of different path lengths (0: equal)")
+
+
 class NetworkCfg(_Strict):
     background: BackgroundCfg = BackgroundCfg()
+    flow_model: Literal["fluid", "tcp"] = Field(
+        "fluid", description="fluid: max-min rates from the first to the last byte; tcp: "
+        "adds handshake, slow start and tail round trips and RTT-weighted shares "
+        "(network.tcp)")
+    tcp: TcpCfg = TcpCfg()
     flows_per_transfer: int | None = Field(None, ge=1, description="default: TP")
     ecmp: Literal["per-transfer", "per-pair", "per-flow"] = Field(
         "per-transfer",
@@ -404,6 +430,18 @@ class Scenario(_Strict):
 
     def timing_model(self) -> TimingModel:
         return TimingModel(**self.timing.model_dump())
+
+    def tcp_params(self) -> TcpParams | None:
+        """The flow model's TCP terms, or None for the pure fluid model."""
+        if self.network.flow_model != "tcp":
+            return None
+        t = self.network.tcp
+        if t.replica:
+            base = emulation_equivalent(self.emulation.scale, self.emulation.time_dilation,
+                                        t.hop_delay_us * 1e-6, t.init_cwnd)
+            return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts)
+        return TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts,
+                         t.hop_delay_us * 1e-6)
 
     def profile(self):
         return PROFILES[self.workload.profile]

@@ -1,7 +1,11 @@
 """Fluid network: directed links, ECMP path choice per flow, max-min fair rates.
 
 Rates are recomputed by progressive filling at every flow arrival and completion, as
-the paper's simulator does. Background traffic is a per-link offered fraction that
+the paper's simulator does. With a TCP model (testbed/model/tcp.py) a flow also spends
+its handshake at rate zero, is capped by its slow-start window (doubling every round trip
+until the window stops binding), ends a tail of round trips after its last byte, and
+shares bandwidth in proportion to rtt^-rtt_exponent (SimGrid's RTT-weighted max-min;
+0 = equal shares, Reno's classic bias is 1). Background traffic is a per-link offered fraction that
 removes (1 - f) of a link's capacity from KV flows (the paper's mean-field model); the
 oracle's congestion is the mean background fraction of a tier's links, never KV.
 """
@@ -13,6 +17,7 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from testbed.model import tcp as tcpmodel
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.topologies.fattree import FatTreeSpec
 
@@ -50,14 +55,28 @@ class Flow:
     cap: float | None = None  # rate limit in bytes/s (Karuna's minimum-rate deadline flows)
     rate: float = 0.0
     end: float | None = None
+    weight: float = 1.0  # share of a bottleneck relative to other flows (RTT weighting)
+    rtt: float = 0.0  # base round trip of its path (TCP model only)
+    window_cap: float | None = None  # slow-start window / rtt while it binds
+    ramp_at: float | None = None  # when the window next doubles
+    rounds: int = -1  # slow-start round trips done (-1: handshake)
+
+    def effective_cap(self) -> float | None:
+        caps = [c for c in (self.cap, self.window_cap) if c is not None]
+        return min(caps) if caps else None
 
 
 class FluidNetwork:
     """Links from a FatTreeSpec; flows share them max-min fairly."""
 
     def __init__(self, spec: FatTreeSpec, rng: random.Random | None,
-                 capacity_factor: dict[int, float] | None = None):
+                 capacity_factor: dict[int, float] | None = None,
+                 tcp: tcpmodel.TcpParams | None = None, rtt_exponent: float = 0.0):
         self.spec = spec
+        self.tcp = tcp
+        self.rtt_exponent = rtt_exponent
+        self.draining: dict[int, tuple[float, Flow]] = {}  # bytes sent, end not yet seen
+        self._latency_s = {t: us * 1e-6 for t, us in spec.tier_latency_us.items()}
         self.rng = rng
         self.links: dict[Hop, LinkState] = {}
         factor = capacity_factor or {}
@@ -162,15 +181,29 @@ class FluidNetwork:
         self.advance(now)
         flow = Flow(self._next_id, path, size, size, now, tag, level)
         self._next_id += 1
+        if self.tcp is not None:
+            flow.rtt = self.path_rtt(path)
+            flow.window_cap = 0.0  # the handshake
+            flow.ramp_at = now + self.tcp.handshake_rtts * flow.rtt
+            if self.rtt_exponent:
+                flow.weight = flow.rtt ** -self.rtt_exponent
         self.flows[flow.flow_id] = flow
         for hop in path:
             self.links[hop].flows.add(flow.flow_id)
         self.recompute()
         return flow
 
+    def path_rtt(self, path: list[Hop]) -> float:
+        links = [self.links[h] for h in path]
+        tier = max((link.tier for link in links), default=0)
+        return tcpmodel.path_rtt(self._latency_s.get(tier, 0.0),
+                                 [link.capacity for link in links], self.tcp)
+
     def remove_flows(self, now: float, doomed) -> list[Flow]:
         """Take flows out (their receiver died) without finishing them."""
         self.advance(now)
+        for fid in [fid for fid, (_, f) in self.draining.items() if doomed(f)]:
+            del self.draining[fid]
         gone = [f for f in self.flows.values() if doomed(f)]
         self._detach(gone)
         return gone
@@ -202,8 +235,12 @@ class FluidNetwork:
         self.last_update = now
 
     def pop_finished(self, now: float) -> list[Flow]:
-        """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb)."""
+        """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb).
+        Under the TCP model a delivered flow leaves the links at once but is finished
+        only after its tail; due slow-start steps are applied here too."""
         self.advance(now)
+        if self.tcp is not None:
+            self._ramp(now)
         done = [
             f for f in self.flows.values()
             if f.remaining <= f.size * 1e-9 or (f.rate > 0 and f.remaining / f.rate <= 1e-9)
@@ -212,14 +249,50 @@ class FluidNetwork:
             flow.remaining = 0.0
             flow.end = now
         self._detach(done)
-        return done
+        if self.tcp is None:
+            return done
+        for flow in done:
+            self.draining[flow.flow_id] = (now + self.tcp.tail_rtts * flow.rtt, flow)
+        ended = [f for t, f in self.draining.values() if t <= now + 1e-12]
+        for flow in ended:
+            flow.end = now
+            del self.draining[flow.flow_id]
+        return ended
+
+    def _ramp(self, now: float) -> None:
+        """Slow start: every due window doubles; a window that no longer binds (the flow
+        gets less than it allows) leaves slow start for good, as TCP does at its first loss."""
+        changed = False
+        for flow in self.flows.values():
+            if flow.ramp_at is None:
+                continue
+            if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):
+                flow.window_cap = flow.ramp_at = None
+                changed = True
+                continue
+            while flow.ramp_at is not None and flow.ramp_at <= now + 1e-12:
+                flow.rounds += 1  # (several rounds at once only if the caller skipped events)
+                flow.window_cap = tcpmodel.window_rate(flow.rounds, flow.rtt, self.tcp)
+                flow.ramp_at += flow.rtt
+                if flow.window_cap >= min(self.links[h].capacity for h in flow.path):
+                    flow.window_cap = flow.ramp_at = None
+                changed = True
+        if changed:
+            self.recompute()
 
     def next_completion(self) -> float | None:
-        """Time from last_update until the next flow finishes at current rates."""
+        """Time of the next change at current rates: a flow finishing (or, under the TCP
+        model, its tail ending or its window doubling)."""
         best = None
         for flow in self.flows.values():
             if flow.rate > 0:
                 t = flow.remaining / flow.rate
+                if best is None or t < best:
+                    best = t
+        if self.tcp is not None:
+            for when in [f.ramp_at for f in self.flows.values() if f.ramp_at is not None] + \
+                    [t for t, _ in self.draining.values()]:
+                t = max(when - self.last_update, 0.0)
                 if best is None or t < best:
                     best = t
         return None if best is None else self.last_update + best
@@ -235,25 +308,32 @@ class FluidNetwork:
             self._fill({fid for fid, f in self.flows.items() if f.level == level}, residual)
 
     def _fill(self, unfrozen: set[int], residual: dict[Hop, float]) -> None:
-        """Progressive filling; a flow with a cap freezes at it when that binds first."""
+        """Weighted progressive filling: a link's residual is split in proportion to its
+        unfrozen flows' weights; a capped flow freezes at its cap when that binds first."""
         active: dict[Hop, set[int]] = {}
+        weights: dict[Hop, float] = {}
         for fid in unfrozen:
+            w = self.flows[fid].weight
             for hop in self.flows[fid].path:
                 active.setdefault(hop, set()).add(fid)
+                weights[hop] = weights.get(hop, 0.0) + w
         while unfrozen:
-            hop = min(active, key=lambda h: residual[h] / len(active[h]))
-            share = max(residual[hop] / len(active[hop]), 0.0)
-            capped = [fid for fid in unfrozen if self.flows[fid].cap is not None
-                      and self.flows[fid].cap < share]
+            hop = min(active, key=lambda h: residual[h] / weights[h])
+            unit = max(residual[hop] / weights[hop], 0.0)
+            capped = [(cap / f.weight, fid) for fid in unfrozen
+                      if (cap := (f := self.flows[fid]).effective_cap()) is not None
+                      and cap < unit * f.weight]
             if capped:
-                fid = min(capped, key=lambda f: self.flows[f].cap)
-                self._freeze(fid, self.flows[fid].cap, unfrozen, residual, active)
+                _, fid = min(capped)
+                self._freeze(fid, self.flows[fid].effective_cap(), unfrozen, residual, active,
+                             weights)
                 continue
             for fid in list(active[hop]):
-                self._freeze(fid, share, unfrozen, residual, active)
+                self._freeze(fid, unit * self.flows[fid].weight, unfrozen, residual, active,
+                             weights)
 
     def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[Hop, float],
-                active: dict[Hop, set[int]]) -> None:
+                active: dict[Hop, set[int]], weights: dict[Hop, float]) -> None:
         flow = self.flows[fid]
         flow.rate = rate
         unfrozen.discard(fid)
@@ -263,8 +343,10 @@ class FluidNetwork:
             members = active.get(h)
             if members is not None:
                 members.discard(fid)
+                weights[h] -= flow.weight
                 if not members:
                     del active[h]
+                    del weights[h]
 
     def set_level(self, flow: Flow, level: int, now: float) -> None:
         """A flow changes priority level (MFS promotes at layer boundaries)."""

@@ -64,7 +64,8 @@ class FlowSimulation:
         self.timing = scenario.timing_model()
         cluster = scenario.cluster
         self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3),
-                                scenario.network.capacity_factor)
+                                scenario.network.capacity_factor, scenario.tcp_params(),
+                                scenario.network.tcp.rtt_exponent)
         self.scheduler = make_scheduler(
             scheduler_key,
             SchedulerContext(self.timing, cluster.beta_max, cluster.memory_reserve_gb * GB,

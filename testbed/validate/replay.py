@@ -12,18 +12,21 @@ from collections.abc import Sequence
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.network import FluidNetwork
+from testbed.model.tcp import TcpParams
 from testbed.topologies.fattree import FatTreeSpec
 
 
 def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "per-transfer",
                      seed: int = 0, background: dict[int, float] | None = None,
-                     capacity_factor: dict[int, float] | None = None) -> list[dict]:
+                     capacity_factor: dict[int, float] | None = None,
+                     tcp: TcpParams | None = None, rtt_exponent: float = 0.0) -> list[dict]:
     """Every row needs request, shard, src, dst, bytes, start; returns rows with `end`.
 
     A row's recorded `path` (a>b>c) is followed when present; otherwise `ecmp` picks.
-    `capacity_factor` (tier -> factor) is a calibration of the link rates."""
+    `capacity_factor` (tier -> factor) is a calibration of the link rates; `tcp` adds
+    the TCP terms (testbed/model/tcp.py) to the fluid model."""
     loop = EventLoop()
-    net = FluidNetwork(spec, random.Random(seed), capacity_factor)
+    net = FluidNetwork(spec, random.Random(seed), capacity_factor, tcp, rtt_exponent)
     if background:
         net.set_background({hop: background.get(link.tier, 0.0)
                             for hop, link in net.links.items()}, 0.0)

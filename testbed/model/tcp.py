@@ -1,0 +1,129 @@
+"""What TCP does to a transfer that a fluid rate does not (pure; modelled cluster units).
+
+A fluid flow sends at its max-min share from its first instant to its last byte. A TCP
+stream first spends a round trip on its handshake, then sends a window that starts at
+`init_cwnd` segments and doubles every round trip (slow start) until it can fill its
+share, and is complete only when the last byte's acknowledgement is back, one more round
+trip. These are the same three terms flow-level simulators add: SimGrid's
+network/TCP_gamma bounds a flow's rate by window / RTT and its latency factor charges
+start-up per message (Velho et al., "On the validity of flow-level TCP network
+models for grid and cloud simulations", TOMACS 2013); m3 and Parsimon report flow
+completion as a slowdown over size / rate + base RTT (Li et al., "m3", SIGCOMM 2024;
+Zhao et al., "Parsimon", NSDI 2023). Here the window cap is applied inside the max-min
+sharing itself (testbed/flowsim/network.py), so the start-up is right under contention.
+
+Every quantity is in the modelled cluster's units. The emulation is a scaled replica:
+a wire segment of `wire_mss` bytes stands for wire_mss / scale modelled bytes, and one
+wire round trip of R seconds stands for R / time_dilation modelled seconds. So the same
+model, fed the emulation's equivalents (`emulation_equivalent`), predicts the packets,
+and fed the cluster's own (jumbo frames, microsecond RTTs) predicts the cluster; where
+the two disagree by more than a tolerance, the packets show an artifact of scaling
+(`validity_floor`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+WIRE_MSS = 1448  # bytes of payload in a 1500-byte Ethernet frame with TCP timestamps
+WIRE_FRAME = 1514  # bytes a data segment occupies on an emulated link (Ethernet header)
+LINUX_INIT_CWND = 10  # segments (RFC 6928)
+
+
+@dataclass(frozen=True)
+class TcpParams:
+    mss_bytes: float  # modelled bytes per segment
+    init_cwnd: float = LINUX_INIT_CWND  # segments in the first window
+    handshake_rtts: float = 1.0  # round trips before the first data byte
+    tail_rtts: float = 1.0  # round trips from the last byte sent to the end seen by the sender
+    hop_delay_s: float = 0.0  # per switch hop and direction: processing, not propagation
+
+    def __post_init__(self) -> None:
+        if not (self.mss_bytes > 0 and self.init_cwnd > 0):
+            raise ValueError("mss_bytes and init_cwnd must be positive")
+
+
+def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
+    """Base round trip of a path: the tier's one-way latency both ways, a data segment
+    stored and forwarded at every hop (ACKs are small), and per-hop processing both ways."""
+    serialise = sum(params.mss_bytes / r for r in hop_rates if r > 0)
+    return 2.0 * tier_latency_s + serialise + 2.0 * len(hop_rates) * params.hop_delay_s
+
+
+def window_rate(rounds: int, rtt_s: float, params: TcpParams) -> float:
+    """Rate a slow-starting sender can reach in its `rounds`-th round trip (0-based)."""
+    return params.init_cwnd * params.mss_bytes * (2.0 ** rounds) / rtt_s
+
+
+def ramp_rounds(rate: float, rtt_s: float, params: TcpParams) -> int:
+    """Round trips of slow start before the window can fill `rate`."""
+    first = window_rate(0, rtt_s, params)
+    return 0 if first >= rate else math.ceil(math.log2(rate / first))
+
+
+def lone_transfer_time(size: float, rate: float, rtt_s: float, params: TcpParams) -> float:
+    """Completion time of one stream alone at a bottleneck `rate` (bytes/s): handshake,
+    slow start up to the rate, the rest at the rate, then the tail. The closed form of
+    what the fluid network does with window caps for a lone flow."""
+    if size <= 0:
+        return 0.0
+    t = params.handshake_rtts * rtt_s
+    left = size
+    for k in range(ramp_rounds(rate, rtt_s, params)):
+        window = window_rate(k, rtt_s, params) * rtt_s  # bytes this round
+        if window >= left:
+            return t + left / window_rate(k, rtt_s, params) + params.tail_rtts * rtt_s
+        left -= window
+        t += rtt_s
+    return t + left / rate + params.tail_rtts * rtt_s
+
+
+def startup_excess(size: float, rate: float, rtt_s: float, params: TcpParams) -> float:
+    """(TCP time - fluid time) / fluid time for a lone transfer."""
+    fluid = size / rate
+    return lone_transfer_time(size, rate, rtt_s, params) / fluid - 1.0
+
+
+def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: float = 0.0,
+                         init_cwnd: float = LINUX_INIT_CWND) -> TcpParams:
+    """The TCP parameters, in modelled units, that the emulated replica actually has.
+
+    A wire segment carries WIRE_MSS bytes but occupies WIRE_FRAME bytes of a link's rate;
+    modelled bytes are wire bytes / scale, so a segment is WIRE_MSS / scale modelled bytes
+    and serialises in WIRE_FRAME / scale modelled bytes' time. Wall delays shrink by the
+    dilation."""
+    if scale <= 0 or time_dilation <= 0:
+        raise ValueError("scale and time_dilation must be positive")
+    return TcpParams(mss_bytes=WIRE_FRAME / scale, init_cwnd=init_cwnd * WIRE_MSS / WIRE_FRAME,
+                     hop_delay_s=wire_hop_delay_s / time_dilation)
+
+
+def validity_floor(rate: float, rtt_emulated: float, emulated: TcpParams, rtt_cluster: float,
+                   cluster: TcpParams, tolerance: float) -> float:
+    """Smallest transfer (modelled bytes) whose start-up excess on the emulated replica
+    exceeds the cluster's by at most `tolerance` of its fluid time. Below it, the time
+    packets take is mostly an artifact of scaling (few, huge segments and a long RTT in
+    modelled time) that the modelled cluster would not have. The excess difference falls
+    with size, so bisection finds the crossing."""
+    def gap(size: float) -> float:
+        return (startup_excess(size, rate, rtt_emulated, emulated)
+                - startup_excess(size, rate, rtt_cluster, cluster))
+
+    lo, hi = 1.0, 1.0
+    while gap(hi) > tolerance:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e16:
+            raise ValueError("no transfer size is valid at this tolerance")
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if gap(mid) > tolerance:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def segments(size_modelled: float, scale: float) -> int:
+    """Wire segments a shard of `size_modelled` bytes becomes on the replica."""
+    return max(1, math.ceil(size_modelled * scale / WIRE_MSS))
