@@ -1,14 +1,17 @@
-"""Packet-vs-flow fidelity figures (root, Open vSwitch): printed, never asserted.
+"""Packet-vs-flow fidelity on every workload profile (root, Open vSwitch): printed, never
+asserted.
 
-Runs `testbed validate` on scenarios/validate.yaml (RAG at 100% load, RR / CLA* /
-NetKV-Full) once per time-dilation factor, side by side in one invocation, and prints
-for each: the fidelity verdicts, the calibration, the per-transfer error of the replay
-and of the free-running engines, mean TTFT per scheduler in both engines, whether both
-rank the schedulers the same, and the wall time. The NetKV paper's own flow estimator
-overestimated mean TTFT by 9-13% against its packet-level model; the targets here are a
-median per-transfer error and a mean-TTFT difference of 10% or less after calibration.
+One `testbed validate` per row, side by side in one invocation: the shipped trace's
+chatbot, RAG and long-context slices, the synthetic generator, and the two adversarial
+scenarios (ToR-uplink hash collisions, a burst of tiny transfers). Per row: the replay's
+median and p90 |error| per whole transfer above the validity floor with the flow model's
+TCP terms (bootstrap 95% CI), how many transfers fell below the floor, the mean-TTFT
+verdict per scheduler with its CI, ranking agreement per seed, and the faithful runs.
+Targets: median <= 5%, p90 <= 15%, TTFT within 5% with the CI inside +-10%, same ranking,
+every run faithful.
 
-Run: sudo .venv/bin/python benchmarks/bench_validate.py [--dilations 1,2] [--measure 12]
+Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
+     [--measure 12] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -18,47 +21,74 @@ import json
 import time
 from pathlib import Path
 
+import yaml
+
 from testbed.scenario import load_scenario
 from testbed.validate.pipeline import validate
 
 ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "scenarios" / "validate.yaml"
+ROWS = {
+    "chatbot": (BASE, {"workload.profile": "chatbot"}),
+    "rag": (BASE, {}),
+    "long-context": (BASE, {"workload.profile": "long-context"}),
+    "synthetic": (BASE, {"workload.trace": None,
+                         "workload.synthetic": {"mean_input": 8000, "documents": 32},
+                         "workload.profile": "all"}),
+    "uplink-collision": (ROOT / "scenarios" / "validate-uplink-collision.yaml", {}),
+    "tiny-burst": (ROOT / "scenarios" / "validate-tiny-burst.yaml", {}),
+}
 
 
 def pct(x) -> str:
-    return "-" if x is None else f"{100 * x:+.1f}%"
+    return "-" if x is None or x != x else f"{100 * x:.1f}%"
+
+
+def row(name: str, doc: dict, wall: float) -> str:
+    t = doc["targets"]
+    below = doc["whole_below_floor"]["replay_tcp"]["n"]
+    above = doc["whole_above_floor"]["replay_tcp"]["n"]
+    ttft = "; ".join(f"{s}: {v['sentence']}" for by in doc["ttft_verdicts"]["tcp"].values()
+                     for s, v in by.items())
+    ranks = "; ".join(f"{r['same']}/{r['seeds']}" for r in doc["seed_rankings"]["tcp"].values())
+    fluid = doc["whole_transfers"]["replay_calibrated"]
+    return (f"| {name} | {pct(t['replay_median_abs_transfer_error'])} "
+            f"[{pct(t['replay_median_ci'][0])}, {pct(t['replay_median_ci'][1])}] | "
+            f"{pct(t['replay_p90_abs_transfer_error'])} "
+            f"[{pct(t['replay_p90_ci'][0])}, {pct(t['replay_p90_ci'][1])}] | "
+            f"{pct(fluid['median_abs_error'])} / {pct(fluid['p90_abs_error'])} | "
+            f"{above} / {below} | {ttft or '-'} | {ranks or '-'} | "
+            f"{t['runs'] - t['unfaithful_runs']}/{t['runs']} | {wall:.0f} s |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dilations", default="1,2")
-    ap.add_argument("--measure", type=float, default=12.0, help="measurement seconds")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--measure", type=float, default=None, help="measurement seconds")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out", default="/tmp/netkv-bench-validate")
     args = ap.parse_args()
-    for d in (float(x) for x in args.dilations.split(",")):
-        sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
-                           {"emulation.time_dilation": d, "workload.measure_s": args.measure})
+    lines = ["| row | replay median (TCP, above floor) [CI] | p90 [CI] | fluid median / p90 "
+             "(all) | transfers above / below floor | mean TTFT per scheduler | same ranking "
+             "(seeds) | faithful | wall |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in args.rows.split(","):
+        path, over = ROWS[name]
+        over = {**over, "seeds": args.seeds}
+        if args.measure:
+            over["workload.measure_s"] = args.measure
+        for item in args.sets:
+            key, _, value = item.partition("=")
+            over[key] = yaml.safe_load(value)
+        sc = load_scenario(path, over)
         t0 = time.perf_counter()
         folder = validate(sc, Path(args.out))
         wall = time.perf_counter() - t0
         doc = json.loads((folder / "comparison.json").read_text())
-        t = doc["targets"]
-        print(f"\n== time dilation {d:g} ({wall:.0f} s wall) -> {folder}")
-        print("fidelity:", json.dumps(doc["fidelity"]))
-        print("capacity factors:", doc["calibration"]["capacity_factor"])
-        for key in ("replay_uncalibrated", "replay_calibrated", "engines_uncalibrated",
-                    "engines_calibrated"):
-            s = doc["transfers"][key]
-            print(f"  per-transfer {key:22s} n={s['n']:4d} median |err| "
-                  f"{100 * s['median_abs_error']:.1f}%  bias {pct(s['mean_error'])}")
-        for point, data in doc["calibrated"].items():
-            for m in data["metrics"]:
-                print(f"  {point} {m['scheduler']:11s} TTFT packets {m['ttft_mean_ms_reference']:.0f}"
-                      f" ms flow {m['ttft_mean_ms_model']:.0f} ms ({pct(m['ttft_mean_ms_error'])})")
-            r = data["ranking"]
-            print(f"  ranking packets {r['reference']} flow {r['model']} same={r['same_order']}")
-        print(f"  targets: replay median {100 * t['replay_median_abs_transfer_error']:.1f}% "
-              f"(<= 10%), worst TTFT {pct(t['worst_mean_ttft_error'])} (<= 10%), "
-              f"same ranking {t['same_ranking']}")
+        lines.append(row(name, doc, wall))
+        print(f"{name}: {folder}", flush=True)
+        print(lines[-1], flush=True)
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

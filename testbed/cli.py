@@ -175,7 +175,30 @@ def check(scenario: str, sets: tuple[str, ...]) -> None:
               f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
     for key, values in sc.sweep.items():
         out.print(f"sweep   : {key} in {values}")
+    out.print(f"packets : {_validity_line(cells[0][1], wl)}")
     out.print("[green]scenario is valid[/]")
+
+
+def _validity_line(sc, wl) -> str:
+    """Where the scenario's transfers sit against the replica's validity floor (tier 3,
+    whole KV, no cache hits: the largest floor and the smallest transfers)."""
+    from testbed.model.kv import kv_cache_bytes
+    from testbed.validate import validity
+
+    by_tier = validity.floors(sc)
+    worst = max(by_tier)
+    floor = by_tier[worst]["transfer_floor_bytes"]
+    model = sc.model_spec()
+    sizes = [float(kv_cache_bytes(model, r.input_len)) for r in wl.requests]
+    below = sum(s < floor for s in sizes)
+    line = (f"at scale {sc.emulation.scale:g}, dilation {sc.emulation.time_dilation:g}, "
+            f"{below} of {len(sizes)} transfers fall below the validity floor "
+            f"({floor / 1e6:.0f} MB at tier {worst}; testbed/validate/validity.py)")
+    clear = validity.scale_to_clear(sc, sizes, [worst] * len(sizes))
+    if clear:
+        line += (f"; scale {clear['scale']:.2g} with time_dilation "
+                 f"{clear['time_dilation']:.2g} lifts 90% above it")
+    return line
 
 
 @main.command()
@@ -414,6 +437,16 @@ def _calibration_lines(doc: dict) -> str:
         lines.append(f"tier {tier} ({' -> '.join(t['pair'])}): achieved {100 * t['factor']:.1f}% "
                      f"of the configured rate, fixed cost {1e3 * t['overhead_s']:.0f} ms per "
                      f"transfer (r2 {t['r2']:.3f})")
+    fit = doc.get("tcp")
+    if fit:
+        lines.append(f"TCP terms: serialisation share {fit['serialisation']:.2f}, hop delay "
+                     f"{1e6 * fit['hop_delay_s']:.0f} us wall; median |error| on the probes "
+                     f"{100 * fit['median_abs_error']:.1f}% (fluid "
+                     f"{100 * fit['fluid_median_abs_error']:.1f}%)")
+    for c in doc.get("competing", []):
+        lines.append(f"tier {c['tier']}, {c['competing']} competing: slowest "
+                     f"{1e3 * c['slowest_s']:.0f} ms, fastest {1e3 * c['fastest_s']:.0f} ms; "
+                     f"TCP model {100 * c['tcp_error']:+.1f}%, fluid {100 * c['fluid_error']:+.1f}%")
     return "\n".join(lines)
 
 
@@ -423,13 +456,18 @@ def _calibration_lines(doc: dict) -> str:
               help="Where to write the calibration (default: results/<name>-calibration.json).")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help=SET_HELP)
 def calibrate(scenario: str, out_file: str | None, sets: tuple[str, ...]) -> None:
-    """Measure per-tier achieved bandwidth on SCENARIO's emulated fabric.
+    """Measure what SCENARIO's emulated fabric really delivers, per tier.
 
-    Lone KV transfers of 0.5-8 GB (modelled) between one host pair per tier; a line fit
+    Lone KV transfers of 8 MB-8 GB (modelled; three decades) between one host pair per
+    tier, and 1, 2 and 4 transfers of 0.5 GB started together on that path. A line fit
     gives each tier's capacity factor (achieved / configured rate) and fixed cost per
-    transfer. Use the factors in the flow model with
-    --set network.capacity_factor='{1: f1, 2: f2, 3: f3}' or `testbed validate
-    --calibration FILE`. Needs root and Open vSwitch.
+    transfer; a fit of the flow model's TCP terms (network.flow_model: tcp) gives the
+    replica's serialisation share and per-hop delay; the competing transfers show both
+    models' error under sharing. The file holds the samples, the fits and their
+    residuals. A calibration holds only for the scale and time dilation it was taken at:
+    `testbed validate --calibration FILE` refuses it for another. Use the factors in the
+    flow model with --set network.capacity_factor='{1: f1, 2: f2, 3: f3}'. Needs root and
+    Open vSwitch.
     """
     from testbed.emulation.calibrate import calibrate as run_calibration
     from testbed.emulation.net import EmulatedNetwork, EmulationError
@@ -485,6 +523,7 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
     from testbed.runner import ConservationError, preflight
+    from testbed.validate.pipeline import check_calibration, summary_lines
     from testbed.validate.pipeline import validate as run_validation
 
     try:
@@ -493,6 +532,8 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
         cal = json.loads(Path(calibration).read_text()) if calibration else None
         if cal is not None and "capacity_factor" not in cal:
             raise ValueError(f"{calibration}: not a calibration file (no capacity_factor)")
+        if cal is not None:
+            check_calibration(cal, sc, calibration)
     except (ScenarioError, TraceError, ValueError) as exc:
         _fail(str(exc))
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -510,11 +551,8 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
         console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
         sys.exit(130)
     doc = json.loads((folder / "comparison.json").read_text())
-    t = doc["targets"]
-    click.echo(f"per-transfer median |error| (replay, calibrated): "
-               f"{100 * t['replay_median_abs_transfer_error']:.1f}%; worst mean-TTFT difference: "
-               f"{100 * (t['worst_mean_ttft_error'] or 0):.1f}%; same ranking: "
-               f"{'yes' if t['same_ranking'] else 'no'}")
+    for line in summary_lines(doc["targets"]):
+        click.echo(line)
     click.echo(f"report: {folder / 'report.md'}")
 
 

@@ -183,6 +183,9 @@ class TcpCfg(_Strict):
                              description="round trips from the last byte to the sender's end")
     hop_delay_us: float = Field(0.0, ge=0, le=1e6, description="per hop and direction: "
                                 "switch processing (replica: wall microseconds)")
+    serialisation: float = Field(1.0, ge=0, le=1, description="share of a segment's "
+                                 "store-and-forward time each hop adds to the RTT (a shaper's "
+                                 "burst hides some: testbed calibrate fits it for the replica)")
     rtt_exponent: float = Field(0.0, ge=0, le=2, description="bandwidth share ~ rtt^-x "
                                 "between flows of different path lengths (0: equal)")
 
@@ -263,6 +266,12 @@ class EmulationCfg(_Strict):
         False, description="send KV layer by layer with a DSCP priority level per layer "
         "chunk (HTB level classes on every egress); always on under a non-fair "
         "network.flow_policy; set it for fair runs compared against those")
+    rto_min_ms: float | None = Field(
+        10.0, gt=0, le=1000, description="minimum TCP retransmission timeout on the replica's "
+        "hosts, in modelled ms (wall: x time_dilation), set on every host route; Linux's "
+        "200 ms wall default leaves a stream that lost its last packets in a shallow queue "
+        "idle for 100+ modelled ms, a stall the modelled cluster's loss recovery does not "
+        "have (null: the kernel's default)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
@@ -438,10 +447,10 @@ class Scenario(_Strict):
         t = self.network.tcp
         if t.replica:
             base = emulation_equivalent(self.emulation.scale, self.emulation.time_dilation,
-                                        t.hop_delay_us * 1e-6, t.init_cwnd)
+                                        t.hop_delay_us * 1e-6, t.init_cwnd, t.serialisation)
             return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts)
         return TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts,
-                         t.hop_delay_us * 1e-6)
+                         t.hop_delay_us * 1e-6, t.serialisation)
 
     def profile(self):
         return PROFILES[self.workload.profile]

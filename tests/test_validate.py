@@ -123,3 +123,36 @@ def test_compare_command_on_two_run_folders(tmp_path):
     (b / PARTIAL).write_text("run interrupted: test\n")
     refused = CliRunner().invoke(main, ["compare", str(a), str(b)])
     assert refused.exit_code == 2 and "did not finish" in refused.output
+
+
+def test_the_validation_document_and_report_from_flow_runs(tmp_path):
+    """The whole judging path without packets: a flow run stands in for the emulation.
+    Replaying a run through the model that made it must agree to rounding, and the TCP
+    terms can only add time."""
+    from testbed.runner import run_flowsim
+    from testbed.validate.pipeline import build_document, flow_twin, summary_lines
+    from testbed.validate.render import render_validation
+
+    base = Scenario(name="doc", workload={"trace": str(TRACE), "measure_s": 6.0}, seeds=2,
+                    schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
+    ref = run_flowsim(base, tmp_path / "ref").folder
+    tcp = run_flowsim(flow_twin(base, {1: 1.0, 2: 1.0, 3: 1.0}, {}), tmp_path / "tcp").folder
+    cal = {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
+           "tiers": {"3": {"pair": ["i0", "i8"], "factor": 1.0, "overhead_s": 0.0, "r2": 1.0}}}
+    doc = build_document(base, ref, {"uncalibrated": ref, "calibrated": ref, "tcp": tcp}, cal,
+                         {1: 1.0, 2: 1.0, 3: 1.0})
+    assert doc["whole_transfers"]["replay_calibrated"]["p90_abs_error"] < 1e-6
+    assert doc["whole_transfers"]["replay_tcp"]["mean_error"] > 0
+    assert doc["whole_transfers"]["replay_tcp"]["ci"]["median_abs_error"]["low"] > 0
+    verdicts = doc["ttft_verdicts"]["calibrated"]["000-base"]
+    assert {v["verdict"] for v in verdicts.values()} == {"agree"}
+    assert all(v["point"] == 0.0 and v["n"] >= 20 for v in verdicts.values())
+    assert doc["seed_rankings"]["calibrated"]["000-base"] == {"seeds": 2, "same": 2, "share": 1.0}
+    floors = doc["validity"]["tiers"]
+    assert set(floors) == {"1", "2", "3"}
+    n_above = doc["whole_above_floor"]["replay_tcp"]["n"]
+    n_below = doc["whole_below_floor"]["replay_tcp"]["n"]
+    assert n_above + n_below == doc["whole_transfers"]["replay_tcp"]["n"] > 0
+    report = render_validation(doc, [], tmp_path)
+    assert "agree within 5%" in report and "Validity of the replica" in report
+    assert summary_lines(doc["targets"])[-1] == "all 4 emulated runs faithful"

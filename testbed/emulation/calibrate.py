@@ -14,11 +14,17 @@ import sys
 
 from testbed.emulation.net import EmulatedNetwork, _die_with_parent
 from testbed.emulation.processes import NamespaceLauncher
+from testbed.flowsim.network import FluidNetwork
+from testbed.model import tcp
 from testbed.model.cost import gbps_to_bytes_per_s
-from testbed.validate.calibration import TierFit, capacity_factors, fit_tier
+from testbed.validate.calibration import TierFit, capacity_factors, fit_tcp, fit_tier
 from testbed.workers.kvstream import scaled_bytes
 
-PROBE_GB = (0.5, 1.0, 2.0, 4.0, 8.0)  # modelled sizes: the span of RAG KV transfers
+# modelled sizes per transfer, three decades: chatbot's small KV (tens of MB per shard)
+# up to RAG's largest; the small ones are what the TCP terms are fitted on
+PROBE_GB = (0.008, 0.032, 0.128, 0.5, 2.0, 8.0)
+COMPETE_GB = 0.5  # modelled size of each competing transfer
+COMPETING = (1, 2, 4)  # transfers started together on one path
 PROBE_PORT_OFFSET = 2  # kv_port + 2
 
 
@@ -40,9 +46,10 @@ def _probe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "testbed.workers.probe", *args]
 
 
-def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[int],
-                 shards: int) -> list[tuple[int, float]]:
-    """(wire bytes, wall seconds) per lone transfer src -> dst."""
+def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: int,
+              *args: str) -> list[dict]:
+    """One probe sender run src -> dst (`mode` send | compete; testbed.workers.probe) with a
+    receiver in dst; its JSON lines."""
     launcher = NamespaceLauncher(network)
     ip = network.fabric.hosts[dst].ip
     port = network.scenario.emulation.kv_port + PROBE_PORT_OFFSET
@@ -54,20 +61,26 @@ def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[
         if line.strip() != "ready":
             raise RuntimeError(f"probe receiver in {dst} failed: {line}{recv.stdout.read()}")
         send = subprocess.run(
-            launcher.command(src, _probe_cmd("send", ip, str(port), str(shards),
+            launcher.command(src, _probe_cmd(mode, ip, str(port), str(shards),
                                              network.scenario.emulation.tcp_congestion,
-                                             *map(str, sizes_wire))),
+                                             *args)),
             capture_output=True, text=True, timeout=600, preexec_fn=_die_with_parent)
         if send.returncode != 0:
             raise RuntimeError(f"probe sender in {src} failed: {send.stderr.strip()[-500:]}")
-        return [(int(d["bytes"]), float(d["seconds"]))
-                for d in map(json.loads, send.stdout.splitlines())]
+        return [json.loads(line) for line in send.stdout.splitlines()]
     finally:
         recv.terminate()
         try:
             recv.wait(timeout=5)
         except subprocess.TimeoutExpired:
             recv.kill()
+
+
+def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[int],
+                 shards: int) -> list[tuple[int, float]]:
+    """(wire bytes, wall seconds) per lone transfer src -> dst."""
+    return [(int(d["bytes"]), float(d["seconds"]))
+            for d in run_probe(network, src, dst, "send", shards, *map(str, sizes_wire))]
 
 
 def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
@@ -88,9 +101,91 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         raw[str(tier)] = {"pair": [src, dst],
                           "samples": [{"bytes": b, "seconds": s} for b, s in samples]}
         fits.append(fit_tier(tier, samples, gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[tier])))
+        if on_step:
+            on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
+        got = run_probe(network, src, dst, "compete", shards,
+                        str(scaled_bytes(COMPETE_GB * 1e9, emu.scale)), *map(str, COMPETING))
+        raw[str(tier)]["competing"] = [
+            {"bytes": COMPETE_GB * 1e9, "competing": d["competing"],
+             "seconds": [x / emu.time_dilation for x in d["seconds"]]} for d in got]
+    factors = capacity_factors(fits)
+    predict = tcp_predictor(sc, factors, shards)
+    tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
+                       for d in r["samples"]], predict)
+    compete = competing_residuals(raw, predict, tcp_fit, fluid_predictor(sc, factors, shards))
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,
-        "capacity_factor": capacity_factors(fits),
+        "capacity_factor": factors,
         "tiers": {str(f.tier): {"factor": f.factor, "overhead_s": f.overhead_s,
                                 "r2": f.r2, **raw[str(f.tier)]} for f in fits},
+        "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, shards, raw)},
+        "competing": compete,
     }
+
+
+def _tier_path(spec, tier: int):
+    from testbed.validate.validity import tier_paths
+
+    a, b = tier_paths(spec)[tier]
+    return spec.paths(a, b)[0]
+
+
+def _tier_geometry(sc, factors: dict[int, float]) -> dict[int, tuple[float, list[float]]]:
+    """tier -> (one-way latency s, calibrated hop rates bytes/s) of its paths."""
+    spec = sc.cluster.spec()
+    net = FluidNetwork(spec, None, factors)
+    lat = spec.tier_latency_us
+    return {t: (lat[t] * 1e-6, [net.links[h].capacity for h in _tier_path(spec, t)])
+            for t in range(1, 4) if _has_tier(spec, t)}
+
+
+def _has_tier(spec, tier: int) -> bool:
+    from testbed.validate.validity import tier_paths
+
+    return tier in tier_paths(spec)
+
+
+def tcp_predictor(sc, factors: dict[int, float], shards: int):
+    """predict(serialisation, hop_delay_s, tier, bytes, competing=1): a transfer's time in
+    the TCP flow model with the replica's equivalents; its shards (and any competing
+    transfers on the same path) share the tier's bottleneck equally."""
+    emu = sc.emulation
+    geometry = _tier_geometry(sc, factors)
+
+    def predict(share: float, hop_delay_s: float, tier: int, size: float,
+                competing: int = 1) -> float:
+        params = tcp.emulation_equivalent(emu.scale, emu.time_dilation, hop_delay_s,
+                                          sc.network.tcp.init_cwnd, share)
+        latency, rates = geometry[tier]
+        rate = min(rates) / (shards * competing)
+        return tcp.lone_transfer_time(size / shards, rate, tcp.path_rtt(latency, rates, params),
+                                      params)
+    return predict
+
+
+def fluid_predictor(sc, factors: dict[int, float], shards: int):
+    geometry = _tier_geometry(sc, factors)
+    return lambda tier, size, competing=1: size * competing / min(geometry[tier][1])
+
+
+def competing_residuals(raw: dict, predict, fit: dict, fluid) -> list[dict]:
+    """Per tier and count: the slowest and fastest of n transfers started together, and
+    both models' error on the slowest (equal shares end together in both models)."""
+    out = []
+    for t, r in raw.items():
+        for d in r.get("competing", []):
+            n, slowest = d["competing"], max(d["seconds"])
+            model = predict(fit["serialisation"], fit["hop_delay_s"], int(t), d["bytes"], n)
+            out.append({"tier": int(t), "competing": n, "slowest_s": slowest,
+                        "fastest_s": min(d["seconds"]),
+                        "tcp_error": (model - slowest) / slowest,
+                        "fluid_error": (fluid(int(t), d["bytes"], n) - slowest) / slowest})
+    return out
+
+
+def fluid_error(sc, factors: dict[int, float], shards: int, raw: dict) -> float:
+    """Median |error| of the fluid model (bytes / calibrated rate) on the lone probes."""
+    fluid = fluid_predictor(sc, factors, shards)
+    errs = [abs(fluid(int(t), d["bytes"]) - d["seconds"]) / d["seconds"]
+            for t, r in raw.items() for d in r["samples"]]
+    return sorted(errs)[len(errs) // 2]

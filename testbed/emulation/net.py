@@ -163,6 +163,7 @@ class EmulatedNetwork:
             self._start_controller()
             self._start_mininet()
             self._shape()
+            self._tune_hosts()
             self._wait("every switch to get its routes and a first telemetry poll",
                        lambda: self.status()["ready"], timeout=90)
         except BaseException:
@@ -212,6 +213,20 @@ class EmulatedNetwork:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
                                min_packets=q, kv_levels=levels)
+
+    def _tune_hosts(self) -> None:
+        """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""
+        emu = self.scenario.emulation
+        if emu.rto_min_ms is None:
+            return
+        wall_ms = max(1, round(emu.rto_min_ms * emu.time_dilation))
+        for name in self.fabric.hosts:
+            host = self.net.get(name)
+            for route in host.cmd("ip route show").splitlines():
+                if route.strip():
+                    out = host.cmd(f"ip route change {route.strip()} rto_min {wall_ms}ms")
+                    if out.strip():
+                        raise EmulationError(f"{name}: cannot set rto_min on '{route}': {out}")
 
     def host(self, name: str):
         return self.net.get(name)

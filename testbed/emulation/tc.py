@@ -4,8 +4,10 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
-  each class ends in a pfifo 50 ms deep at the link rate, at least 16 packets (the
-  kernel default, 1000 packets, is seconds of queue at emulated rates)
+  each class ends in a bfifo 50 ms deep at the link rate, at least 16 full-size packets
+  (the kernel default, 1000 packets, is seconds of queue at emulated rates); the limit
+  is in bytes, as a switch's buffer is, so SYNs and ACKs are not dropped for taking a
+  packet slot behind data (a dropped SYN costs a 1 s initial RTO: half a modelled second)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
 With K priority levels (kv_levels > 0) 1:20 is an inner class over leaves 1:21.. (one
 per level plus a scavenger, traffic_classes.py): each guaranteed LEVEL_SHARE of the kv
@@ -23,6 +25,8 @@ import threading
 from contextlib import contextmanager, suppress
 
 from pyroute2 import IPRoute, NetlinkError
+from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.topologies.traffic_classes import (
     CLASSES,
@@ -113,6 +117,12 @@ def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_level
                                                  kv_levels))
 
 
+# the kernel's bfifo takes pfifo's options (struct tc_fifo_qopt: a limit, here in bytes);
+# pyroute2 0.9 registers only the packet-limited kind
+_tc_plugins.setdefault("bfifo", sched_pfifo)
+FRAME_BYTES = 1514
+
+
 def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int,
                  kv_levels: int = 0) -> None:
     idx = _index(ipr, ifname)
@@ -127,15 +137,15 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
         if c is KV and kv_levels:
             continue  # an inner class: its levels hold the queues
-        ipr.tc("add", "pfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
-               limit=limit)
+        ipr.tc("add", "bfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
+               limit=limit * FRAME_BYTES)
     targets = {c.dscp: ROOT | c.classid_minor for c in CLASSES if c is not DEFAULT_CLASS}
     for k in range(kv_levels + 1 if kv_levels else 0):  # K levels and the scavenger
         minor = level_minor(k)
         ipr.tc("add-class", "htb", idx, ROOT | minor, parent=ROOT | KV.classid_minor,
                rate=_bits(rate_bps * KV.share * LEVEL_SHARE), ceil=_bits(rate_bps),
                prio=min(k, HTB_PRIOS - 1))
-        ipr.tc("add", "pfifo", idx, minor << 16, parent=ROOT | minor, limit=limit)
+        ipr.tc("add", "bfifo", idx, minor << 16, parent=ROOT | minor, limit=limit * FRAME_BYTES)
         targets[level_dscp(k, kv_levels)] = ROOT | minor
         if k == 0:
             targets[KV.dscp] = ROOT | minor  # unlevelled KV (ACKs) rides the top level

@@ -38,16 +38,22 @@ class TcpParams:
     handshake_rtts: float = 1.0  # round trips before the first data byte
     tail_rtts: float = 1.0  # round trips from the last byte sent to the end seen by the sender
     hop_delay_s: float = 0.0  # per switch hop and direction: processing, not propagation
+    serialisation: float = 1.0  # share of a segment's store-and-forward time charged per hop
 
     def __post_init__(self) -> None:
         if not (self.mss_bytes > 0 and self.init_cwnd > 0):
             raise ValueError("mss_bytes and init_cwnd must be positive")
+        if not 0.0 <= self.serialisation <= 1.0:
+            raise ValueError("serialisation is a share: 0..1")
 
 
 def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
     """Base round trip of a path: the tier's one-way latency both ways, a data segment
-    stored and forwarded at every hop (ACKs are small), and per-hop processing both ways."""
-    serialise = sum(params.mss_bytes / r for r in hop_rates if r > 0)
+    stored and forwarded at every hop (ACKs are small), and per-hop processing both ways.
+    A token-bucket shaper (HTB's burst) lets a lone segment through an idle link at once,
+    so the emulation charges only a share of the store-and-forward time (`serialisation`,
+    fitted by testbed calibrate); a real switch charges all of it."""
+    serialise = params.serialisation * sum(params.mss_bytes / r for r in hop_rates if r > 0)
     return 2.0 * tier_latency_s + serialise + 2.0 * len(hop_rates) * params.hop_delay_s
 
 
@@ -86,7 +92,8 @@ def startup_excess(size: float, rate: float, rtt_s: float, params: TcpParams) ->
 
 
 def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: float = 0.0,
-                         init_cwnd: float = LINUX_INIT_CWND) -> TcpParams:
+                         init_cwnd: float = LINUX_INIT_CWND,
+                         serialisation: float = 1.0) -> TcpParams:
     """The TCP parameters, in modelled units, that the emulated replica actually has.
 
     A wire segment carries WIRE_MSS bytes but occupies WIRE_FRAME bytes of a link's rate;
@@ -96,7 +103,7 @@ def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: f
     if scale <= 0 or time_dilation <= 0:
         raise ValueError("scale and time_dilation must be positive")
     return TcpParams(mss_bytes=WIRE_FRAME / scale, init_cwnd=init_cwnd * WIRE_MSS / WIRE_FRAME,
-                     hop_delay_s=wire_hop_delay_s / time_dilation)
+                     hop_delay_s=wire_hop_delay_s / time_dilation, serialisation=serialisation)
 
 
 def validity_floor(rate: float, rtt_emulated: float, emulated: TcpParams, rtt_cluster: float,

@@ -4,13 +4,16 @@ Lone transfers of several sizes over a tier-k pair give (bytes, seconds) samples
 least-squares line seconds = bytes / (f x B_k) + c yields the capacity factor f (what
 fraction of the configured rate the packets achieve: headers, HTB, TCP) and the fixed
 cost c per transfer (connection set-up, slow start, the final acknowledgement). The flow
-model takes f per link tier (network.capacity_factor); c is reported, not modelled.
+model takes f per link tier (network.capacity_factor). The fixed cost is what the TCP
+terms model (testbed/model/tcp.py); `fit_tcp` fits their one free parameter, the
+replica's per-hop delay, to the same lone transfers, from 3 decades of sizes.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -43,3 +46,44 @@ def fit_tier(tier: int, samples: Sequence[tuple[float, float]], tier_bytes_per_s
 
 def capacity_factors(fits: Sequence[TierFit]) -> dict[int, float]:
     return {f.tier: round(f.factor, 4) for f in fits}
+
+
+SERIALISATION_GRID = tuple(k / 20 for k in range(21))
+
+
+def fit_tcp(samples: Sequence[tuple[int, float, float]],
+            predict: Callable[[float, float, int, float], float],
+            max_hop_delay_s: float = 2e-3) -> dict:
+    """Fit the replica's two TCP terms the scaling does not fix to lone transfers of many
+    sizes: the share of store-and-forward time its shapers charge per hop (HTB's burst
+    hides some) and a per-hop delay (wall seconds: software switching). `samples` are
+    (tier, modelled bytes, modelled seconds); `predict(serialisation, hop_delay_s, tier,
+    bytes)` is the TCP flow model's time. Least squares on relative error: a grid over
+    the share, golden-section search over the delay for each. Returns both, with the
+    residuals."""
+    if not samples:
+        raise ValueError("no samples to fit")
+
+    def cost(share: float, d: float) -> float:
+        return sum(((predict(share, d, t, b) - s) / s) ** 2 for t, b, s in samples)
+
+    def best_delay(share: float) -> float:
+        grid = [0.0] + [max_hop_delay_s * 2.0 ** -k for k in range(12, -1, -1)]
+        i = min(range(len(grid)), key=lambda i: cost(share, grid[i]))
+        lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        ratio = (math.sqrt(5) - 1) / 2
+        for _ in range(30):
+            a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+            if cost(share, a) <= cost(share, b):
+                hi = b
+            else:
+                lo = a
+        mid = (lo + hi) / 2
+        return mid if cost(share, mid) <= cost(share, grid[i]) else grid[i]
+
+    fits = [(share, best_delay(share)) for share in SERIALISATION_GRID]
+    share, delay = min(fits, key=lambda f: cost(*f))
+    residuals = [{"tier": t, "bytes": b, "seconds": s,
+                  "tcp_error": (predict(share, delay, t, b) - s) / s} for t, b, s in samples]
+    return {"serialisation": share, "hop_delay_s": delay, "residuals": residuals,
+            "median_abs_error": statistics.median(abs(r["tcp_error"]) for r in residuals)}

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from testbed.lifecycle import SERVED_STATES
 from testbed.metrics import percentile
 
 SIZE_BUCKETS = ((0, 2**30, "< 1 GiB"), (2**30, 4 * 2**30, "1-4 GiB"),
@@ -58,6 +59,34 @@ def match_transfers(reference: Sequence[dict], model: Sequence[dict]) -> tuple[
     return pairs, missing
 
 
+def whole_transfers(rows: Sequence[dict]) -> list[dict]:
+    """One row per transfer (all shards of a request's KV move): it starts with its first
+    shard and ends with its slowest, which is when the decode side can admit the request.
+    Shard -1 marks the whole."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(str(row["request"]), []).append(row)
+    out = []
+    for request, shards in groups.items():
+        if any(r.get("end") in (None, "") for r in shards):
+            continue  # a shard that never landed: no whole-transfer time
+        out.append({"request": request, "shard": -1, "src": shards[0]["src"],
+                    "dst": shards[0]["dst"], "tier": shards[0]["tier"],
+                    "bytes": sum(float(r["bytes"]) for r in shards),
+                    "start": min(float(r["start"]) for r in shards),
+                    "end": max(float(r["end"]) for r in shards)})
+    return out
+
+
+def shard_spread(rows: Sequence[dict]) -> list[float]:
+    """Per transfer of two or more shards, slowest / fastest shard duration."""
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("end") not in (None, ""):
+            groups.setdefault(str(row["request"]), []).append(_duration(row))
+    return [max(d) / min(d) for d in groups.values() if len(d) > 1 and min(d) > 0]
+
+
 def _stats(errors: list[float]) -> dict:
     absolute = [abs(e) for e in errors]
     return {
@@ -84,6 +113,18 @@ def error_summary(pairs: Sequence[TransferPair]) -> dict:
                       for _, _, label in SIZE_BUCKETS
                       if any(size_bucket(p.size_bytes) == label for p in pairs)}
     return out
+
+
+def paired_ttft(reference: Sequence[dict], model: Sequence[dict]) -> tuple[list[float],
+                                                                           list[float]]:
+    """TTFTs (s) of the requests measured and served in both runs, in the same order."""
+    def served(rows):
+        return {str(r["id"]): float(r["ttft"]) for r in rows
+                if str(r.get("measured")).lower() in ("true", "1")
+                and r.get("ttft") not in (None, "") and r.get("state") in SERVED_STATES}
+    ref, mod = served(reference), served(model)
+    common = sorted(set(ref) & set(mod))
+    return [ref[k] for k in common], [mod[k] for k in common]
 
 
 def ranking(scores: dict[str, float]) -> list[str]:

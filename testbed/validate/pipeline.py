@@ -4,10 +4,16 @@
 2. Simulate the same cells in the flow model, before and after calibration. The flow
    model follows the ECMP the fabric realises: per-transfer scenarios run per-pair
    (switches hash addresses, so a pair's transfers share one path on packets).
+   and once more with the TCP terms (network.flow_model: tcp, with the replica's
+   equivalents: testbed/model/tcp.py).
 3. Replay the emulation's own transfers (start, size, endpoints, path) through the
-   flow model, before and after calibration: network-model error alone, without
-   scheduling divergence.
-4. Write report.md, comparison.json and plots/*.png.
+   flow model, before and after calibration and with the TCP terms: network-model error
+   alone, without scheduling divergence.
+4. Judge with confidence: bootstrap 95% intervals on every error, per-scheduler TTFT
+   verdicts from the requests both engines served, ranking agreement per seed; runs the
+   fidelity monitor flagged are left out of the verdict and listed; transfers below the
+   validity floor (testbed/validate/validity.py) are reported apart.
+5. Write report.md, comparison.json and plots/*.png.
 """
 
 from __future__ import annotations
@@ -21,22 +27,43 @@ import yaml
 from testbed.metrics import aggregate
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
-from testbed.validate import compare
+from testbed.validate import compare, stats, validity
 from testbed.validate.replay import replay_transfers
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
-TARGET_TRANSFER_ERROR = 0.10
-TARGET_TTFT_ERROR = 0.10
+TARGET_TRANSFER_ERROR = 0.05  # median |error| per whole transfer, replay
+TARGET_TRANSFER_P90 = 0.15
+TARGET_TTFT_ERROR = stats.TTFT_TARGET
+TARGET_TTFT_CI = stats.TTFT_CI_BOUND
 
 
-def flow_twin(scenario, capacity_factor: dict[int, float] | None = None):
-    """The flow-model scenario that matches what the packets did."""
-    over = {}
+def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
+              tcp_fit: dict | None = None):
+    """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
+    calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
+    the replica."""
+    over: dict = {}
     if scenario.network.ecmp == "per-transfer":
         over["network.ecmp"] = "per-pair"
     if capacity_factor is not None:
         over["network.capacity_factor"] = {int(k): float(v) for k, v in capacity_factor.items()}
+    if tcp_fit is not None:
+        over["network.flow_model"] = "tcp"
+        over["network.tcp.replica"] = True
+        over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
+        over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
     return scenario.with_overrides(over) if over else scenario
+
+
+def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
+    """A calibration holds for the scale and dilation it was measured at, no other."""
+    emu = scenario.emulation
+    for key, want in (("scale", emu.scale), ("time_dilation", emu.time_dilation)):
+        got = cal.get(key)
+        if got is None or abs(float(got) - want) > 1e-9 * max(1.0, want):
+            raise ValueError(f"{source}: measured at {key} {got}, but this run uses "
+                             f"emulation.{key} {want}; calibrate again at this setting "
+                             "(testbed calibrate) or leave --calibration out")
 
 
 def cells_of(folder: Path) -> dict[str, Path]:
@@ -55,13 +82,34 @@ def transfer_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]
 
 def replay_cells(scenario, emu_cells: dict[str, Path],
                  capacity_factor: dict[int, float] | None) -> dict[str, list[dict]]:
+    """`scenario` decides the flow model (fluid or tcp: flow_twin)."""
     bg = scenario.network.background
     out = {}
     for key, cell in emu_cells.items():
         rows = read_csv(cell / "transfers.csv")
         out[key] = replay_transfers(scenario.cluster.spec(), rows, ecmp="per-pair",
                                     background={1: bg.tier1, 2: bg.tier2, 3: bg.tier3},
-                                    capacity_factor=capacity_factor)
+                                    capacity_factor=capacity_factor,
+                                    tcp=scenario.tcp_params(),
+                                    rtt_exponent=scenario.network.tcp.rtt_exponent)
+    return out
+
+
+def whole_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]) -> list:
+    """Pairs of whole transfers (first shard's start to slowest shard's end)."""
+    pairs = []
+    for key, cell in ref_cells.items():
+        if key in model_rows:
+            got, _ = compare.match_transfers(
+                compare.whole_transfers(read_csv(cell / "transfers.csv")),
+                compare.whole_transfers(model_rows[key]))
+            pairs.extend(got)
+    return pairs
+
+
+def with_intervals(pairs) -> dict:
+    out = compare.error_summary(pairs)
+    out["ci"] = stats.error_intervals([p.error for p in pairs])
     return out
 
 
@@ -96,6 +144,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     from testbed.emulation.calibrate import calibrate
     from testbed.emulation.orchestrator import run_emulation
 
+    if calibration is not None:
+        check_calibration(calibration, scenario)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
     atomic_write(folder / PARTIAL, "validation started; not finished\n")
@@ -111,11 +161,15 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
+    fit = cal.get("tcp", {})
     if on_step:
-        on_step("flow model (uncalibrated and calibrated) and replays", 0.0)
+        on_step("flow model (uncalibrated, calibrated, with TCP terms) and replays", 0.0)
     flow_raw = run_flowsim(flow_twin(scenario), folder).folder
     flow_cal = run_flowsim(flow_twin(scenario, factors), folder).folder
-    doc = build_document(scenario, emu.folder, flow_raw, flow_cal, cal, factors)
+    flow_tcp = run_flowsim(flow_twin(scenario, factors, fit), folder).folder
+    doc = build_document(scenario, emu.folder, {"uncalibrated": flow_raw,
+                                                "calibrated": flow_cal, "tcp": flow_tcp},
+                         cal, factors)
     write_json(folder / "comparison.json", doc)
     from testbed.validate.plots import write_plots
     from testbed.validate.render import render_validation
@@ -126,51 +180,179 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     return folder
 
 
-def build_document(scenario, emu_folder: Path, flow_raw: Path, flow_cal: Path, cal: dict,
+def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
+    """Cells whose run the fidelity monitor passed, and the keys of those it flagged."""
+    kept, flagged = {}, []
+    for key, cell in cells.items():
+        verdict = json.loads((cell / "summary.json").read_text()).get("fidelity", "faithful")
+        (kept.__setitem__(key, cell) if verdict == "faithful" else flagged.append(key))
+    return kept, flagged
+
+
+def ttft_verdicts(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
+    """point -> scheduler -> paired TTFT interval and verdict, pooled over seeds."""
+    pooled: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for key, cell in emu_cells.items():
+        if key not in flow_cells:
+            continue
+        point, sched, _ = key.split("/")
+        ref, mod = compare.paired_ttft(read_csv(cell / "requests.csv"),
+                                       read_csv(flow_cells[key] / "requests.csv"))
+        acc = pooled.setdefault((point, sched), ([], []))
+        acc[0].extend(ref)
+        acc[1].extend(mod)
+    out: dict[str, dict] = {}
+    for (point, sched), (ref, mod) in sorted(pooled.items()):
+        iv = stats.paired_mean_error(ref, mod)
+        kind, sentence = stats.ttft_verdict(iv)
+        out.setdefault(point, {})[sched] = {**iv.as_dict(), "verdict": kind,
+                                            "sentence": sentence}
+    return out
+
+
+def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
+    """point -> per-seed ranking agreement by mean TTFT (seeds where all schedulers ran)."""
+    by: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    for key, cell in emu_cells.items():
+        if key not in flow_cells:
+            continue
+        point, sched, seed = key.split("/")
+        ref = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
+        mod = json.loads((flow_cells[key] / "summary.json").read_text()).get("ttft_mean_ms")
+        by.setdefault((point, seed), {})[sched] = (ref, mod)
+    orders: dict[str, list] = {}
+    for (point, _seed), scores in sorted(by.items()):
+        if len(scores) < 2 or any(v is None or v != v for pair in scores.values() for v in pair):
+            continue
+        orders.setdefault(point, []).append(
+            (compare.ranking({k: v[0] for k, v in scores.items()}),
+             compare.ranking({k: v[1] for k, v in scores.items()})))
+    return {point: stats.seed_agreement(o) for point, o in orders.items()}
+
+
+def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
                    factors: dict[int, float]) -> dict:
-    emu_cells = cells_of(emu_folder)
-    raw_cells, cal_cells = cells_of(flow_raw), cells_of(flow_cal)
-    load = {k: read_csv(c / "transfers.csv") for k, c in raw_cells.items()}
-    load_cal = {k: read_csv(c / "transfers.csv") for k, c in cal_cells.items()}
-    pairs = {
-        "replay_uncalibrated": transfer_pairs(emu_cells, replay_cells(scenario, emu_cells, None)),
-        "replay_calibrated": transfer_pairs(emu_cells, replay_cells(scenario, emu_cells, factors)),
-        "engines_uncalibrated": transfer_pairs(emu_cells, load),
-        "engines_calibrated": transfer_pairs(emu_cells, load_cal),
-    }
-    emu_pts, raw_pts, cal_pts = per_point(emu_cells), per_point(raw_cells), per_point(cal_cells)
+    all_emu = cells_of(emu_folder)
+    emu_cells, flagged = faithful_cells(all_emu)
+    flow_cells = {name: cells_of(f) for name, f in flows.items()}
+    loads = {name: {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
+             for name, cells in flow_cells.items()}
+    tcp_twin = flow_twin(scenario, factors, cal.get("tcp", {}))
+    replays = {"replay_uncalibrated": replay_cells(scenario, all_emu, None),
+               "replay_calibrated": replay_cells(scenario, all_emu, factors),
+               "replay_tcp": replay_cells(tcp_twin, all_emu, factors)}
+    # per-transfer errors: every emulated run (replay judges the network model on what
+    # the packets did, faithful or not is in the fidelity section); engines: faithful only
+    models = {**replays, "engines_uncalibrated": loads["uncalibrated"],
+              "engines_calibrated": loads["calibrated"], "engines_tcp": loads["tcp"]}
+    shard_pairs = {name: transfer_pairs(all_emu if name.startswith("replay") else emu_cells,
+                                        rows) for name, rows in models.items()}
+    whole = {name: whole_pairs(all_emu if name.startswith("replay") else emu_cells, rows)
+             for name, rows in models.items()}
+    by_tier = validity.floors(tcp_twin, factors)
+    above = {name: [p for p in ps if validity.above_floor(p.tier, p.size_bytes, by_tier)]
+             for name, ps in whole.items()}
+    below = {name: [p for p in ps if not validity.above_floor(p.tier, p.size_bytes, by_tier)]
+             for name, ps in whole.items()}
+    emu_rows = [r for c in all_emu.values() for r in read_csv(c / "transfers.csv")]
+    whole_rows = [r for c in all_emu.values()
+                  for r in compare.whole_transfers(read_csv(c / "transfers.csv"))]
+    emu_pts = per_point(emu_cells)
+    pts = {name: per_point(cells) for name, cells in flow_cells.items()}
     return {
         "scenario": scenario.name,
-        "folders": {"emulation": str(emu_folder), "flow_uncalibrated": str(flow_raw),
-                    "flow_calibrated": str(flow_cal)},
+        "folders": {"emulation": str(emu_folder),
+                    **{f"flow_{name}": str(f) for name, f in flows.items()}},
         "calibration": cal,
-        "transfers": {name: compare.error_summary(p) for name, p in pairs.items()},
+        "transfers": {name: compare.error_summary(p) for name, p in shard_pairs.items()},
+        "whole_transfers": {name: with_intervals(p) for name, p in whole.items()},
+        "whole_above_floor": {name: with_intervals(p) for name, p in above.items()},
+        "whole_below_floor": {name: compare.error_summary(p) for name, p in below.items()},
         "transfer_samples": {name: [[p.reference_s, p.model_s, p.tier, p.size_bytes]
-                                    for p in ps] for name, ps in pairs.items()},
-        "uncalibrated": engine_comparison(emu_pts, raw_pts),
-        "calibrated": engine_comparison(emu_pts, cal_pts),
+                                    for p in ps] for name, ps in shard_pairs.items()},
+        "validity": {
+            "tolerance": validity.TOLERANCE,
+            "tiers": {str(t): v for t, v in by_tier.items()},
+            "segments_per_shard": validity.segment_profile(emu_rows, scenario.emulation.scale),
+            "shard_spread": _spread(emu_rows),
+            "clear_90": validity.scale_to_clear(
+                tcp_twin, [float(r["bytes"]) for r in whole_rows],
+                [int(r["tier"]) for r in whole_rows], factors),
+        },
+        "excluded_runs": flagged,
+        "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
+        "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
+        "tcp": engine_comparison(emu_pts, pts["tcp"]),
+        "ttft_verdicts": {name: ttft_verdicts(emu_cells, flow_cells[name])
+                          for name in ("calibrated", "tcp")},
+        "seed_rankings": {name: seed_rankings(emu_cells, flow_cells[name])
+                          for name in ("calibrated", "tcp")},
         "tiers": {point: {sched: {"packets": emu_pts[point][sched].get("tier_share", {}),
-                                  "flow": cal_pts.get(point, {}).get(sched, {}).get(
+                                  "flow": pts["tcp"].get(point, {}).get(sched, {}).get(
                                       "tier_share", {})}
                           for sched in emu_pts[point]} for point in emu_pts},
         "fidelity": {point: {sched: s.get("fidelity", "unknown") for sched, s in by.items()}
-                     for point, by in emu_pts.items()},
-        "targets": targets(pairs["replay_calibrated"], pairs["engines_calibrated"],
-                           engine_comparison(emu_pts, cal_pts)),
+                     for point, by in per_point(all_emu).items()},
+        "targets": targets(above["replay_tcp"], whole["engines_tcp"],
+                           engine_comparison(emu_pts, pts["tcp"]),
+                           ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
+                           len(flagged)),
     }
 
 
-def targets(replay_pairs, engine_pairs, calibrated: dict) -> dict:
-    """The issue's acceptance figures, measured (never asserted here)."""
-    replay = compare.error_summary(replay_pairs)
+def _spread(rows: list[dict]) -> dict:
+    spread = compare.shard_spread(rows)
+    from testbed.metrics import percentile
+
+    return {"n": len(spread), "p50": percentile(spread, 50), "p90": percentile(spread, 90)}
+
+
+def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: int,
+            unfaithful: int) -> dict:
+    """The acceptance figures, measured (never asserted here): the TCP flow model on whole
+    transfers above the validity floor, TTFT verdicts from faithful runs."""
+    replay = with_intervals(replay_pairs)
     engines = compare.error_summary(engine_pairs)
     worst_ttft = max((abs(m["ttft_mean_ms_error"]) for d in calibrated.values()
                       for m in d["metrics"] if m["ttft_mean_ms_error"] is not None), default=None)
-    same_rank = all(d["ranking"]["same_order"] for d in calibrated.values())
+    same_rank = all(d["ranking"]["same_order"] for d in calibrated.values()) \
+        if calibrated else None
+    kinds = [v["verdict"] for by in verdicts.values() for v in by.values()]
     return {
         "replay_median_abs_transfer_error": replay["median_abs_error"],
+        "replay_median_ci": [replay["ci"]["median_abs_error"]["low"],
+                             replay["ci"]["median_abs_error"]["high"]],
+        "replay_p90_abs_transfer_error": replay["p90_abs_error"],
+        "replay_p90_ci": [replay["ci"]["p90_abs_error"]["low"],
+                          replay["ci"]["p90_abs_error"]["high"]],
         "engines_median_abs_transfer_error": engines["median_abs_error"],
         "worst_mean_ttft_error": worst_ttft,
+        "ttft_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
         "same_ranking": same_rank,
-        "transfer_target": TARGET_TRANSFER_ERROR, "ttft_target": TARGET_TTFT_ERROR,
+        "runs": runs, "unfaithful_runs": unfaithful,
+        "transfer_target": TARGET_TRANSFER_ERROR, "transfer_p90_target": TARGET_TRANSFER_P90,
+        "ttft_target": TARGET_TTFT_ERROR, "ttft_ci_target": TARGET_TTFT_CI,
     }
+
+
+def summary_lines(t: dict) -> list[str]:
+    """What `testbed validate` prints last: the figures, and whether to trust them."""
+    def pct(x) -> str:
+        return "-" if x is None or x != x else f"{100 * x:.1f}%"
+
+    v = t["ttft_verdicts"]
+    lines = [
+        f"per-transfer median |error| (replay, TCP terms, above the validity floor): "
+        f"{pct(t['replay_median_abs_transfer_error'])} (95% CI {pct(t['replay_median_ci'][0])}"
+        f"-{pct(t['replay_median_ci'][1])}), p90 {pct(t['replay_p90_abs_transfer_error'])}; "
+        f"mean TTFT: {v['agree']} agree, {v['disagree']} disagree, {v['inconclusive']} "
+        f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
+        f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
+    bad = t["unfaithful_runs"]
+    if bad:
+        lines.append(f"UNFAITHFUL: {bad} of {t['runs']} emulated runs were flagged by the "
+                     "fidelity monitor and left out of the TTFT verdicts (see the report); "
+                     "re-run at a higher emulation.time_dilation")
+    else:
+        lines.append(f"all {t['runs']} emulated runs faithful")
+    return lines

@@ -119,6 +119,34 @@ def tier_bars(doc: dict, out: Path) -> list[Path]:
     return paths
 
 
+def calibration_fit(cal: dict, out: Path) -> Path | None:
+    """Lone-transfer probes per tier against size: measured, fluid and TCP model."""
+    fit = cal.get("tcp")
+    if not fit or not fit.get("residuals"):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for tier, color in ((1, "tab:green"), (2, "tab:blue"), (3, "tab:red")):
+        rows = sorted((r["bytes"], r["seconds"], r["tcp_error"]) for r in fit["residuals"]
+                      if r["tier"] == tier)
+        if not rows:
+            continue
+        factor = cal["tiers"][str(tier)]
+        xs = [b for b, _, _ in rows]
+        ax.loglog(xs, [s for _, s, _ in rows], "o", color=color, label=f"tier {tier} packets")
+        ax.loglog(xs, [s * (1 + e) for _, s, e in rows], "-", color=color,
+                  label=f"tier {tier} TCP model")
+        slope = (factor["samples"][-1]["seconds"] - factor["overhead_s"]) / \
+            factor["samples"][-1]["bytes"]
+        ax.loglog(xs, [b * slope for b in xs], ":", color=color, label=f"tier {tier} fluid")
+    ax.set_xlabel("transfer size (modelled bytes)")
+    ax.set_ylabel("completion time (modelled s)")
+    ax.set_title(f"calibration: serialisation share {fit['serialisation']:.2f}, hop delay "
+                 f"{1e6 * fit['hop_delay_s']:.0f} us (wall)")
+    ax.legend(fontsize=7)
+    return _save(fig, out / "calibration_fit.png")
+
+
 def write_plots(doc: dict, out: Path) -> list[Path]:
+    cal = calibration_fit(doc["calibration"], out)
     return [transfer_scatter(doc, out), error_distribution(doc, out), error_slices(doc, out),
-            *ttft_bars(doc, out), *tier_bars(doc, out)]
+            *ttft_bars(doc, out), *tier_bars(doc, out), *([cal] if cal else [])]

@@ -5,6 +5,9 @@
 transfer per BYTES (wire bytes, split over SHARDS parallel AF41 streams), one after the
 other, and prints a JSON line per transfer: wire bytes and seconds from the first
 connect to the last acknowledgement, exactly what an emulated KV transfer measures.
+`python -m testbed.workers.probe compete HOST PORT SHARDS CC BYTES N [N ...]` starts N
+transfers of BYTES at once per N value (competing on one path) and prints
+{bytes, competing, seconds: [one per transfer]}.
 `python -m testbed.workers.probe calls HOST PORT CC BYTES CALLS [CALLS ...]` sends one
 shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
 granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
@@ -20,6 +23,22 @@ import threading
 import time
 
 from testbed.workers.kvstream import KVReceiver, send_shard, send_transfer
+
+
+def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str) -> list[float]:
+    """n transfers started together; each one's seconds from the common start."""
+    ends: list[float] = [0.0] * n
+    t0 = time.time()
+
+    def one(j: int) -> None:
+        ends[j] = max(r.end for r in send_transfer(host, port, f"{name}-{j}", sizes,
+                                                   congestion=cc)) - t0
+    threads = [threading.Thread(target=one, args=(j,)) for j in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ends
 
 
 def main(argv: list[str]) -> int:
@@ -39,6 +58,14 @@ def main(argv: list[str]) -> int:
             t0 = time.time()
             results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc)
             print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0}),
+                  flush=True)
+        return 0
+    if len(argv) >= 7 and argv[0] == "compete":
+        host, port, shards, cc, total = argv[1], int(argv[2]), int(argv[3]), argv[4], int(argv[5])
+        sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
+        for k, n in enumerate(int(c) for c in argv[6:]):
+            print(json.dumps({"bytes": total, "competing": n,
+                              "seconds": _compete(host, port, f"compete{k}", sizes, n, cc)}),
                   flush=True)
         return 0
     if len(argv) >= 6 and argv[0] == "calls":

@@ -56,6 +56,17 @@ def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
     doc = json.loads((folder / "comparison.json").read_text())
     assert doc["transfers"]["replay_calibrated"]["n"] > 0
     assert set(doc["calibration"]["capacity_factor"]) == {"1", "2", "3"}
+    # the calibration grid: three decades of lone sizes and 1, 2, 4 competing, every tier
+    fit = doc["calibration"]["tcp"]
+    assert len(fit["residuals"]) == 3 * 6 and 0 <= fit["serialisation"] <= 1
+    assert sorted((c["tier"], c["competing"]) for c in doc["calibration"]["competing"]) == \
+        [(t, n) for t in (1, 2, 3) for n in (1, 2, 4)]
+    whole = doc["whole_transfers"]["replay_tcp"]
+    assert whole["n"] > 0 and whole["ci"]["median_abs_error"]["low"] <= whole["median_abs_error"]
+    assert set(doc["validity"]["tiers"]) == {"1", "2", "3"}
+    assert "Validity of the replica" in report and "calibration_fit.png" in report
+    verdict_line = done.stdout.strip().splitlines()[-2]
+    assert verdict_line.startswith(("UNFAITHFUL:", "all 2 emulated runs faithful")), done.stdout
 
     (emu,) = folder.glob("fabric-test-emulation-*")
     sc = load_scenario(path)

@@ -1,0 +1,215 @@
+"""The flow model's TCP terms, the validity floor, and validation statistics (pure)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from testbed.flowsim.network import FluidNetwork
+from testbed.model import tcp
+from testbed.scenario import ScenarioError, load_scenario
+from testbed.validate import compare, stats, validity
+from testbed.validate.calibration import fit_tcp
+from testbed.validate.pipeline import check_calibration
+from testbed.validate.replay import replay_transfers
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "validate.yaml"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_scenario(SCENARIO).cluster.spec()
+
+
+def pair_at(spec, tier):
+    names = [i.name for i in spec.instances]
+    return next((a, b) for a, b in itertools.permutations(names, 2) if spec.tier(a, b) == tier)
+
+
+def path_text(path):
+    return ">".join([path[0][0]] + [h[1] for h in path])
+
+
+@pytest.mark.parametrize("tier", [1, 2, 3])
+@pytest.mark.parametrize("size", [3e5, 4e7, 6e8, 5e9])
+def test_a_lone_flow_in_the_network_takes_the_closed_form_time(spec, tier, size):
+    params = tcp.emulation_equivalent(2e-4, 2, 40e-6)
+    a, b = pair_at(spec, tier)
+    path = spec.paths(a, b)[0]
+    net = FluidNetwork(spec, None, None, params)
+    rate = min(net.links[h].capacity for h in path)
+    (row,) = replay_transfers(spec, [dict(request="r", shard=0, src=a, dst=b, bytes=size,
+                                          start=0.0, path=path_text(path))], tcp=params)
+    want = tcp.lone_transfer_time(size, rate, net.path_rtt(path), params)
+    assert row["end"] == pytest.approx(want, rel=1e-9)
+    assert row["end"] > size / rate  # the TCP terms only add time
+
+
+def test_slow_start_ramp_doubles_each_round_trip():
+    params = tcp.TcpParams(mss_bytes=1000, init_cwnd=2, handshake_rtts=1, tail_rtts=0)
+    rtt, rate = 0.01, 1e6  # window fills the rate after log2(1e6*0.01/2000) = 2.3 -> 3 rounds
+    assert tcp.ramp_rounds(rate, rtt, params) == 3
+    # rounds 0, 1, 2 carry 2, 4, 8 segments: 14 KB in 3 RTTs after the handshake
+    assert tcp.lone_transfer_time(14_000, rate, rtt, params) == pytest.approx(4 * rtt)
+    assert tcp.lone_transfer_time(2_000, rate, rtt, params) == pytest.approx(2 * rtt)
+    # beyond the ramp the rest goes at the rate
+    assert tcp.lone_transfer_time(1e6, rate, rtt, params) == pytest.approx(
+        4 * rtt + (1e6 - 14_000) / rate)
+
+
+def test_a_newcomer_in_its_handshake_takes_nothing_then_ramps_up_to_its_share(spec):
+    params = tcp.TcpParams(4096)  # the cluster's: a first window far below the rate
+    a, b = pair_at(spec, 3)
+    path = spec.paths(a, b)[0]
+    net = FluidNetwork(spec, None, None, params)
+    cap = min(net.links[h].capacity for h in path)
+    first = net.add_flow(path, 5e9, 0.0)
+    for t in (1.0, 2.0):  # long past the ramp
+        net.pop_finished(t)
+    assert first.rate == pytest.approx(cap)
+    second = net.add_flow(path, 1e9, 2.0)
+    assert second.rate == 0.0 and first.rate == pytest.approx(cap)  # handshake
+    # after the handshake the newcomer's window binds: it gets less than a fair half
+    net.pop_finished(second.ramp_at)
+    assert 0 < second.rate < cap / 2
+    assert first.rate == pytest.approx(cap - second.rate)
+    while second.ramp_at is not None:  # doubling until the window stops binding
+        before = second.rate
+        net.pop_finished(second.ramp_at)
+        assert second.rate >= before
+    assert second.rate == pytest.approx(cap / 2)
+    assert first.rate == pytest.approx(cap / 2)
+
+
+def test_rtt_weighting_shares_a_link_in_inverse_proportion_to_rtt(spec):
+    params = tcp.TcpParams(mss_bytes=1.0, init_cwnd=1e12)  # no ramp: shares alone
+    net = FluidNetwork(spec, None, None, params, rtt_exponent=1.0)
+    # a tier-1 and a tier-2 flow from one source share its host link, their bottleneck
+    a, b1 = pair_at(spec, 1)
+    b3 = next(n for n in (i.name for i in spec.instances) if spec.tier(a, n) == 2)
+    p1, p3 = spec.paths(a, b1)[0], spec.paths(a, b3)[0]
+    assert p1[0] == p3[0]
+    f1 = net.add_flow(p1, 1e12, 0.0)
+    f3 = net.add_flow(p3, 1e12, 0.0)
+    net.pop_finished(max(f1.ramp_at, f3.ramp_at))
+    assert f1.rate / f3.rate == pytest.approx(f3.rtt / f1.rtt, rel=1e-6)
+    equal = FluidNetwork(spec, None, None, params)
+    g1, g3 = equal.add_flow(p1, 1e12, 0.0), equal.add_flow(p3, 1e12, 0.0)
+    equal.pop_finished(max(g1.ramp_at, g3.ramp_at))
+    assert g1.rate == pytest.approx(g3.rate)
+
+
+def test_the_validity_floor_is_where_the_excess_reaches_the_tolerance_and_falls_with_scale():
+    rate = 25e9 / 8 / 4
+    cluster = tcp.TcpParams(4096)
+    out = {}
+    for scale in (2e-4, 8e-4):
+        replica = tcp.emulation_equivalent(scale, 2)
+        rtt_r = tcp.path_rtt(15e-6, [12.5e9 / 8 * 8 * scale / scale] * 6, replica)
+        rtt_c = tcp.path_rtt(15e-6, [12.5e9] * 6, cluster)
+        floor = validity.tcp.validity_floor(rate, rtt_r, replica, rtt_c, cluster, 0.05)
+        gap = (tcp.startup_excess(floor, rate, rtt_r, replica)
+               - tcp.startup_excess(floor, rate, rtt_c, cluster))
+        assert gap == pytest.approx(0.05, abs=1e-3)
+        assert (tcp.startup_excess(floor / 2, rate, rtt_r, replica)
+                - tcp.startup_excess(floor / 2, rate, rtt_c, cluster)) > 0.05
+        out[scale] = floor
+    assert out[8e-4] < out[2e-4] / 2.5  # about 1 / scale
+
+
+def test_floors_per_tier_grow_with_path_length():
+    sc = load_scenario(SCENARIO)
+    by = validity.floors(sc)
+    assert set(by) == {1, 2, 3}
+    assert by[1]["rtt_replica_s"] < by[2]["rtt_replica_s"] < by[3]["rtt_replica_s"]
+    assert all(f["rtt_cluster_s"] < 1e-4 for f in by.values())  # microseconds
+    assert by[1]["transfer_floor_bytes"] < by[3]["transfer_floor_bytes"]
+    small = [by[3]["transfer_floor_bytes"] / 4] * 10
+    clear = validity.scale_to_clear(sc, small, [3] * 10)
+    assert clear["reached"] >= 0.9
+    lifted = validity.floors(sc.with_overrides({"emulation.scale": clear["scale"],
+                                                 "emulation.time_dilation": clear["time_dilation"]}))
+    assert lifted[3]["transfer_floor_bytes"] <= small[0]
+    assert validity.scale_to_clear(sc, [by[3]["transfer_floor_bytes"] * 2] * 10, [3] * 10) is None
+
+
+def test_fit_tcp_recovers_a_known_serialisation_share_and_hop_delay():
+    def predict(share, d, tier, size):
+        params = tcp.emulation_equivalent(2e-4, 2, d, serialisation=share)
+        rtt = tcp.path_rtt(1e-6 * tier, [1e9 * tier] * (2 * tier), params)
+        return tcp.lone_transfer_time(size, 2.5e8, rtt, params)
+
+    samples = [(t, s, predict(0.35, 3e-4, t, s)) for t in (1, 2, 3)
+               for s in (1e6, 1e7, 1e8, 1e9)]
+    got = fit_tcp(samples, predict)
+    assert got["serialisation"] == pytest.approx(0.35)
+    assert got["hop_delay_s"] == pytest.approx(3e-4, rel=1e-2)
+    assert got["median_abs_error"] < 1e-3
+
+
+def test_scenario_tcp_terms_and_the_replica_equivalent():
+    sc = load_scenario(SCENARIO)
+    assert sc.tcp_params() is None  # fluid by default
+    on = sc.with_overrides({"network.flow_model": "tcp", "network.tcp.replica": True})
+    assert on.tcp_params().mss_bytes == pytest.approx(tcp.WIRE_FRAME / sc.emulation.scale)
+    own = sc.with_overrides({"network.flow_model": "tcp"})
+    assert own.tcp_params().mss_bytes == 4096
+    with pytest.raises(ScenarioError, match="network.flow_model"):
+        load_scenario(SCENARIO, {"network.flow_model": "packets"})
+    with pytest.raises(ScenarioError, match="network.tcp.init_cwnd"):
+        load_scenario(SCENARIO, {"network.tcp.init_cwnd": 0})
+
+
+def test_a_calibration_from_another_scale_or_dilation_is_refused():
+    sc = load_scenario(SCENARIO)
+    good = {"scale": sc.emulation.scale, "time_dilation": sc.emulation.time_dilation}
+    check_calibration(good, sc)
+    with pytest.raises(ValueError, match="time_dilation 4.0"):
+        check_calibration({**good, "time_dilation": 4.0}, sc)
+    with pytest.raises(ValueError, match="scale"):
+        check_calibration({**good, "scale": 1e-3}, sc)
+    with pytest.raises(ValueError, match="scale None"):
+        check_calibration({"time_dilation": 2}, sc)
+
+
+def test_whole_transfers_run_from_the_first_start_to_the_slowest_shard():
+    rows = [dict(request="a", shard=k, src="i0", dst="i5", tier=3, bytes=10, start=s, end=e)
+            for k, (s, e) in enumerate([(1.0, 2.0), (1.1, 3.5), (1.0, 2.2)])]
+    rows.append(dict(request="b", shard=0, src="i0", dst="i5", tier=3, bytes=5, start=0,
+                     end=""))
+    (whole,) = compare.whole_transfers(rows)
+    assert (whole["start"], whole["end"], whole["bytes"]) == (1.0, 3.5, 30.0)
+    assert compare.shard_spread(rows) == [pytest.approx(2.4 / 1.0)]
+
+
+def test_bootstrap_intervals_hold_the_point_and_narrow_with_more_data():
+    rng = random.Random(3)
+    small = [rng.gauss(0.1, 0.2) for _ in range(20)]
+    large = [rng.gauss(0.1, 0.2) for _ in range(2000)]
+    a = stats.error_intervals(small)["mean_error"]
+    b = stats.error_intervals(large)["mean_error"]
+    assert a["low"] <= a["point"] <= a["high"]
+    assert b["high"] - b["low"] < (a["high"] - a["low"]) / 4
+    assert b["low"] < 0.1 < b["high"]
+    assert stats.error_intervals(small) == stats.error_intervals(small)  # seeded
+
+
+def test_ttft_verdicts_agree_disagree_or_say_why_not():
+    rng = random.Random(5)
+    ref = [rng.uniform(1, 3) for _ in range(400)]
+    close = [r * rng.uniform(0.99, 1.03) for r in ref]
+    far = [r * 1.3 for r in ref]
+    assert stats.ttft_verdict(stats.paired_mean_error(ref, close))[0] == "agree"
+    kind, sentence = stats.ttft_verdict(stats.paired_mean_error(ref, far))
+    assert kind == "disagree" and "+30.0%" in sentence
+    kind, sentence = stats.ttft_verdict(stats.paired_mean_error(ref[:5], close[:5]))
+    assert kind == "inconclusive" and "n too small" in sentence
+    noisy = [r * rng.uniform(0.7, 1.4) for r in ref[:40]]
+    assert stats.ttft_verdict(stats.paired_mean_error(ref[:40], noisy))[0] == "inconclusive"
+    assert math.isnan(stats.paired_mean_error([], []).point)
+    assert stats.seed_agreement([(["a", "b"], ["a", "b"]), (["a", "b"], ["b", "a"])]) == \
+        {"seeds": 2, "same": 1, "share": 0.5}
