@@ -514,11 +514,17 @@ def validate(scenario: str, out_dir: str, calibration: str | None, seeds: int | 
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
-    seeds before and after calibration, replays the emulation's own transfers through
-    the flow model, and writes OUT/<name>-validate-<stamp>/report.md with
-    comparison.json and plots/*.png: per-transfer error (overall, per tier, per size),
-    TTFT and transfer time per scheduler in both engines, rankings, tier shares, and
-    the fidelity verdict of every emulated run. Needs root and Open vSwitch.
+    seeds in the flow model (uncalibrated, calibrated, and with its TCP terms fitted by
+    the calibration), replays the emulation's own transfers through each, and writes
+    OUT/<name>-validate-<stamp>/report.md with comparison.json and plots/*.png.
+
+    Every error comes with a bootstrap 95% confidence interval. Per scheduler, mean TTFT
+    is paired over the requests both engines served and judged "agree within 5%",
+    "disagree" or "inconclusive" (n too small, or the interval straddles the target):
+    give more seeds (--seeds N) to narrow it. Runs the fidelity monitor flags are left
+    out of the TTFT verdicts and named; transfers below the replica's validity floor
+    (where TCP start-up at emulated rates swamps the transfer) are reported apart. The
+    last lines say whether every run was faithful. Needs root and Open vSwitch.
     """
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
@@ -705,6 +711,27 @@ def clean(dry_run: bool) -> None:
         if not after.empty:
             _fail(f"could not remove everything: {after.describe()}")
         click.echo(f"cleaned: {left.describe()}")
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False))
+def judge(folder: str) -> None:
+    """Judge a finished validation FOLDER again with today's flow model (no root).
+
+    Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
+    calibrated, with TCP terms) beside the old runs, and rewrites comparison.json,
+    report.md and plots/. Use it after changing the flow model or its network.tcp
+    settings to see how the verdict moves, without emulating again.
+    """
+    from testbed.validate.pipeline import judge_again, summary_lines
+
+    try:
+        doc = judge_again(Path(folder))
+    except (ValueError, ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    for line in summary_lines(doc["targets"]):
+        click.echo(line)
+    click.echo(f"report: {Path(folder) / 'report.md'}")
 
 
 @main.command("compare")

@@ -266,12 +266,14 @@ class EmulationCfg(_Strict):
         False, description="send KV layer by layer with a DSCP priority level per layer "
         "chunk (HTB level classes on every egress); always on under a non-fair "
         "network.flow_policy; set it for fair runs compared against those")
+    queue_limit: Literal["packets", "bytes"] = Field(
+        "packets", description="leaf queues hold queue_min_packets packets of any size, or "
+        "that many full frames' worth of bytes (a switch's buffer: SYNs and ACKs fit behind "
+        "data; fewer SYN losses on the probes but more unfaithful loaded runs here: README)")
     rto_min_ms: float | None = Field(
-        10.0, gt=0, le=1000, description="minimum TCP retransmission timeout on the replica's "
-        "hosts, in modelled ms (wall: x time_dilation), set on every host route; Linux's "
-        "200 ms wall default leaves a stream that lost its last packets in a shallow queue "
-        "idle for 100+ modelled ms, a stall the modelled cluster's loss recovery does not "
-        "have (null: the kernel's default)")
+        None, gt=0, le=1000, description="minimum TCP retransmission timeout on the replica's "
+        "hosts, in modelled ms (wall: x time_dilation), set on every host route (null: the "
+        "kernel's 200 ms wall, 100+ modelled ms of silence after a tail loss)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "

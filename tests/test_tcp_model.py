@@ -162,6 +162,13 @@ def test_scenario_tcp_terms_and_the_replica_equivalent():
         load_scenario(SCENARIO, {"network.flow_model": "packets"})
     with pytest.raises(ScenarioError, match="network.tcp.init_cwnd"):
         load_scenario(SCENARIO, {"network.tcp.init_cwnd": 0})
+    with pytest.raises(ScenarioError, match="network.tcp.serialisation"):
+        load_scenario(SCENARIO, {"network.tcp.serialisation": 1.5})
+    with pytest.raises(ScenarioError, match="emulation.rto_min_ms"):
+        load_scenario(SCENARIO, {"emulation.rto_min_ms": 0})
+    assert load_scenario(SCENARIO, {"emulation.rto_min_ms": 5}).emulation.rto_min_ms == 5
+    with pytest.raises(ScenarioError, match="emulation.queue_limit"):
+        load_scenario(SCENARIO, {"emulation.queue_limit": "cells"})
 
 
 def test_a_calibration_from_another_scale_or_dilation_is_refused():

@@ -144,6 +144,10 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     assert doc["whole_transfers"]["replay_calibrated"]["p90_abs_error"] < 1e-6
     assert doc["whole_transfers"]["replay_tcp"]["mean_error"] > 0
     assert doc["whole_transfers"]["replay_tcp"]["ci"]["median_abs_error"]["low"] > 0
+    ablation = doc["tcp_ablation"]
+    # without the tail the TCP model comes closer to the fluid run it replays
+    assert ablation["without the tail"]["mean_error"] < \
+        doc["whole_transfers"]["replay_tcp"]["mean_error"]
     verdicts = doc["ttft_verdicts"]["calibrated"]["000-base"]
     assert {v["verdict"] for v in verdicts.values()} == {"agree"}
     assert all(v["point"] == 0.0 and v["n"] >= 20 for v in verdicts.values())
@@ -155,4 +159,33 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     assert n_above + n_below == doc["whole_transfers"]["replay_tcp"]["n"] > 0
     report = render_validation(doc, [], tmp_path)
     assert "agree within 5%" in report and "Validity of the replica" in report
+    assert "without slow start" in report
     assert summary_lines(doc["targets"])[-1] == "all 4 emulated runs faithful"
+
+
+def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from testbed.cli import main
+    from testbed.runner import run_flowsim
+
+    base = Scenario(name="jdg", workload={"trace": str(TRACE), "measure_s": 4.0},
+                    schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
+    folder = tmp_path / "jdg-validate-x"
+    folder.mkdir()
+    ran = run_flowsim(base, folder).folder  # stands in for the packets run
+    ran.rename(folder / "jdg-emulation-x")
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(base.model_dump(mode="json")))
+    (folder / "calibration.json").write_text(json.dumps(
+        {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
+         "tiers": {}}))
+    done = CliRunner().invoke(main, ["judge", str(folder)])
+    assert done.exit_code == 0, done.output
+    assert "all 2 emulated runs faithful" in done.output
+    doc = json.loads((folder / "comparison.json").read_text())
+    assert doc["whole_transfers"]["replay_calibrated"]["p90_abs_error"] < 1e-6
+    assert (folder / "report.md").read_text().startswith("# Validation: jdg")
+    (folder / "calibration.json").unlink()
+    bad = CliRunner().invoke(main, ["judge", str(folder)])
+    assert bad.exit_code == 2 and "not a validation folder" in bad.output

@@ -134,19 +134,22 @@ class ClusterNetwork(EmulatedNetwork):
 
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
+        bytes_ = self.scenario.emulation.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
         for node, intf, link in self.fabric.egress_interfaces():
             n = self.net.get(node)
             server = getattr(n, "server", "localhost") or "localhost"
             if server == "localhost":
                 if node in self.fabric.switches:
-                    tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels)
+                    tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
+                                   byte_limit=bytes_)
                 else:
                     tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
-                                   min_packets=q, kv_levels=levels)
+                                   min_packets=q, kv_levels=levels, byte_limit=bytes_)
                 continue
             python = f"{self.servers.project_dir[server]}/.venv/bin/python"
             out = n.cmd(python, "-m", "testbed.emulation.tc", "install", intf,
-                        str(link.rate_bps), str(q), str(levels), ";", "echo", "rc=$?")
+                        str(link.rate_bps), str(q), str(levels),
+                        self.scenario.emulation.queue_limit, ";", "echo", "rc=$?")
             if "rc=0" not in out:
                 raise EmulationError(f"{node} on {server}: HTB on {intf} failed: {out[-400:]}")

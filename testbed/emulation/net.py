@@ -205,14 +205,16 @@ class EmulatedNetwork:
 
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
+        bytes_ = self.scenario.emulation.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
         for node, intf, link in self.fabric.egress_interfaces():
             if node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels)
+                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
+                               byte_limit=bytes_)
             else:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
-                               min_packets=q, kv_levels=levels)
+                               min_packets=q, kv_levels=levels, byte_limit=bytes_)
 
     def _tune_hosts(self) -> None:
         """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""

@@ -4,10 +4,10 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
-  each class ends in a bfifo 50 ms deep at the link rate, at least 16 full-size packets
-  (the kernel default, 1000 packets, is seconds of queue at emulated rates); the limit
-  is in bytes, as a switch's buffer is, so SYNs and ACKs are not dropped for taking a
-  packet slot behind data (a dropped SYN costs a 1 s initial RTO: half a modelled second)
+  each class ends in a fifo 50 ms deep at the link rate, at least 16 packets (the kernel
+  default, 1000 packets, is seconds of queue at emulated rates): a pfifo, or with
+  byte_limit a bfifo of as many full frames, as a switch's buffer is, where SYNs and ACKs
+  do not take a data packet's slot (a dropped SYN costs a 1 s initial RTO)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv.
 With K priority levels (kv_levels > 0) 1:20 is an inner class over leaves 1:21.. (one
 per level plus a scavenger, traffic_classes.py): each guaranteed LEVEL_SHARE of the kv
@@ -111,9 +111,9 @@ def _index(ipr, ifname: str) -> int:
 
 
 def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_levels: int = 0,
-                min_packets: int = MIN_QUEUE_PACKETS) -> None:
+                min_packets: int = MIN_QUEUE_PACKETS, byte_limit: bool = False) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree."""
-    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets,
+    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets, byte_limit,
                                                  kv_levels))
 
 
@@ -123,7 +123,7 @@ _tc_plugins.setdefault("bfifo", sched_pfifo)
 FRAME_BYTES = 1514
 
 
-def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int,
+def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit: bool,
                  kv_levels: int = 0) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
@@ -131,21 +131,22 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int,
     ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
     ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
            ceil=_bits(rate_bps))
-    limit = queue_packets(rate_bps, min_packets)
+    packets = queue_packets(rate_bps, min_packets)
+    fifo, limit = ("bfifo", packets * FRAME_BYTES) if byte_limit else ("pfifo", packets)
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
         if c is KV and kv_levels:
             continue  # an inner class: its levels hold the queues
-        ipr.tc("add", "bfifo", idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
-               limit=limit * FRAME_BYTES)
+        ipr.tc("add", fifo, idx, c.classid_minor << 16, parent=ROOT | c.classid_minor,
+               limit=limit)
     targets = {c.dscp: ROOT | c.classid_minor for c in CLASSES if c is not DEFAULT_CLASS}
     for k in range(kv_levels + 1 if kv_levels else 0):  # K levels and the scavenger
         minor = level_minor(k)
         ipr.tc("add-class", "htb", idx, ROOT | minor, parent=ROOT | KV.classid_minor,
                rate=_bits(rate_bps * KV.share * LEVEL_SHARE), ceil=_bits(rate_bps),
                prio=min(k, HTB_PRIOS - 1))
-        ipr.tc("add", "bfifo", idx, minor << 16, parent=ROOT | minor, limit=limit * FRAME_BYTES)
+        ipr.tc("add", fifo, idx, minor << 16, parent=ROOT | minor, limit=limit)
         targets[level_dscp(k, kv_levels)] = ROOT | minor
         if k == 0:
             targets[KV.dscp] = ROOT | minor  # unlevelled KV (ACKs) rides the top level
@@ -214,14 +215,16 @@ def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = 
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS]`:
-    the same HTB tree, applied in the caller's own namespace; the cluster edition runs it
-    on other machines through each node's shell."""
-    if len(argv) not in (4, 5) or argv[0] != "install":
+    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS
+    [bytes|packets]]`: the same HTB tree, applied in the caller's own namespace; the
+    cluster edition runs it on other machines through each node's shell."""
+    if len(argv) not in (4, 5, 6) or argv[0] != "install" or \
+            (len(argv) == 6 and argv[5] not in ("bytes", "packets")):
         print(main.__doc__, file=sys.stderr)
         return 2
-    levels = int(argv[4]) if len(argv) == 5 else 0
-    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]), kv_levels=levels)
+    levels = int(argv[4]) if len(argv) >= 5 else 0
+    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]), kv_levels=levels,
+                byte_limit=len(argv) == 6 and argv[5] == "bytes")
     return 0
 
 

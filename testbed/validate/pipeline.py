@@ -66,6 +66,13 @@ def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
                              "(testbed calibrate) or leave --calibration out")
 
 
+TCP_ABLATIONS = {
+    "without the tail": {"network.tcp.tail_rtts": 0},
+    "without slow start": {"network.tcp.init_cwnd": 1e6},
+    "with RTT-weighted shares (exponent 1)": {"network.tcp.rtt_exponent": 1.0},
+}
+
+
 def cells_of(folder: Path) -> dict[str, Path]:
     return {str(p.parent.relative_to(folder / "cells")): p.parent
             for p in sorted((folder / "cells").glob("*/*/seed*/summary.json"))}
@@ -160,24 +167,50 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=on_fabric)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
+    judge(scenario, folder, emu.folder, cal, on_step)
+    (folder / PARTIAL).unlink(missing_ok=True)
+    return folder
+
+
+def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
+          on_step: Callable[[str, float], None] | None = None) -> dict:
+    """Everything after the packets: the flow model's runs, the comparisons, the report.
+    Needs no root, so a validation can be judged again under a changed flow model."""
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
     fit = cal.get("tcp", {})
     if on_step:
         on_step("flow model (uncalibrated, calibrated, with TCP terms) and replays", 0.0)
-    flow_raw = run_flowsim(flow_twin(scenario), folder).folder
-    flow_cal = run_flowsim(flow_twin(scenario, factors), folder).folder
-    flow_tcp = run_flowsim(flow_twin(scenario, factors, fit), folder).folder
-    doc = build_document(scenario, emu.folder, {"uncalibrated": flow_raw,
-                                                "calibrated": flow_cal, "tcp": flow_tcp},
-                         cal, factors)
+    flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder).folder,
+             "calibrated": run_flowsim(flow_twin(scenario, factors), folder).folder,
+             "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder).folder}
+    doc = build_document(scenario, emu_folder, flows, cal, factors)
     write_json(folder / "comparison.json", doc)
     from testbed.validate.plots import write_plots
     from testbed.validate.render import render_validation
 
     plots = write_plots(doc, folder / "plots")
     atomic_write(folder / "report.md", render_validation(doc, plots, folder))
-    (folder / PARTIAL).unlink(missing_ok=True)
-    return folder
+    return doc
+
+
+def judge_again(folder: Path) -> dict:
+    """Judge a finished validation folder anew (its packets run and calibration kept; the
+    flow model's runs made again beside the old ones)."""
+    from testbed.scenario import Scenario
+
+    folder = Path(folder)
+    if (folder / PARTIAL).exists():
+        raise ValueError(f"{folder}: this validation did not finish (PARTIAL)")
+    try:
+        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
+        cal = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{folder}: not a validation folder ({exc})") from None
+    emus = sorted(folder.glob("*-emulation-*"))
+    if not emus or not isinstance(raw, dict) or "capacity_factor" not in cal:
+        raise ValueError(f"{folder}: not a validation folder (needs scenario.yaml, "
+                         "calibration.json and the emulation's run folder)")
+    return judge(Scenario.model_validate(raw), folder, emus[-1], cal)
 
 
 def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
@@ -238,9 +271,16 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     loads = {name: {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
              for name, cells in flow_cells.items()}
     tcp_twin = flow_twin(scenario, factors, cal.get("tcp", {}))
+    # packets' transfer records start once connect() returns (workers/kvstream.py), so a
+    # replay of them must not charge the handshake again; the engines' own runs do
+    replay_twin = tcp_twin.with_overrides({"network.tcp.handshake_rtts": 0})
     replays = {"replay_uncalibrated": replay_cells(scenario, all_emu, None),
                "replay_calibrated": replay_cells(scenario, all_emu, factors),
-               "replay_tcp": replay_cells(tcp_twin, all_emu, factors)}
+               "replay_tcp": replay_cells(replay_twin, all_emu, factors)}
+    # each TCP term on its own: the full model less one term (or plus RTT weighting)
+    ablations = {name: whole_pairs(all_emu, replay_cells(replay_twin.with_overrides(over),
+                                                         all_emu, factors))
+                 for name, over in TCP_ABLATIONS.items()}
     # per-transfer errors: every emulated run (replay judges the network model on what
     # the packets did, faithful or not is in the fidelity section); engines: faithful only
     models = {**replays, "engines_uncalibrated": loads["uncalibrated"],
@@ -279,6 +319,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                 tcp_twin, [float(r["bytes"]) for r in whole_rows],
                 [int(r["tier"]) for r in whole_rows], factors),
         },
+        "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
@@ -315,8 +356,9 @@ def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: 
     engines = compare.error_summary(engine_pairs)
     worst_ttft = max((abs(m["ttft_mean_ms_error"]) for d in calibrated.values()
                       for m in d["metrics"] if m["ttft_mean_ms_error"] is not None), default=None)
-    same_rank = all(d["ranking"]["same_order"] for d in calibrated.values()) \
-        if calibrated else None
+    # a ranking needs two schedulers compared (faithful runs of both) at every point
+    ranked = [d for d in calibrated.values() if len(d["ranking"]["reference"]) >= 2]
+    same_rank = all(d["ranking"]["same_order"] for d in ranked) if ranked else None
     kinds = [v["verdict"] for by in verdicts.values() for v in by.values()]
     return {
         "replay_median_abs_transfer_error": replay["median_abs_error"],

@@ -207,6 +207,16 @@ def _validity_lines(doc: dict) -> list[str]:
                      f"{_abs(w['p90_abs_error'])} "
                      f"{_ci([ci['p90_abs_error']['low'], ci['p90_abs_error']['high']])} | "
                      f"{_pct(w['mean_error'])} |")
+    if doc.get("tcp_ablation"):
+        lines += ["", "Each TCP term on its own (replay, whole transfers, all sizes): the full "
+                  "TCP model is the replay_tcp row above; each variant changes one term.", "",
+                  "| variant | median abs error [95% CI] | p90 abs error | mean error (bias) |",
+                  "|---|---|---|---|"]
+        for name, w in doc["tcp_ablation"].items():
+            ci = w["ci"]["median_abs_error"]
+            lines.append(f"| {name} | {_abs(w['median_abs_error'])} "
+                         f"{_ci([ci['low'], ci['high']])} | {_abs(w['p90_abs_error'])} | "
+                         f"{_pct(w['mean_error'])} |")
     return lines + [""]
 
 

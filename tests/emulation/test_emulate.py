@@ -40,7 +40,10 @@ def rows(path):
 
 
 def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
-    path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2})
+    # byte-limited queues and a scaled rto_min here (the shared fabric has the defaults)
+    path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
+                                         "emulation.queue_limit": "bytes",
+                                         "emulation.rto_min_ms": 10})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
                            str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -33,15 +33,19 @@ def test_tcp_reaches_90_percent_of_the_tier_bottleneck(fabric, dst, tier):
     assert got <= 1.05 * expected  # the shaper holds, nothing leaks past it
 
 
-def test_hosts_carry_the_replicas_rto_min_and_queues_are_limited_in_bytes(fabric):
+def test_hosts_routes_and_leaf_queues_are_as_the_scenario_says(fabric):
     emu = fabric.scenario.emulation
     routes = fabric.host("i0").cmd("ip route show")
-    assert f"rto_min lock {round(emu.rto_min_ms * emu.time_dilation)}ms" in routes, routes
+    if emu.rto_min_ms is None:
+        assert "rto_min" not in routes, routes
+    else:
+        assert f"rto_min lock {round(emu.rto_min_ms * emu.time_dilation)}ms" in routes, routes
     port = next(intf for node, intf, _ in fabric.fabric.egress_interfaces()
                 if node in fabric.fabric.switches)
     shown = subprocess.run(["tc", "qdisc", "show", "dev", port], capture_output=True,
                            text=True, check=True).stdout
-    assert "bfifo" in shown and "pfifo" not in shown, shown
+    kind, other = ("bfifo", "pfifo") if emu.queue_limit == "bytes" else ("pfifo", "bfifo")
+    assert kind in shown and other not in shown, shown
 
 
 @contextmanager
