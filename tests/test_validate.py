@@ -159,6 +159,20 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     assert n_above + n_below == doc["whole_transfers"]["replay_tcp"]["n"] > 0
     report = render_validation(doc, [], tmp_path)
     assert "agree within 5%" in report and "Validity of the replica" in report
+    # a run flagged unfaithful stays in the tables (marked) but not in the verdicts
+    import shutil
+
+    emu = shutil.copytree(ref, tmp_path / "emu")
+    flagged = emu / "cells" / "000-base" / "rr" / "seed1" / "summary.json"
+    flagged.write_text(json.dumps({**json.loads(flagged.read_text()), "fidelity": "unfaithful"}))
+    doc2 = build_document(base, emu, {"uncalibrated": ref, "calibrated": ref, "tcp": tcp}, cal,
+                          {1: 1.0, 2: 1.0, 3: 1.0})
+    assert doc2["excluded_runs"] == ["000-base/rr/seed1"]
+    left = doc2["ttft_verdicts"]["tcp"]["000-base"]["rr"]  # seed 2 only
+    assert left["n"] < doc["ttft_verdicts"]["tcp"]["000-base"]["rr"]["n"]
+    assert "rr" in {m["scheduler"] for m in doc2["tcp"]["000-base"]["metrics"]}
+    assert doc2["fidelity"]["000-base"]["rr"] == "unfaithful"
+    assert summary_lines(doc2["targets"])[-1].startswith("UNFAITHFUL: 1 of 4")
     assert "without slow start" in report
     assert summary_lines(doc["targets"])[-1] == "all 4 emulated runs faithful"
 

@@ -197,27 +197,26 @@ def _validity_lines(doc: dict) -> list[str]:
         lines.append(f"To lift {100 * c['share']:.0f}% of transfers above the floor: "
                      f"emulation.scale {c['scale']:.2g} with time_dilation "
                      f"{c['time_dilation']:.2g} (same packet rate).")
+    header = ["| {} | n | median abs error [95% CI] | p90 abs error [95% CI] | mean error (bias) |",
+              "|---|---|---|---|---|"]
     lines += ["", "## Whole transfers, per flow model (replay and both engines)", "",
-              "| comparison | n | median abs error [95% CI] | p90 abs error [95% CI] | "
-              "mean error (bias) |", "|---|---|---|---|---|"]
-    for name, w in doc["whole_transfers"].items():
-        ci = w["ci"]
-        lines.append(f"| {name} | {w['n']} | {_abs(w['median_abs_error'])} "
-                     f"{_ci([ci['median_abs_error']['low'], ci['median_abs_error']['high']])} | "
-                     f"{_abs(w['p90_abs_error'])} "
-                     f"{_ci([ci['p90_abs_error']['low'], ci['p90_abs_error']['high']])} | "
-                     f"{_pct(w['mean_error'])} |")
+              header[0].format("comparison"), header[1]]
+    lines += [_interval_row(name, w) for name, w in doc["whole_transfers"].items()]
     if doc.get("tcp_ablation"):
         lines += ["", "Each TCP term on its own (replay, whole transfers, all sizes): the full "
                   "TCP model is the replay_tcp row above; each variant changes one term.", "",
-                  "| variant | median abs error [95% CI] | p90 abs error | mean error (bias) |",
-                  "|---|---|---|---|"]
-        for name, w in doc["tcp_ablation"].items():
-            ci = w["ci"]["median_abs_error"]
-            lines.append(f"| {name} | {_abs(w['median_abs_error'])} "
-                         f"{_ci([ci['low'], ci['high']])} | {_abs(w['p90_abs_error'])} | "
-                         f"{_pct(w['mean_error'])} |")
+                  header[0].format("variant"), header[1]]
+        lines += [_interval_row(name, w) for name, w in doc["tcp_ablation"].items()]
     return lines + [""]
+
+
+def _interval_row(name: str, w: dict) -> str:
+    ci = w["ci"]
+    return (f"| {name} | {w['n']} | {_abs(w['median_abs_error'])} "
+            f"{_ci([ci['median_abs_error']['low'], ci['median_abs_error']['high']])} | "
+            f"{_abs(w['p90_abs_error'])} "
+            f"{_ci([ci['p90_abs_error']['low'], ci['p90_abs_error']['high']])} | "
+            f"{_pct(w['mean_error'])} |")
 
 
 def _tcp_fit_lines(cal: dict) -> list[str]:
