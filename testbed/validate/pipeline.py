@@ -1,11 +1,11 @@
 """`testbed validate`: the same scenario and seeds on packets and in the flow model.
 
 1. Emulate every cell (with a calibration of the fabric first, unless one is given).
-2. Simulate the same cells in the flow model, before and after calibration. The flow
-   model follows the ECMP the fabric realises: per-transfer scenarios run per-pair
-   (switches hash addresses, so a pair's transfers share one path on packets).
-   and once more with the TCP terms (network.flow_model: tcp, with the replica's
-   equivalents: testbed/model/tcp.py).
+2. Simulate the same cells in the flow model, before and after calibration, and once
+   more with the TCP terms (network.flow_model: tcp, with the replica's equivalents:
+   testbed/model/tcp.py). The flow model follows the ECMP the fabric realises:
+   per-transfer scenarios run per-pair (switches hash addresses, so a pair's transfers
+   share one path on packets).
 3. Replay the emulation's own transfers (start, size, endpoints, path) through the
    flow model, before and after calibration and with the TCP terms: network-model error
    alone, without scheduling divergence.
