@@ -13,35 +13,24 @@ A request that had produced its first token keeps its TTFT and restarts decoding
 
 from __future__ import annotations
 
-from collections import Counter
-
 from testbed.lifecycle import RequestState
 from testbed.model.kv import kv_cache_bytes
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
-    BandwidthEWMA,
-    MigrationSlots,
+    RecoveryBook,
     nearest_instance,
     plan_recovery,
-    prefill_table_for,
     recovery_bandwidth_bps,
     ttft_budget,
 )
 from testbed.model.schedulers import RequestInfo
 
 
-class RecoveryManager:
+class RecoveryManager(RecoveryBook):
     def __init__(self, sim):
         self.sim = sim
-        cfg = sim.scenario.recovery
-        self.cfg = cfg
-        self.table = prefill_table_for(cfg.prefill_table, sim.timing)
-        self.slots = MigrationSlots(cfg.migration_slots)
-        self.ewma = BandwidthEWMA()
-        self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
-        self.decisions: Counter[str] = Counter()
-        self.slot_fallbacks = 0
+        super().__init__(sim.scenario.recovery, sim.timing)
 
     def detection_delay(self) -> float:
         return self.cfg.missed_heartbeats * self.cfg.heartbeat_s

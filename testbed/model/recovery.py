@@ -17,6 +17,7 @@ Any policy aborts, with the reason, when neither path meets the remaining TTFT b
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -203,3 +204,18 @@ def nearest_instance(spec, failed: str, names, load) -> str:
     """The healthy instance nearest the failed one (same server, rack, pod, then any),
     the least loaded (`load(name)`) among equals: where KVRS recomputes intra-node."""
     return min(names, key=lambda n: (spec.tier(failed, n), load(n), n))
+
+
+class RecoveryBook:
+    """What a recovering control plane keeps between failures, the same in both engines:
+    the recompute table, migration slots, the bandwidth EWMA, per-decode recompute
+    backlog, and counts of its decisions."""
+
+    def __init__(self, cfg, timing):
+        self.cfg = cfg
+        self.table = prefill_table_for(cfg.prefill_table, timing)
+        self.slots = MigrationSlots(cfg.migration_slots)
+        self.ewma = BandwidthEWMA()
+        self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
+        self.decisions: Counter[str] = Counter()
+        self.slot_fallbacks = 0

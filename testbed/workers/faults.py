@@ -3,28 +3,18 @@ scenario's link and ToR failures happen on the emulated fabric."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from testbed.model.recovery import (
-    BandwidthEWMA,
-    MigrationSlots,
+    RecoveryBook,
     RecoveryPlan,
     plan_recovery,
-    prefill_table_for,
     recovery_bandwidth_bps,
     ttft_budget,
 )
 
 
-class FaultState:
+class FaultState(RecoveryBook):
     def __init__(self, cfg, timing):
-        self.cfg = cfg
-        self.table = prefill_table_for(cfg.prefill_table, timing)
-        self.slots = MigrationSlots(cfg.migration_slots)
-        self.ewma = BandwidthEWMA()
-        self.backlog: dict[str, float] = {}  # decode -> when its recompute queue clears
-        self.decisions: Counter[str] = Counter()
-        self.slot_fallbacks = 0
+        super().__init__(cfg, timing)
         self.last_beat: dict[str, float] = {}
         self.dead: set[str] = set()
         self.stale_decisions = 0
