@@ -18,6 +18,7 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.validate.calibration import TierFit, capacity_factors, fit_tcp, fit_tier
+from testbed.validate.validity import tier_pairs
 from testbed.workers.kvstream import scaled_bytes
 
 # modelled sizes per transfer, three decades: chatbot's small KV (tens of MB per shard)
@@ -27,20 +28,6 @@ CAPACITY_FIT_MIN_GB = 0.5  # the capacity factor is fitted where start-up is neg
 COMPETE_GB = 0.5  # modelled size of each competing transfer
 COMPETING = (1, 2, 4)  # transfers started together on one path
 PROBE_PORT_OFFSET = 2  # kv_port + 2
-
-
-def tier_pairs(spec) -> dict[int, tuple[str, str]]:
-    """One (src, dst) pair per tier 1-3, prefill -> decode where the placement has one."""
-    prefill = {i.name for i in spec.prefill_pool}
-    names = [i.name for i in spec.instances]
-    pairs: dict[int, tuple[str, str]] = {}
-    ordered = sorted(((a, b) for a in names for b in names if a != b),
-                     key=lambda p: (p[0] not in prefill, p[1] in prefill))
-    for a, b in ordered:
-        t = spec.tier(a, b)
-        if t > 0 and t not in pairs:
-            pairs[t] = (a, b)
-    return dict(sorted(pairs.items()))
 
 
 def _probe_cmd(*args: str) -> list[str]:
@@ -116,22 +103,15 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
                        for d in r["samples"]], predict)
-    compete = competing_residuals(raw, predict, tcp_fit, fluid_predictor(sc, factors, shards))
+    compete = competing_residuals(raw, predict, tcp_fit, fluid_predictor(sc, factors))
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,
         "capacity_factor": factors,
         "tiers": {str(f.tier): {"factor": f.factor, "overhead_s": f.overhead_s,
                                 "r2": f.r2, **raw[str(f.tier)]} for f in fits},
-        "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, shards, raw)},
+        "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, raw)},
         "competing": compete,
     }
-
-
-def _tier_path(spec, tier: int):
-    from testbed.validate.validity import tier_paths
-
-    a, b = tier_paths(spec)[tier]
-    return spec.paths(a, b)[0]
 
 
 def _tier_geometry(sc, factors: dict[int, float]) -> dict[int, tuple[float, list[float]]]:
@@ -139,14 +119,8 @@ def _tier_geometry(sc, factors: dict[int, float]) -> dict[int, tuple[float, list
     spec = sc.cluster.spec()
     net = FluidNetwork(spec, None, factors)
     lat = spec.tier_latency_us
-    return {t: (lat[t] * 1e-6, [net.links[h].capacity for h in _tier_path(spec, t)])
-            for t in range(1, 4) if _has_tier(spec, t)}
-
-
-def _has_tier(spec, tier: int) -> bool:
-    from testbed.validate.validity import tier_paths
-
-    return tier in tier_paths(spec)
+    return {t: (lat[t] * 1e-6, [net.links[h].capacity for h in spec.paths(a, b)[0]])
+            for t, (a, b) in tier_pairs(spec).items()}
 
 
 def tcp_predictor(sc, factors: dict[int, float], shards: int):
@@ -167,7 +141,9 @@ def tcp_predictor(sc, factors: dict[int, float], shards: int):
     return predict
 
 
-def fluid_predictor(sc, factors: dict[int, float], shards: int):
+def fluid_predictor(sc, factors: dict[int, float]):
+    """fluid(tier, bytes, competing=1): the transfer's time at its equal share of the
+    calibrated bottleneck (its shards split that share; they end together)."""
     geometry = _tier_geometry(sc, factors)
     return lambda tier, size, competing=1: size * competing / min(geometry[tier][1])
 
@@ -187,9 +163,9 @@ def competing_residuals(raw: dict, predict, fit: dict, fluid) -> list[dict]:
     return out
 
 
-def fluid_error(sc, factors: dict[int, float], shards: int, raw: dict) -> float:
+def fluid_error(sc, factors: dict[int, float], raw: dict) -> float:
     """Median |error| of the fluid model (bytes / calibrated rate) on the lone probes."""
-    fluid = fluid_predictor(sc, factors, shards)
+    fluid = fluid_predictor(sc, factors)
     errs = [abs(fluid(int(t), d["bytes"]) - d["seconds"]) / d["seconds"]
             for t, r in raw.items() for d in r["samples"]]
     return sorted(errs)[len(errs) // 2]

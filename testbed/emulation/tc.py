@@ -28,6 +28,7 @@ from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from testbed.model.tcp import WIRE_FRAME
 from testbed.topologies.traffic_classes import (
     CLASSES,
     DEFAULT_CLASS,
@@ -120,7 +121,6 @@ def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_level
 # the kernel's bfifo takes pfifo's options (struct tc_fifo_qopt: a limit, here in bytes);
 # pyroute2 0.9 registers only the packet-limited kind
 _tc_plugins.setdefault("bfifo", sched_pfifo)
-FRAME_BYTES = 1514
 
 
 def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit: bool,
@@ -132,7 +132,7 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit
     ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
            ceil=_bits(rate_bps))
     packets = queue_packets(rate_bps, min_packets)
-    fifo, limit = ("bfifo", packets * FRAME_BYTES) if byte_limit else ("pfifo", packets)
+    fifo, limit = ("bfifo", packets * WIRE_FRAME) if byte_limit else ("pfifo", packets)
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.metrics import aggregate
+from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.validate import compare, stats, validity
@@ -346,8 +346,6 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
 
 def _spread(rows: list[dict]) -> dict:
     spread = compare.shard_spread(rows)
-    from testbed.metrics import percentile
-
     return {"n": len(spread), "p50": percentile(spread, 50), "p90": percentile(spread, 90)}
 
 

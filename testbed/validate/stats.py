@@ -34,15 +34,16 @@ class Interval:
         return {"point": self.point, "low": self.low, "high": self.high, "n": self.n}
 
 
-def bootstrap(values: Sequence[float], statistic: Callable[[np.ndarray], np.ndarray],
+def bootstrap(values, statistic: Callable[[np.ndarray], np.ndarray],
               resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
-    """Percentile interval of a statistic over resamples of `values` (rows, with
-    replacement). `statistic` takes a (resamples, n) array and reduces along axis 1."""
+    """Percentile interval of a statistic over resamples of `values`' rows (with
+    replacement; a row may be a pair). `statistic` takes a (resamples, n, ...) array and
+    reduces along axis 1."""
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
-    point = float(statistic(data[None, :])[0])
+    point = float(statistic(data[None, ...])[0])
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     stats = statistic(data[idx])
     alpha = (1.0 - CONFIDENCE) / 2.0
@@ -66,22 +67,12 @@ def paired_mean_error(reference: Sequence[float], model: Sequence[float]) -> Int
     requests in both engines), resampling pairs."""
     if len(reference) != len(model):
         raise ValueError("paired samples must have the same length")
-    pairs = np.column_stack([np.asarray(reference, float), np.asarray(model, float)]) \
-        if len(reference) else np.empty((0, 2))
-    n = len(pairs)
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
 
     def ratio(rows: np.ndarray) -> np.ndarray:
-        ref = rows[..., 0].mean(axis=-1)
-        return (rows[..., 1].mean(axis=-1) - ref) / ref
+        ref = rows[..., 0].mean(axis=1)
+        return (rows[..., 1].mean(axis=1) - ref) / ref
 
-    point = float(ratio(pairs[None, :, :])[0])
-    idx = np.random.default_rng(SEED).integers(0, n, size=(RESAMPLES, n))
-    stats = ratio(pairs[idx])
-    alpha = (1.0 - CONFIDENCE) / 2.0
-    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return Interval(point, float(low), float(high), n)
+    return bootstrap(list(zip(reference, model, strict=True)), ratio)
 
 
 def ttft_verdict(iv: Interval, target: float = TTFT_TARGET, bound: float = TTFT_CI_BOUND,

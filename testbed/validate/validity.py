@@ -21,16 +21,19 @@ from testbed.model import tcp
 TOLERANCE = 0.05  # the per-transfer error target: an artifact above it would swamp it
 
 
-def tier_paths(spec) -> dict[int, tuple[str, str]]:
-    """One instance pair per tier 1-3 (any pair: every path of a tier has the same hops)."""
+def tier_pairs(spec) -> dict[int, tuple[str, str]]:
+    """One (src, dst) pair per tier 1-3, prefill -> decode where the placement has one
+    (every path of a tier has the same hops, so any pair gives its geometry)."""
+    prefill = {i.name for i in spec.prefill_pool}
     names = [i.name for i in spec.instances]
-    out: dict[int, tuple[str, str]] = {}
-    for a in names:
-        for b in names:
-            t = spec.tier(a, b)
-            if a != b and t > 0 and t not in out:
-                out[t] = (a, b)
-    return dict(sorted(out.items()))
+    pairs: dict[int, tuple[str, str]] = {}
+    ordered = sorted(((a, b) for a in names for b in names if a != b),
+                     key=lambda p: (p[0] not in prefill, p[1] in prefill))
+    for a, b in ordered:
+        t = spec.tier(a, b)
+        if t > 0 and t not in pairs:
+            pairs[t] = (a, b)
+    return dict(sorted(pairs.items()))
 
 
 def floors(scenario, capacity_factor: dict[int, float] | None = None,
@@ -49,7 +52,7 @@ def floors(scenario, capacity_factor: dict[int, float] | None = None,
     net_r = FluidNetwork(spec, None, capacity_factor, replica)
     net_c = FluidNetwork(spec, None, capacity_factor, cluster)
     out = {}
-    for tier, (a, b) in tier_paths(spec).items():
+    for tier, (a, b) in tier_pairs(spec).items():
         path = spec.paths(a, b)[0]
         rate = min(net_r.links[h].capacity for h in path) / shards
         rtt_r, rtt_c = net_r.path_rtt(path), net_c.path_rtt(path)
