@@ -188,6 +188,10 @@ class TcpCfg(_Strict):
                                  "burst hides some: testbed calibrate fits it for the replica)")
     rtt_exponent: float = Field(0.0, ge=0, le=2, description="bandwidth share ~ rtt^-x "
                                 "between flows of different path lengths (0: equal)")
+    shard_spread: float = Field(0.0, ge=0, le=0.9, description="unequal shares among a "
+                                "transfer's parallel shard streams: the first gets 1+x of an "
+                                "equal share, the last 1-x (a transfer ends with its slowest "
+                                "shard; testbed calibrate fits it for the replica)")
 
 
 class NetworkCfg(_Strict):
@@ -450,9 +454,10 @@ class Scenario(_Strict):
         if t.replica:
             base = emulation_equivalent(self.emulation.scale, self.emulation.time_dilation,
                                         t.hop_delay_us * 1e-6, t.init_cwnd, t.serialisation)
-            return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts)
+            return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts,
+                           shard_spread=t.shard_spread)
         return TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts,
-                         t.hop_delay_us * 1e-6, t.serialisation)
+                         t.hop_delay_us * 1e-6, t.serialisation, t.shard_spread)
 
     def profile(self):
         return PROFILES[self.workload.profile]

@@ -220,3 +220,69 @@ def test_ttft_verdicts_agree_disagree_or_say_why_not():
     assert math.isnan(stats.paired_mean_error([], []).point)
     assert stats.seed_agreement([(["a", "b"], ["a", "b"]), (["a", "b"], ["b", "a"])]) == \
         {"seeds": 2, "same": 1, "share": 0.5}
+
+
+def test_shard_shares_sum_to_an_equal_split_and_spread_linearly():
+    for n in (1, 2, 4, 8):
+        shares = [tcp.shard_share(k, n, 0.4) for k in range(n)]
+        assert sum(shares) == pytest.approx(n)
+        assert shares == sorted(shares, reverse=True)
+    assert [tcp.shard_share(k, 4, 0.4) for k in (0, 3)] == pytest.approx([1.4, 0.6])
+    assert tcp.spread_from_ratio(1.5) == pytest.approx(0.5)
+    assert tcp.spread_from_ratio(0.8) == 0.0 and tcp.spread_from_ratio(9) == tcp.MAX_SHARD_SPREAD
+
+
+def _shard_rows(request, src, dst, path, size, n, start):
+    return [dict(request=request, shard=k, src=src, dst=dst, tier=2, bytes=size / n,
+                 start=start, path=path) for k in range(n)]
+
+
+def test_a_lone_transfer_ends_when_equal_shares_would_its_fastest_shard_spread_sooner(spec):
+    a, b = pair_at(spec, 2)
+    path = path_text(spec.paths(a, b)[0])
+    rows = _shard_rows("r", a, b, path, 4e9, 4, 0.0)
+    no_start = dict(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0)
+    equal = replay_transfers(spec, rows, tcp=tcp.TcpParams(**no_start))
+    spread = replay_transfers(spec, rows, tcp=tcp.TcpParams(**no_start, shard_spread=0.5))
+    assert max(r["end"] for r in spread) == pytest.approx(max(r["end"] for r in equal))
+    (fast,) = [r["end"] for r in spread if r["shard"] == 0]
+    assert max(r["end"] for r in spread) / fast == pytest.approx(1.5)
+    assert compare.shard_spread(spread) == pytest.approx([1.5])
+    assert compare.shard_spread(equal) == pytest.approx([1.0])
+
+
+def test_under_contention_a_spread_transfer_ends_later_than_equal_shares_predict(spec):
+    """Two transfers of 4 shards start together on one path: equal shares end both at
+    2 S / C; with a spread, each transfer's fast shards leave early and its last shard
+    competes with more of the other's streams, so the slower transfer ends later."""
+    a, b = pair_at(spec, 2)
+    path = path_text(spec.paths(a, b)[0])
+    rows = _shard_rows("x", a, b, path, 2e9, 4, 0.0) + _shard_rows("y", a, b, path, 2e9, 4, 0.0)
+    no_start = dict(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0)
+
+    def ends(spread):
+        out = replay_transfers(spec, rows, tcp=tcp.TcpParams(**no_start, shard_spread=spread))
+        return {w["request"]: w["end"] for w in compare.whole_transfers(out)}
+
+    equal, spread = ends(0.0), ends(0.5)
+    assert equal["x"] == pytest.approx(equal["y"])
+    # the link stays full, so the last transfer still ends at 2 S / C ...
+    assert max(spread.values()) == pytest.approx(max(equal.values()))
+    # ... and with identical twins both end together there too: the spread redistributes
+    # only within a transfer until one transfer is behind; a later start breaks the tie
+    late = rows[:4] + _shard_rows("y", a, b, path, 2e9, 4, 0.05)
+    eq = compare.whole_transfers(replay_transfers(spec, late, tcp=tcp.TcpParams(**no_start)))
+    sp = compare.whole_transfers(replay_transfers(
+        spec, late, tcp=tcp.TcpParams(**no_start, shard_spread=0.5)))
+    first = {w["request"]: w["end"] for w in eq}["x"]
+    assert {w["request"]: w["end"] for w in sp}["x"] > first * (1 + 1e-3)
+
+
+def test_fit_shard_spread_reads_the_ratio_after_the_fixed_cost():
+    from testbed.validate.calibration import fit_shard_spread
+
+    got = fit_shard_spread([([0.11, 0.13, 0.16], 0.01), ([0.21, 0.31], 0.01),
+                            ([0.5], 0.0)])
+    assert got["ratios"] == pytest.approx([1.5, 1.5])
+    assert got["shard_spread"] == pytest.approx(0.5)
+    assert fit_shard_spread([])["shard_spread"] == 0.0

@@ -17,7 +17,13 @@ from testbed.emulation.processes import NamespaceLauncher
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.model.cost import gbps_to_bytes_per_s
-from testbed.validate.calibration import TierFit, capacity_factors, fit_tcp, fit_tier
+from testbed.validate.calibration import (
+    TierFit,
+    capacity_factors,
+    fit_shard_spread,
+    fit_tcp,
+    fit_tier,
+)
 from testbed.validate.validity import tier_pairs
 from testbed.workers.kvstream import scaled_bytes
 
@@ -65,9 +71,9 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
 
 
 def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[int],
-                 shards: int) -> list[tuple[int, float]]:
-    """(wire bytes, wall seconds) per lone transfer src -> dst."""
-    return [(int(d["bytes"]), float(d["seconds"]))
+                 shards: int) -> list[tuple[int, float, list[float]]]:
+    """(wire bytes, wall seconds, each shard's wall end) per lone transfer src -> dst."""
+    return [(int(d["bytes"]), float(d["seconds"]), [float(x) for x in d.get("shards", [])])
             for d in run_probe(network, src, dst, "send", shards, *map(str, sizes_wire))]
 
 
@@ -85,9 +91,12 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         modelled = [gb * 1e9 for gb in PROBE_GB]
         wire = [scaled_bytes(b, emu.scale) for b in modelled]
         got = measure_tier(network, src, dst, wire, shards)
-        samples = [(m, secs / emu.time_dilation) for m, (_, secs) in zip(modelled, got, strict=True)]
+        samples = [(m, secs / emu.time_dilation)
+                   for m, (_, secs, _) in zip(modelled, got, strict=True)]
         raw[str(tier)] = {"pair": [src, dst],
-                          "samples": [{"bytes": b, "seconds": s} for b, s in samples]}
+                          "samples": [{"bytes": b, "seconds": s,
+                                       "shards": [x / emu.time_dilation for x in ends]}
+                                      for (b, s), (_, _, ends) in zip(samples, got, strict=True)]}
         # the rate from large transfers only: small ones are dominated by the replica's
         # start-up (fitted below as the TCP terms), which the cluster would not pay
         fits.append(fit_tier(tier, [x for x in samples if x[0] >= CAPACITY_FIT_MIN_GB * 1e9],
@@ -103,6 +112,12 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
                        for d in r["samples"]], predict)
+    # the spread where start-up is negligible, as for the capacity factor
+    spread = fit_shard_spread([(d["shards"], f.overhead_s) for f in fits
+                               for d in raw[str(f.tier)]["samples"]
+                               if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9])
+    tcp_fit["shard_spread"] = spread["shard_spread"]
+    tcp_fit["shard_ratios"] = spread["ratios"]
     compete = competing_residuals(raw, predict, tcp_fit, fluid_predictor(sc, factors))
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,

@@ -5,9 +5,11 @@ the paper's simulator does. With a TCP model (testbed/model/tcp.py) a flow also 
 its handshake at rate zero, is capped by its slow-start window (doubling every round trip
 until the window stops binding), ends a tail of round trips after its last byte, and
 shares bandwidth in proportion to rtt^-rtt_exponent (SimGrid's RTT-weighted max-min;
-0 = equal shares, Reno's classic bias is 1). Background traffic is a per-link offered fraction that
-removes (1 - f) of a link's capacity from KV flows (the paper's mean-field model); the
-oracle's congestion is the mean background fraction of a tier's links, never KV.
+0 = equal shares, Reno's classic bias is 1); a transfer's parallel shard streams share
+unequally (tcp.shard_share), so it ends with its slowest shard. Background traffic is a
+per-link offered fraction that removes (1 - f) of a link's capacity from KV flows (the
+paper's mean-field model); the oracle's congestion is the mean background fraction of a
+tier's links, never KV.
 """
 
 from __future__ import annotations
@@ -177,7 +179,9 @@ class FluidNetwork:
 
     # -- flows -----------------------------------------------------------------------
     def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
-                 level: int = 0) -> Flow:
+                 level: int = 0, shard: tuple[int, int] = (0, 1)) -> Flow:
+        """`shard` (k, n): this flow is stream k of a transfer's n parallel ones (under the
+        TCP model they share unequally: tcp.shard_share)."""
         self.advance(now)
         flow = Flow(self._next_id, path, size, size, now, tag, level)
         self._next_id += 1
@@ -187,6 +191,7 @@ class FluidNetwork:
             flow.ramp_at = now + self.tcp.handshake_rtts * flow.rtt
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent
+            flow.weight *= tcpmodel.shard_share(*shard, self.tcp.shard_spread)
         self.flows[flow.flow_id] = flow
         for hop in path:
             self.links[hop].flows.add(flow.flow_id)

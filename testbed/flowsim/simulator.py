@@ -342,7 +342,8 @@ class FlowSimulation:
         for k in range(self.flows_per_transfer):
             if k and ecmp == "per-flow":
                 path = self.net.ecmp_path(rs.prefill, rs.decode)
-            self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level)
+            self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level,
+                              shard=(k, self.flows_per_transfer))
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
         self._reschedule_network()

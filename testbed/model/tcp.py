@@ -29,6 +29,7 @@ from dataclasses import dataclass
 WIRE_MSS = 1448  # bytes of payload in a 1500-byte Ethernet frame with TCP timestamps
 WIRE_FRAME = 1514  # bytes a data segment occupies on an emulated link (Ethernet header)
 LINUX_INIT_CWND = 10  # segments (RFC 6928)
+MAX_SHARD_SPREAD = 0.9  # the slowest shard keeps a tenth of an equal share at least
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,15 @@ class TcpParams:
     tail_rtts: float = 1.0  # round trips from the last byte sent to the end seen by the sender
     hop_delay_s: float = 0.0  # per switch hop and direction: processing, not propagation
     serialisation: float = 1.0  # share of a segment's store-and-forward time charged per hop
+    shard_spread: float = 0.0  # unequal shares among one transfer's shard streams (shard_share)
 
     def __post_init__(self) -> None:
         if not (self.mss_bytes > 0 and self.init_cwnd > 0):
             raise ValueError("mss_bytes and init_cwnd must be positive")
         if not 0.0 <= self.serialisation <= 1.0:
             raise ValueError("serialisation is a share: 0..1")
+        if not 0.0 <= self.shard_spread < 1.0:
+            raise ValueError("shard_spread must be in [0, 1)")
 
 
 def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
@@ -55,6 +59,31 @@ def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -
     fitted by testbed calibrate); a real switch charges all of it."""
     serialise = params.serialisation * sum(params.mss_bytes / r for r in hop_rates if r > 0)
     return 2.0 * tier_latency_s + serialise + 2.0 * len(hop_rates) * params.hop_delay_s
+
+
+def shard_share(k: int, n: int, spread: float) -> float:
+    """Relative share of shard `k` of `n` parallel streams of one transfer: from 1 + spread
+    (the first) down to 1 - spread (the last), linearly; they sum to n.
+
+    Parallel TCP streams through one bottleneck do not split it equally over a transfer's
+    life: whichever stream loses packets first backs off and the others take its share
+    (the short-term unfairness of loss-based congestion control; Hacker, Athey and Noble,
+    "The end-to-end performance effects of parallel TCP sockets on a lossy wide-area
+    network", IPDPS 2002). A fluid model with equal shares ends them together. With these
+    weights, alone on a bottleneck, the slowest ends when equal shares would (the link stays
+    full) and the fastest (1 + spread) times sooner: the spread is fitted from that ratio on
+    lone transfers (testbed calibrate). Under contention the difference matters: once the
+    fast shards are done the transfer holds fewer streams at the bottleneck and its last
+    shard gets a smaller share of it than equal shares would give the whole transfer."""
+    if n <= 1 or spread <= 0:
+        return 1.0
+    return 1.0 + spread * (1.0 - 2.0 * k / (n - 1))
+
+
+def spread_from_ratio(slowest_over_fastest: float) -> float:
+    """The shard_spread whose fastest shard ends `slowest_over_fastest` times before the
+    slowest, alone on a bottleneck (shard_share's first shard: 1 + spread)."""
+    return min(max(slowest_over_fastest - 1.0, 0.0), MAX_SHARD_SPREAD)
 
 
 def window_rate(rounds: int, rtt_s: float, params: TcpParams) -> float:

@@ -16,6 +16,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from testbed.model.tcp import spread_from_ratio
+
 
 @dataclass(frozen=True)
 class TierFit:
@@ -87,3 +89,19 @@ def fit_tcp(samples: Sequence[tuple[int, float, float]],
                   "tcp_error": (predict(share, delay, t, b) - s) / s} for t, b, s in samples]
     return {"serialisation": share, "hop_delay_s": delay, "residuals": residuals,
             "median_abs_error": statistics.median(abs(r["tcp_error"]) for r in residuals)}
+
+
+def fit_shard_spread(transfers: Sequence[tuple[list[float], float]]) -> dict:
+    """The TCP model's shard spread (tcp.shard_share) from lone transfers: each is (its
+    shards' end times, the tier's fixed cost per transfer), seconds from the transfer's
+    start. Alone on a path the slowest shard ends (1 + spread) times after the fastest
+    once the fixed cost is taken off both; the median ratio over transfers is fitted."""
+    ratios = []
+    for ends, fixed in transfers:
+        c = max(fixed, 0.0)
+        if len(ends) > 1 and min(ends) > c:
+            ratios.append((max(ends) - c) / (min(ends) - c))
+    if not ratios:
+        return {"shard_spread": 0.0, "ratios": []}
+    return {"shard_spread": round(spread_from_ratio(statistics.median(ratios)), 4),
+            "ratios": ratios}

@@ -52,6 +52,7 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         over["network.tcp.replica"] = True
         over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
         over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
+        over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
     return scenario.with_overrides(over) if over else scenario
 
 
@@ -70,6 +71,7 @@ TCP_ABLATIONS = {
     "without the tail": {"network.tcp.tail_rtts": 0},
     "without slow start": {"network.tcp.init_cwnd": 1e6},
     "with RTT-weighted shares (exponent 1)": {"network.tcp.rtt_exponent": 1.0},
+    "without the shard spread": {"network.tcp.shard_spread": 0.0},
 }
 
 
@@ -318,6 +320,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
             "tiers": {str(t): v for t, v in by_tier.items()},
             "segments_per_shard": validity.segment_profile(emu_rows, scenario.emulation.scale),
             "shard_spread": _spread(emu_rows),
+            "model_shard_spread": _spread([r for rows in replays["replay_tcp"].values()
+                                           for r in rows]),
             "clear_90": validity.scale_to_clear(
                 tcp_twin, [float(r["bytes"]) for r in whole_rows],
                 [int(r["tier"]) for r in whole_rows], factors),

@@ -172,11 +172,15 @@ def _validity_lines(doc: dict) -> list[str]:
     if not v:
         return []
     seg = v["segments_per_shard"]
+    model = v.get("model_shard_spread", {})
     lines = ["## Validity of the replica for the modelled cluster", "",
              f"Wire segments per shard: p10 {seg['p10']:.0f}, median {seg['p50']:.0f}, "
              f"p90 {seg['p90']:.0f} (n={seg['n']}). Slowest / fastest shard of a transfer on "
              f"packets: median {v['shard_spread']['p50']:.2f}x, p90 "
-             f"{v['shard_spread']['p90']:.2f}x.", "",
+             f"{v['shard_spread']['p90']:.2f}x; in the TCP flow model's replay (shard "
+             f"spread {doc['calibration'].get('tcp', {}).get('shard_spread', 0.0):.2f}, "
+             f"fitted on lone transfers): median {model.get('p50', 1.0):.2f}x, "
+             f"p90 {model.get('p90', 1.0):.2f}x.", "",
              f"Below the floor, the replica's TCP start-up (few, large segments; long round "
              f"trips in modelled time) adds more than {100 * v['tolerance']:.0f}% of a "
              "transfer's time beyond what the cluster's own would: those transfers are "

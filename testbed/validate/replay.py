@@ -64,9 +64,13 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         if size <= 0:
             out.append({**row, "end": loop.now})
             return
-        net.add_flow(path, size, loop.now, tag=dict(row))
+        net.add_flow(path, size, loop.now, tag=dict(row),
+                     shard=(int(row["shard"]), shards[str(row["request"])]))
         reschedule()
 
+    shards: dict[str, int] = {}
+    for row in transfers:
+        shards[str(row["request"])] = shards.get(str(row["request"]), 0) + 1
     for row in sorted(transfers, key=lambda r: float(r["start"])):
         loop.at(float(row["start"]), lambda row=row: start(row))
     loop.run(until=float("inf"))

@@ -4,7 +4,8 @@
 `python -m testbed.workers.probe send HOST PORT SHARDS CC BYTES [BYTES ...]` sends one
 transfer per BYTES (wire bytes, split over SHARDS parallel AF41 streams), one after the
 other, and prints a JSON line per transfer: wire bytes and seconds from the first
-connect to the last acknowledgement, exactly what an emulated KV transfer measures.
+connect to the last acknowledgement, exactly what an emulated KV transfer measures, and
+each shard's end ("shards", seconds from the same start).
 `python -m testbed.workers.probe compete HOST PORT SHARDS CC BYTES N [N ...]` starts N
 transfers of BYTES at once per N value (competing on one path) and prints
 {bytes, competing, seconds: [one per transfer]}.
@@ -57,8 +58,8 @@ def main(argv: list[str]) -> int:
             sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
             t0 = time.time()
             results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc)
-            print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0}),
-                  flush=True)
+            print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0,
+                              "shards": [r.end - t0 for r in results]}), flush=True)
         return 0
     if len(argv) >= 7 and argv[0] == "compete":
         host, port, shards, cc, total = argv[1], int(argv[2]), int(argv[3]), argv[4], int(argv[5])
