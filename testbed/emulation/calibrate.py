@@ -33,6 +33,7 @@ PROBE_GB = (0.008, 0.032, 0.128, 0.5, 2.0, 8.0)
 CAPACITY_FIT_MIN_GB = 0.5  # the capacity factor is fitted where start-up is negligible
 COMPETE_GB = 0.5  # modelled size of each competing transfer
 COMPETING = (1, 2, 4)  # transfers started together on one path
+SPREAD_REPEATS = 6  # more lone transfers of COMPETE_GB per tier: the shard spread is noisy
 PROBE_PORT_OFFSET = 2  # kv_port + 2
 
 
@@ -101,6 +102,11 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         # start-up (fitted below as the TCP terms), which the cluster would not pay
         fits.append(fit_tier(tier, [x for x in samples if x[0] >= CAPACITY_FIT_MIN_GB * 1e9],
                              gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[tier])))
+        repeats = measure_tier(network, src, dst,
+                               [scaled_bytes(COMPETE_GB * 1e9, emu.scale)] * SPREAD_REPEATS, shards)
+        raw[str(tier)]["spread_samples"] = [
+            {"bytes": COMPETE_GB * 1e9, "seconds": secs / emu.time_dilation,
+             "shards": [x / emu.time_dilation for x in ends]} for _, secs, ends in repeats]
         if on_step:
             on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
         got = run_probe(network, src, dst, "compete", shards,
@@ -115,6 +121,7 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
     # the spread where start-up is negligible, as for the capacity factor
     spread = fit_shard_spread([(d["shards"], f.overhead_s) for f in fits
                                for d in raw[str(f.tier)]["samples"]
+                               + raw[str(f.tier)]["spread_samples"]
                                if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9])
     tcp_fit["shard_spread"] = spread["shard_spread"]
     tcp_fit["shard_ratios"] = spread["ratios"]
