@@ -55,6 +55,12 @@ class RequestState:
 
 
 
+def served_state(recovery: str) -> str:
+    """How a served request ends: completed, or migrated / recomputed after its decode
+    instance failed (`recovery` is RequestState.recovery)."""
+    return {"migrate": "migrated", "recompute": "recomputed"}.get(recovery, "completed")
+
+
 def request_row(rs: RequestState, slo_s: float) -> dict:
     """One requests.csv row; both engines write this shape."""
     req = rs.req

@@ -120,7 +120,7 @@ def test_background_jitter_moves_the_oracle(trace_path):
 
     def spy():
         original()
-        seen.append(sim.oracle.congestion_of(3))
+        seen.append(sim.oracle().congestion_of(3))
 
     sim._refresh_oracle = spy
     sim.run()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from testbed.flowsim.events import EventLoop
-from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState
 from testbed.model import reuse
 from testbed.model.timing import TimingModel
+from testbed.serving import PrefillInstance
 from testbed.workloads.requests import Request
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from testbed.flowsim.serving import PrefillInstance
 from testbed.model import flowkv
+from testbed.serving import PrefillInstance
 
 
 class FlowKVControl:

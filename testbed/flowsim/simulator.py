@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass, field
 
+from testbed.control.plane import ControlPlane
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.flowkv import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
-from testbed.flowsim.recovery import RecoveryManager
-from testbed.flowsim.serving import DecodeInstance, PrefillInstance
 from testbed.lifecycle import RequestState, request_row
 from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
-from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
+from testbed.model.schedulers import Candidate, SchedulerContext, make_scheduler
+from testbed.serving import DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
 GB = 1e9
@@ -85,7 +84,7 @@ class FlowSimulation:
         if scheduler_key == "flowkv":  # roles switch: any instance may send to any other
             names = [i.name for i in self.spec.instances]
             tiers.update({(a, b): self.spec.tier(a, b) for a in names for b in names if a != b})
-        self.oracle = Oracle(
+        self._oracle = Oracle(
             tier_map=tiers,
             tier_bandwidth_gbps=self.spec.tier_bandwidth_gbps,
             tier_latency_us=self.spec.tier_latency_us,
@@ -95,15 +94,13 @@ class FlowSimulation:
         self.states: list[RequestState] = []
         self.transfers: list[dict] = []
         self.links: list[dict] = []
-        self.decision_us: list[float] = []
-        self.stale_decisions = 0
         self._open = 0
-        self.failed: set[str] = set()  # decode instances that died
-        self.dead: set[str] = set()  # ... and that the router has noticed
+        self.failed: set[str] = set()  # decode instances that died (plane.dead: noticed)
         self.controller_back_at = 0.0  # the oracle does not refresh before this
         self.bg_override: dict[int, float] = {}
         self.faults_log: list[dict] = []
-        self.recovery = RecoveryManager(self)
+        self.plane = ControlPlane(self.scheduler, self.spec, scenario.recovery, self.timing,
+                                  self)
         self.flowkv = FlowKVControl(self) if scheduler_key == "flowkv" else None
         self._net_version = 0
         self.reuse_bytes = 0.0
@@ -144,18 +141,40 @@ class FlowSimulation:
 
     def _refresh_oracle(self) -> None:
         if self.loop.now >= self.controller_back_at:  # a stopped controller serves nothing
-            self.oracle = self.oracle.with_congestion(self.net.tier_congestion(), self.loop.now)
+            self._oracle = self._oracle.with_congestion(self.net.tier_congestion(),
+                                                        self.loop.now)
         self.loop.after(self.scenario.oracle.refresh_s, self._refresh_oracle)
 
-    def oracle_fresh(self) -> bool:
-        return self.oracle.age(self.loop.now) <= self.scenario.recovery.oracle_max_age_s
+    # -- the control plane's engine (testbed/control/plane.py) ----------------------------
+    def now(self) -> float:
+        return self.loop.now
 
-    def oracle_view(self):
-        """The oracle as the router uses it: past oracle_max_age_s, the static tier map."""
-        if self.oracle_fresh():
-            return self.oracle
-        self.stale_decisions += 1
-        return self.oracle.with_congestion({}, self.oracle.generated_at)
+    def oracle_fresh(self) -> bool:
+        return self._oracle.age(self.loop.now) <= self.scenario.recovery.oracle_max_age_s
+
+    def oracle(self):
+        return self.plane.view(self._oracle, self._oracle.age(self.loop.now))
+
+    def slo(self, request_id: str) -> float:
+        return self.workload.slo_for(request_id)
+
+    def assign_transfer(self, rs: RequestState) -> None:
+        self.decode[rs.decode].assign(rs, rs.hit_tokens // self.scenario.workload.block_tokens,
+                                      kv_cache_bytes(self.model, rs.req.output_len))
+        self.start_transfer(rs)
+
+    def assign_local(self, rs: RequestState) -> None:
+        self.decode[rs.decode].assign(rs, rs.hit_tokens // self.scenario.workload.block_tokens,
+                                      kv_cache_bytes(self.model, rs.req.output_len))
+        if self.plane.landed(rs, self.loop.now):
+            self.decode[rs.decode].kv_landed(rs)
+
+    def assign_recompute(self, rs: RequestState, seconds: float, ready_at: float) -> None:
+        self.decode[rs.decode].assign(rs, 0, kv_cache_bytes(self.model, rs.req.output_len))
+        self.loop.at(ready_at, lambda: self._kv_ready(rs))
+
+    def ended(self, rs: RequestState) -> None:
+        self._open -= 1
 
     # -- faults --------------------------------------------------------------------------
     def _fault(self, fault) -> None:
@@ -197,19 +216,14 @@ class FlowSimulation:
                 self.prefill[fetch.prefill].fetch_failed(rid, self.timing.prefill_per_token_s * tokens)
         self.net.remove_flows(self.loop.now, lambda f: f.tag[0].decode == name)
         self._reschedule_network()
-        self.loop.after(self.recovery.detection_delay(), lambda: self._detected(name))
+        rc = self.scenario.recovery
+        self.loop.after(rc.missed_heartbeats * rc.heartbeat_s, lambda: self._detected(name))
 
     def _detected(self, name: str) -> None:
-        self.dead.add(name)
+        """The router's failure detector notices: flows into it stop, its requests recover."""
         self.net.remove_flows(self.loop.now, lambda f: f.tag[0].decode == name)
         self._reschedule_network()
-        for rs in self.states:
-            if rs.state is None and rs.decode == name:
-                if rs.transfer_end is None and rs.transfer_start is not None:
-                    self.scheduler.transfer_done(rs.prefill, rs.tier)  # that transfer is gone
-                    if rs.recovery == "migrate":
-                        self.recovery.slots.release()
-                self.recovery.recover(rs)
+        self.plane.declare_dead(name, self.states)
 
     def _sample_links(self) -> None:
         now = self.loop.now
@@ -274,46 +288,10 @@ class FlowSimulation:
         closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
         return [Candidate(d.name, d.free_memory, d.queued, d.batch_size,
                           d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
-                for d in self.decode.values() if d.name not in self.dead | closed]
+                for d in self.decode.values() if d.name not in self.plane.dead | closed]
 
     def _prefill_done(self, rs: RequestState) -> None:
-        req = rs.req
-        cands = self.candidates(req)
-        info = RequestInfo(req.request_id, req.input_len, rs.kv_bytes)
-        oracle = self.oracle_view()
-        if rs.prefill in self.decode and self._decode_locally(rs, cands):
-            return  # a node doing both roles (FlowKV) keeps what it prefilled
-        t0 = time.perf_counter()
-        decision = self.scheduler.select(info, rs.prefill, cands, oracle)
-        self.decision_us.append((time.perf_counter() - t0) * 1e6)
-        if decision.rejected:
-            rs.terminate("rejected", decision.reason)
-            self._open -= 1
-            return
-        dec = self.decode[decision.decode]
-        rs.decode, rs.tier = decision.decode, decision.tier
-        rs.hit_tokens, rs.eff_bytes = decision.hit_tokens, decision.effective_bytes
-        rs.predicted_transfer_s = decision.predicted_transfer_s
-        output_bytes = kv_cache_bytes(self.model, req.output_len)
-        dec.assign(rs, decision.hit_tokens // self.scenario.workload.block_tokens, output_bytes)
-        rs.transfer_start = self.loop.now
-        self.start_transfer(rs)
-
-    def _decode_locally(self, rs: RequestState, cands: list[Candidate]) -> bool:
-        """A hybrid node keeps the request it prefilled when it has the memory: the KV
-        is already in its GPU (tier 0, nothing crosses the network)."""
-        here = next((c for c in cands if c.instance == rs.prefill), None)
-        info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
-        if here is None or not self.scheduler.feasible(info, [here]):
-            return False
-        dec = self.decode[rs.prefill]
-        rs.decode, rs.tier, rs.hit_tokens = rs.prefill, 0, here.hit_tokens
-        rs.eff_bytes = self.scheduler.effective_bytes(info, here)
-        dec.assign(rs, here.hit_tokens // self.scenario.workload.block_tokens,
-                   kv_cache_bytes(self.model, rs.req.output_len))
-        rs.transfer_start = rs.transfer_end = self.loop.now
-        dec.kv_landed(rs)
-        return True
+        self.plane.prefilled(rs)
 
     def _call_overhead(self, rs: RequestState) -> float:
         """Send calls after the first, per shard (shards send in parallel)."""
@@ -330,7 +308,7 @@ class FlowSimulation:
         """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now."""
         now = self.loop.now
         if rs.eff_bytes <= 0:
-            self.loop.after(self.oracle.latency(rs.tier), lambda: self._transfer_done(rs))
+            self.loop.after(self._oracle.latency(rs.tier), lambda: self._transfer_done(rs))
             return
         rs.flows_left = self.flows_per_transfer
         shard = rs.eff_bytes / self.flows_per_transfer
@@ -397,9 +375,9 @@ class FlowSimulation:
             r = reuse.retrieval_rli(now, fetch.expected_start, fetch.layer_s,
                                     f.size - f.remaining, f.size, self.model.n_layers)
             return mfs.FlowView(str(f.flow_id), f.remaining, None, rli=r,
-                                bandwidth=self.oracle.bandwidth(fetch.tier))
+                                bandwidth=self._oracle.bandwidth(fetch.tier))
         return mfs.FlowView(str(f.flow_id), f.remaining, self._p2d_deadline(rs),
-                            bandwidth=self.oracle.bandwidth(rs.tier) / self.flows_per_transfer)
+                            bandwidth=self._oracle.bandwidth(rs.tier) / self.flows_per_transfer)
 
     def _prune(self, flows, now: float) -> None:
         """MFS's feasibility check, per sender: its P2D transfers share its NIC."""
@@ -413,7 +391,7 @@ class FlowSimulation:
             prev = jobs.get(rid)
             left = f.remaining + (prev.work_s * self._nic_bw if prev else 0.0)
             jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), left / self._nic_bw,
-                                left / self.oracle.bandwidth(rs.tier))
+                                left / self._oracle.bandwidth(rs.tier))
         for jobs in by_sender.values():
             self.pruned |= mfs.prune_infeasible(list(jobs.values()), now,
                                                 self.scenario.network.mfs_pruning)
@@ -442,29 +420,22 @@ class FlowSimulation:
             })
             rs.flows_left -= 1
             if rs.flows_left == 0:
-                delay = self.oracle.latency(rs.tier) + self._call_overhead(rs)
+                delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
                 self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
         self._reschedule_network()
 
     def _transfer_done(self, rs: RequestState) -> None:
-        if rs.state is not None or rs.transfer_end is not None:
-            return  # aborted meanwhile, or a stale completion of an abandoned transfer
-        rs.transfer_end = self.loop.now
-        self.scheduler.transfer_done(rs.prefill, rs.tier)
-        if rs.recovery == "migrate":
-            self.recovery.migrated(rs, self.loop.now)
-        self.decode[rs.decode].kv_landed(rs)
+        # False: aborted meanwhile, or a stale completion of an abandoned transfer
+        if self.plane.landed(rs, self.loop.now):
+            self.decode[rs.decode].kv_landed(rs)
 
-    def kv_ready(self, rs: RequestState) -> None:
-        """Recomputed KV is in place on its target."""
-        if rs.state is None and rs.decode not in self.failed:
-            rs.transfer_end = self.loop.now
+    def _kv_ready(self, rs: RequestState) -> None:
+        """Recomputed KV is in place on its target (unless the target died meanwhile:
+        its detection recovers the request again)."""
+        if rs.decode not in self.failed and self.plane.landed(rs, self.loop.now):
             self.decode[rs.decode].kv_landed(rs)
 
     def _completed(self, rs: RequestState) -> None:
-        self._open -= 1
-
-    def request_ended(self) -> None:
         self._open -= 1
 
     # -- run ---------------------------------------------------------------------------
@@ -497,21 +468,18 @@ class FlowSimulation:
         self.loop.run(until=last + self.scenario.drain_s, stop=lambda: self._open == 0)
         for rs in self.states:
             if rs.state is None:
-                rs.terminate("failed", f"not finished {self.scenario.drain_s:g} s after the "
-                                       "last arrival (drain limit)")
+                self.plane.end(rs, "failed", f"not finished {self.scenario.drain_s:g} s after "
+                                             "the last arrival (drain limit)")
         return RunResult(
             requests=[request_row(rs, self.workload.slo_for(rs.req.request_id))
                       for rs in self.states],
             transfers=self.transfers,
             links=self.links,
-            decision_us=self.decision_us,
+            decision_us=self.plane.decision_us,
             events=self.loop.processed,
             sim_time_s=self.loop.now,
             counters={
-                "recovery_decisions": {k: float(self.recovery.decisions.get(k, 0))
-                                       for k in ("migrate", "recompute", "abort")},
-                "migration_slot_fallbacks": self.recovery.slot_fallbacks,
-                "stale_oracle_decisions": self.stale_decisions,
+                **self.plane.counters(),
                 "faults_injected": len(self.faults_log),
                 "level_bytes": {str(k): v for k, v in sorted(self.net.level_bytes.items())},
                 "reuse_bytes": self.reuse_bytes,

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.flowsim.serving import DecodeInstance
 from testbed.lifecycle import RequestState
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token
+from testbed.serving import DecodeInstance
 from testbed.workers.kvstream import ShardResult
 from testbed.workloads.requests import Request
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from testbed.flowsim.serving import PrefillInstance
 from testbed.lifecycle import RequestState
+from testbed.serving import PrefillInstance
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
 from testbed.workers.decode_engine import DecodeEngine

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from testbed.flowsim.serving import PrefillInstance
 from testbed.model import flowkv
+from testbed.serving import PrefillInstance
 
 
 class RouterFlowKV:
@@ -56,7 +56,7 @@ class RouterFlowKV:
             samples[name] = flowkv.prefill_node_state(
                 bool(held), max(len(held) - 1, 0), sending[name], sum(held.values()),
                 self.cfg.token_budget)
-        live = [n for n in self.decode_pool if n not in r.faults.dead]
+        live = [n for n in self.decode_pool if n not in r.plane.dead]
         capacity = r.sc.cluster.memory_gb * 1e9
         for name in live:
             v = r.views[name]

@@ -28,14 +28,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.flowsim.serving import PrefillInstance
+from testbed.control.plane import ControlPlane
 from testbed.lifecycle import RequestState, request_row
 from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
-from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE, nearest_instance
-from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
+from testbed.model.schedulers import Candidate, SchedulerContext, make_scheduler
+from testbed.serving import PrefillInstance
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop, RunClock
 from testbed.workers.config import RunConfig
@@ -142,19 +142,19 @@ class Router:
         self.conns: dict[str, Connection] = {}
         self.states: dict[str, RequestState] = {}
         self.transfers: list[dict] = []
-        self.decision_us: list[float] = []
         self.ledger = Ledger()
         self.expected: int | None = None
         self.last_arrival = 0.0
         self.warmup, self.measure = sc.workload.warmup_s, sc.workload.measure_s
-        self.oracle: Oracle = fetch_oracle(cfg.oracle_url + "/oracle")
+        self.latest_oracle: Oracle = fetch_oracle(cfg.oracle_url + "/oracle")
         self.oracle_fetches, self.oracle_errors = 1, 0
         self.intents: queue.SimpleQueue[TransferIntent | None] = queue.SimpleQueue()
         self.intents_posted = 0
         self._stop = threading.Event()
         self.finished = False
         self.outcome = "running"
-        self.faults = FaultState(sc.recovery, self.timing)
+        self.faults = FaultState()
+        self.plane = ControlPlane(self.scheduler, self.spec, sc.recovery, self.timing, self)
         self.pids: dict[str, int] = {}
         self.fetching: dict[str, str] = {}  # request -> holder whose fetch is under way
         self.level_bytes: dict[int, float] = {}  # modelled KV bytes per priority level
@@ -162,14 +162,13 @@ class Router:
         self.stall_s: dict[str, float] = {}  # prefill instance -> GPU time lost to fetches
         self.pruned: set[str] = set()
         self.flowkv = RouterFlowKV(self) if cfg.scheduler == "flowkv" else None
-        self.local: set[str] = set()  # decoded where they were prefilled (FlowKV)
 
-    # -- oracle and intents (their own threads; decisions read self.oracle) ------------------
+    # -- oracle and intents (their own threads; decisions read self.latest_oracle) -----------
     def _refresh_oracle(self) -> None:
         period = self.sc.oracle.refresh_s * self.cfg.dilation
         while not self._stop.wait(period):
             try:
-                self.oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
+                self.latest_oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
                 self.oracle_fetches += 1
             except (OSError, ValueError):
                 self.oracle_errors += 1  # keep deciding on the last oracle: it only ages
@@ -231,7 +230,7 @@ class Router:
         threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
         threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
         self._broadcast({"type": "start", "t0": t0})
-        self.loop.at(self.faults.cfg.heartbeat_s, self._check_heartbeats)
+        self.loop.at(self.sc.recovery.heartbeat_s, self._check_heartbeats)
         for fault in self.sc.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
         if self.flowkv is not None:
@@ -271,7 +270,7 @@ class Router:
         if not self.sc.reuse.enabled:
             return None
         hits = {name: view.index.prefix_hit_tokens(req.hash_ids, req.input_len)
-                for name, view in self.views.items() if name not in self.faults.dead}
+                for name, view in self.views.items() if name not in self.plane.dead}
         return reuse.choose_holder(hits, self.sc.reuse.min_tokens)
 
     def _fetch(self, rs: RequestState, holder: str) -> None:
@@ -286,7 +285,7 @@ class Router:
                             "wire": [scaled_bytes(size, self.cfg.scale)],
                             "expected_start": rs.prefill_start,
                             "layer_s": reuse.layer_time(compute, self.model.n_layers),
-                            "bandwidth": self._oracle_view().bandwidth(tier)})
+                            "bandwidth": self.oracle().bandwidth(tier)})
 
     def _on_prefill_done(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
@@ -296,40 +295,50 @@ class Router:
         self.stall_s[rs.prefill] = float(msg.get("stall_s") or 0.0)
         if self.fetching.pop(rs.req.request_id, None) is not None and msg.get("fetch_wire_bytes"):
             self.reuse_bytes += kv_bytes_per_token(self.model) * rs.reuse_tokens
-        req = rs.req
-        cands = self._candidates(req)
-        oracle = self._oracle_view()
         if self.flowkv is not None:
-            self.flowkv.prefilled(rs.prefill, req.request_id)
-        if rs.prefill in self.views and self._decode_locally(rs, cands):
-            return  # an instance doing both roles (FlowKV) keeps what it prefilled
-        t0 = time.perf_counter()
-        decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
-                                         rs.prefill, cands, oracle)
-        self.decision_us.append((time.perf_counter() - t0) * 1e6)
-        if decision.rejected:
-            rs.terminate("rejected", decision.reason)
-            self._check_done()
-            return
-        rs.decode, rs.tier = decision.decode, decision.tier
-        rs.hit_tokens, rs.eff_bytes = decision.hit_tokens, decision.effective_bytes
-        rs.predicted_transfer_s = decision.predicted_transfer_s
-        rs.transfer_start = self.loop.now
+            self.flowkv.prefilled(rs.prefill, rs.req.request_id)
+        self.plane.prefilled(rs)
+
+    # -- the control plane's engine (testbed/control/plane.py) ----------------------------------
+    def now(self) -> float:
+        return self.loop.now
+
+    def candidates(self, req: Request) -> list[Candidate]:
+        closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
+        return [v.candidate(name, req) for name, v in self.views.items()
+                if name not in self.plane.dead and name not in closed]
+
+    def _oracle_age(self) -> float:
+        age = (time.time() - self.latest_oracle.generated_at) / self.cfg.dilation
+        self.faults.note_oracle_age(age)
+        return age
+
+    def oracle_fresh(self) -> bool:
+        return self._oracle_age() <= self.sc.recovery.oracle_max_age_s
+
+    def oracle(self) -> Oracle:
+        """The last oracle as the control plane lets a decision use it; under FlowKV roles
+        switch, so it also knows every instance pair's tier."""
+        oracle = self.plane.view(self.latest_oracle, self._oracle_age())
+        if self.flowkv is not None:
+            oracle = oracle.with_tiers(self.flowkv.all_tiers)
+        return oracle
+
+    def slo(self, request_id: str) -> float:
+        return request_slo(self.sc.slo_s(), self.sc.workload.slo_mix, request_id)
+
+    def assign_transfer(self, rs: RequestState) -> None:
         self._send_work(rs)
 
-    def _decode_locally(self, rs: RequestState, cands: list[Candidate]) -> bool:
-        """The instance that prefilled the request decodes it if it has the memory."""
-        info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
-        here = [c for c in cands if c.instance == rs.prefill]
-        if not here or not self.scheduler.feasible(info, here):
-            return False
-        rs.decode, rs.tier, rs.hit_tokens = rs.prefill, 0, here[0].hit_tokens
-        rs.eff_bytes = self.scheduler.effective_bytes(info, here[0])
-        rs.transfer_start = self.loop.now
-        self.local.add(rs.req.request_id)
+    def assign_local(self, rs: RequestState) -> None:
         self.ledger.wire_sent[rs.req.request_id] = 0
         self._send_work(rs, local=True)
-        return True
+
+    def assign_recompute(self, rs: RequestState, seconds: float, ready_at: float) -> None:
+        self._send_work(rs, recompute_s=seconds)  # the worker queues it behind its others
+
+    def ended(self, rs: RequestState) -> None:
+        self._check_done()
 
     def _send_work(self, rs: RequestState, recompute_s: float = 0.0, local: bool = False
                    ) -> None:
@@ -355,7 +364,7 @@ class Router:
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
                                 "wire": wire, "deadline": self._p2d_deadline(rs),
-                                "bandwidth": self._oracle_view().bandwidth(rs.tier),
+                                "bandwidth": self.oracle().bandwidth(rs.tier),
                                 "calls": self._calls(rs)})
         self.intents.put(TransferIntent(req.request_id, rs.prefill, rs.decode,
                                         int(rs.eff_bytes)))
@@ -368,7 +377,7 @@ class Router:
                                           self.model.n_layers, net.segment_blocks)
 
     def _p2d_deadline(self, rs: RequestState) -> float:
-        return mfs.p2d_deadline(rs.req.arrival_s, self._slo(rs.req.request_id),
+        return mfs.p2d_deadline(rs.req.arrival_s, self.slo(rs.req.request_id),
                                 self.timing.iteration_time(self.sc.cluster.beta_max))
 
     def _count_levels(self, shards: list[dict]) -> None:
@@ -401,14 +410,8 @@ class Router:
         rs = self.states.get(msg["request"])
         if rs is None or rs.transfer_end is not None or msg["decode"] != rs.decode:
             return  # a late report from an instance the request has left
-        rs.transfer_end = float(msg["end"])
         self.ledger.wire_received[rs.req.request_id] = int(msg["bytes"])
-        if rs.recovery == RECOMPUTE or rs.req.request_id in self.local:
-            return  # no network transfer was counted in flight
-        self.scheduler.transfer_done(rs.prefill, rs.tier)
-        if rs.recovery == MIGRATE:
-            self.faults.slots.release()
-            self.faults.ewma.observe(rs.eff_bytes, rs.transfer_end - rs.transfer_start)
+        self.plane.landed(rs, float(msg["end"]))
 
     def _on_first_token(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
@@ -426,26 +429,24 @@ class Router:
             return
         rs.done = float(msg["time"])
         rs.entry_iter_s = msg.get("entry_iter_s")
-        rs.terminate({MIGRATE: "migrated", RECOMPUTE: "recomputed"}.get(rs.recovery,
-                                                                         "completed"))
-        self._check_done()
+        self.plane.served(rs)
 
     def _on_failed(self, msg: dict) -> None:
         rs = self.states.get(msg["request"])
         if rs is None or rs.state is not None:
             return
-        if msg.get("decode", rs.decode) != rs.decode or rs.decode in self.faults.dead:
+        if msg.get("decode", rs.decode) != rs.decode or rs.decode in self.plane.dead:
             return  # recovery has taken the request elsewhere
         # A transfer that broke may mean its receiver died: give the failure detector its
         # full window to say so (then recovery takes the request) before failing it.
         decode = rs.decode
-        wait = (self.faults.cfg.missed_heartbeats + 1) * self.faults.cfg.heartbeat_s
+        rc = self.sc.recovery
+        wait = (rc.missed_heartbeats + 1) * rc.heartbeat_s
         self.loop.after(wait, lambda: self._transfer_failed(rs, decode, str(msg["reason"])))
 
     def _transfer_failed(self, rs: RequestState, decode: str, reason: str) -> None:
-        if rs.state is None and rs.decode == decode and decode not in self.faults.dead:
+        if rs.state is None and rs.decode == decode and decode not in self.plane.dead:
             self._fail(rs, reason)
-            self._check_done()
 
     def _on_state(self, msg: dict) -> None:
         view = self.views.get(msg["instance"])
@@ -469,38 +470,17 @@ class Router:
         work by FlowKV)."""
         self.views[name] = DecodeView(BlockIndex(self.block_tokens))
 
-    def _candidates(self, req: Request) -> list[Candidate]:
-        closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
-        return [v.candidate(name, req) for name, v in self.views.items()
-                if name not in self.faults.dead and name not in closed]
-
-    def _oracle_fresh(self) -> bool:
-        age = (time.time() - self.oracle.generated_at) / self.cfg.dilation
-        self.faults.note_oracle_age(age)
-        return age <= self.faults.cfg.oracle_max_age_s
-
-    def _oracle_view(self) -> Oracle:
-        """The last oracle; past oracle_max_age_s, its static tier map (no congestion).
-        Under FlowKV roles switch, so it also knows every instance pair's tier."""
-        oracle = self.oracle
-        if not self._oracle_fresh():
-            self.faults.stale_decisions += 1
-            oracle = oracle.with_congestion({}, oracle.generated_at)
-        if self.flowkv is not None:
-            oracle = oracle.with_tiers(self.flowkv.all_tiers)
-        return oracle
-
     def _check_heartbeats(self) -> None:
-        limit = self.faults.cfg.missed_heartbeats * self.faults.cfg.heartbeat_s
-        for name in self.views:
-            if name not in self.faults.dead and \
+        rc = self.sc.recovery
+        limit = rc.missed_heartbeats * rc.heartbeat_s
+        for name in list(self.views):
+            if name not in self.plane.dead and \
                     self.loop.now - self.faults.last_beat.get(name, 0.0) > limit:
                 self._declare_dead(name)
         if not self.finished:
-            self.loop.after(self.faults.cfg.heartbeat_s, self._check_heartbeats)
+            self.loop.after(rc.heartbeat_s, self._check_heartbeats)
 
     def _declare_dead(self, name: str) -> None:
-        self.faults.dead.add(name)
         for rid, holder in list(self.fetching.items()):
             if holder == name:  # the prefill computes that prefix itself
                 del self.fetching[rid]
@@ -509,57 +489,7 @@ class Router:
                     self._send(rs.prefill, {"type": "fetch_failed", "request": rid,
                                             "reason": f"holder {name} declared dead"})
         self.faults.log.append({"time": self.loop.now, "event": "declared dead", "target": name})
-        for rs in list(self.states.values()):
-            if rs.state is None and rs.decode == name:
-                if rs.transfer_end is None and rs.recovery != RECOMPUTE:
-                    self.scheduler.transfer_done(rs.prefill, rs.tier)
-                    if rs.recovery == MIGRATE:
-                        self.faults.slots.release()
-                self._recover(rs)
-        self._check_done()
-
-    def _recover(self, rs: RequestState) -> None:
-        req, now = rs.req, self.loop.now
-        oracle = self._oracle_view()
-        cands = self._candidates(req)
-        decision = self.scheduler.select(RequestInfo(req.request_id, req.input_len, rs.kv_bytes),
-                                         rs.prefill, cands, oracle)
-        lost = rs.decode
-        if decision.rejected:
-            self._abort(rs, f"decode {lost} failed; {decision.reason}")
-            return
-        by_name = {c.instance: c for c in cands}
-        load = lambda n: self.scheduler.load_time(by_name[n])  # noqa: E731
-        rec_target = (nearest_instance(self.spec, lost, list(by_name), load)
-                      if self.faults.cfg.recompute_target == "local" else decision.decode)
-        plan = self.faults.plan(rs, decision.decode, rec_target, load, oracle,
-                                self._oracle_fresh(), now,
-                                self._slo(req.request_id),
-                                self.scheduler.inflight.get(decision.tier, rs.prefill))
-        if plan.action == ABORT:
-            self.scheduler.transfer_done(rs.prefill, decision.tier)
-            self._abort(rs, f"decode {lost} failed; {plan.reason}")
-            return
-        self.faults.decisions[plan.action] += 1
-        rs.recovery = plan.action
-        target = decision.decode if plan.action == MIGRATE else rec_target
-        rs.decode, rs.tier = target, self.oracle.tier(rs.prefill, target)
-        rs.hit_tokens, rs.transfer_start, rs.transfer_end = 0, now, None
-        if plan.action == MIGRATE:
-            rs.eff_bytes = rs.kv_bytes
-            self._send_work(rs)
-        else:
-            rs.eff_bytes = 0.0
-            self.scheduler.transfer_done(rs.prefill, decision.tier)  # no network transfer
-            self._send_work(rs, recompute_s=plan.recompute_s)
-
-    def _slo(self, request_id: str) -> float:
-        return request_slo(self.sc.slo_s(), self.sc.workload.slo_mix, request_id)
-
-    def _abort(self, rs: RequestState, reason: str) -> None:
-        rs.recovery = ABORT
-        self.faults.decisions[ABORT] += 1
-        rs.terminate("aborted", reason)
+        self.plane.declare_dead(name, list(self.states.values()))
         self._check_done()
 
     def _inject(self, fault) -> None:
@@ -589,10 +519,9 @@ class Router:
 
     def _fail(self, rs: RequestState, reason: str) -> None:
         if rs.decode is not None and rs.transfer_end is None:
-            self.scheduler.transfer_done(rs.prefill, rs.tier)
             self._send(rs.decode, {"type": "cancel", "request": rs.req.request_id,
                                    "reason": reason})
-        rs.terminate("failed", reason)
+        self.plane.end(rs, "failed", reason)
 
     def _fail_involving(self, name: str, reason: str) -> None:
         for rs in self.states.values():
@@ -623,11 +552,11 @@ class Router:
         return {
             "outcome": self.outcome, "scheduler": self.cfg.scheduler, "seed": self.cfg.seed,
             "t0": getattr(self, "t0", None), "expected": self.expected,
-            "requests": [request_row(rs, self._slo(rs.req.request_id))
+            "requests": [request_row(rs, self.slo(rs.req.request_id))
                          for rs in self.states.values()],
             "transfers": sorted(self.transfers, key=lambda t: (t["start"], t["request"],
                                                                t["shard"])),
-            "decision_us": self.decision_us,
+            "decision_us": self.plane.decision_us,
             "wire_bytes_sent": sum(self.ledger.wire_sent.values()),
             "wire_bytes_received": sum(self.ledger.wire_received.values()),
             "wire_bytes_expected": sum(self.ledger.wire_expected.values()),
@@ -635,10 +564,7 @@ class Router:
             "oracle_fetches": self.oracle_fetches, "oracle_errors": self.oracle_errors,
             "intents_posted": self.intents_posted,
             "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
-            "recovery_decisions": {k: self.faults.decisions.get(k, 0)
-                                   for k in (MIGRATE, RECOMPUTE, ABORT)},
-            "migration_slot_fallbacks": self.faults.slot_fallbacks,
-            "stale_oracle_decisions": self.faults.stale_decisions,
+            **self.plane.counters(),
             "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
             "level_bytes": {str(k): v for k, v in sorted(self.level_bytes.items())},
             "reuse_bytes": self.reuse_bytes,

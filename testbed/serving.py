@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
 
-from testbed.flowsim.events import EventLoop
-from testbed.lifecycle import RequestState
+from testbed.lifecycle import RequestState, served_state
 from testbed.model import reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.timing import TimingModel
@@ -143,7 +142,7 @@ class DecodeInstance:
     def __init__(
         self,
         name: str,
-        loop: EventLoop,
+        loop,  # .now, .at(t, fn), .after(dt, fn): the sim's EventLoop or a RealTimeLoop
         timing: TimingModel,
         beta_max: int,
         capacity: float,
@@ -277,6 +276,5 @@ class DecodeInstance:
         self.cache.unpin(rs.keys)
         self.reserved -= rs.reserved
         rs.reserved = 0.0
-        served = {"migrate": "migrated", "recompute": "recomputed"}.get(rs.recovery, "completed")
-        rs.terminate(served)
+        rs.terminate(served_state(rs.recovery))
         self.on_complete(rs)

@@ -1,0 +1,1 @@
+"""The control plane, written once for both engines (testbed/control/plane.py)."""
