@@ -252,10 +252,11 @@ def controller(scenario: str, sets: tuple[str, ...]) -> None:
     except (ScenarioError, TraceError) as exc:
         _fail(str(exc))
     from testbed.controller.main import run
+    from testbed.topologies.routing import packet_ecmp
 
     emu = sc.emulation
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        sc.network.ecmp, emu.kv_port)
+        packet_ecmp(sc.network.ecmp), emu.kv_port)
 
 
 @main.group()
@@ -469,9 +470,9 @@ def calibrate(scenario: str, out_file: str | None, sets: tuple[str, ...]) -> Non
     flow model with --set network.capacity_factor='{1: f1, 2: f2, 3: f3}'. Needs root and
     Open vSwitch.
     """
-    from testbed.emulation.calibrate import calibrate as run_calibration
     from testbed.emulation.net import EmulatedNetwork, EmulationError
     from testbed.records import atomic_write, stamp, write_json
+    from testbed.validate.calibrate import calibrate as run_calibration
 
     try:
         sc = _load(scenario, sets)

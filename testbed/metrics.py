@@ -28,6 +28,19 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def run_summary(requests: Sequence[dict], links: Sequence[dict], workload,
+                decision_us: Sequence[float], counters: dict) -> dict:
+    """summary.json of one run, from either engine: the paper's metrics over the measured
+    window, the decision latency, the offered load and the engine's counters."""
+    summary = summarize(requests, links, workload.slo_s, workload.measure_s)
+    us = sorted(decision_us)
+    summary["decision_us_median"] = us[len(us) // 2] if us else math.nan
+    summary["offered_rps"] = workload.rate_rps
+    summary["capacity_rps"] = workload.capacity_rps
+    summary.update(counters)
+    return summary
+
+
 def summarize(
     requests: Sequence[dict], links: Sequence[dict], slo_s: float, measure_s: float
 ) -> dict:

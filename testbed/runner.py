@@ -14,7 +14,7 @@ import yaml
 
 from testbed.flowsim.simulator import simulate
 from testbed.lifecycle import TERMINAL_STATES
-from testbed.metrics import aggregate, summarize
+from testbed.metrics import aggregate, run_summary
 from testbed.model.schedulers import SCHEDULERS
 from testbed.records import RunFolder, atomic_write, write_json
 from testbed.workloads.build import build_workload
@@ -97,11 +97,8 @@ def run_task(task: Task) -> dict:
     workload = build_workload(task.cell, task.seed)
     result = simulate(task.cell, task.scheduler, task.seed, workload)
     check_conservation(result.requests, len(workload.requests))
-    summary = summarize(result.requests, result.links, workload.slo_s, workload.measure_s)
-    summary["decision_us_median"] = _median(result.decision_us)
-    summary.update(result.counters)
-    summary["offered_rps"] = workload.rate_rps
-    summary["capacity_rps"] = workload.capacity_rps
+    summary = run_summary(result.requests, result.links, workload, result.decision_us,
+                          result.counters)
     return {"requests": result.requests, "transfers": result.transfers,
             "links": result.links, "summary": summary}
 
@@ -171,13 +168,6 @@ def run_flowsim(
 def _short(key: str) -> str:
     """Column name for a sweep key: the last part of each field it sets."""
     return "+".join(f.strip().split(".")[-1] for f in key.split(","))
-
-
-def _median(xs: list[float]) -> float:
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    return s[len(s) // 2]
 
 
 def _fmt(x: float, digits: int = 0) -> str:

@@ -11,10 +11,12 @@ from collections import Counter
 
 import pytest
 
-from testbed.controller import routing, telemetry
+from testbed.controller import telemetry
 from testbed.controller.oracle_server import make_server
 from testbed.controller.state import ControllerState
-from testbed.emulation import cleanup, fidelity, tc
+from testbed.datapath import tc
+from testbed.emulation import cleanup, fidelity
+from testbed.topologies import routing
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.fattree import FatTreeSpec
 from testbed.topologies.traffic_classes import CLASSES, KV, class_of_dscp
@@ -189,3 +191,43 @@ def test_oracle_server_answers_and_validates(fabric):
         assert state.intents_total == 1 and state.intents[0].dst == "i9"
     finally:
         server.shutdown()
+
+
+def test_the_dscp_policy_trusts_levels_marks_kv_by_port_and_remarks_the_rest(fabric):
+    from testbed.controller import rules
+
+    got = rules.classify_rules([1, 2], kv_port=7000, control_ports=(7100,))
+    by_port = {p: [r for r in got if dict(r.match).get("in_port") == p] for p in (1, 2)}
+    assert len(by_port[1]) == len(by_port[2]) > 0
+    kv = [r for r in by_port[1] if dict(r.match).get("tcp_dst") == 7000]
+    assert kv and kv[0].actions == (("set_dscp", KV.dscp),) and kv[0].goto == rules.TABLE_FORWARD
+    # the catch-all re-marks best effort below every trusted or port rule
+    (rest,) = [r for r in by_port[1] if dict(r.match) == {"in_port": 1, "eth_type": 0x0800}]
+    assert rest.actions == (("set_dscp", 0),)
+    assert rest.priority < min(r.priority for r in by_port[1] if r is not rest)
+    assert any(r.actions == (("controller",),) for r in got)  # ARP to the controller
+
+
+@pytest.mark.parametrize("ecmp", ["per-pair", "per-flow"])
+def test_forwarding_rules_pin_the_pair_path_only_under_per_pair(fabric, ecmp):
+    from testbed.controller import rules
+
+    table, gids, down = rules.route_table(fabric, set())
+    assert not down and gids
+    tor = "tor0"
+    got = rules.forward_rules(fabric, tor, table, gids, ecmp)
+    pinned = [r for r in got if r.cookie == rules.PAIR_COOKIE]
+    assert bool(pinned) == (ecmp == "per-pair")
+    assert len([r for r in got if r.priority == 100]) == len(table[tor])
+    if ecmp == "per-pair":  # each pinned port is the one the flow model follows
+        paths = routing.PairPaths(fabric.spec)
+        checked = 0
+        for r in pinned:
+            m = dict(r.match)
+            src = fabric.host_by_ip[m["ipv4_src"]].name
+            dst = fabric.host_by_ip[m["ipv4_dst"]].name
+            hops = [h for h in paths.path(src, dst) if h[0] == tor]
+            if hops:  # the pair's packets pass this switch
+                assert fabric.switch_ports[(tor, r.actions[0][1])].peer_of(tor) == hops[0][1]
+                checked += 1
+        assert checked > 0

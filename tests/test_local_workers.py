@@ -122,7 +122,7 @@ def test_a_killed_decode_worker_is_detected_and_its_requests_recovered(
     affected = [r for r in result["requests"] if r["recovery"]]
     assert affected and {r["state"] for r in affected} <= {state, "aborted"}
     assert all(r["decode"] != "i3" for r in affected if r["state"] == state)
-    assert result["recovery_decisions"][policy.split("_")[1]] == \
+    assert result["counters"]["recovery_decisions"][policy.split("_")[1]] == \
         sum(r["state"] == state for r in affected)
     served = [r for r in result["requests"] if r["state"] in ("completed", state)]
     assert all(r["first_token"] is not None for r in served)
@@ -150,11 +150,11 @@ def test_kv_reuse_fetches_and_priority_marking_under_mfs(tmp_path, oracle):
         assert r["prefill_end"] - r["prefill_start"] >= \
             timing.prefill_time(r["input_len"] - r["reuse_tokens"]) - 1e-6
     per_token = kv_bytes_per_token(sc.model_spec())
-    assert result["reuse_bytes"] == pytest.approx(per_token * sum(r["reuse_tokens"]
+    assert result["counters"]["reuse_bytes"] == pytest.approx(per_token * sum(r["reuse_tokens"]
                                                                  for r in reused))
-    levels = {int(k): v for k, v in result["level_bytes"].items()}
+    levels = {int(k): v for k, v in result["counters"]["level_bytes"].items()}
     assert sum(levels.values()) == pytest.approx(
-        (result["wire_bytes_sent"]) / sc.emulation.scale + result["reuse_bytes"], rel=0.01)
+        (result["wire_bytes_sent"]) / sc.emulation.scale + result["counters"]["reuse_bytes"], rel=0.01)
     assert len(levels) > 1 and all(0 <= k <= 8 for k in levels)
 
 
@@ -172,7 +172,7 @@ def test_flowkv_switches_an_idle_decode_worker_to_prefill_work(tmp_path, oracle)
     assert result["outcome"] == "finished", result["errors"]
     check_conservation(result["requests"], len(build_workload(sc, 1).requests))
     assert {r["state"] for r in result["requests"]} == {"completed"}
-    assert result["role_switches"] > 0
+    assert result["counters"]["role_switches"] > 0
     prefill_pool = {i.name for i in spec.prefill_pool}
     hybrid = [r for r in result["requests"] if r["prefill"] not in prefill_pool]
     assert hybrid, "some request was prefilled by a switched decode worker"
@@ -201,5 +201,5 @@ def test_flowkv_switches_an_idle_prefill_worker_to_decode_work(tmp_path, oracle)
     prefill_pool = {i.name for i in sc.cluster.spec().prefill_pool}
     on_prefill = [r for r in result["requests"] if r["decode"] in prefill_pool]
     assert on_prefill, "some request was decoded by a switched prefill worker"
-    assert result["role_switches"] > 0
+    assert result["counters"]["role_switches"] > 0
     assert not result["wire_mismatches"] and not result["errors"]

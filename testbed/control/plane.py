@@ -231,11 +231,20 @@ class ControlPlane:
         self.end(rs, "aborted", reason)
 
     # -- records ------------------------------------------------------------------------------------
-    def counters(self) -> dict:
-        """The control plane's part of a run's summary, the same keys in both engines."""
+    def counters(self, faults_injected: int, level_bytes: dict, reuse_bytes: float,
+                 prefill_stall_s: float, pruned_requests: int, roles=None) -> dict:
+        """A run's counters for summary.json, the same keys from both engines: the control
+        plane's own and what the engine measured of faults, priority levels (MFS), KV
+        reuse and FlowKV's controller (`roles`, when it ran)."""
         return {
             "recovery_decisions": {k: self.book.decisions.get(k, 0)
                                    for k in (MIGRATE, RECOMPUTE, ABORT)},
             "migration_slot_fallbacks": self.book.slot_fallbacks,
             "stale_oracle_decisions": self.stale_decisions,
+            "faults_injected": faults_injected,
+            "level_bytes": {str(k): v for k, v in sorted(level_bytes.items())},
+            "reuse_bytes": reuse_bytes,
+            "prefill_stall_s": prefill_stall_s,
+            "pruned_requests": pruned_requests,
+            **(roles.counters() if roles is not None else {}),
         }

@@ -1,7 +1,8 @@
-"""The os-ken application: proactive fat-tree forwarding, DSCP policy, telemetry.
+"""The os-ken application: the shell that speaks OpenFlow 1.3 for the controller.
 
-Decisions come from routing.py and telemetry.py (pure); this module only speaks
-OpenFlow 1.3, reads tc counters and updates the shared state. `RUNTIME` is set by
+What to install comes from rules.py (pure: DSCP policy, forwarding, ECMP groups), the
+telemetry from poller.py; this module only turns rules into messages, follows switches
+and port status, answers ARP and drives the poll. `RUNTIME` is set by
 testbed.controller.main before os-ken instantiates the app (AppManager builds apps
 itself and has no other way in).
 """
@@ -19,16 +20,12 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 
-from testbed.controller import routing, telemetry
+from testbed.controller import rules as R
 from testbed.controller.exporter import Metrics
+from testbed.controller.poller import Poller
 from testbed.controller.state import ControllerState
-from testbed.emulation import tc
-from testbed.topologies.traffic_classes import CLASSES, CONTROL, KV, trusted_level_dscps
 
 log = logging.getLogger("testbed.controller")
-
-TABLE_CLASSIFY, TABLE_FORWARD = 0, 1
-PAIR_COOKIE = 0x5041495200000000  # per-transfer ECMP rules, removed as a set on reroute
 
 
 @dataclass
@@ -58,11 +55,7 @@ class FabricController(app_manager.OSKenApp):
         self.down_ends: set[tuple[str, int]] = set()
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
         self.pending_barrier: dict[str, int] = {}
-        self._prev: dict[str, dict[str, dict[str, int]]] = {}
-        self._prev_t: float | None = None
-        self._intents_seen = 0
-        self._egress = [(n, i, link) for n, i, link in self.fabric.egress_interfaces()
-                        if n in self.fabric.switches]
+        self.telemetry = Poller(self.fabric, self.state, RUNTIME.metrics)
         self.poller = hub.spawn(self._poll_loop)
 
     # -- connection ------------------------------------------------------------------
@@ -91,15 +84,26 @@ class FabricController(app_manager.OSKenApp):
                     self.state.ready.discard(name)
 
     # -- flows -----------------------------------------------------------------------
-    def _flow(self, dp, table, priority, match, actions=(), goto=None, cookie=0):
+    def _send_rule(self, dp, rule: R.Rule):
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        actions = []
+        for act in rule.actions:
+            if act[0] == "output":
+                actions.append(parser.OFPActionOutput(act[1]))
+            elif act[0] == "group":
+                actions.append(parser.OFPActionGroup(act[1]))
+            elif act[0] == "set_dscp":
+                actions.append(parser.OFPActionSetField(ip_dscp=act[1]))
+            else:  # controller
+                actions.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
         inst = []
         if actions:
-            inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, list(actions)))
-        if goto is not None:
-            inst.append(parser.OFPInstructionGotoTable(goto))
-        dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=table, priority=priority,
-                                      match=match, instructions=inst, cookie=cookie))
+            inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+        if rule.goto is not None:
+            inst.append(parser.OFPInstructionGotoTable(rule.goto))
+        dp.send_msg(parser.OFPFlowMod(datapath=dp, table_id=rule.table, priority=rule.priority,
+                                      match=parser.OFPMatch(**dict(rule.match)),
+                                      instructions=inst, cookie=rule.cookie))
 
     def _install_base(self, name, dp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -108,40 +112,15 @@ class FabricController(app_manager.OSKenApp):
                                       out_group=ofp.OFPG_ANY))
         dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, 0, ofp.OFPG_ALL))
         self.groups[name] = {}
-        # ARP goes to the controller, which answers from the fabric's address plan
-        self._flow(dp, TABLE_FORWARD, 300, parser.OFPMatch(eth_type=0x0806),
-                   [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
         host_ports = [link.port_of(name) for (sw, _), link in self.fabric.switch_ports.items()
                       if sw == name and link.peer_of(name) in self.fabric.hosts]
-        # DSCP policy at the ToR ingress: trust the KV priority levels senders set per
-        # layer chunk (above all else: MFS and its baselines), mark KV and control by
-        # port, trust the class table's code points, re-mark anything else best effort.
-        # Inside the fabric: trust.
-        for port in host_ports:
-            for dscp in trusted_level_dscps():
-                match = parser.OFPMatch(in_port=port, eth_type=0x0800, ip_dscp=dscp)
-                self._flow(dp, TABLE_CLASSIFY, 250, match, goto=TABLE_FORWARD)
-            for field in ("tcp_dst", "tcp_src"):
-                for cls, ports in ((KV, (self.rt.kv_port,)), (CONTROL, self.rt.control_ports)):
-                    for p in ports:
-                        match = parser.OFPMatch(in_port=port, eth_type=0x0800, ip_proto=6,
-                                                **{field: p})
-                        self._flow(dp, TABLE_CLASSIFY, 200, match,
-                                   [parser.OFPActionSetField(ip_dscp=cls.dscp)], TABLE_FORWARD)
-            for cls in CLASSES:
-                match = parser.OFPMatch(in_port=port, eth_type=0x0800, ip_dscp=cls.dscp)
-                self._flow(dp, TABLE_CLASSIFY, 100, match, goto=TABLE_FORWARD)
-            self._flow(dp, TABLE_CLASSIFY, 50, parser.OFPMatch(in_port=port, eth_type=0x0800),
-                       [parser.OFPActionSetField(ip_dscp=0)], TABLE_FORWARD)
-        self._flow(dp, TABLE_CLASSIFY, 0, parser.OFPMatch(), goto=TABLE_FORWARD)
+        for rule in R.classify_rules(host_ports, self.rt.kv_port, self.rt.control_ports):
+            self._send_rule(dp, rule)
 
     def _install_routes(self, only: str | None = None):
-        down = {routing.link_key(self.fabric.switch_ports[end]) for end in self.down_ends
-                if end in self.fabric.switch_ports}
-        table = routing.next_hops(self.fabric, down)
-        gids = routing.group_ids(table)
+        table, gids, down_names = R.route_table(self.fabric, self.down_ends)
         with self.state.lock:
-            self.state.down_links = {f"{min(k)}-{max(k)}" for k in down}
+            self.state.down_links = down_names
         for name, dp in list(self.datapaths.items()):
             if only and name != only:
                 continue
@@ -149,12 +128,12 @@ class FabricController(app_manager.OSKenApp):
             # per-pair rules of the old route set would black-hole a dead port: drop them
             # (the per-destination rules below still route while new pairs are added)
             dp.send_msg(parser.OFPFlowMod(datapath=dp, command=ofp.OFPFC_DELETE,
-                                          table_id=TABLE_FORWARD, cookie=PAIR_COOKIE,
+                                          table_id=R.TABLE_FORWARD, cookie=R.PAIR_COOKIE,
                                           cookie_mask=0xFFFFFFFFFFFFFFFF,
                                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
             installed = self.groups.setdefault(name, {})
-            for (sw, ports), gid in gids.items():
-                if sw != name or installed.get(gid) == ports:
+            for gid, ports in R.switch_groups(name, gids).items():
+                if installed.get(gid) == ports:
                     continue
                 buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY,
                                             watch_group=ofp.OFPG_ANY,
@@ -162,22 +141,8 @@ class FabricController(app_manager.OSKenApp):
                 cmd = ofp.OFPGC_MODIFY if gid in installed else ofp.OFPGC_ADD
                 dp.send_msg(parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, gid, buckets))
                 installed[gid] = ports
-            for dst, ports in table[name].items():
-                ip = self.fabric.hosts[dst].ip
-                match = parser.OFPMatch(eth_type=0x0800, ipv4_dst=ip)
-                if len(ports) == 1:
-                    actions = [parser.OFPActionOutput(ports[0])]
-                else:
-                    actions = [parser.OFPActionGroup(gids[(name, ports)])]
-                self._flow(dp, TABLE_FORWARD, 100, match, actions)
-                if self.rt.ecmp in ("per-transfer", "per-pair") and len(ports) > 1:
-                    for src in self.fabric.hosts.values():
-                        if src.name == dst:
-                            continue
-                        pm = parser.OFPMatch(eth_type=0x0800, ipv4_src=src.ip, ipv4_dst=ip)
-                        port = routing.pair_port(src.ip, ip, ports)
-                        self._flow(dp, TABLE_FORWARD, 110, pm, [parser.OFPActionOutput(port)],
-                                   cookie=PAIR_COOKIE)
+            for rule in R.forward_rules(self.fabric, name, table, gids, self.rt.ecmp):
+                self._send_rule(dp, rule)
             dp.send_msg(parser.OFPBarrierRequest(dp))
             self.pending_barrier[name] = self.pending_barrier.get(name, 0) + 1
 
@@ -249,51 +214,7 @@ class FabricController(app_manager.OSKenApp):
             hub.sleep(max(0.0, next_at - time.monotonic()))
 
     def _poll_once(self):
-        t0 = time.perf_counter()
-        names = [intf for _, intf, _ in self._egress]
-        counters = tc.all_counters(names)
-        now = time.time()
-        metrics = self.rt.metrics
-        samples = []
-        if self._prev_t is not None:
-            dt = now - self._prev_t
-            for node, intf, link in self._egress:
-                if intf not in counters or intf not in self._prev:
-                    continue
-                bps = telemetry.rates(self._prev[intf], counters[intf], dt)
-                samples.append(telemetry.InterfaceRate(intf, f"{node}>{link.peer_of(node)}",
-                                                       link.tier, link.rate_bps, bps))
-                for cls, counts in counters[intf].items():
-                    before = self._prev[intf].get(cls, {})
-                    metrics.class_bytes.labels(intf, cls).inc(
-                        max(0, counts["bytes"] - before.get("bytes", 0)))
-                    metrics.class_drops.labels(intf, cls).inc(
-                        max(0, counts["drops"] - before.get("drops", 0)))
-        self._prev, self._prev_t = counters, now
-        if samples:
-            congestion = telemetry.tier_congestion(samples)
-            util = {s.link: {c: s.utilisation(c) for c in ("control", "kv", "background")}
-                    for s in samples}
-            with self.state.lock:
-                self.state.congestion = congestion
-                self.state.generated_at = now
-                self.state.polls += 1
-                self.state.link_utilisation = util
-                down = len(self.state.down_links)
-                intents = self.state.intents_total
-            for tier, c in congestion.items():
-                metrics.congestion.labels(str(tier)).set(c)
-            for s in samples:
-                for cls in ("control", "kv", "background"):
-                    metrics.link_util.labels(s.link, s.interface, str(s.tier), cls).set(
-                        s.utilisation(cls))
-            metrics.links_down.set(down)
-            metrics.intents.inc(intents - self._intents_seen)
-            self._intents_seen = intents
-        metrics.poll_latency.observe(time.perf_counter() - t0)
-        age = self.state.age_s()
-        if age is not None:
-            metrics.oracle_age.set(age)
+        self.telemetry.poll()
         for dp in list(self.datapaths.values()):
             parser, ofp = dp.ofproto_parser, dp.ofproto
             dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))

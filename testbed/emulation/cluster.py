@@ -8,7 +8,7 @@ every server, the same user everywhere), and joins links that cross servers with
 tunnel: `ssh` (Mininet's RemoteLink: an Ethernet tunnel over SSH between tap devices;
 needs PermitTunnel yes in the remote sshd) or `gre` (RemoteGRELink: gretap, needs the
 kernel's ip_gre). Each node's HTB tree is built by this project's own tc code, run on
-the node's server (`python -m testbed.emulation.tc` from `netkv_project_dir`, where the
+the node's server (`python -m testbed.datapath.tc` from `netkv_project_dir`, where the
 playbooks put the project). The controller must listen where every server can reach
 it: set emulation.bind to this machine's address on the servers' network.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from testbed.emulation import tc
+from testbed.datapath import tc
 from testbed.emulation.cleanup import TAG
 from testbed.emulation.net import EmulatedNetwork, EmulationError
 from testbed.remote.inventory import InventoryError, load_hostvars, load_inventory
@@ -148,7 +148,7 @@ class ClusterNetwork(EmulatedNetwork):
                                    min_packets=q, kv_levels=levels, byte_limit=bytes_)
                 continue
             python = f"{self.servers.project_dir[server]}/.venv/bin/python"
-            out = n.cmd(python, "-m", "testbed.emulation.tc", "install", intf,
+            out = n.cmd(python, "-m", "testbed.datapath.tc", "install", intf,
                         str(link.rate_bps), str(q), str(levels),
                         self.scenario.emulation.queue_limit, ";", "echo", "rc=$?")
             if "rc=0" not in out:

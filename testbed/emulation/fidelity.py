@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.emulation import tc
+from testbed.datapath import tc
 
 MIN_RATIO = 0.95
 # On the 2-core development machine (benchmarks/bench_fabric.py) userspace OVS and the

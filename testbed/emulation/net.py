@@ -23,7 +23,8 @@ import urllib.request
 from functools import partial
 from pathlib import Path
 
-from testbed.emulation import cleanup, tc
+from testbed.datapath import tc
+from testbed.emulation import cleanup
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.topologies.fabric import Fabric
 

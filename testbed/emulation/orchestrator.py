@@ -21,7 +21,7 @@ from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.net import EmulatedNetwork, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import NamespaceLauncher, WorkerError, WorkerSet
-from testbed.metrics import aggregate, summarize
+from testbed.metrics import aggregate, run_summary
 from testbed.records import RunFolder, atomic_write, write_json
 from testbed.runner import Row, RunOutcome, check_conservation, format_table, preflight, slug
 from testbed.workers.config import RunConfig
@@ -116,9 +116,9 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                         result, links, fidelity = run_one(net, cell, cell_file, key, seed,
                                                           folder.path / rel, f"{index}-{key}-{seed}")
                         check_conservation(result["requests"], len(workload.requests))
-                        summary = summarize(result["requests"], links, workload.slo_s,
-                                            workload.measure_s)
-                        summary.update(run_counters(result, workload, fidelity))
+                        summary = run_summary(result["requests"], links, workload,
+                                              result["decision_us"], result["counters"])
+                        summary.update(packet_counters(result, fidelity))
                         folder.write_cell(rel, result["requests"], result["transfers"], links,
                                           summary)
                         write_json(folder.path / rel / "fidelity.json", fidelity)
@@ -146,12 +146,9 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     return RunOutcome(folder.path, rows, table, time.perf_counter() - t_start)
 
 
-def run_counters(result: dict, workload, fidelity: dict) -> dict:
-    """What summary.json adds for an emulated run: bytes, oracle, fidelity."""
-    us = sorted(result["decision_us"])
+def packet_counters(result: dict, fidelity: dict) -> dict:
+    """What summary.json adds for an emulated run: bytes on the wire, oracle, fidelity."""
     return {
-        "decision_us_median": us[len(us) // 2] if us else float("nan"),
-        "offered_rps": workload.rate_rps, "capacity_rps": workload.capacity_rps,
         "wire_bytes_sent": result["wire_bytes_sent"],
         "wire_bytes_received": result["wire_bytes_received"],
         "wire_bytes_expected": result["wire_bytes_expected"],
@@ -161,18 +158,7 @@ def run_counters(result: dict, workload, fidelity: dict) -> dict:
         "fidelity": fidelity["verdict"], "cpu_busy_p95": fidelity["cpu_busy_p95"],
         "worst_link_ratio": fidelity["worst_ratio"],
         "worker_errors": len(result["errors"]),
-        "recovery_decisions": {k: float(v) for k, v in result["recovery_decisions"].items()},
-        "migration_slot_fallbacks": result["migration_slot_fallbacks"],
-        "stale_oracle_decisions": result["stale_oracle_decisions"],
         "oracle_age_max_s": result["oracle_age_max_s"],
-        "faults_injected": sum(f["event"] != "declared dead" for f in result["faults"]),
-        # priority levels and KV reuse (issue 7), as the flow simulator reports them
-        "level_bytes": result["level_bytes"], "reuse_bytes": result["reuse_bytes"],
-        "prefill_stall_s": result["prefill_stall_s"],
-        "pruned_requests": result["pruned_requests"],
-        # FlowKV-LA's controller (issue 8), when it ran
-        **{k: result[k] for k in ("flowkv_regimes", "role_switches", "scale_hints")
-           if k in result},
     }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from testbed.model import tcp as tcpmodel
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.topologies.fattree import FatTreeSpec
+from testbed.topologies.routing import PairPaths
 
 MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
 
@@ -92,9 +93,7 @@ class FluidNetwork:
         self._next_id = 0
         self.last_update = 0.0
         self._path_cache: dict[tuple[str, str], list[list[Hop]]] = {}
-        self._pair_cache: dict[tuple, list[Hop]] = {}
-        self._fabric = None
-        self._table: dict = {}
+        self._pairs = PairPaths(spec)
 
     # -- paths -----------------------------------------------------------------------
     def _all_paths(self, src: str, dst: str) -> list[list[Hop]]:
@@ -117,26 +116,20 @@ class FluidNetwork:
 
     def pair_path(self, src: str, dst: str) -> list[Hop]:
         """Per-pair ECMP: the path the emulated fabric's controller pins for this pair."""
-        key = ("pair", src, dst)
-        path = self._pair_cache.get(key)
-        if path is None:
-            if self.spec.tier(src, dst) == 0:  # same server: no switch to hash
-                path = self.spec.paths(src, dst)[0]
-            else:
-                if self._fabric is None:
-                    from testbed.controller.routing import next_hops
-                    from testbed.topologies.fabric import Fabric
-
-                    self._fabric = Fabric(self.spec, 1.0)
-                    self._table = next_hops(self._fabric, set())
-                from testbed.controller.routing import pair_path
-
-                path = pair_path(self._fabric, self._table, src, dst)
-            self._pair_cache[key] = path
+        path = self._pairs.path(src, dst)
         if any(self.links[h].down for h in path):  # the controller re-hashes on live paths
             live = self.live_paths(src, dst)
             path = live[zlib.crc32(f"{src}>{dst}".encode()) % len(live)]
         return path
+
+    def transfer_paths(self, src: str, dst: str, mode: str, flows: int) -> list[list[Hop]]:
+        """One path per flow of a transfer under `network.ecmp` (topologies/routing.py
+        says what each mode means)."""
+        if mode == "per-pair":
+            return [self.pair_path(src, dst)] * flows
+        if mode == "per-flow":
+            return [self.ecmp_path(src, dst) for _ in range(flows)]
+        return [self.ecmp_path(src, dst)] * flows
 
     # -- failures --------------------------------------------------------------------
     def set_link(self, a: str, b: str, up: bool, now: float) -> int:

@@ -73,7 +73,7 @@ class FlowSimulation:
         )
         slow = cluster.slowdown
         self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
-                                                self.loop, self._prefill_done,
+                                                self.loop, self.prefill_done,
                                                 slow.get(i.name, 1.0))
                         for i in self.spec.prefill_pool}
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
@@ -269,10 +269,7 @@ class FlowSimulation:
         tier = self.spec.tier(rs.prefill, holder)
         self.fetches[rs.req.request_id] = Fetch(holder, rs.prefill, tier, size,
                                                 rs.prefill_start, layer_s)
-        if self.scenario.network.ecmp == "per-pair":
-            path = self.net.pair_path(holder, rs.prefill)
-        else:
-            path = self.net.ecmp_path(holder, rs.prefill)
+        (path,) = self.net.transfer_paths(holder, rs.prefill, self.scenario.network.ecmp, 1)
         self.net.add_flow(path, size, self.loop.now, tag=(rs, REUSE), level=self._initial_level)
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
@@ -290,7 +287,7 @@ class FlowSimulation:
                           d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
                 for d in self.decode.values() if d.name not in self.plane.dead | closed]
 
-    def _prefill_done(self, rs: RequestState) -> None:
+    def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)
 
     def _call_overhead(self, rs: RequestState) -> float:
@@ -312,14 +309,9 @@ class FlowSimulation:
             return
         rs.flows_left = self.flows_per_transfer
         shard = rs.eff_bytes / self.flows_per_transfer
-        ecmp = self.scenario.network.ecmp
-        if ecmp == "per-pair":
-            path = self.net.pair_path(rs.prefill, rs.decode)
-        else:
-            path = self.net.ecmp_path(rs.prefill, rs.decode)
-        for k in range(self.flows_per_transfer):
-            if k and ecmp == "per-flow":
-                path = self.net.ecmp_path(rs.prefill, rs.decode)
+        paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
+                                        self.flows_per_transfer)
+        for k, path in enumerate(paths):
             self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level,
                               shard=(k, self.flows_per_transfer))
         if self.scenario.network.flow_policy != "fair":
@@ -478,15 +470,11 @@ class FlowSimulation:
             decision_us=self.plane.decision_us,
             events=self.loop.processed,
             sim_time_s=self.loop.now,
-            counters={
-                **self.plane.counters(),
-                "faults_injected": len(self.faults_log),
-                "level_bytes": {str(k): v for k, v in sorted(self.net.level_bytes.items())},
-                "reuse_bytes": self.reuse_bytes,
-                "prefill_stall_s": sum(p.stall_s for p in self.prefill.values()),
-                "pruned_requests": len(self.pruned),
-                **(self.flowkv.counters() if self.flowkv is not None else {}),
-            },
+            counters=self.plane.counters(
+                faults_injected=len(self.faults_log), level_bytes=self.net.level_bytes,
+                reuse_bytes=self.reuse_bytes,
+                prefill_stall_s=sum(p.stall_s for p in self.prefill.values()),
+                pruned_requests=len(self.pruned), roles=self.flowkv),
         )
 
 

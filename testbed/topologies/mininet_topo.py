@@ -10,7 +10,7 @@ from testbed.topologies.fabric import Fabric
 class FatTreeTopo(Topo):
     """Hosts are instances, switches are ToR/aggregation/core; ports as the Fabric numbers them.
 
-    Links carry no tc parameters: testbed.emulation.tc owns every qdisc.
+    Links carry no tc parameters: testbed.datapath.tc owns every qdisc.
     """
 
     def build(self, fabric: Fabric) -> None:  # noqa: D401 - Mininet's hook

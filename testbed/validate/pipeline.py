@@ -27,10 +27,10 @@ import yaml
 from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
+from testbed.topologies.routing import ECMP_MODES, packet_ecmp
 from testbed.validate import compare, stats, validity
 from testbed.validate.replay import replay_transfers
 
-PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 TARGET_TRANSFER_ERROR = 0.05  # median |error| per whole transfer, replay
 TARGET_TRANSFER_P90 = 0.15
 TARGET_TTFT_ERROR = stats.TTFT_TARGET
@@ -43,8 +43,8 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
     calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
     the replica."""
     over: dict = {}
-    if scenario.network.ecmp == "per-transfer":
-        over["network.ecmp"] = "per-pair"
+    if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
+        over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
     if capacity_factor is not None:
         over["network.capacity_factor"] = {int(k): float(v) for k, v in capacity_factor.items()}
     if tcp_fit is not None:
@@ -96,7 +96,8 @@ def replay_cells(scenario, emu_cells: dict[str, Path],
     out = {}
     for key, cell in emu_cells.items():
         rows = read_csv(cell / "transfers.csv")
-        out[key] = replay_transfers(scenario.cluster.spec(), rows, ecmp="per-pair",
+        out[key] = replay_transfers(scenario.cluster.spec(), rows,
+                                    ecmp=packet_ecmp(scenario.network.ecmp),
                                     background={1: bg.tier1, 2: bg.tier2, 3: bg.tier3},
                                     capacity_factor=capacity_factor,
                                     tcp=scenario.tcp_params(),
@@ -150,8 +151,8 @@ def engine_comparison(emu: dict, flow: dict) -> dict:
 
 def validate(scenario, out_root: Path, calibration: dict | None = None,
              on_step: Callable[[str, float], None] | None = None, verbose: bool = False) -> Path:
-    from testbed.emulation.calibrate import calibrate
     from testbed.emulation.orchestrator import run_emulation
+    from testbed.validate.calibrate import calibrate
 
     if calibration is not None:
         check_calibration(calibration, scenario)
@@ -304,8 +305,11 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     emu_pts = per_point(all_emu)
     faithful_pts = per_point(emu_cells)
     pts = {name: per_point(cells) for name, cells in flow_cells.items()}
+    asked = scenario.network.ecmp
     return {
         "scenario": scenario.name,
+        "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
+                 "meaning": ECMP_MODES[packet_ecmp(asked)]},
         "folders": {"emulation": str(emu_folder),
                     **{f"flow_{name}": str(f) for name, f in flows.items()}},
         "calibration": cal,

@@ -54,12 +54,12 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         if recorded:  # the path the packets took
             nodes = recorded.split(">")
             path = list(zip(nodes, nodes[1:], strict=False))
-        elif ecmp == "per-pair":
-            path = net.pair_path(src, dst)
-        elif ecmp == "per-transfer":
-            path = paths.setdefault(str(row["request"]), net.ecmp_path(src, dst))
+        elif ecmp == "per-transfer":  # one draw per transfer, its shards share it
+            if str(row["request"]) not in paths:
+                (paths[str(row["request"])],) = net.transfer_paths(src, dst, ecmp, 1)
+            path = paths[str(row["request"])]
         else:
-            path = net.ecmp_path(src, dst)
+            (path,) = net.transfer_paths(src, dst, ecmp, 1)
         size = float(row["bytes"])
         if size <= 0:
             out.append({**row, "end": loop.now})

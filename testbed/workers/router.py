@@ -36,6 +36,7 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import Candidate, SchedulerContext, make_scheduler
 from testbed.serving import PrefillInstance
+from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop, RunClock
 from testbed.workers.config import RunConfig
@@ -92,26 +93,6 @@ class Ledger:
     duplicates: int = 0
 
 
-class TransferPaths:
-    """The fabric path of a pair under per-pair ECMP (what the controller pins); unknown
-    ("") under per-flow hashing, where each shard's path is OVS's choice."""
-
-    def __init__(self, spec, ecmp: str):
-        from testbed.flowsim.network import FluidNetwork
-
-        self.net = FluidNetwork(spec, None) if ecmp != "per-flow" else None
-        self._cache: dict[tuple[str, str], str] = {}
-
-    def of(self, src: str, dst: str) -> str:
-        if self.net is None:
-            return ""
-        key = (src, dst)
-        if key not in self._cache:
-            hops = self.net.pair_path(src, dst)
-            self._cache[key] = ">".join([hops[0][0]] + [h[1] for h in hops])
-        return self._cache[key]
-
-
 def fetch_oracle(url: str, timeout: float = 2.0) -> Oracle:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return Oracle.from_dict(json.loads(resp.read()))
@@ -132,7 +113,10 @@ class Router:
                              sc.oracle.inflight_cap, seed=cfg.seed),
             cla_weights=sc.cla())
         self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
-        self.paths = TransferPaths(self.spec, sc.network.ecmp)
+        # the path a transfer's shards take is recorded where the controller pins it (per
+        # pair); under per-flow hashing each shard's path is OVS's choice, unknown here
+        self.paths = PairPaths(self.spec) if packet_ecmp(sc.network.ecmp) == "per-pair" \
+            else None
         self.prefill = {i.name: PrefillInstance(  # estimates only
             i.name, self.timing, slowdown=sc.cluster.slowdown.get(i.name, 1.0))
             for i in self.spec.prefill_pool}
@@ -217,7 +201,7 @@ class Router:
             with contextlib.suppress(OSError):
                 conn.send(msg)
 
-    def _send(self, name: str, msg: dict) -> None:
+    def send(self, name: str, msg: dict) -> None:
         try:
             self.conns[name].send(msg)
         except (OSError, KeyError) as exc:
@@ -259,7 +243,7 @@ class Router:
         rs.reuse_tokens = plan.tokens if plan else 0
         # the router's estimate; the worker reports the truth
         inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
-        self._send(inst.name, {"type": "prefill", "request": req.request_id,
+        self.send(inst.name, {"type": "prefill", "request": req.request_id,
                                "input_len": req.input_len, "output_len": req.output_len,
                                "hash_ids": list(req.hash_ids), "arrival": req.arrival_s,
                                "reuse_tokens": rs.reuse_tokens})
@@ -280,7 +264,7 @@ class Router:
         size = kv_bytes_per_token(self.model) * rs.reuse_tokens
         compute = self.timing.prefill_time(req.input_len - rs.reuse_tokens)
         tier = self.spec.tier(rs.prefill, holder)
-        self._send(holder, {"type": "fetch", "request": req.request_id,
+        self.send(holder, {"type": "fetch", "request": req.request_id,
                             "host": self.cfg.hosts[rs.prefill], "port": self.cfg.kv_port,
                             "wire": [scaled_bytes(size, self.cfg.scale)],
                             "expected_start": rs.prefill_start,
@@ -353,14 +337,14 @@ class Router:
         shards = 0 if recompute_s or local else self.shards
         wire = [scaled_bytes(rs.eff_bytes / self.shards, self.cfg.scale) for _ in range(shards)]
         self.ledger.wire_expected[req.request_id] = sum(wire)
-        self._send(rs.decode, {"type": "assign", "request": req.request_id, "seq": view.seq,
+        self.send(rs.decode, {"type": "assign", "request": req.request_id, "seq": view.seq,
                                "input_len": req.input_len, "output_len": req.output_len,
                                "hash_ids": list(req.hash_ids), "hit_tokens": rs.hit_tokens,
                                "bytes": rs.eff_bytes, "output_bytes": output_bytes,
                                "shards": shards, "recompute_s": recompute_s})
         if recompute_s or local:
             return
-        self._send(rs.prefill, {"type": "decision", "request": req.request_id,
+        self.send(rs.prefill, {"type": "decision", "request": req.request_id,
                                 "decode": rs.decode, "tier": rs.tier, "bytes": rs.eff_bytes,
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
                                 "wire": wire, "deadline": self._p2d_deadline(rs),
@@ -397,12 +381,12 @@ class Router:
             self.pruned.add(rs.req.request_id)
         shard_bytes = rs.eff_bytes / self.shards
         total = 0
+        path = self.paths.text(rs.prefill, rs.decode) if self.paths else ""
         for s in msg["shards"]:
             total += int(s["wire_bytes"])
             self.transfers.append({
                 "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
-                "dst": rs.decode, "tier": rs.tier, "path": self.paths.of(rs.prefill, rs.decode),
-                "bytes": shard_bytes,
+                "dst": rs.decode, "tier": rs.tier, "path": path, "bytes": shard_bytes,
                 "start": float(s["start"]), "end": float(s["end"])})
         self.ledger.wire_sent[rs.req.request_id] = total
 
@@ -486,7 +470,7 @@ class Router:
                 del self.fetching[rid]
                 rs = self.states[rid]
                 if rs.prefill is not None:
-                    self._send(rs.prefill, {"type": "fetch_failed", "request": rid,
+                    self.send(rs.prefill, {"type": "fetch_failed", "request": rid,
                                             "reason": f"holder {name} declared dead"})
         self.faults.log.append({"time": self.loop.now, "event": "declared dead", "target": name})
         self.plane.declare_dead(name, list(self.states.values()))
@@ -519,7 +503,7 @@ class Router:
 
     def _fail(self, rs: RequestState, reason: str) -> None:
         if rs.decode is not None and rs.transfer_end is None:
-            self._send(rs.decode, {"type": "cancel", "request": rs.req.request_id,
+            self.send(rs.decode, {"type": "cancel", "request": rs.req.request_id,
                                    "reason": reason})
         self.plane.end(rs, "failed", reason)
 
@@ -564,13 +548,12 @@ class Router:
             "oracle_fetches": self.oracle_fetches, "oracle_errors": self.oracle_errors,
             "intents_posted": self.intents_posted,
             "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
-            **self.plane.counters(),
             "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
-            "level_bytes": {str(k): v for k, v in sorted(self.level_bytes.items())},
-            "reuse_bytes": self.reuse_bytes,
-            "prefill_stall_s": sum(self.stall_s.values()),
-            "pruned_requests": len(self.pruned),
-            **(self.flowkv.counters() if self.flowkv is not None else {}),
+            "counters": self.plane.counters(
+                faults_injected=sum(f["event"] != "declared dead" for f in self.faults.log),
+                level_bytes=self.level_bytes, reuse_bytes=self.reuse_bytes,
+                prefill_stall_s=sum(self.stall_s.values()), pruned_requests=len(self.pruned),
+                roles=self.flowkv),
         }
 
     # -- main ------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from testbed.emulation import tc
+from testbed.datapath import tc
 
 
 def iperf(network, src: str, dst: str, seconds: float = 4, port: int = 5201,

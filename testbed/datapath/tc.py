@@ -215,7 +215,7 @@ def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = 
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.emulation.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS
+    """`python -m testbed.datapath.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS
     [bytes|packets]]`: the same HTB tree, applied in the caller's own namespace; the
     cluster edition runs it on other machines through each node's shell."""
     if len(argv) not in (4, 5, 6) or argv[0] != "install" or \

@@ -1,11 +1,12 @@
-"""Forwarding decisions for the fat-tree, computed from the spec: pure.
+"""Forwarding decisions for the fat-tree, computed from the spec: pure, and the one
+place that says what each `network.ecmp` mode means.
 
 For every destination host, a breadth-first search over the *live* links gives each
 switch's distance; a switch's next hops are its neighbours one step closer. Several next
-hops are ECMP: a select group (per-flow hashing in OVS) or, in per-pair mode (which
-also serves scenarios that ask for per-transfer: switches hash addresses, not
-transfers), one port per (source, destination) pair chosen by a stable hash.
-A link going down only changes the live set.
+hops are ECMP: a select group (per-flow hashing in OVS) or, in per-pair mode, one port per
+(source, destination) pair chosen by a stable hash. A link going down only changes the
+live set. The controller installs these decisions; the flow model and the router follow
+the same per-pair paths (PairPaths).
 """
 
 from __future__ import annotations
@@ -16,6 +17,24 @@ from collections import defaultdict, deque
 from testbed.topologies.fabric import Fabric, FabricLink
 
 LinkKey = frozenset  # frozenset({a, b})
+
+# network.ecmp: what each mode means in the flow model, and what the packet fabric does
+ECMP_MODES = {
+    "per-transfer": "a transfer's flows share one path, drawn at random per transfer (the "
+                    "paper's per-pair tier bandwidth); switches cannot see transfers, so on "
+                    "packets the controller runs it as per-pair",
+    "per-pair": "the path is a stable hash of the (source, destination) addresses, as L3 "
+                "switches do: every transfer of a pair takes the same path",
+    "per-flow": "each flow (a shard's TCP connection) hashes alone, as OVS select groups "
+                "hash the 5-tuple",
+}
+
+
+def packet_ecmp(mode: str) -> str:
+    """The ECMP mode the emulated fabric realises for a scenario's `network.ecmp`."""
+    if mode not in ECMP_MODES:
+        raise ValueError(f"unknown network.ecmp {mode!r}; choose from {', '.join(ECMP_MODES)}")
+    return "per-pair" if mode == "per-transfer" else mode
 
 
 def link_key(link: FabricLink) -> LinkKey:
@@ -81,3 +100,33 @@ def pair_path(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]], src:
         hops.append((node, nxt))
         node = nxt
     return hops
+
+
+class PairPaths:
+    """Per-pair paths on the whole fabric (no failures), cached: the hops the controller
+    pins for each host pair."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self._fabric = None
+        self._table: dict = {}
+        self._cache: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+    def path(self, src: str, dst: str) -> list[tuple[str, str]]:
+        key = (src, dst)
+        hops = self._cache.get(key)
+        if hops is None:
+            if self.spec.tier(src, dst) == 0:  # same server: no switch to hash
+                hops = self.spec.paths(src, dst)[0]
+            else:
+                if self._fabric is None:
+                    self._fabric = Fabric(self.spec, 1.0)
+                    self._table = next_hops(self._fabric, set())
+                hops = pair_path(self._fabric, self._table, src, dst)
+            self._cache[key] = hops
+        return hops
+
+    def text(self, src: str, dst: str) -> str:
+        """The path as transfers.csv records it: a>b>c."""
+        hops = self.path(src, dst)
+        return ">".join([hops[0][0]] + [h[1] for h in hops])

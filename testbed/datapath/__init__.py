@@ -1,0 +1,1 @@
+"""The Linux datapath both the controller and the emulation touch: tc on interfaces."""

@@ -1,0 +1,96 @@
+"""The layer order (README, "How it is built"): no module imports from a layer above its own,
+and no two modules import each other, directly or round a loop (lazy imports included)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+
+from tests.conftest import ROOT
+
+# lowest first; a unit is a package under testbed/ or a top-level module
+LAYERS = [
+    "model", "workloads", "topologies", "datapath", "lifecycle", "records", "metrics",
+    "scenario", "serving", "control", "flowsim", "controller", "workers", "remote", "sweep",
+    "runner", "emulation", "validate", "cli", "__main__", "testbed",
+]
+PACKAGE = ROOT / "testbed"
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "testbed"
+
+
+def imports() -> dict[str, set[str]]:
+    """module -> the testbed modules it imports (anywhere in its body)."""
+    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    out: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        me = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.split(".")[0] == "testbed":
+                for alias in node.names:  # `from testbed.x import y` may name a module y
+                    sub = f"{node.module}.{alias.name}"
+                    out[me].add(sub if sub in known else node.module)
+            elif isinstance(node, ast.Import):
+                out[me].update(a.name for a in node.names if a.name.split(".")[0] == "testbed")
+    return out
+
+
+def test_every_unit_has_a_layer():
+    units = {unit(module_name(p)) for p in PACKAGE.rglob("*.py")}
+    assert units <= set(LAYERS), f"add {sorted(units - set(LAYERS))} to LAYERS and the README"
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    rank = {name: k for k, name in enumerate(LAYERS)}
+    upward = sorted(f"{me} imports {dep}" for me, deps in imports().items() for dep in deps
+                    if unit(dep) != unit(me) and rank[unit(dep)] > rank[unit(me)])
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles_between_modules():
+    graph = imports()
+    cycles = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if dep == node or dep == "testbed" or node == "testbed":
+                continue  # a package's __init__ re-exporting is not a loop
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_readme_states_the_same_order():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = next((ln for ln in text.splitlines() if ln.startswith("Layers, lowest first:")), "")
+    named = [w.strip("`,.") for w in line.split(":", 1)[-1].split() if w.strip("`,.")]
+    assert named == [u for u in LAYERS if u not in ("__main__", "testbed")], line
+
+
+def test_every_module_imports():
+    """A moved module leaves no stale import behind (lazy ones are compiled, not run)."""
+    import importlib
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if name.endswith("__main__"):
+            continue
+        importlib.import_module(name)
