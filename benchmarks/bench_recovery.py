@@ -58,8 +58,8 @@ def main() -> None:
     pairs = {2: ("i0", "i4"), 3: ("i0", "i8")}
     measured: dict[tuple[int, int], float] = {}
     if not args.no_fabric:
-        from testbed.emulation.calibrate import measure_tier
         from testbed.emulation.net import EmulatedNetwork
+        from testbed.validate.calibrate import measure_tier
         from testbed.workers.kvstream import scaled_bytes
 
         with tempfile.TemporaryDirectory() as tmp:
