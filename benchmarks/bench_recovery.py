@@ -71,7 +71,7 @@ def main() -> None:
                              for n in LENGTHS] * REPEATS
                     got = measure_tier(net, src, dst, sizes, 4)
                     for k, n in enumerate(LENGTHS):
-                        runs = sorted(secs for _, secs in got[k::len(LENGTHS)])
+                        runs = sorted(secs for _, secs, _ in got[k::len(LENGTHS)])
                         measured[(tier, n)] = runs[len(runs) // 2] / sc.emulation.time_dilation
     print("\nmigrate time and crossover depth: analytical | flow model | packets")
     for tier, (src, dst) in pairs.items():
