@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from testbed.model.recovery import MIGRATE, RECOMPUTE
 from testbed.workloads.requests import Request
 
 # Served: completed, or completed after a decode failure by migrating or recomputing KV.
@@ -58,7 +59,7 @@ class RequestState:
 def served_state(recovery: str) -> str:
     """How a served request ends: completed, or migrated / recomputed after its decode
     instance failed (`recovery` is RequestState.recovery)."""
-    return {"migrate": "migrated", "recompute": "recomputed"}.get(recovery, "completed")
+    return {MIGRATE: "migrated", RECOMPUTE: "recomputed"}.get(recovery, "completed")
 
 
 def request_row(rs: RequestState, slo_s: float) -> dict:

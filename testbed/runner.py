@@ -15,6 +15,7 @@ import yaml
 from testbed.flowsim.simulator import simulate
 from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate, run_summary
+from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
 from testbed.model.schedulers import SCHEDULERS
 from testbed.records import RunFolder, atomic_write, write_json
 from testbed.workloads.build import build_workload
@@ -210,7 +211,7 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             _delta(row, peers.get("rr")), _delta(row, peers.get("cla")),
         ] + ([_fmt(s.get("affected_ttft_mean_ms")),
               ":".join(_fmt(s.get("recovery_decisions", {}).get(k), 1)
-                       for k in ("migrate", "recompute", "abort"))] if faults else []))
+                       for k in (MIGRATE, RECOMPUTE, ABORT))] if faults else []))
     return head, body
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from testbed.lifecycle import RequestState
+from testbed.lifecycle import RequestState, served_state
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
@@ -30,9 +30,6 @@ from testbed.model.recovery import (
     ttft_budget,
 )
 from testbed.model.schedulers import Candidate, RequestInfo, Scheduler
-
-# how a recovered request that is then served ends (requests.csv `state`)
-SERVED_AS = {MIGRATE: "migrated", RECOMPUTE: "recomputed"}
 
 
 class Engine(Protocol):
@@ -165,7 +162,7 @@ class ControlPlane:
     def served(self, rs: RequestState) -> None:
         """Its last token is out: completed (or migrated / recomputed after a failure)."""
         self._release(rs)
-        rs.terminate(SERVED_AS.get(rs.recovery, "completed"))
+        rs.terminate(served_state(rs.recovery))
         self.engine.ended(rs)
 
     # -- failures ---------------------------------------------------------------------------------

@@ -21,7 +21,12 @@ from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import PrefixCache, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
-from testbed.model.schedulers import Candidate, SchedulerContext, make_scheduler
+from testbed.model.schedulers import (
+    Candidate,
+    SchedulerContext,
+    make_scheduler,
+    switches_roles,
+)
 from testbed.serving import DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
@@ -81,7 +86,7 @@ class FlowSimulation:
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
         tiers = dict(self.spec.tier_map)
-        if scheduler_key == "flowkv":  # roles switch: any instance may send to any other
+        if switches_roles(scheduler_key):  # any instance may send to any other
             names = [i.name for i in self.spec.instances]
             tiers.update({(a, b): self.spec.tier(a, b) for a in names for b in names if a != b})
         self._oracle = Oracle(
@@ -101,7 +106,7 @@ class FlowSimulation:
         self.faults_log: list[dict] = []
         self.plane = ControlPlane(self.scheduler, self.spec, scenario.recovery, self.timing,
                                   self)
-        self.flowkv = FlowKVControl(self) if scheduler_key == "flowkv" else None
+        self.flowkv = FlowKVControl(self) if switches_roles(scheduler_key) else None
         self._net_version = 0
         self.reuse_bytes = 0.0
         self._nic_bw = self.spec.host_gbps * 1e9 / 8  # bytes/s of a server's NIC

@@ -296,6 +296,15 @@ SCHEDULERS = {
 }
 
 
+ROLE_SWITCHING = {"flowkv"}  # schedulers that come with FlowKV's role-switching controller
+
+
+def switches_roles(key: str) -> bool:
+    """Whether scheduler `key` runs with role switching: any instance may then prefill or
+    decode, and send KV to any other."""
+    return key in ROLE_SWITCHING
+
+
 def make_scheduler(
     key: str, ctx: SchedulerContext, cla_weights: tuple[float, float] = (1.0, 1.0)
 ) -> Scheduler:

@@ -15,6 +15,7 @@ import sys
 import threading
 
 from testbed.lifecycle import RequestState
+from testbed.model.schedulers import switches_roles
 from testbed.serving import PrefillInstance
 from testbed.workers.background import BackgroundTraffic
 from testbed.workers.base import Worker
@@ -46,7 +47,7 @@ class PrefillWorker(Worker):
         self.reuse_tokens: dict[str, int] = {}
         self.engine: DecodeEngine | None = None  # decode work, once switched (FlowKV)
         self.receiver = None
-        if sc.reuse.enabled or cfg.scheduler == "flowkv":  # fetches, or P2D when switched
+        if sc.reuse.enabled or switches_roles(cfg.scheduler):  # fetches, or P2D if switched
             self.receiver = KVReceiver(
                 cfg.hosts[instance], cfg.kv_port,
                 lambda r: self.loop.post(lambda: self._landed(r)),

@@ -34,7 +34,12 @@ from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import BlockIndex, block_keys
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
-from testbed.model.schedulers import Candidate, SchedulerContext, make_scheduler
+from testbed.model.schedulers import (
+    Candidate,
+    SchedulerContext,
+    make_scheduler,
+    switches_roles,
+)
 from testbed.serving import PrefillInstance
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
@@ -145,7 +150,7 @@ class Router:
         self.reuse_bytes = 0.0
         self.stall_s: dict[str, float] = {}  # prefill instance -> GPU time lost to fetches
         self.pruned: set[str] = set()
-        self.flowkv = RouterFlowKV(self) if cfg.scheduler == "flowkv" else None
+        self.flowkv = RouterFlowKV(self) if switches_roles(cfg.scheduler) else None
 
     # -- oracle and intents (their own threads; decisions read self.latest_oracle) -----------
     def _refresh_oracle(self) -> None:
