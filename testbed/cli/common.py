@@ -1,0 +1,111 @@
+"""What every command family shares: the group, consoles, errors, and SCENARIO.
+
+SCENARIO is one click parameter type (ScenarioFile): it loads the file with the command's
+--set overrides (and --seeds) applied and validates it, so a bad file or override is
+reported by click as an invalid SCENARIO, naming the field or line, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import yaml
+from rich.console import Console
+
+from testbed.scenario import ScenarioError, load_scenario
+from testbed.workloads.mooncake import TraceError
+
+console = Console(stderr=True)
+out = Console()
+SETS, SEEDS = "testbed.sets", "testbed.seeds"
+
+def _parse_sets(values: tuple[str, ...]) -> dict:
+    overrides = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"expected FIELD=VALUE, got {item!r}", param_hint="--set")
+        key, raw = item.split("=", 1)
+        try:
+            overrides[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise click.BadParameter(f"{key.strip()}: the value is not valid YAML ({exc})",
+                                     param_hint="--set") from None
+    return overrides
+
+def _stepper(progress, task):
+    """step(label): the previous run is done (from the second call on); show `label`."""
+    seen = [0]
+
+    def step(label: str) -> None:
+        if seen[0]:
+            progress.advance(task)
+        seen[0] += 1
+        progress.update(task, step=label)
+
+    return step
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(2)
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="netkv-testbed")
+def main() -> None:
+    """netkv-testbed: does network-aware KV-cache scheduling (NetKV) cut TTFT?
+
+    Scenarios are YAML files (see scenarios/). Start with:
+
+    \b
+      testbed check scenarios/default.yaml      validate and describe a scenario
+      testbed simulate scenarios/default.yaml   run it in the flow-level simulator
+      testbed validate scenarios/validate.yaml  packets vs flow model (root)
+      testbed provision --local                 make this machine a testbed host
+    """
+
+SET_HELP = "Override a scenario field, e.g. --set workload.load=2.0 (repeatable)."
+
+class Terminated(BaseException):
+    """Raised from the SIGTERM handler so every `finally` runs (Mininet's CLI eats Ctrl-C)."""
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def _remember(key: str):
+    def store(ctx: click.Context, _param, value):
+        ctx.meta[key] = value
+        return value
+    return store
+
+
+class ScenarioFile(click.ParamType):
+    """A scenario YAML file, loaded and validated with the command's overrides."""
+
+    name = "SCENARIO"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value  # already loaded
+        meta = ctx.meta if ctx is not None else {}
+        try:
+            overrides = _parse_sets(meta.get(SETS) or ())
+            if meta.get(SEEDS) is not None:
+                overrides["seeds"] = meta[SEEDS]
+            return load_scenario(value, overrides)
+        except (ScenarioError, TraceError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def scenario_options(seeds: bool = False):
+    """SCENARIO, --set (and --seeds): the command receives `scenario`, a Scenario."""
+    def wrap(fn):
+        fn = click.argument("scenario", type=ScenarioFile())(fn)
+        if seeds:
+            fn = click.option("--seeds", type=click.IntRange(min=1), is_eager=True,
+                              expose_value=False, callback=_remember(SEEDS),
+                              help="Repetitions (overrides the file).")(fn)
+        return click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+                            help=SET_HELP, is_eager=True, expose_value=False,
+                            callback=_remember(SETS))(fn)
+    return wrap

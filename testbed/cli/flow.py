@@ -1,0 +1,154 @@
+"""Commands on the flow model: simulate, check, topology."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from testbed.cli.common import _fail, _stepper, console, main, out, scenario_options
+from testbed.model.schedulers import SCHEDULERS
+from testbed.workloads.mooncake import TraceError
+
+
+@main.command()
+@scenario_options(seeds=True)
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="Where run folders go.")
+@click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Run cells on this many local processes (0: one per core).")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run cells on a Dask cluster (tcp://host:8786), or local:N for a local one.")
+def simulate(scenario, out_dir: str,
+             quiet: bool, jobs: int, dask_address: str | None) -> None:
+    """Run SCENARIO in the flow-level simulator and print the comparison table.
+
+    Every sweep point x scheduler x seed is one run (a cell); records go to
+    OUT/<name>-flowsim-<stamp>/ (requests.csv, transfers.csv, links.csv and
+    summary.json per run; table.md and summary.json for the whole experiment).
+    Cells are independent: --jobs spreads them over local cores, --dask over a Dask
+    cluster; the folder and table are the same as a serial run's. A cell that fails is
+    retried once; one that fails again is listed as lost and the exit code is 1.
+    """
+    from testbed.runner import ConservationError, count_runs, run_flowsim, table_cells
+    from testbed.sweep import Executor
+
+    if dask_address and jobs != 1:
+        _fail("give --jobs or --dask, not both")
+    executor = (Executor.dask(dask_address) if dask_address
+                else Executor.local(jobs) if jobs != 1 else Executor.serial())
+
+    sc = scenario
+    total = count_runs(sc)
+    try:
+        if quiet:
+            outcome = run_flowsim(sc, Path(out_dir), executor=executor)
+        else:
+            with Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
+            ) as progress:
+                task = progress.add_task(sc.name, total=total, step="")
+                step = _stepper(progress, task)
+                outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
+                progress.update(task, completed=total, step="done")
+    except (TraceError, ValueError) as exc:
+        _fail(str(exc))
+    except ConservationError as exc:
+        _fail(f"request conservation violated (a bug): {exc}")
+    if outcome.lost:
+        for x in outcome.lost:
+            console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
+    if quiet:
+        click.echo(str(outcome.folder))
+        sys.exit(1 if outcome.lost else 0)
+    if out.is_terminal:
+        head, body = table_cells(sc, outcome.rows)
+        table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
+        for cells in body:
+            table.add_row(*cells)
+        out.print(table)
+    else:  # a pipe or a log: the plain Markdown table, never truncated
+        click.echo(outcome.table)
+    click.echo(f"{total} runs on {executor.describe()} in {outcome.wall_s:.1f} s. "
+               f"Records: {outcome.folder}")
+    if outcome.lost:
+        sys.exit(1)
+
+@main.command()
+@scenario_options()
+def check(scenario) -> None:
+    """Validate SCENARIO (every sweep cell) and describe what it would run."""
+    from testbed.workloads.build import build_workload
+
+    try:
+        sc = scenario
+        cells = sc.cells()
+        wl = build_workload(cells[0][1], sc.seed)
+    except (TraceError, ValueError) as exc:
+        _fail(str(exc))
+    spec = sc.cluster.spec()
+    out.print(f"[bold]{sc.name}[/]: {sc.description.strip()}")
+    out.print(f"cluster : {spec.describe()}")
+    out.print(f"model   : {sc.model_spec().name}; timing {sc.timing.model_dump()}")
+    src = "synthetic" if sc.workload.synthetic else sc.workload.trace
+    out.print(f"workload: {sc.workload.profile} from {src}; SLO {sc.slo_s():g} s; "
+              f"capacity {wl.capacity_rps:.2f} req/s; first cell offers {wl.rate_rps:.2f} req/s "
+              f"-> {len(wl.requests)} requests in {sc.workload.warmup_s + sc.workload.measure_s:g} s"
+              f" ({len(wl.history)} history requests prewarm the caches)")
+    out.print(f"compare : {', '.join(SCHEDULERS[k] for k in sc.schedulers)}; "
+              f"{len(cells)} sweep point(s) x {sc.seeds} seed(s) = "
+              f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
+    for key, values in sc.sweep.items():
+        out.print(f"sweep   : {key} in {values}")
+    out.print(f"packets : {_validity_line(cells[0][1], wl)}")
+    out.print("[green]scenario is valid[/]")
+
+def _validity_line(sc, wl) -> str:
+    """Where the scenario's transfers sit against the replica's validity floor (tier 3,
+    whole KV, no cache hits: the largest floor and the smallest transfers)."""
+    from testbed.model.kv import kv_cache_bytes
+    from testbed.validate import validity
+
+    by_tier = validity.floors(sc)
+    worst = max(by_tier)
+    floor = by_tier[worst]["transfer_floor_bytes"]
+    model = sc.model_spec()
+    sizes = [float(kv_cache_bytes(model, r.input_len)) for r in wl.requests]
+    below = sum(s < floor for s in sizes)
+    line = (f"at scale {sc.emulation.scale:g}, dilation {sc.emulation.time_dilation:g}, "
+            f"{below} of {len(sizes)} transfers fall below the validity floor "
+            f"({floor / 1e6:.0f} MB at tier {worst}; testbed/validate/validity.py)")
+    clear = validity.scale_to_clear(sc, sizes, [worst] * len(sizes))
+    if clear:
+        line += (f"; scale {clear['scale']:.2g} with time_dilation "
+                 f"{clear['time_dilation']:.2g} lifts 90% above it")
+    return line
+
+@main.command()
+@scenario_options()
+@click.option("--links", is_flag=True, help="List every link too.")
+def topology(scenario, links: bool) -> None:
+    """Show the fat-tree SCENARIO describes: instances, tiers, switches, links."""
+    sc = scenario
+    spec = sc.cluster.spec()
+    out.print(spec.describe())
+    table = Table("tier", "meaning", "Gbps per path", "latency (us)", "prefill->decode pairs")
+    pairs = Counter(spec.tier_map.values())
+    from testbed.topologies.fattree import TIER_NAMES
+    for t in range(4):
+        table.add_row(str(t), TIER_NAMES[t], f"{spec.tier_bandwidth_gbps[t]:g}",
+                      f"{spec.tier_latency_us[t]:g}", str(pairs.get(t, 0)))
+    out.print(table)
+    out.print("prefill: " + ", ".join(i.name for i in spec.prefill_pool))
+    out.print("decode : " + ", ".join(i.name for i in spec.decode_pool))
+    for layer, names in spec.switches.items():
+        out.print(f"{layer:5}: {len(names)} switches")
+    if links:
+        for link in spec.links:
+            out.print(f"  {link.a} -- {link.b}  {link.capacity_gbps:g} Gbps  tier {link.tier}")
