@@ -111,30 +111,33 @@ def tasks_of(scenario) -> list[Task]:
             for key in cell.schedulers]
 
 
-def run_flowsim(
-    scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
-    executor=None,
-) -> RunOutcome:
-    """Simulate every cell (on `executor`: serial by default); write the run folder in
-    the sweep's order whatever order cells finish in; return the table rows."""
-    from testbed.sweep import Executor, Lost
+def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
+              on_step: Callable[[str], None] | None = None,
+              describe: str = "serial", aggregate_fn=aggregate) -> tuple[RunOutcome, RunFolder]:
+    """The cell loop both engines share: a run folder; every task (sweep point x
+    scheduler x seed, in the sweep's order) through `execute(tasks, folder)`, which yields
+    (task, result or Lost) in any order; each result's records written to its cell (a
+    result is {requests, transfers, links, summary, files: {name: json}}); rows per point
+    and scheduler aggregated over seeds; the table and summary.json. The caller finishes
+    the folder (it may add files first)."""
+    from testbed.sweep import Lost
 
     t0 = time.perf_counter()
-    preflight(scenario)
-    executor = executor or Executor.serial()
-    folder = RunFolder(out_root, scenario.name, "flowsim")
+    folder = RunFolder(out_root, scenario.name, engine)
     atomic_write(folder.path / "scenario.yaml",
                  yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     tasks = tasks_of(scenario)
     summaries: dict[tuple[int, str, int], dict] = {}
     lost: list[dict] = []
     try:
-        for task, result in executor.map(run_task, tasks):
+        for task, result in execute(tasks, folder.path):
             if isinstance(result, Lost):
                 lost.append({"cell": task.rel, "error": result.error})
             else:
                 folder.write_cell(task.rel, result["requests"], result["transfers"],
                                   result["links"], result["summary"])
+                for name, doc in result.get("files", {}).items():
+                    write_json(folder.path / task.rel / name, doc)
                 summaries[(task.index, task.scheduler, task.seed)] = result["summary"]
             if on_step:
                 on_step(task.label)
@@ -147,23 +150,39 @@ def run_flowsim(
             per = [summaries[(index, key, seed)] for seed in range(cell.seed, cell.seed + cell.seeds)
                    if (index, key, seed) in summaries]
             if per:  # every seed lost: the cell is listed under "Lost cells" instead
-                rows.append(Row(point, key, aggregate(per), per))
-    table = format_table(scenario, rows)
+                rows.append(Row(point, key, aggregate_fn(per), per))
+    table = format_table(scenario, rows, engine=title)
     if lost:
         table += "\n## Lost cells\n\n" + "".join(f"- `{x['cell']}`: {x['error']}\n" for x in lost)
     write_json(folder.path / "summary.json", {
-        "scenario": scenario.name, "engine": "flowsim", "executor": executor.describe(),
+        "scenario": scenario.name, "engine": engine, "executor": describe,
         "lost_cells": lost,
         "rows": [{"point": r.point, "scheduler": SCHEDULERS[r.scheduler], "key": r.scheduler,
                   **r.stats} for r in rows],
     })
     atomic_write(folder.path / "table.md", table)
-    if lost:
-        folder.mark_interrupted(f"{len(lost)} cell(s) lost after a retry: "
-                                + "; ".join(x["cell"] for x in lost))
+    return RunOutcome(folder.path, rows, table, time.perf_counter() - t0, lost), folder
+
+
+def run_flowsim(
+    scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
+    executor=None,
+) -> RunOutcome:
+    """Simulate every cell (on `executor`: serial by default); write the run folder in
+    the sweep's order whatever order cells finish in; return the table rows."""
+    from testbed.sweep import Executor
+
+    preflight(scenario)
+    executor = executor or Executor.serial()
+    outcome, folder = run_cells(scenario, out_root, "flowsim",
+                                lambda tasks, _folder: executor.map(run_task, tasks),
+                                "flow-level simulation", on_step, executor.describe())
+    if outcome.lost:
+        folder.mark_interrupted(f"{len(outcome.lost)} cell(s) lost after a retry: "
+                                + "; ".join(x["cell"] for x in outcome.lost))
     else:
         folder.finish()
-    return RunOutcome(folder.path, rows, table, time.perf_counter() - t0, lost)
+    return outcome
 
 
 def _short(key: str) -> str:

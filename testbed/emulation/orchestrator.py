@@ -9,7 +9,7 @@ torn down on every path out; an interrupted run leaves a folder marked PARTIAL.
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +22,8 @@ from testbed.emulation.net import EmulatedNetwork, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import NamespaceLauncher, WorkerError, WorkerSet
 from testbed.metrics import aggregate, run_summary
-from testbed.records import RunFolder, atomic_write, write_json
-from testbed.runner import Row, RunOutcome, check_conservation, format_table, preflight, slug
+from testbed.records import atomic_write, write_json
+from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -80,70 +80,62 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
                   verbose: bool = False,
                   on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None) -> RunOutcome:
-    """Emulate every cell; write the run folder; return the table rows.
+    """Emulate every cell through the shared cell loop (runner.run_cells); return the
+    table rows.
 
     `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
     the point's runs (validate calibrates there)."""
-    t_start = time.perf_counter()
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         net_preflight(cell)
         choose_datapath(cell.emulation.datapath)
-    folder = RunFolder(out_root, scenario.name, "emulation")
-    atomic_write(folder.path / "scenario.yaml",
-                 yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    rows: list[Row] = []
     verdicts: list[dict] = []
-    try:
+
+    def execute(tasks, root: Path):
+        """Per sweep point: its fabric up once, then its tasks in order (seed by seed)."""
         for index, (point, cell) in enumerate(scenario.cells()):
-            celldir = folder.path / "cells" / f"{index:03d}-{slug(point)}"
+            mine = [t for t in tasks if t.index == index]
+            celldir = root / "cells" / f"{index:03d}-{slug(point)}"
             cell_file = celldir / "scenario.yaml"
             atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
-            per_sched: dict[str, list[dict]] = {k: [] for k in cell.schedulers}
             if on_step:
                 on_step(f"{slug(point)}: building the fabric", 0.0)
             with EmulatedNetwork(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
                 if on_fabric is not None:
                     on_fabric(net, celldir)
-                for seed in range(cell.seed, cell.seed + cell.seeds):
-                    workload = build_workload(cell, seed)
-                    for key in cell.schedulers:
-                        if on_step:
-                            wl = cell.workload
-                            on_step(f"{slug(point)} {key} seed {seed}",
-                                    (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation)
-                        rel = f"cells/{index:03d}-{slug(point)}/{key}/seed{seed}"
-                        result, links, fidelity = run_one(net, cell, cell_file, key, seed,
-                                                          folder.path / rel, f"{index}-{key}-{seed}")
-                        check_conservation(result["requests"], len(workload.requests))
-                        summary = run_summary(result["requests"], links, workload,
-                                              result["decision_us"], result["counters"])
-                        summary.update(packet_counters(result, fidelity))
-                        folder.write_cell(rel, result["requests"], result["transfers"], links,
-                                          summary)
-                        write_json(folder.path / rel / "fidelity.json", fidelity)
-                        verdicts.append({"cell": rel, "verdict": fidelity["verdict"],
-                                         "reasons": fidelity["reasons"]})
-                        per_sched[key].append(summary)
-            for key in cell.schedulers:
-                rows.append(Row(point, key, aggregate_numeric(per_sched[key]), per_sched[key]))
-    except BaseException as exc:
-        folder.mark_interrupted(f"{type(exc).__name__}: {exc}")
-        raise
-    table = format_table(scenario, rows, engine="packet-level emulation")
-    faithful = all(v["verdict"] == "faithful" for v in verdicts)
-    table += "\n" + fidelity_lines(verdicts)
-    write_json(folder.path / "fidelity.json", {"all_faithful": faithful, "runs": verdicts})
-    from testbed.model.schedulers import SCHEDULERS
+                built: tuple[int, object] | None = None  # (seed, its workload)
+                for task in mine:
+                    if built is None or built[0] != task.seed:
+                        built = (task.seed, build_workload(cell, task.seed))
+                    workload = built[1]
+                    if on_step:
+                        wl = cell.workload
+                        on_step(f"{slug(point)} {task.scheduler} seed {task.seed}",
+                                (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation)
+                    result, links, fidelity = run_one(
+                        net, cell, cell_file, task.scheduler, task.seed, root / task.rel,
+                        f"{index}-{task.scheduler}-{task.seed}")
+                    check_conservation(result["requests"], len(workload.requests))
+                    summary = run_summary(result["requests"], links, workload,
+                                          result["decision_us"], result["counters"])
+                    summary.update(packet_counters(result, fidelity))
+                    verdicts.append({"cell": task.rel, "verdict": fidelity["verdict"],
+                                     "reasons": fidelity["reasons"]})
+                    yield task, {"requests": result["requests"],
+                                 "transfers": result["transfers"], "links": links,
+                                 "summary": summary, "files": {"fidelity.json": fidelity}}
 
-    write_json(folder.path / "summary.json", {
-        "scenario": scenario.name, "engine": "emulation", "all_faithful": faithful,
-        "rows": [{"point": r.point, "scheduler": SCHEDULERS[r.scheduler], "key": r.scheduler,
-                  **r.stats} for r in rows],
-    })
+    outcome, folder = run_cells(scenario, out_root, "emulation", execute,
+                                "packet-level emulation", aggregate_fn=aggregate_numeric)
+    faithful = all(v["verdict"] == "faithful" for v in verdicts)
+    table = outcome.table + "\n" + fidelity_lines(verdicts)
+    write_json(folder.path / "fidelity.json", {"all_faithful": faithful, "runs": verdicts})
+    doc = json.loads((folder.path / "summary.json").read_text())
+    write_json(folder.path / "summary.json", {**doc, "all_faithful": faithful})
     atomic_write(folder.path / "table.md", table)
     folder.finish()
-    return RunOutcome(folder.path, rows, table, time.perf_counter() - t_start)
+    outcome.table = table
+    return outcome
 
 
 def packet_counters(result: dict, fidelity: dict) -> dict:
