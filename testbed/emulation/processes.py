@@ -12,6 +12,7 @@ the control plane and byte accounting can then be tested without root.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -104,6 +105,12 @@ class WorkerSet:
         except OSError:
             return ""
 
+    def _fault_targets(self) -> set[str]:
+        if not hasattr(self, "_targets"):
+            sc = self.cfg.load_scenario()
+            self._targets = {f.target for f in sc.faults if f.kind == "decode_down"}
+        return self._targets
+
     def wait(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> dict:
         """Block until the router exits; return its result (router.json)."""
         router = self.procs["router"]
@@ -113,10 +120,11 @@ class WorkerSet:
                 raise WorkerError(f"the run did not finish within {timeout_s:.0f} s")
             dead = [n for n, p in self.procs.items()
                     if n not in ("router", "loadgen") and p.poll() not in (None, 0)]
-            if dead:  # the router fails their requests; tell the user why they died
-                for n in dead:
-                    self.procs.pop(n)
-                    print(f"worker {n} died:\n{self.tail(n)}", file=sys.stderr)
+            for n in dead:  # the router fails their requests; tell the user why they died
+                code = self.procs.pop(n).returncode
+                if code == -signal.SIGKILL and n in self._fault_targets():
+                    continue  # the scenario's decode_down fault: recovery's business
+                print(f"worker {n} died (exit {code}):\n{self.tail(n)}", file=sys.stderr)
             if on_tick:
                 on_tick()
             time.sleep(0.2)
