@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from testbed.model.cache import block_keys
 from testbed.model.recovery import MIGRATE, RECOMPUTE
 from testbed.workloads.requests import Request
 
@@ -54,6 +55,15 @@ class RequestState:
         self.state = state
         self.reason = reason
 
+
+
+def new_request(req: Request, warmup_s: float, measure_s: float, block_tokens: int,
+                bytes_per_token: float) -> RequestState:
+    """A request's state as it arrives: measured if it arrives inside the measurement
+    window, its cache block keys, its full KV size."""
+    return RequestState(req=req, measured=warmup_s <= req.arrival_s < warmup_s + measure_s,
+                        keys=block_keys(req.hash_ids, req.input_len, block_tokens),
+                        kv_bytes=float(bytes_per_token * req.input_len))
 
 
 def served_state(recovery: str) -> str:

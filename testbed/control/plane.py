@@ -19,6 +19,7 @@ import time
 from typing import Protocol
 
 from testbed.lifecycle import RequestState, served_state
+from testbed.model import reuse
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
@@ -47,6 +48,9 @@ class Engine(Protocol):
         """Whether the engine's latest oracle is within recovery.oracle_max_age_s."""
 
     def slo(self, request_id: str) -> float: ...
+
+    def prefix_hits(self, request) -> dict[str, int]:
+        """Live decode instance -> cached prefix tokens of `request` (KV reuse)."""
 
     def assign_transfer(self, rs: RequestState) -> None:
         """rs.decode reserves for the request; rs.prefill sends rs.eff_bytes to it."""
@@ -102,6 +106,25 @@ class ControlPlane:
         return len(self._counted)
 
     # -- the request path --------------------------------------------------------------------
+    def place_prefill(self, rs: RequestState, prefill: dict, roles, reuse_cfg):
+        """An arriving request goes to the prefill instance whose queue clears first (with
+        FlowKV: the node with the smallest expected TTFT, decode nodes accepting prefill
+        work included) and, with KV reuse, fetches its longest cached prefix from the live
+        instance holding it. Returns (the instance, the reuse plan or None); the instance
+        has the request queued (the engine's estimate or its real queue)."""
+        now = self.engine.now()
+        if roles is not None:
+            inst = roles.choose_prefill(rs.req.input_len, now)
+        else:
+            inst = min(prefill.values(), key=lambda p: (p.free_at, p.name))
+        plan = None
+        # a decode node doing prefill work has no fetch receiver: it computes it all
+        if reuse_cfg.enabled and inst.name in prefill:
+            plan = reuse.choose_holder(self.engine.prefix_hits(rs.req), reuse_cfg.min_tokens)
+        rs.reuse_tokens = plan.tokens if plan else 0
+        inst.enqueue(rs, now, rs.reuse_tokens, fetching=plan is not None)
+        return inst, plan
+
     def _select(self, rs: RequestState, cands: list[Candidate], oracle):
         t0 = time.perf_counter()
         decision = self.scheduler.select(

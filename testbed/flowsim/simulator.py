@@ -16,9 +16,9 @@ from testbed.control.plane import ControlPlane
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.flowkv import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
-from testbed.lifecycle import RequestState, request_row
+from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
-from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.cache import PrefixCache
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import (
@@ -248,25 +248,14 @@ class FlowSimulation:
 
     # -- request path ------------------------------------------------------------------
     def _arrive(self, rs: RequestState) -> None:
-        if self.flowkv is not None:
-            inst = self.flowkv.choose_prefill(rs.req.input_len, self.loop.now)
-        else:
-            inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        # a decode node doing prefill work computes it all (as on packets: no fetch receiver)
-        plan = self._reuse_plan(rs) if inst.name in self.prefill else None
-        rs.reuse_tokens = plan.tokens if plan else 0
-        inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
+        inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv,
+                                              self.scenario.reuse)
         if plan is not None:
             self._fetch(rs, plan.holder, inst.jobs[rs.req.request_id].layer_s)
 
-    def _reuse_plan(self, rs: RequestState) -> reuse.Reuse | None:
-        cfg = self.scenario.reuse
-        if not cfg.enabled:
-            return None
-        req = rs.req
-        hits = {d.name: d.cache.prefix_hit_tokens(req.hash_ids, req.input_len)
+    def prefix_hits(self, req) -> dict[str, int]:
+        return {d.name: d.cache.prefix_hit_tokens(req.hash_ids, req.input_len)
                 for d in self.decode.values() if d.name not in self.failed}
-        return reuse.choose_holder(hits, cfg.min_tokens)
 
     def _fetch(self, rs: RequestState, holder: str, layer_s: float) -> None:
         """Stage 1: the reusable prefix's KV from its holder to the prefill, as one flow."""
@@ -441,12 +430,7 @@ class FlowSimulation:
         per_token = kv_bytes_per_token(self.model)
         block_tokens = self.scenario.workload.block_tokens
         for req in wl.requests:
-            rs = RequestState(
-                req=req,
-                measured=wl.warmup_s <= req.arrival_s < wl.warmup_s + wl.measure_s,
-                keys=block_keys(req.hash_ids, req.input_len, block_tokens),
-                kv_bytes=float(per_token * req.input_len),
-            )
+            rs = new_request(req, wl.warmup_s, wl.measure_s, block_tokens, per_token)
             self.states.append(rs)
             self.loop.at(req.arrival_s, lambda rs=rs: self._arrive(rs))
         self._open = len(self.states)

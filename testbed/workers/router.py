@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.control.plane import ControlPlane
-from testbed.lifecycle import RequestState, request_row
+from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
-from testbed.model.cache import BlockIndex, block_keys
+from testbed.model.cache import BlockIndex
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import (
@@ -232,22 +232,14 @@ class Router:
         if req.request_id in self.states:
             self.ledger.duplicates += 1
             return
-        rs = RequestState(
-            req=req, measured=self.warmup <= req.arrival_s < self.warmup + self.measure,
-            keys=block_keys(req.hash_ids, req.input_len, self.block_tokens),
-            kv_bytes=float(kv_bytes_per_token(self.model) * req.input_len))
+        rs = new_request(req, self.warmup, self.measure, self.block_tokens,
+                         kv_bytes_per_token(self.model))
         self.states[req.request_id] = rs
         self.last_arrival = max(self.last_arrival, req.arrival_s)
+        # inst: the router's estimate of the instance; the worker reports the truth
+        inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv, self.sc.reuse)
         if self.flowkv is not None:
-            inst = self.flowkv.choose_prefill(req.input_len, self.loop.now)
             self.flowkv.dispatched(inst.name, req.request_id, req.input_len)
-        else:
-            inst = min(self.prefill.values(), key=lambda p: (p.free_at, p.name))
-        # a decode worker doing prefill work has no fetch receiver: it computes it all
-        plan = self._reuse_plan(req) if inst.name in self.prefill else None
-        rs.reuse_tokens = plan.tokens if plan else 0
-        # the router's estimate; the worker reports the truth
-        inst.enqueue(rs, self.loop.now, rs.reuse_tokens, fetching=plan is not None)
         self.send(inst.name, {"type": "prefill", "request": req.request_id,
                                "input_len": req.input_len, "output_len": req.output_len,
                                "hash_ids": list(req.hash_ids), "arrival": req.arrival_s,
@@ -255,12 +247,9 @@ class Router:
         if plan is not None:
             self._fetch(rs, plan.holder)
 
-    def _reuse_plan(self, req: Request) -> reuse.Reuse | None:
-        if not self.sc.reuse.enabled:
-            return None
-        hits = {name: view.index.prefix_hit_tokens(req.hash_ids, req.input_len)
+    def prefix_hits(self, req: Request) -> dict[str, int]:
+        return {name: view.index.prefix_hit_tokens(req.hash_ids, req.input_len)
                 for name, view in self.views.items() if name not in self.plane.dead}
-        return reuse.choose_holder(hits, self.sc.reuse.min_tokens)
 
     def _fetch(self, rs: RequestState, holder: str) -> None:
         """Stage 1: the holder streams the cached prefix's KV to the prefill instance."""
