@@ -7,11 +7,13 @@ reported by click as an invalid SCENARIO, naming the field or line, with exit co
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
 import yaml
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.workloads.mooncake import TraceError
@@ -44,6 +46,18 @@ def _stepper(progress, task):
         progress.update(task, step=label)
 
     return step
+
+@contextlib.contextmanager
+def progress_bar(title: str, total: int, disable: bool = False):
+    """A progress bar over a run's cells; yields (show(label): a label without a step,
+    step(label): the previous cell is done, `label` runs now)."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
+                  disable=disable) as progress:
+        task = progress.add_task(title, total=total, step="")
+        yield (lambda label: progress.update(task, step=label)), _stepper(progress, task)
+        progress.update(task, completed=total, step="done")
+
 
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False)

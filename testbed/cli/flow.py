@@ -7,10 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from testbed.cli.common import _fail, _stepper, console, main, out, scenario_options
+from testbed.cli.common import _fail, console, main, out, progress_bar, scenario_options
 from testbed.model.schedulers import SCHEDULERS
 from testbed.workloads.mooncake import TraceError
 
@@ -46,17 +45,8 @@ def simulate(scenario, out_dir: str,
     sc = scenario
     total = count_runs(sc)
     try:
-        if quiet:
-            outcome = run_flowsim(sc, Path(out_dir), executor=executor)
-        else:
-            with Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
-            ) as progress:
-                task = progress.add_task(sc.name, total=total, step="")
-                step = _stepper(progress, task)
-                outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
-                progress.update(task, completed=total, step="done")
+        with progress_bar(sc.name, total, disable=quiet) as (_, step):
+            outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import click
 import yaml
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from testbed.cli.common import (
     Terminated,
     _fail,
     _raise_terminated,
-    _stepper,
     console,
     main,
+    progress_bar,
     scenario_options,
 )
 from testbed.scenario import ScenarioError
@@ -139,22 +138,14 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     signal.signal(signal.SIGTERM, _raise_terminated)
     total = count_runs(sc)
     try:
-        with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
-            disable=quiet,
-        ) as progress:
-            task = progress.add_task(f"{sc.name} (packets)", total=total, step="")
-            run_step = _stepper(progress, task)
-
+        with progress_bar(f"{sc.name} (packets)", total, disable=quiet) as (show, run_step):
             def step(label: str, wall_s: float) -> None:
                 if "building" in label:  # a fabric coming up is no run of its own
-                    progress.update(task, step=label)
+                    show(label)
                 else:
                     run_step(f"{label} (~{wall_s:.0f} s + drain)")
 
             outcome = run_emulation(sc, Path(out_dir), step, verbose=verbose)
-            progress.update(task, completed=total, step="done")
     except (EmulationError, WorkerError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
