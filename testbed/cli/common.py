@@ -8,7 +8,10 @@ reported by click as an invalid SCENARIO, naming the field or line, with exit co
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import os
 import sys
+import threading
 
 import click
 import yaml
@@ -57,6 +60,23 @@ def progress_bar(title: str, total: int, disable: bool = False):
         task = progress.add_task(title, total=total, step="")
         yield (lambda label: progress.update(task, step=label)), _stepper(progress, task)
         progress.update(task, completed=total, step="done")
+
+
+def leave_after_teardown(code: int = 0) -> None:
+    """Exit now that everything is torn down, even if a thread is stuck: a thread that is
+    not a daemon (one a signal interrupted mid-start, or a library's) would otherwise keep
+    the process alive after its fabric is gone. Its stack goes to stderr first, to say
+    which one."""
+    stuck = [t for t in threading.enumerate()
+             if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not stuck:
+        return
+    console.print(f"note: exiting past {len(stuck)} stuck thread(s): "
+                  f"{', '.join(t.name for t in stuck)}", highlight=False)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _fail(message: str) -> None:

@@ -17,6 +17,7 @@ from testbed.cli.common import (
     _fail,
     _raise_terminated,
     console,
+    leave_after_teardown,
     main,
     progress_bar,
     scenario_options,
@@ -127,6 +128,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
                           f"{'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
         network.stop()
     console.print("fabric down, nothing left behind")
+    leave_after_teardown()
 
 def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     """Run the emulation with a progress bar; every exit path tears the fabric down."""

@@ -44,8 +44,13 @@ def start_net(tmp_path) -> subprocess.Popen:
 def test_a_signal_tears_everything_down(tmp_path, sig):
     proc = start_net(tmp_path)
     proc.send_signal(sig)
-    proc.wait(timeout=60)
-    assert proc.returncode == 0
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # leave nothing up for the tests after this one
+        proc.kill()
+        cleanup.clean()
+        raise
+    assert proc.returncode == 0, (tmp_path / "net-up.log").read_text()[-3000:]
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
     (report,) = (tmp_path / "runs").glob("*/fidelity.json")
