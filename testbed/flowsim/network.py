@@ -14,9 +14,11 @@ tier's links, never KV.
 
 from __future__ import annotations
 
+import heapq
 import random
 import zlib
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from testbed.model import tcp as tcpmodel
@@ -172,9 +174,10 @@ class FluidNetwork:
 
     # -- flows -----------------------------------------------------------------------
     def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
-                 level: int = 0, shard: tuple[int, int] = (0, 1)) -> Flow:
+                 level: int = 0, shard: tuple[int, int] = (0, 1), share: bool = True) -> Flow:
         """`shard` (k, n): this flow is stream k of a transfer's n parallel ones (under the
-        TCP model they share unequally: tcp.shard_share)."""
+        TCP model they share unequally: tcp.shard_share). `share=False` leaves the
+        re-sharing to the caller (flows arriving together: one recompute for all)."""
         self.advance(now)
         flow = Flow(self._next_id, path, size, size, now, tag, level)
         self._next_id += 1
@@ -188,7 +191,8 @@ class FluidNetwork:
         self.flows[flow.flow_id] = flow
         for hop in path:
             self.links[hop].flows.add(flow.flow_id)
-        self.recompute()
+        if share:
+            self.recompute(path)
         return flow
 
     def path_rtt(self, path: list[Hop]) -> float:
@@ -213,7 +217,7 @@ class FluidNetwork:
             for hop in flow.path:
                 self.links[hop].flows.discard(flow.flow_id)
         if flows:
-            self.recompute()
+            self.recompute({hop for flow in flows for hop in flow.path})
 
     def advance(self, now: float) -> None:
         """Move every flow forward at its current rate to time `now`."""
@@ -260,13 +264,13 @@ class FluidNetwork:
     def _ramp(self, now: float) -> None:
         """Slow start: every due window doubles; a window that no longer binds (the flow
         gets less than it allows) leaves slow start for good, as TCP does at its first loss."""
-        changed = False
+        changed: set[Hop] = set()
         for flow in self.flows.values():
             if flow.ramp_at is None:
                 continue
             if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):
                 flow.window_cap = flow.ramp_at = None
-                changed = True
+                changed.update(flow.path)
                 continue
             while flow.ramp_at is not None and flow.ramp_at <= now + 1e-12:
                 flow.rounds += 1  # (several rounds at once only if the caller skipped events)
@@ -274,9 +278,9 @@ class FluidNetwork:
                 flow.ramp_at += flow.rtt
                 if flow.window_cap >= min(self.links[h].capacity for h in flow.path):
                     flow.window_cap = flow.ramp_at = None
-                changed = True
+                changed.update(flow.path)
         if changed:
-            self.recompute()
+            self.recompute(changed)
 
     def next_completion(self) -> float | None:
         """Time of the next change at current rates: a flow finishing (or, under the TCP
@@ -295,39 +299,93 @@ class FluidNetwork:
                     best = t
         return None if best is None else self.last_update + best
 
-    def recompute(self) -> None:
+    def recompute(self, touched: Iterable[Hop] | None = None) -> None:
         """Strict priority between levels (0 first), max-min fair within a level, by
-        progressive filling of each level over what the levels above left."""
-        for link in self.links.values():
-            link.kv_rate = 0.0
-        residual: dict[Hop, float] = {hop: link.kv_capacity for hop, link in self.links.items()
-                                      if link.flows}
-        for level in sorted({f.level for f in self.flows.values()}):
-            self._fill({fid for fid, f in self.flows.items() if f.level == level}, residual)
+        progressive filling of each level over what the levels above left.
+
+        With `touched` (the links of the flows that arrived, left or changed) only the
+        flows coupled to them are re-shared: the connected component of flows and links
+        reachable from those links through shared links. Max-min sharing in one component
+        does not depend on any other, so the result is exact; the work is what changed,
+        not what exists (SimGrid's lazy max-min re-solves only the constraints a modified
+        variable touches in the same spirit: Casanova et al., "Versatile, scalable, and
+        accurate simulation of distributed applications and platforms", JPDC 2014)."""
+        if touched is None:
+            links = [hop for hop, link in self.links.items() if link.flows or link.kv_rate]
+            flows = list(self.flows)
+        else:
+            links, flows = self._component(touched)
+        for hop in links:
+            self.links[hop].kv_rate = 0.0
+        residual: dict[Hop, float] = {hop: self.links[hop].kv_capacity for hop in links
+                                      if self.links[hop].flows}
+        by_level: dict[int, set[int]] = {}
+        for fid in flows:
+            by_level.setdefault(self.flows[fid].level, set()).add(fid)
+        for level in sorted(by_level):
+            self._fill(by_level[level], residual)
+
+    def _component(self, touched: Iterable[Hop]) -> tuple[list[Hop], list[int]]:
+        """The links and flows reachable from `touched` through flows sharing links."""
+        seen_links: set[Hop] = set()
+        seen_flows: set[int] = set()
+        stack = [hop for hop in touched if hop in self.links]
+        while stack:
+            hop = stack.pop()
+            if hop in seen_links:
+                continue
+            seen_links.add(hop)
+            for fid in self.links[hop].flows:
+                if fid not in seen_flows:
+                    seen_flows.add(fid)
+                    stack.extend(h for h in self.flows[fid].path if h not in seen_links)
+        return list(seen_links), list(seen_flows)
 
     def _fill(self, unfrozen: set[int], residual: dict[Hop, float]) -> None:
         """Weighted progressive filling: a link's residual is split in proportion to its
-        unfrozen flows' weights; a capped flow freezes at its cap when that binds first."""
+        unfrozen flows' weights; a capped flow freezes at its cap when that binds first.
+
+        The bottleneck link comes from a lazy min-heap of residual / weight: a link's ratio
+        only grows as flows on it freeze (each freezes at or below the current minimum),
+        so a stale entry is re-pushed with its current ratio when it surfaces; capped flows
+        wait in a heap of cap / weight. Each step costs a few heap operations, not a scan
+        of every link and flow (htsim and SimGrid's max-min solvers keep the same kind of
+        ordered structure)."""
+        flows = self.flows
         active: dict[Hop, set[int]] = {}
         weights: dict[Hop, float] = {}
+        caps: list[tuple[float, int]] = []
         for fid in unfrozen:
-            w = self.flows[fid].weight
-            for hop in self.flows[fid].path:
+            flow = flows[fid]
+            w = flow.weight
+            for hop in flow.path:
                 active.setdefault(hop, set()).add(fid)
                 weights[hop] = weights.get(hop, 0.0) + w
+            cap = flow.effective_cap()
+            if cap is not None:
+                caps.append((cap / w, fid))
+        heapq.heapify(caps)
+        heap = [(residual[h] / weights[h], h) for h in active]
+        heapq.heapify(heap)
         while unfrozen:
-            hop = min(active, key=lambda h: residual[h] / weights[h])
-            unit = max(residual[hop] / weights[hop], 0.0)
-            capped = [(cap / f.weight, fid) for fid in unfrozen
-                      if (cap := (f := self.flows[fid]).effective_cap()) is not None
-                      and cap < unit * f.weight]
-            if capped:
-                _, fid = min(capped)
-                self._freeze(fid, self.flows[fid].effective_cap(), unfrozen, residual, active,
+            ratio, hop = heap[0]
+            if hop not in active:
+                heapq.heappop(heap)
+                continue
+            current = residual[hop] / weights[hop]
+            if current != ratio:
+                heapq.heapreplace(heap, (current, hop))
+                continue
+            unit = max(ratio, 0.0)
+            while caps and caps[0][1] not in unfrozen:
+                heapq.heappop(caps)
+            if caps and caps[0][0] < unit:
+                _, fid = heapq.heappop(caps)
+                self._freeze(fid, flows[fid].effective_cap(), unfrozen, residual, active,
                              weights)
                 continue
             for fid in list(active[hop]):
-                self._freeze(fid, unit * self.flows[fid].weight, unfrozen, residual, active,
+                self._freeze(fid, unit * flows[fid].weight, unfrozen, residual, active,
                              weights)
 
     def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[Hop, float],
@@ -351,4 +409,4 @@ class FluidNetwork:
         if flow.level != level:
             self.advance(now)
             flow.level = level
-            self.recompute()
+            self.recompute(flow.path)

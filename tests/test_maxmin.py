@@ -1,0 +1,75 @@
+"""Incremental max-min sharing (FluidNetwork.recompute over the touched component) gives
+the rates the full recomputation gives (tests/reference_maxmin.py), on random fat-trees and
+random sequences of flows arriving, leaving and changing level, with weights, caps and
+strict priority levels."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from testbed.flowsim.network import FluidNetwork
+from testbed.topologies.fattree import FatTreeSpec
+from tests.reference_maxmin import reference_rates
+
+SPECS = [FatTreeSpec(), FatTreeSpec(pods=4), FatTreeSpec(gpus_per_server=4, aggs_per_pod=2,
+                                                         cores_per_agg=1)]
+
+
+def check(net: FluidNetwork) -> None:
+    want = reference_rates(net.flows, net.links)
+    assert set(want) == set(net.flows)
+    for fid, flow in net.flows.items():
+        assert flow.rate == pytest.approx(want[fid], rel=1e-9, abs=1e-9), fid
+    for hop, link in net.links.items():
+        total = sum(want[f] for f in link.flows)
+        assert link.kv_rate == pytest.approx(total, rel=1e-9, abs=1e-6), hop
+
+
+@st.composite
+def scripts(draw):
+    spec_index = draw(st.integers(0, len(SPECS) - 1))
+    ops = draw(st.lists(st.tuples(st.sampled_from(["add", "add", "add", "remove", "level",
+                                                   "cap", "background"]),
+                                  st.integers(0, 10**6)), min_size=1, max_size=40))
+    return spec_index, ops
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scripts())
+def test_incremental_sharing_equals_the_full_recomputation(script):
+    spec_index, ops = script
+    spec = SPECS[spec_index]
+    net = FluidNetwork(spec, random.Random(0))
+    names = [i.name for i in spec.instances]
+    pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
+    now = 0.0
+    for op, x in ops:
+        rng = random.Random(x)
+        now += 1e-3
+        if op == "add" or not net.flows:
+            a, b = pairs[x % len(pairs)]
+            paths = spec.paths(a, b)
+            flow = net.add_flow(paths[x % len(paths)], 1e12, now, level=rng.randrange(3))
+            flow.weight = rng.choice([1.0, 0.5, 2.0, rng.uniform(0.1, 3.0)])
+            if rng.random() < 0.3:
+                flow.cap = rng.uniform(1e6, 1e10)
+            net.recompute(flow.path)  # its weight and cap are set after it arrived
+        elif op == "remove":
+            victim = sorted(net.flows)[x % len(net.flows)]
+            net.remove_flows(now, lambda f, v=victim: f.flow_id == v)
+        elif op == "level":
+            flow = net.flows[sorted(net.flows)[x % len(net.flows)]]
+            net.set_level(flow, (flow.level + 1) % 3, now)
+        elif op == "cap":
+            flow = net.flows[sorted(net.flows)[x % len(net.flows)]]
+            flow.cap = None if flow.cap else rng.uniform(1e6, 1e10)
+            net.recompute(flow.path)
+        else:
+            hops = list(net.links)
+            net.set_background({hops[x % len(hops)]: rng.uniform(0.0, 0.9)}, now)
+        check(net)
