@@ -6,7 +6,15 @@ Targets from issue 2, on the 2-core development machine:
   - one scheduler decision over 12 candidates: median under 50 us (paper: under 1.5 ms)
   - peak memory of each run
 
-Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024]
+Scale curve (`--only scale`): 64 to 8192 GPUs (exp7's fat-tree, 32 GPUs a pod) x 15 and
+60 s measured (the shipped trace looped at 100% load), CLA* and NetKV-Full; each run in a
+fresh process, so its peak resident memory is its own: wall, events/s, peak RSS, printed
+as a table and plotted to benchmarks/out/flowsim_scale.png. Targets: 1024 GPUs x 60 s
+under 10 s for every scheduler, 8192 GPUs x 60 s under 120 s, events/s at 1024 GPUs
+within 2x of 64 GPUs.
+
+Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024] [--only trace|1024|decision|scale]
+     [--gpus 64,256,1024] [--measure 15,60]
 """
 
 from __future__ import annotations
@@ -116,12 +124,77 @@ def decision_latency(candidates: int = 12, trials: int = 20000) -> None:
           f"{statistics.median(samples):.1f} us per decision")
 
 
+def _scale_cell(args) -> dict:
+    """One scale-curve run (in its own process): wall, events, requests, peak RSS."""
+    gpus, measure, key = args
+    sc = Scenario(name="bench-scale", workload={"trace": TRACE, "trace_loop": True,
+                                                "measure_s": float(measure)},
+                  cluster={"pods": max(1, gpus // 32)})
+    workload = build_workload(sc, 1)
+    t0 = time.perf_counter()
+    result = simulate(sc, key, 1, workload)
+    wall = time.perf_counter() - t0
+    return {"gpus": sc.cluster.spec().n_gpus, "measure": measure, "key": key, "wall": wall,
+            "events": result.events, "requests": len(workload.requests),
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def scale_curve(gpus: list[int], measures: list[int]) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+    print("| GPUs | measured s | scheduler | requests | events | wall s | events/s | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in gpus:
+        for m in measures:
+            for key in ("cla", "netkv-full"):
+                with ctx.Pool(1, maxtasksperchild=1) as pool:
+                    r = pool.apply(_scale_cell, ((n, m, key),))
+                rows.append(r)
+                print(f"| {r['gpus']} | {m} | {SCHEDULERS[key]} | {r['requests']} | "
+                      f"{r['events']} | {r['wall']:.1f} | {r['events'] / r['wall']:.0f} | "
+                      f"{r['rss_mb']:.0f} |", flush=True)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for key in ("cla", "netkv-full"):
+        for m in measures:
+            pts = [r for r in rows if r["key"] == key and r["measure"] == m]
+            label = f"{SCHEDULERS[key]}, {m} s"
+            a.plot([r["gpus"] for r in pts], [r["wall"] for r in pts], "o-", label=label)
+            b.plot([r["gpus"] for r in pts], [r["events"] / r["wall"] for r in pts], "o-",
+                   label=label)
+    for ax, title in ((a, "wall (s)"), (b, "events / s")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    a.legend(fontsize=8)
+    out = ROOT / "benchmarks" / "out" / "flowsim_scale.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"plot: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-1024", action="store_true", help="skip the 1024-GPU run")
-    parser.add_argument("--only", choices=["trace", "1024", "decision"])
+    parser.add_argument("--only", choices=["trace", "1024", "decision", "scale"])
+    parser.add_argument("--gpus", default="64,256,1024,4096,8192",
+                        help="scale curve sizes (GPUs, multiples of 32)")
+    parser.add_argument("--measure", default="15,60", help="scale curve measured seconds")
     args = parser.parse_args()
+    if args.only == "scale":
+        scale_curve([int(x) for x in args.gpus.split(",")],
+                    [int(x) for x in args.measure.split(",")])
+        return
     if args.only in (None, "decision"):
         decision_latency()
     if args.only in (None, "trace"):
