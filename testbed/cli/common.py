@@ -8,10 +8,8 @@ reported by click as an invalid SCENARIO, naming the field or line, with exit co
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import os
+import signal
 import sys
-import threading
 
 import click
 import yaml
@@ -62,23 +60,6 @@ def progress_bar(title: str, total: int, disable: bool = False):
         progress.update(task, completed=total, step="done")
 
 
-def leave_after_teardown(code: int = 0) -> None:
-    """Exit now that everything is torn down, even if a thread is stuck: a thread that is
-    not a daemon (one a signal interrupted mid-start, or a library's) would otherwise keep
-    the process alive after its fabric is gone. Its stack goes to stderr first, to say
-    which one."""
-    stuck = [t for t in threading.enumerate()
-             if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    if not stuck:
-        return
-    console.print(f"note: exiting past {len(stuck)} stuck thread(s): "
-                  f"{', '.join(t.name for t in stuck)}", highlight=False)
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False)
     sys.exit(2)
@@ -104,6 +85,14 @@ class Terminated(BaseException):
 
 def _raise_terminated(signum, _frame):
     raise Terminated(signum)
+
+
+def handle_signals() -> None:
+    """SIGTERM and SIGINT interrupt a run so that every teardown runs. SIGINT is set
+    explicitly: a process started by one that ignores it (a shell's background job, a CI
+    runner) inherits SIG_IGN, and Python then leaves Ctrl-C ignored."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _remember(key: str):

@@ -4,7 +4,6 @@ compare, clean."""
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -15,9 +14,8 @@ import yaml
 from testbed.cli.common import (
     Terminated,
     _fail,
-    _raise_terminated,
     console,
-    leave_after_teardown,
+    handle_signals,
     main,
     progress_bar,
     scenario_options,
@@ -79,7 +77,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
     workdir.mkdir(parents=True, exist_ok=True)
     scenario_file = workdir / "scenario.yaml"
     atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    handle_signals()
     if cluster:
         from testbed.emulation.cluster import ClusterNetwork, servers_from_inventory
         from testbed.remote.inventory import InventoryError
@@ -128,7 +126,6 @@ def net_up(scenario, hold: float | None, out_dir: str,
                           f"{'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
         network.stop()
     console.print("fabric down, nothing left behind")
-    leave_after_teardown()
 
 def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     """Run the emulation with a progress bar; every exit path tears the fabric down."""
@@ -137,7 +134,7 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     from testbed.emulation.processes import WorkerError
     from testbed.runner import ConservationError, count_runs
 
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    handle_signals()
     total = count_runs(sc)
     try:
         with progress_bar(f"{sc.name} (packets)", total, disable=quiet) as (show, run_step):
@@ -243,7 +240,7 @@ def calibrate(scenario, out_file: str | None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     cell_file = workdir / "scenario.yaml"
     atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    handle_signals()
     try:
         with console.status("building the fabric...") as status, \
                 EmulatedNetwork(cell, cell_file, workdir) as network:
@@ -298,7 +295,7 @@ def validate(scenario, out_dir: str, calibration: str | None,
             check_calibration(cal, sc, calibration)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    handle_signals()
     try:
         with console.status("validating...") as status:
             def step(label: str, wall_s: float) -> None:

@@ -23,7 +23,10 @@ def start_net(tmp_path) -> subprocess.Popen:
         [sys.executable, "-m", "testbed", "net", "up", str(path), "--hold", "300",
          "--out", str(tmp_path / "runs")],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True)
+        start_new_session=True,
+        # as a CI runner's background job starts it: SIGINT ignored, which the child
+        # inherits; `net up` must still tear down on it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     def ready():
         text = (tmp_path / "net-up.log").read_text()
         assert proc.poll() is None, text[-2000:]
