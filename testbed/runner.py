@@ -113,13 +113,16 @@ def tasks_of(scenario) -> list[Task]:
 
 def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
               on_step: Callable[[str], None] | None = None,
-              describe: str = "serial", aggregate_fn=aggregate) -> tuple[RunOutcome, RunFolder]:
+              describe: str = "serial", aggregate_fn=aggregate,
+              epilogue: Callable[[], tuple[dict, str]] | None = None
+              ) -> tuple[RunOutcome, RunFolder]:
     """The cell loop both engines share: a run folder; every task (sweep point x
     scheduler x seed, in the sweep's order) through `execute(tasks, folder)`, which yields
     (task, result or Lost) in any order; each result's records written to its cell (a
     result is {requests, transfers, links, summary, files: {name: json}}); rows per point
-    and scheduler aggregated over seeds; the table and summary.json. The caller finishes
-    the folder (it may add files first)."""
+    and scheduler aggregated over seeds; the table and summary.json, each with what
+    `epilogue()` adds once every task ran (summary fields, a table tail). The caller
+    finishes the folder (it may add files first)."""
     from testbed.sweep import Lost
 
     t0 = time.perf_counter()
@@ -154,9 +157,11 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
     table = format_table(scenario, rows, engine=title)
     if lost:
         table += "\n## Lost cells\n\n" + "".join(f"- `{x['cell']}`: {x['error']}\n" for x in lost)
+    extra, tail = epilogue() if epilogue else ({}, "")
+    table += tail
     write_json(folder.path / "summary.json", {
         "scenario": scenario.name, "engine": engine, "executor": describe,
-        "lost_cells": lost,
+        "lost_cells": lost, **extra,
         "rows": [{"point": r.point, "scheduler": SCHEDULERS[r.scheduler], "key": r.scheduler,
                   **r.stats} for r in rows],
     })

@@ -30,7 +30,13 @@ from testbed.model.recovery import (
     recovery_bandwidth_bps,
     ttft_budget,
 )
-from testbed.model.schedulers import Candidate, RequestInfo, Scheduler
+from testbed.model.schedulers import (
+    Candidate,
+    RequestInfo,
+    Scheduler,
+    SchedulerContext,
+    make_scheduler,
+)
 
 
 class Engine(Protocol):
@@ -64,6 +70,15 @@ class Engine(Protocol):
 
     def ended(self, rs: RequestState) -> None:
         """The request reached a terminal state."""
+
+
+def scenario_scheduler(scenario, key: str, seed: int) -> Scheduler:
+    """The scheduler `key` as a scenario configures it, the same in both engines."""
+    cluster = scenario.cluster
+    ctx = SchedulerContext(scenario.timing_model(), cluster.beta_max,
+                           cluster.memory_reserve_gb * 1e9, scenario.oracle.inflight_cap,
+                           seed=seed)
+    return make_scheduler(key, ctx, cla_weights=scenario.cla())
 
 
 class ControlPlane:

@@ -9,7 +9,6 @@ torn down on every path out; an interrupted run leaves a folder marked PARTIAL.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,16 +124,15 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                                  "transfers": result["transfers"], "links": links,
                                  "summary": summary, "files": {"fidelity.json": fidelity}}
 
-    outcome, folder = run_cells(scenario, out_root, "emulation", execute,
-                                "packet-level emulation", aggregate_fn=aggregate_numeric)
-    faithful = all(v["verdict"] == "faithful" for v in verdicts)
-    table = outcome.table + "\n" + fidelity_lines(verdicts)
-    write_json(folder.path / "fidelity.json", {"all_faithful": faithful, "runs": verdicts})
-    doc = json.loads((folder.path / "summary.json").read_text())
-    write_json(folder.path / "summary.json", {**doc, "all_faithful": faithful})
-    atomic_write(folder.path / "table.md", table)
+    def all_faithful() -> bool:
+        return all(v["verdict"] == "faithful" for v in verdicts)
+
+    outcome, folder = run_cells(
+        scenario, out_root, "emulation", execute, "packet-level emulation",
+        aggregate_fn=aggregate_numeric,
+        epilogue=lambda: ({"all_faithful": all_faithful()}, "\n" + fidelity_lines(verdicts)))
+    write_json(folder.path / "fidelity.json", {"all_faithful": all_faithful(), "runs": verdicts})
     folder.finish()
-    outcome.table = table
     return outcome
 
 

@@ -12,7 +12,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from testbed.control.plane import ControlPlane
+from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.flowkv import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
@@ -21,12 +21,7 @@ from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import PrefixCache
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
-from testbed.model.schedulers import (
-    Candidate,
-    SchedulerContext,
-    make_scheduler,
-    switches_roles,
-)
+from testbed.model.schedulers import Candidate, switches_roles
 from testbed.serving import DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
@@ -70,12 +65,7 @@ class FlowSimulation:
         self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3),
                                 scenario.network.capacity_factor, scenario.tcp_params(),
                                 scenario.network.tcp.rtt_exponent)
-        self.scheduler = make_scheduler(
-            scheduler_key,
-            SchedulerContext(self.timing, cluster.beta_max, cluster.memory_reserve_gb * GB,
-                             scenario.oracle.inflight_cap, seed=seed),
-            cla_weights=scenario.cla(),
-        )
+        self.scheduler = scenario_scheduler(scenario, scheduler_key, seed)
         slow = cluster.slowdown
         self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
                                                 self.loop, self.prefill_done,

@@ -28,18 +28,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.control.plane import ControlPlane
+from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import BlockIndex
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
-from testbed.model.schedulers import (
-    Candidate,
-    SchedulerContext,
-    make_scheduler,
-    switches_roles,
-)
+from testbed.model.schedulers import Candidate, switches_roles
 from testbed.serving import PrefillInstance
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
@@ -51,7 +46,6 @@ from testbed.workers.roles import RouterFlowKV
 from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
 
-GB = 1e9
 START_MARGIN_S = 0.5  # wall seconds between "start" and modelled time zero
 HELLO_TIMEOUT_S = 120.0
 
@@ -112,11 +106,7 @@ class Router:
         self.timing = sc.timing_model()
         self.block_tokens = sc.workload.block_tokens
         self.shards = sc.network.flows_per_transfer or self.spec.tp
-        self.scheduler = make_scheduler(
-            cfg.scheduler,
-            SchedulerContext(self.timing, sc.cluster.beta_max, sc.cluster.memory_reserve_gb * GB,
-                             sc.oracle.inflight_cap, seed=cfg.seed),
-            cla_weights=sc.cla())
+        self.scheduler = scenario_scheduler(sc, cfg.scheduler, cfg.seed)
         self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
         # the path a transfer's shards take is recorded where the controller pins it (per
         # pair); under per-flow hashing each shard's path is OVS's choice, unknown here
