@@ -21,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from testbed.model import tcp as tcpmodel
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.topologies.fattree import FatTreeSpec
@@ -40,12 +42,24 @@ class LinkState:
     flows: set[int] = field(default_factory=set)
     down: bool = False  # a failed link carries nothing until it comes back
     kv_rate: float = 0.0  # sum of KV flow rates now
-    kv_bytes: float = 0.0  # integral of kv_rate
-    bg_bytes: float = 0.0  # integral of background rate
+    kv_bytes: float = 0.0  # integral of kv_rate up to `t0`
+    bg_bytes: float = 0.0  # integral of background rate up to `t0`
+    index: int = 0  # position in FluidNetwork.link_list
+    t0: float = 0.0
 
     @property
     def kv_capacity(self) -> float:
         return 0.0 if self.down else self.capacity * (1.0 - self.background)
+
+    def settle(self, now: float) -> None:
+        """Integrate the byte counters up to `now` (before a rate changes, or to read)."""
+        dt = now - self.t0
+        if dt > 0:
+            if self.kv_rate:
+                self.kv_bytes += self.kv_rate * dt
+            if self.background:
+                self.bg_bytes += self.background * self.capacity * dt
+            self.t0 = now
 
 
 @dataclass
@@ -53,7 +67,7 @@ class Flow:
     flow_id: int
     path: list[Hop]
     size: float
-    remaining: float
+    remaining: float  # bytes left as of `t0` (FluidNetwork.advance brings all to now)
     start: float
     tag: object = None  # owner's handle (a transfer shard)
     level: int = 0  # strict-priority class: 0 is served first (MFS and its baselines)
@@ -65,6 +79,9 @@ class Flow:
     window_cap: float | None = None  # slow-start window / rtt while it binds
     ramp_at: float | None = None  # when the window next doubles
     rounds: int = -1  # slow-start round trips done (-1: handshake)
+    links: tuple[int, ...] = ()  # the path as link indices
+    t0: float = 0.0
+    version: int = 0  # bumped at every rate change: older completion entries are stale
 
     def effective_cap(self) -> float | None:
         caps = [c for c in (self.cap, self.window_cap) if c is not None]
@@ -72,7 +89,16 @@ class Flow:
 
 
 class FluidNetwork:
-    """Links from a FatTreeSpec; flows share them max-min fairly."""
+    """Links from a FatTreeSpec; flows share them max-min fairly.
+
+    State is kept lazily so that an event costs what it changes: a flow's `remaining` is
+    as of its last rate change (`t0`) and its completion time sits in a heap; a link
+    integrates its byte counters only when its rate changes or someone reads them
+    (`advance`). A flow or link whose rate does not change is not touched."""
+
+    # Components of at least this many flows are filled on arrays (fill_on_arrays);
+    # smaller ones by the heap-driven Python fill, which has less fixed cost.
+    ARRAY_FILL_MIN_FLOWS = 48
 
     def __init__(self, spec: FatTreeSpec, rng: random.Random | None,
                  capacity_factor: dict[int, float] | None = None,
@@ -84,18 +110,25 @@ class FluidNetwork:
         self._latency_s = {t: us * 1e-6 for t, us in spec.tier_latency_us.items()}
         self.rng = rng
         self.links: dict[Hop, LinkState] = {}
+        self.link_list: list[LinkState] = []
         factor = capacity_factor or {}
         for link in spec.links:
             # a calibration (testbed calibrate) scales what a tier's links really deliver
             cap = gbps_to_bytes_per_s(link.capacity_gbps) * factor.get(link.tier, 1.0)
             for hop in ((link.a, link.b), (link.b, link.a)):
-                self.links[hop] = LinkState(hop, link.tier, cap)
+                state = LinkState(hop, link.tier, cap, index=len(self.link_list))
+                self.links[hop] = state
+                self.link_list.append(state)
+        self._kv_cap = np.array([lk.kv_capacity for lk in self.link_list], dtype=float)
         self.flows: dict[int, Flow] = {}
         self.level_bytes: dict[int, float] = {}  # KV bytes delivered per priority level
         self._next_id = 0
         self.last_update = 0.0
         self._path_cache: dict[tuple[str, str], list[list[Hop]]] = {}
         self._pairs = PairPaths(spec)
+        self._ends: list[tuple[float, int, int]] = []  # (bytes out, flow id, version)
+        self._ramps: list[tuple[float, int]] = []  # (window doubles, flow id)
+        self._unbound: set[int] = set()  # in slow start, window no longer binding
 
     # -- paths -----------------------------------------------------------------------
     def _all_paths(self, src: str, dst: str) -> list[list[Hop]]:
@@ -133,13 +166,22 @@ class FluidNetwork:
             return [self.ecmp_path(src, dst) for _ in range(flows)]
         return [self.ecmp_path(src, dst)] * flows
 
+    def _set_path(self, flow: Flow, path: list[Hop]) -> None:
+        for h in flow.links:
+            self.link_list[h].flows.discard(flow.flow_id)
+        flow.path = path
+        flow.links = tuple(self.links[hop].index for hop in path)
+        for h in flow.links:
+            self.link_list[h].flows.add(flow.flow_id)
+
     # -- failures --------------------------------------------------------------------
     def set_link(self, a: str, b: str, up: bool, now: float) -> int:
         """A link fails or returns; flows on a failed link move to a live equal-cost
         path of theirs where one exists. Returns how many flows moved."""
-        self.advance(now)
+        self._clock(now)
         for hop in ((a, b), (b, a)):
             self.links[hop].down = not up
+            self._kv_cap[self.links[hop].index] = self.links[hop].kv_capacity
         moved = 0
         if not up:
             for flow in self.flows.values():
@@ -148,21 +190,19 @@ class FluidNetwork:
                     live = [p for p in self.live_paths(src, dst)
                             if not any(self.links[h].down for h in p)]
                     if live:
-                        new = live[flow.flow_id % len(live)]
-                        for hop in flow.path:
-                            self.links[hop].flows.discard(flow.flow_id)
-                        flow.path = new
-                        for hop in new:
-                            self.links[hop].flows.add(flow.flow_id)
+                        self._set_path(flow, live[flow.flow_id % len(live)])
                         moved += 1
         self.recompute()
         return moved
 
     # -- background ------------------------------------------------------------------
     def set_background(self, fractions: dict[Hop, float], now: float) -> None:
-        self.advance(now)
+        self._clock(now)
         for hop, f in fractions.items():
-            self.links[hop].background = min(max(f, 0.0), MAX_BACKGROUND)
+            link = self.links[hop]
+            link.settle(now)
+            link.background = min(max(f, 0.0), MAX_BACKGROUND)
+            self._kv_cap[link.index] = link.kv_capacity
         self.recompute()
 
     def tier_congestion(self) -> dict[int, float]:
@@ -178,19 +218,19 @@ class FluidNetwork:
         """`shard` (k, n): this flow is stream k of a transfer's n parallel ones (under the
         TCP model they share unequally: tcp.shard_share). `share=False` leaves the
         re-sharing to the caller (flows arriving together: one recompute for all)."""
-        self.advance(now)
-        flow = Flow(self._next_id, path, size, size, now, tag, level)
+        self._clock(now)
+        flow = Flow(self._next_id, [], size, size, now, tag, level, t0=now)
         self._next_id += 1
+        self._set_path(flow, path)
         if self.tcp is not None:
             flow.rtt = self.path_rtt(path)
             flow.window_cap = 0.0  # the handshake
             flow.ramp_at = now + self.tcp.handshake_rtts * flow.rtt
+            heapq.heappush(self._ramps, (flow.ramp_at, flow.flow_id))
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent
             flow.weight *= tcpmodel.shard_share(*shard, self.tcp.shard_spread)
         self.flows[flow.flow_id] = flow
-        for hop in path:
-            self.links[hop].flows.add(flow.flow_id)
         if share:
             self.recompute(path)
         return flow
@@ -203,53 +243,99 @@ class FluidNetwork:
 
     def remove_flows(self, now: float, doomed) -> list[Flow]:
         """Take flows out (their receiver died) without finishing them."""
-        self.advance(now)
+        self._clock(now)
         for fid in [fid for fid, (_, f) in self.draining.items() if doomed(f)]:
             del self.draining[fid]
         gone = [f for f in self.flows.values() if doomed(f)]
+        for flow in gone:
+            self._settle(flow)
         self._detach(gone)
         return gone
 
     def _detach(self, flows: list[Flow]) -> None:
         """Take flows off the network and its links, and re-share the bandwidth."""
+        touched: set[int] = set()
         for flow in flows:
             del self.flows[flow.flow_id]
-            for hop in flow.path:
-                self.links[hop].flows.discard(flow.flow_id)
+            self._unbound.discard(flow.flow_id)
+            for h in flow.links:
+                self.link_list[h].flows.discard(flow.flow_id)
+            touched.update(flow.links)
         if flows:
-            self.recompute({hop for flow in flows for hop in flow.path})
+            self._recompute_links(touched)
+
+    # -- time ------------------------------------------------------------------------
+    def _clock(self, now: float) -> None:
+        if now > self.last_update:
+            self.last_update = now
+
+    def _settle(self, flow: Flow) -> None:
+        """Bring one flow's remaining bytes to the network's clock."""
+        dt = self.last_update - flow.t0
+        if dt > 0:
+            moved = min(flow.remaining, flow.rate * dt)
+            if moved:
+                flow.remaining -= moved
+                self.level_bytes[flow.level] = self.level_bytes.get(flow.level, 0.0) + moved
+            flow.t0 = self.last_update
+
+    def _set_rate(self, flow: Flow, rate: float) -> None:
+        """A flow's new share: settle it at the old rate, then schedule its last byte."""
+        if rate == flow.rate:
+            return
+        self._settle(flow)
+        flow.rate = rate
+        flow.version += 1
+        if rate > 0:
+            heapq.heappush(self._ends, (flow.t0 + flow.remaining / rate, flow.flow_id,
+                                        flow.version))
+        elif flow.remaining <= flow.size * 1e-9:
+            heapq.heappush(self._ends, (flow.t0, flow.flow_id, flow.version))
+        if flow.ramp_at is not None:
+            self._check_window(flow)
+
+    def _check_window(self, flow: Flow) -> None:
+        if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):
+            self._unbound.add(flow.flow_id)
+        else:
+            self._unbound.discard(flow.flow_id)
 
     def advance(self, now: float) -> None:
-        """Move every flow forward at its current rate to time `now`."""
-        dt = now - self.last_update
-        if dt <= 0:
-            return
+        """Bring every flow's remaining bytes and every link's counters to `now` (for
+        readers of all of them; the network itself settles only what it changes)."""
+        self._clock(now)
         for flow in self.flows.values():
-            moved = min(flow.remaining, flow.rate * dt)
-            flow.remaining -= moved
-            if moved:
-                self.level_bytes[flow.level] = self.level_bytes.get(flow.level, 0.0) + moved
-        for link in self.links.values():
-            if link.kv_rate:
-                link.kv_bytes += link.kv_rate * dt
-            if link.background:
-                link.bg_bytes += link.background * link.capacity * dt
-        self.last_update = now
+            self._settle(flow)
+        for link in self.link_list:
+            link.settle(self.last_update)
 
     def pop_finished(self, now: float) -> list[Flow]:
         """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb).
         Under the TCP model a delivered flow leaves the links at once but is finished
         only after its tail; due slow-start steps are applied here too."""
-        self.advance(now)
+        self._clock(now)
         if self.tcp is not None:
             self._ramp(now)
-        done = [
-            f for f in self.flows.values()
-            if f.remaining <= f.size * 1e-9 or (f.rate > 0 and f.remaining / f.rate <= 1e-9)
-        ]
-        for flow in done:
-            flow.remaining = 0.0
-            flow.end = now
+        done: list[Flow] = []
+        later: list[tuple[float, int, int]] = []
+        ends, flows = self._ends, self.flows
+        # entries up to a microsecond late are looked at: rounding may put a flow's last
+        # byte a hair after the event that was scheduled for it
+        while ends and ends[0][0] <= now + 1e-6:
+            entry = heapq.heappop(ends)
+            flow = flows.get(entry[1])
+            if flow is None or flow.version != entry[2] or flow.end is not None:
+                continue
+            self._settle(flow)
+            if flow.remaining <= flow.size * 1e-9 or (
+                    flow.rate > 0 and flow.remaining / flow.rate <= 1e-9):
+                flow.remaining = 0.0
+                flow.end = now
+                done.append(flow)
+            else:
+                later.append(entry)
+        for entry in later:
+            heapq.heappush(ends, entry)
         self._detach(done)
         if self.tcp is None:
             return done
@@ -264,13 +350,22 @@ class FluidNetwork:
     def _ramp(self, now: float) -> None:
         """Slow start: every due window doubles; a window that no longer binds (the flow
         gets less than it allows) leaves slow start for good, as TCP does at its first loss."""
-        changed: set[Hop] = set()
-        for flow in self.flows.values():
+        due: set[int] = set(self._unbound)
+        ramps = self._ramps
+        while ramps and ramps[0][0] <= now + 1e-12:
+            when, fid = heapq.heappop(ramps)
+            flow = self.flows.get(fid)
+            if flow is not None and flow.ramp_at == when:
+                due.add(fid)
+        changed: set[int] = set()
+        for fid in sorted(due):
+            flow = self.flows[fid]
             if flow.ramp_at is None:
                 continue
             if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):
                 flow.window_cap = flow.ramp_at = None
-                changed.update(flow.path)
+                self._unbound.discard(fid)
+                changed.update(flow.links)
                 continue
             while flow.ramp_at is not None and flow.ramp_at <= now + 1e-12:
                 flow.rounds += 1  # (several rounds at once only if the caller skipped events)
@@ -278,27 +373,40 @@ class FluidNetwork:
                 flow.ramp_at += flow.rtt
                 if flow.window_cap >= min(self.links[h].capacity for h in flow.path):
                     flow.window_cap = flow.ramp_at = None
-                changed.update(flow.path)
+                changed.update(flow.links)
+            if flow.ramp_at is not None:
+                heapq.heappush(ramps, (flow.ramp_at, fid))
+                self._check_window(flow)
+            else:
+                self._unbound.discard(fid)
         if changed:
-            self.recompute(changed)
+            self._recompute_links(changed)
 
     def next_completion(self) -> float | None:
         """Time of the next change at current rates: a flow finishing (or, under the TCP
         model, its tail ending or its window doubling)."""
-        best = None
-        for flow in self.flows.values():
-            if flow.rate > 0:
-                t = flow.remaining / flow.rate
-                if best is None or t < best:
-                    best = t
+        ends, flows = self._ends, self.flows
+        while ends:
+            _, fid, version = ends[0]
+            flow = flows.get(fid)
+            if flow is not None and flow.version == version and flow.end is None:
+                break
+            heapq.heappop(ends)
+        best = ends[0][0] if ends else None
         if self.tcp is not None:
-            for when in [f.ramp_at for f in self.flows.values() if f.ramp_at is not None] + \
-                    [t for t, _ in self.draining.values()]:
-                t = max(when - self.last_update, 0.0)
-                if best is None or t < best:
-                    best = t
-        return None if best is None else self.last_update + best
+            ramps = self._ramps
+            while ramps and (ramps[0][1] not in flows
+                             or flows[ramps[0][1]].ramp_at != ramps[0][0]):
+                heapq.heappop(ramps)
+            for when in [ramps[0][0]] if ramps else []:
+                if best is None or when < best:
+                    best = when
+            for when, _ in self.draining.values():
+                if best is None or when < best:
+                    best = when
+        return None if best is None else max(best, self.last_update)
 
+    # -- sharing -----------------------------------------------------------------------
     def recompute(self, touched: Iterable[Hop] | None = None) -> None:
         """Strict priority between levels (0 first), max-min fair within a level, by
         progressive filling of each level over what the levels above left.
@@ -311,37 +419,50 @@ class FluidNetwork:
         variable touches in the same spirit: Casanova et al., "Versatile, scalable, and
         accurate simulation of distributed applications and platforms", JPDC 2014)."""
         if touched is None:
-            links = [hop for hop, link in self.links.items() if link.flows or link.kv_rate]
+            self._recompute_links(None)
+        else:
+            self._recompute_links({self.links[hop].index for hop in touched
+                                   if hop in self.links})
+
+    def _recompute_links(self, touched: set[int] | None) -> None:
+        if touched is None:
+            links = [lk.index for lk in self.link_list if lk.flows or lk.kv_rate]
             flows = list(self.flows)
         else:
             links, flows = self._component(touched)
-        for hop in links:
-            self.links[hop].kv_rate = 0.0
-        residual: dict[Hop, float] = {hop: self.links[hop].kv_capacity for hop in links
-                                      if self.links[hop].flows}
+        now = self.last_update
+        for h in links:
+            self.link_list[h].settle(now)
+        if len(flows) >= self.ARRAY_FILL_MIN_FLOWS:
+            self._share_on_arrays(links, flows)
+            return
+        for h in links:
+            self.link_list[h].kv_rate = 0.0
+        residual = {h: self.link_list[h].kv_capacity for h in links
+                    if self.link_list[h].flows}
         by_level: dict[int, set[int]] = {}
         for fid in flows:
             by_level.setdefault(self.flows[fid].level, set()).add(fid)
         for level in sorted(by_level):
             self._fill(by_level[level], residual)
 
-    def _component(self, touched: Iterable[Hop]) -> tuple[list[Hop], list[int]]:
+    def _component(self, touched: set[int]) -> tuple[list[int], list[int]]:
         """The links and flows reachable from `touched` through flows sharing links."""
-        seen_links: set[Hop] = set()
+        link_list, flows = self.link_list, self.flows
+        seen_links = set(touched)
         seen_flows: set[int] = set()
-        stack = [hop for hop in touched if hop in self.links]
+        stack = list(seen_links)
         while stack:
-            hop = stack.pop()
-            if hop in seen_links:
-                continue
-            seen_links.add(hop)
-            for fid in self.links[hop].flows:
+            for fid in link_list[stack.pop()].flows:
                 if fid not in seen_flows:
                     seen_flows.add(fid)
-                    stack.extend(h for h in self.flows[fid].path if h not in seen_links)
+                    for h in flows[fid].links:
+                        if h not in seen_links:
+                            seen_links.add(h)
+                            stack.append(h)
         return list(seen_links), list(seen_flows)
 
-    def _fill(self, unfrozen: set[int], residual: dict[Hop, float]) -> None:
+    def _fill(self, unfrozen: set[int], residual: dict[int, float]) -> None:
         """Weighted progressive filling: a link's residual is split in proportion to its
         unfrozen flows' weights; a capped flow freezes at its cap when that binds first.
 
@@ -352,15 +473,15 @@ class FluidNetwork:
         of every link and flow (htsim and SimGrid's max-min solvers keep the same kind of
         ordered structure)."""
         flows = self.flows
-        active: dict[Hop, set[int]] = {}
-        weights: dict[Hop, float] = {}
+        active: dict[int, set[int]] = {}
+        weights: dict[int, float] = {}
         caps: list[tuple[float, int]] = []
         for fid in unfrozen:
             flow = flows[fid]
             w = flow.weight
-            for hop in flow.path:
-                active.setdefault(hop, set()).add(fid)
-                weights[hop] = weights.get(hop, 0.0) + w
+            for h in flow.links:
+                active.setdefault(h, set()).add(fid)
+                weights[h] = weights.get(h, 0.0) + w
             cap = flow.effective_cap()
             if cap is not None:
                 caps.append((cap / w, fid))
@@ -368,13 +489,13 @@ class FluidNetwork:
         heap = [(residual[h] / weights[h], h) for h in active]
         heapq.heapify(heap)
         while unfrozen:
-            ratio, hop = heap[0]
-            if hop not in active:
+            ratio, h = heap[0]
+            if h not in active:
                 heapq.heappop(heap)
                 continue
-            current = residual[hop] / weights[hop]
+            current = residual[h] / weights[h]
             if current != ratio:
-                heapq.heapreplace(heap, (current, hop))
+                heapq.heapreplace(heap, (current, h))
                 continue
             unit = max(ratio, 0.0)
             while caps and caps[0][1] not in unfrozen:
@@ -384,18 +505,18 @@ class FluidNetwork:
                 self._freeze(fid, flows[fid].effective_cap(), unfrozen, residual, active,
                              weights)
                 continue
-            for fid in list(active[hop]):
+            for fid in list(active[h]):
                 self._freeze(fid, unit * flows[fid].weight, unfrozen, residual, active,
                              weights)
 
-    def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[Hop, float],
-                active: dict[Hop, set[int]], weights: dict[Hop, float]) -> None:
+    def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[int, float],
+                active: dict[int, set[int]], weights: dict[int, float]) -> None:
         flow = self.flows[fid]
-        flow.rate = rate
+        self._set_rate(flow, rate)
         unfrozen.discard(fid)
-        for h in flow.path:
+        for h in flow.links:
             residual[h] -= rate
-            self.links[h].kv_rate += rate
+            self.link_list[h].kv_rate += rate
             members = active.get(h)
             if members is not None:
                 members.discard(fid)
@@ -404,9 +525,105 @@ class FluidNetwork:
                     del active[h]
                     del weights[h]
 
+    def _share_on_arrays(self, links: list[int], fids: list[int]) -> None:
+        """The same sharing as `_fill`, level by level, on numpy arrays (big components:
+        a fabric-wide one under a topology-blind scheduler holds hundreds of flows)."""
+        flows = [self.flows[fid] for fid in fids]
+        hops = max(len(f.links) for f in flows)
+        sentinel = len(self.link_list)
+        pad = (sentinel,) * hops
+        glob = np.array([f.links + pad[len(f.links):] for f in flows], dtype=np.int64)
+        used, local = np.unique(glob, return_inverse=True)
+        local = local.reshape(glob.shape)
+        m = len(used) - (used[-1] == sentinel)
+        residual = self._kv_cap[used[:m]].copy()
+        weight = np.array([f.weight for f in flows], dtype=float)
+        cap_ratio = np.array([c if (c := f.effective_cap()) is not None else np.inf
+                              for f in flows], dtype=float) / weight
+        level = np.array([f.level for f in flows])
+        rates = np.zeros(len(flows))
+        for lv in np.unique(level):
+            rows = np.flatnonzero(level == lv)
+            got = fill_on_arrays(local[rows], weight[rows], cap_ratio[rows], residual)
+            rates[rows] = got
+            residual -= _per_link(local[rows], got, m)
+        for flow, rate in zip(flows, rates.tolist(), strict=True):
+            self._set_rate(flow, rate)
+        kv = _per_link(local, rates, m).tolist()
+        for g, rate in zip(used[:m].tolist(), kv, strict=True):
+            self.link_list[g].kv_rate = rate
+        for h in links:  # links left without flows carry nothing
+            if not self.link_list[h].flows:
+                self.link_list[h].kv_rate = 0.0
+
     def set_level(self, flow: Flow, level: int, now: float) -> None:
         """A flow changes priority level (MFS promotes at layer boundaries)."""
         if flow.level != level:
-            self.advance(now)
+            self._clock(now)
+            self._settle(flow)
             flow.level = level
             self.recompute(flow.path)
+
+
+def _per_link(inc: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+    """Sum of `values` (one per flow) over each of m links; column entries >= m are
+    padding."""
+    flat = inc.ravel()
+    real = flat < m
+    return np.bincount(flat[real], weights=np.repeat(values, inc.shape[1])[real],
+                       minlength=m)[:m]
+
+
+def fill_on_arrays(inc: np.ndarray, weight: np.ndarray, cap_ratio: np.ndarray,
+                   residual: np.ndarray) -> np.ndarray:
+    """Weighted max-min rates of n flows over m links, with per-flow caps, on arrays.
+
+    inc: (n, hops) link indices per flow, padded with m; cap_ratio: cap / weight (inf
+    where none); residual: the m links' capacity left. Progressive filling freezes one
+    bottleneck at a time; here every round freezes all *local* bottlenecks at once: a
+    link whose fair share (residual / weight of its unfrozen flows) is no larger than
+    any limit of the flows crossing it (their other links' shares, their caps). No flow
+    of such a link can freeze earlier elsewhere, and no other flow takes from it, so it
+    saturates at exactly that share, as in sequential filling; a cap is a one-flow link.
+    The global minimum is always local, so every round freezes something, and rounds
+    number the bottleneck levels, not the links (the distributed max-min algorithms of
+    Bertsekas & Gallager, "Data Networks", 6.5, work by the same local test)."""
+    n, hops = inc.shape
+    m = len(residual)
+    flat = inc.ravel()
+    real = flat < m
+    owner = np.repeat(np.arange(n), hops)
+    order = np.argsort(flat, kind="stable")
+    order = order[real[order]]
+    by_link, rows_by_link = flat[order], owner[order]
+    starts = np.flatnonzero(np.r_[True, by_link[1:] != by_link[:-1]]) if len(order) else \
+        np.zeros(0, dtype=np.int64)
+    link_ids = by_link[starts]
+    resid = residual.astype(float).copy()
+    wsum = np.bincount(flat[real], weights=np.repeat(weight, hops)[real], minlength=m)
+    count = np.bincount(flat[real], minlength=m)
+    rate = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    share = np.full(m + 1, np.inf)
+    link_min = np.full(m, np.inf)
+    while active.any():
+        live = count > 0
+        share[:m] = np.inf
+        share[:m][live] = np.maximum(resid[live], 0.0) / wsum[live]
+        flow_min = share[inc].min(axis=1)
+        limit = np.minimum(flow_min, cap_ratio)
+        limit[~active] = np.inf
+        link_min[:] = np.inf
+        if len(starts):
+            link_min[link_ids] = np.minimum.reduceat(limit[rows_by_link], starts)
+        bottleneck = np.append(live & (share[:m] <= link_min), False)
+        freeze = active & (bottleneck[inc].any(axis=1) | (cap_ratio <= flow_min))
+        rate[freeze] = limit[freeze] * weight[freeze]
+        active &= ~freeze
+        frozen = inc[freeze].ravel()
+        keep = frozen < m
+        frozen = frozen[keep]
+        resid -= np.bincount(frozen, weights=np.repeat(rate[freeze], hops)[keep], minlength=m)
+        wsum -= np.bincount(frozen, weights=np.repeat(weight[freeze], hops)[keep], minlength=m)
+        count -= np.bincount(frozen, minlength=m)
+    return rate

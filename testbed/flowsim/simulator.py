@@ -438,6 +438,7 @@ class FlowSimulation:
             self.loop.after(self.scenario.network.reprioritize_s, self._reprioritize)
         self.loop.at(LINK_SAMPLE_S, self._sample_links)
         self.loop.run(until=last + self.scenario.drain_s, stop=lambda: self._open == 0)
+        self.net.advance(self.loop.now)  # bytes of flows still in flight, into level_bytes
         for rs in self.states:
             if rs.state is None:
                 self.plane.end(rs, "failed", f"not finished {self.scenario.drain_s:g} s after "
