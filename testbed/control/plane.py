@@ -32,6 +32,7 @@ from testbed.model.recovery import (
 )
 from testbed.model.schedulers import (
     Candidate,
+    CandidateTable,
     RequestInfo,
     Scheduler,
     SchedulerContext,
@@ -44,7 +45,7 @@ class Engine(Protocol):
 
     def now(self) -> float: ...
 
-    def candidates(self, request) -> list[Candidate]:
+    def candidates(self, request) -> list[Candidate] | CandidateTable:
         """Decode instances as the router sees them, the dead and closed left out."""
 
     def oracle(self):
@@ -140,7 +141,7 @@ class ControlPlane:
         inst.enqueue(rs, now, rs.reuse_tokens, fetching=plan is not None)
         return inst, plan
 
-    def _select(self, rs: RequestState, cands: list[Candidate], oracle):
+    def _select(self, rs: RequestState, cands: CandidateTable, oracle):
         t0 = time.perf_counter()
         decision = self.scheduler.select(
             RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes), rs.prefill, cands,
@@ -150,7 +151,7 @@ class ControlPlane:
 
     def prefilled(self, rs: RequestState) -> None:
         """The request's prefill is done on rs.prefill: place its decode."""
-        cands = self.engine.candidates(rs.req)
+        cands = CandidateTable.of(self.engine.candidates(rs.req))
         oracle = self.engine.oracle()
         if self._keep_local(rs, cands):
             return
@@ -165,10 +166,10 @@ class ControlPlane:
         rs.transfer_start = self.engine.now()
         self.engine.assign_transfer(rs)
 
-    def _keep_local(self, rs: RequestState, cands: list[Candidate]) -> bool:
+    def _keep_local(self, rs: RequestState, cands: CandidateTable) -> bool:
         """A node doing both roles keeps the request it prefilled when it has the memory:
         the KV is already in its GPU (tier 0, nothing crosses the network)."""
-        here = next((c for c in cands if c.instance == rs.prefill), None)
+        here = cands.get(rs.prefill)
         info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
         if here is None or not self.scheduler.feasible(info, [here]):
             return False
@@ -219,7 +220,7 @@ class ControlPlane:
         nearest live instance, or the scheduler's pick), let the policy choose, or abort."""
         engine, req, now = self.engine, rs.req, self.engine.now()
         oracle = engine.oracle()
-        cands = engine.candidates(req)
+        cands = CandidateTable.of(engine.candidates(req))
         lost = rs.decode
         decision = self._select(rs, cands, oracle)
         if decision.rejected:

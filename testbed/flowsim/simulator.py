@@ -12,16 +12,18 @@ import math
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.flowkv import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
-from testbed.model.cache import PrefixCache
+from testbed.model.cache import HolderIndex, PrefixCache
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
-from testbed.model.schedulers import Candidate, switches_roles
+from testbed.model.schedulers import CandidateTable, switches_roles
 from testbed.serving import DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
@@ -73,7 +75,9 @@ class FlowSimulation:
                         for i in self.spec.prefill_pool}
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
+        self.holders = HolderIndex()  # which decode caches hold a trace id's blocks
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
+        self._live: tuple | None = None  # (left out, live decoders, their names, positions)
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
         tiers = dict(self.spec.tier_map)
         if switches_roles(scheduler_key):  # any instance may send to any other
@@ -107,8 +111,10 @@ class FlowSimulation:
         once FlowKV switches it to decode work)."""
         cluster, block_tokens = self.scenario.cluster, self.scenario.workload.block_tokens
         block_bytes = kv_bytes_per_token(self.model) * block_tokens
+        self._live = None  # the candidate set changes
         return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
-                              cluster.memory_gb * GB, PrefixCache(block_tokens, block_bytes),
+                              cluster.memory_gb * GB,
+                              PrefixCache(block_tokens, block_bytes, self.holders, name),
                               self._completed)
 
     # -- setup -------------------------------------------------------------------------
@@ -243,9 +249,19 @@ class FlowSimulation:
         if plan is not None:
             self._fetch(rs, plan.holder, inst.jobs[rs.req.request_id].layer_s)
 
+    def _hits(self, req, names) -> dict[str, int]:
+        """Cached prefix tokens of `req` on those of `names` that hold its first block
+        (every other instance has none: HolderIndex)."""
+        if not req.hash_ids:
+            return {}
+        held = self.holders.holders(req.hash_ids[0])
+        return {n: self.decode[n].cache.prefix_hit_tokens(req.hash_ids, req.input_len)
+                for n in held if n in names}
+
     def prefix_hits(self, req) -> dict[str, int]:
-        return {d.name: d.cache.prefix_hit_tokens(req.hash_ids, req.input_len)
-                for d in self.decode.values() if d.name not in self.failed}
+        live = [d.name for d in self.decode.values() if d.name not in self.failed]
+        hits = self._hits(req, set(live))
+        return {n: hits.get(n, 0) for n in live}
 
     def _fetch(self, rs: RequestState, holder: str, layer_s: float) -> None:
         """Stage 1: the reusable prefix's KV from its holder to the prefill, as one flow."""
@@ -264,12 +280,23 @@ class FlowSimulation:
         self.reuse_bytes += fetch.size
         self.prefill[rs.prefill].fetched(rs.req.request_id)
 
-    def candidates(self, req) -> list[Candidate]:
+    def candidates(self, req) -> CandidateTable:
         """Decode instances as the router sees them: all but those it knows are dead."""
         closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
-        return [Candidate(d.name, d.free_memory, d.queued, d.batch_size,
-                          d.cache.prefix_hit_tokens(req.hash_ids, req.input_len))
-                for d in self.decode.values() if d.name not in self.plane.dead | closed]
+        out = frozenset(self.plane.dead | closed)
+        if self._live is None or self._live[0] != out:
+            live = tuple(d for d in self.decode.values() if d.name not in out)
+            self._live = (out, live, tuple(d.name for d in live),
+                          {d.name: i for i, d in enumerate(live)})
+        _, live, names, position = self._live
+        hit = np.zeros(len(live), dtype=np.int64)
+        for name, tokens in self._hits(req, position).items():
+            hit[position[name]] = tokens
+        n = len(live)
+        return CandidateTable(
+            names, np.fromiter((d.free_memory for d in live), float, n),
+            np.fromiter((d.queued for d in live), np.int64, n),
+            np.fromiter((d.batch_size for d in live), np.int64, n), hit)
 
     def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)

@@ -114,10 +114,35 @@ class BlockIndex:
                                               self._group_count, self)
 
 
+class HolderIndex:
+    """Which caches hold any block of a trace id, over many caches: a request's prefix
+    can hit only where its first id is held, so a scheduler over a thousand decode
+    instances walks the prefix on those alone (the others hit nothing)."""
+
+    def __init__(self):
+        self._holders: dict[int, set[str]] = {}
+
+    def holders(self, group: int) -> set[str]:
+        return self._holders.get(group, _NOBODY)
+
+    def _gained(self, group: int, owner: str) -> None:
+        self._holders.setdefault(group, set()).add(owner)
+
+    def _lost(self, group: int, owner: str) -> None:
+        held = self._holders[group]
+        held.discard(owner)
+        if not held:
+            del self._holders[group]
+
+
+_NOBODY: frozenset = frozenset()
+
+
 class PrefixCache:
     """Blocks of KV held by one decode instance, with pin counts and LRU order."""
 
-    def __init__(self, block_tokens: int, block_bytes: float):
+    def __init__(self, block_tokens: int, block_bytes: float,
+                 index: HolderIndex | None = None, owner: str = ""):
         self.block_tokens = block_tokens
         self.ratio = sub_blocks_per_id(block_tokens)
         self.block_bytes = block_bytes
@@ -125,6 +150,7 @@ class PrefixCache:
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned, oldest first
         self._group_count: dict[int, int] = {}  # trace id -> cached sub-blocks of it
         self.journal: list[tuple[int, int]] | None = None  # (+1 | -1, key) when enabled
+        self._index, self._owner = index, owner
 
     def record_changes(self) -> None:
         """Journal insertions and evictions, for a router that mirrors this cache."""
@@ -189,7 +215,10 @@ class PrefixCache:
             if key in self._lru:
                 del self._lru[key]
             else:
-                _count_in(self._group_count, key // self.ratio)
+                group = key // self.ratio
+                if self._index is not None and group not in self._group_count:
+                    self._index._gained(group, self._owner)
+                _count_in(self._group_count, group)
                 if self.journal is not None:
                     self.journal.append((1, key))
             self._pinned[key] = 1
@@ -213,7 +242,10 @@ class PrefixCache:
         evicted = 0
         for _ in range(max(0, excess)):
             key, _ = self._lru.popitem(last=False)
-            _count_out(self._group_count, key // self.ratio)
+            group = key // self.ratio
+            _count_out(self._group_count, group)
+            if self._index is not None and group not in self._group_count:
+                self._index._lost(group, self._owner)
             if self.journal is not None:
                 self.journal.append((-1, key))
             evicted += 1

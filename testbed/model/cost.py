@@ -6,6 +6,8 @@ microseconds; `gbps_to_bytes_per_s` and `us_to_s` convert them once, here.
 
 from __future__ import annotations
 
+from testbed.model.numeric import at_least_zero
+
 
 def gbps_to_bytes_per_s(gbps: float) -> float:
     return gbps * 1e9 / 8.0
@@ -42,7 +44,7 @@ def queue_delay(queued: int, batch: int, beta_max: int, iteration_time: float) -
     A request joins at the next iteration boundary if a slot is free; otherwise it waits
     one iteration per blocked predecessor.
     """
-    return max(0, queued - (beta_max - batch)) * iteration_time
+    return at_least_zero(queued - (beta_max - batch)) * iteration_time
 
 
 def first_decode_time(iteration_time_after_join: float) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.model.numeric import highest, lowest
+
 KB = 1024
 
 
@@ -54,6 +56,6 @@ def effective_transfer_bytes(total_bytes: float, hit_tokens: int, length: int) -
     """s_eff = s_r * (1 - lambda / l_r) (eq. 2): only the uncached suffix crosses the wire."""
     if length <= 0:
         raise ValueError(f"length must be positive, got {length}")
-    if not 0 <= hit_tokens <= length:
+    if not 0 <= lowest(hit_tokens) <= highest(hit_tokens) <= length:
         raise ValueError(f"hit_tokens must be in [0, {length}], got {hit_tokens}")
     return total_bytes * (1.0 - hit_tokens / length)

@@ -7,15 +7,20 @@ memory-feasibility filter first and rejects when nothing is feasible, so baselin
 NetKV differ only in how they rank feasible candidates.
 
 The state a scheduler sees is what a real router sees: per-instance reports
-(`Candidate`) and the last oracle snapshot; never per-flow network state.
+(`Candidate`) and the last oracle snapshot; never per-flow network state. Candidates come
+as a list or as a `CandidateTable` (the same reports as columns); every term is computed
+for all of them at once on arrays, with the same equations (model/cost.py) and the same
+IEEE arithmetic as one at a time, so a thousand-instance cluster costs one pass.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from testbed.model.cost import (
     effective_bandwidth,
@@ -44,6 +49,50 @@ class Candidate:
     queued: int  # q_d: assigned, not yet in the batch
     batch: int  # beta_d
     hit_tokens: int  # lambda_r(d) for this request
+
+
+class CandidateTable:
+    """Candidates as columns: names, free memory, queued, batch, hit tokens."""
+
+    def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens):
+        self.names = tuple(names)
+        self.free_memory = np.asarray(free_memory, dtype=float)
+        self.queued = np.asarray(queued, dtype=np.int64)
+        self.batch = np.asarray(batch, dtype=np.int64)
+        self.hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
+        self._index: dict[str, int] | None = None
+
+    @classmethod
+    def of(cls, candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
+        if isinstance(candidates, CandidateTable):
+            return candidates
+        return cls([c.instance for c in candidates], [c.free_memory for c in candidates],
+                   [c.queued for c in candidates], [c.batch for c in candidates],
+                   [c.hit_tokens for c in candidates])
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> Candidate:
+        return Candidate(self.names[i], float(self.free_memory[i]), int(self.queued[i]),
+                         int(self.batch[i]), int(self.hit_tokens[i]))
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return (self[i] for i in range(len(self)))
+
+    def get(self, name: str) -> Candidate | None:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        i = self._index.get(name)
+        return None if i is None else self[i]
+
+    def where(self, mask: np.ndarray) -> CandidateTable:
+        """The candidates where `mask` holds (names keep their order)."""
+        if mask.all():
+            return self
+        rows = np.flatnonzero(mask)
+        return CandidateTable([self.names[i] for i in rows.tolist()], self.free_memory[rows],
+                              self.queued[rows], self.batch[rows], self.hit_tokens[rows])
 
 
 @dataclass(frozen=True)
@@ -105,24 +154,32 @@ class Scheduler:
         self.ctx = ctx
         self.inflight = InflightCounter(cap=ctx.inflight_cap)
         self._rng = random.Random(ctx.seed)
+        self._tier_rows: dict[tuple[str, tuple[str, ...]], tuple[dict, np.ndarray]] = {}
 
-    def pick_min(self, feasible: list[Candidate], key: Callable[[Candidate], tuple | float]):
-        """argmin with exact ties broken by a seeded draw, never by list order.
+    def pick_min(self, feasible: CandidateTable, keys) -> tuple[Candidate, float | tuple]:
+        """argmin of `keys` (one column, or a tuple of columns compared in order) with
+        exact ties broken by a seeded draw, never by list order.
 
         List order follows instance names, which follow the topology: breaking ties by it
         would quietly make a topology-blind baseline prefer one tier.
         """
-        keys = [key(c) for c in feasible]
-        best = min(keys)
-        tied = [c for c, k in zip(feasible, keys, strict=True) if k == best]
-        chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
-        return chosen, best
+        columns = keys if isinstance(keys, tuple) else (keys,)
+        tied = np.arange(len(feasible))
+        best = []
+        for column in columns:
+            values = np.broadcast_to(column, (len(feasible),))[tied]
+            low = values.min()
+            best.append(float(low))
+            tied = tied[values == low]
+        rows = tied.tolist()
+        chosen = rows[0] if len(rows) == 1 else self._rng.choice(rows)
+        return feasible[chosen], (best[0] if len(best) == 1 else tuple(best))
 
-    # -- shared terms --------------------------------------------------------------
-    def effective_bytes(self, request: RequestInfo, cand: Candidate) -> float:
+    # -- shared terms (one candidate, or a table of them) ------------------------------
+    def effective_bytes(self, request: RequestInfo, cand: Candidate | CandidateTable):
         return effective_transfer_bytes(request.kv_bytes, cand.hit_tokens, request.input_len)
 
-    def load_time(self, cand: Candidate) -> float:
+    def load_time(self, cand: Candidate | CandidateTable):
         """T_queue + T_decode (eqs. 6-7): the post-transfer wait on this instance."""
         timing = self.ctx.timing
         t_queue = queue_delay(
@@ -131,29 +188,58 @@ class Scheduler:
         return t_queue + first_decode_time(timing.iteration_time(cand.batch + 1))
 
     def network_time(
-        self, request: RequestInfo, prefill: str, cand: Candidate, oracle: Oracle,
-        use_congestion: bool = True, use_inflight: bool = True,
-    ) -> float:
+        self, request: RequestInfo, prefill: str, cand: Candidate | CandidateTable,
+        oracle: Oracle, use_congestion: bool = True, use_inflight: bool = True,
+    ):
         """T_transfer (eq. 3) with B_eff (eq. 4), each factor switchable for the ablation."""
-        tier = oracle.tier(prefill, cand.instance)
+        size = self.effective_bytes(request, cand)
+        if isinstance(cand, Candidate):
+            return self._tier_transfer_time(size, oracle.tier(prefill, cand.instance), prefill,
+                                            oracle, use_congestion, use_inflight)
+        tiers = self._tier_row(prefill, cand.names, oracle)
+        out = np.empty(len(cand))
+        for tier in np.unique(tiers).tolist():
+            at = tiers == tier
+            out[at] = self._tier_transfer_time(size[at], tier, prefill, oracle, use_congestion,
+                                               use_inflight)
+        return out
+
+    def _tier_transfer_time(self, size, tier: int, prefill: str, oracle: Oracle,
+                            use_congestion: bool, use_inflight: bool):
         congestion = oracle.congestion_of(tier) if use_congestion else 0.0
         n = self.inflight.get(tier, prefill) if use_inflight else 0
         bandwidth = effective_bandwidth(oracle.bandwidth(tier), congestion, n)
-        return transfer_time(self.effective_bytes(request, cand), bandwidth, oracle.latency(tier))
+        return transfer_time(size, bandwidth, oracle.latency(tier))
 
-    def feasible(self, request: RequestInfo, candidates: list[Candidate]) -> list[Candidate]:
+    def _tier_row(self, prefill: str, names: tuple[str, ...], oracle: Oracle) -> np.ndarray:
+        """The oracle's tier from `prefill` to each of `names`, remembered per tier map
+        (an engine passes the same names while its candidate set does not change)."""
+        key = (prefill, names)
+        hit = self._tier_rows.get(key)
+        if hit is not None and hit[0] is oracle.tier_map:
+            return hit[1]
+        if len(self._tier_rows) > 4096:
+            self._tier_rows.clear()
+        row = np.array([oracle.tier(prefill, n) for n in names], dtype=np.int64)
+        self._tier_rows[key] = (oracle.tier_map, row)
+        return row
+
+    def feasible(self, request: RequestInfo,
+                 candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
         """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1)."""
+        table = CandidateTable.of(candidates)
         reserve = self.ctx.memory_reserve_bytes
-        return [
-            c for c in candidates if c.free_memory >= self.effective_bytes(request, c) + reserve
-        ]
+        if not len(table):
+            return table
+        return table.where(table.free_memory >= self.effective_bytes(request, table) + reserve)
 
     # -- the interface -------------------------------------------------------------
     def select(
-        self, request: RequestInfo, prefill: str, candidates: list[Candidate], oracle: Oracle
+        self, request: RequestInfo, prefill: str,
+        candidates: Sequence[Candidate] | CandidateTable, oracle: Oracle
     ) -> Decision:
         feasible = self.feasible(request, candidates)
-        if not feasible:
+        if not len(feasible):
             return Decision(None, reason="no decode instance has memory for the KV cache")
         chosen, cost = self.rank(request, prefill, feasible, oracle)
         tier = oracle.tier(prefill, chosen.instance)
@@ -172,7 +258,7 @@ class Scheduler:
         self.inflight.decrement(tier, prefill)
 
     def rank(
-        self, request: RequestInfo, prefill: str, feasible: list[Candidate], oracle: Oracle
+        self, request: RequestInfo, prefill: str, feasible: CandidateTable, oracle: Oracle
     ) -> tuple[Candidate, float]:
         raise NotImplementedError
 
@@ -188,7 +274,7 @@ class RoundRobin(Scheduler):
         self._next = 0
 
     def rank(self, request, prefill, feasible, oracle):
-        names = {c.instance: c for c in feasible}
+        names = {name: i for i, name in enumerate(feasible.names)}
         for inst in sorted(names):
             if inst not in self._order:
                 self._order.append(inst)
@@ -197,7 +283,7 @@ class RoundRobin(Scheduler):
             inst = self._order[(self._next + step) % n]
             if inst in names:
                 self._next = (self._order.index(inst) + 1) % n
-                return names[inst], 0.0
+                return feasible[names[inst]], 0.0
         raise AssertionError("feasible set was not empty")
 
 
@@ -207,7 +293,7 @@ class LoadAware(Scheduler):
     name = "LA"
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, self.load_time)
+        return self.pick_min(feasible, self.load_time(feasible))
 
 
 class CacheAware(Scheduler):
@@ -216,7 +302,7 @@ class CacheAware(Scheduler):
     name = "CA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best, _ = self.pick_min(feasible, lambda c: (-c.hit_tokens, self.load_time(c)))
+        best, _ = self.pick_min(feasible, (-feasible.hit_tokens, self.load_time(feasible)))
         return best, -float(best.hit_tokens)
 
 
@@ -235,13 +321,13 @@ class CacheLoadAware(Scheduler):
         self.w_cache = w_cache
         self.w_load = w_load
 
-    def score(self, request: RequestInfo, cand: Candidate) -> float:
+    def score(self, request: RequestInfo, cand: Candidate | CandidateTable):
         cache = cand.hit_tokens / request.input_len
-        load = 1.0 - min(1.0, (cand.queued + cand.batch) / self.ctx.beta_max)
+        load = 1.0 - np.minimum(1.0, (cand.queued + cand.batch) / self.ctx.beta_max)
         return self.w_cache * cache + self.w_load * load
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, lambda c: -self.score(request, c))
+        return self.pick_min(feasible, -self.score(request, feasible))
 
 
 class NetKV(Scheduler):
@@ -259,14 +345,15 @@ class NetKV(Scheduler):
         self.use_congestion = use_congestion
         self.name = name
 
-    def cost(self, request: RequestInfo, prefill: str, cand: Candidate, oracle: Oracle) -> float:
+    def cost(self, request: RequestInfo, prefill: str, cand: Candidate | CandidateTable,
+             oracle: Oracle):
         net = self.network_time(
             request, prefill, cand, oracle, self.use_congestion, self.use_inflight
         )
         return net + self.load_time(cand)
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
+        return self.pick_min(feasible, self.cost(request, prefill, feasible, oracle))
 
 
 class FlowKVLoadAware(Scheduler):
@@ -278,9 +365,9 @@ class FlowKVLoadAware(Scheduler):
     name = "FlowKV-LA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best, key = self.pick_min(feasible, lambda c: (
-            self.network_time(request, prefill, c, oracle, use_inflight=False),
-            self.load_time(c)))
+        best, key = self.pick_min(feasible, (
+            self.network_time(request, prefill, feasible, oracle, use_inflight=False),
+            self.load_time(feasible)))
         return best, key[0]
 
 
