@@ -42,7 +42,9 @@ def scripts(draw):
     return spec_index, ops
 
 
-FILLS = {"heap": 10**9, "arrays": 1}  # FluidNetwork.ARRAY_FILL_MIN_FLOWS forcing each
+# how the network re-shares: (ARRAY_FILL_MIN_FLOWS, incremental, priority levels drawn)
+FILLS = {"heap": (10**9, False, 3), "arrays": (1, False, 3),
+         "incremental": (10**9, True, 1), "incremental-levels": (1, True, 3)}
 
 
 @pytest.mark.parametrize("fill", FILLS)
@@ -52,7 +54,7 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
     spec_index, ops = script
     spec = SPECS[spec_index]
     net = FluidNetwork(spec, random.Random(0))
-    net.ARRAY_FILL_MIN_FLOWS = FILLS[fill]
+    net.ARRAY_FILL_MIN_FLOWS, net.incremental, levels = FILLS[fill]
     names = [i.name for i in spec.instances]
     pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
     now = 0.0
@@ -62,25 +64,27 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
         if op == "add" or not net.flows:
             a, b = pairs[x % len(pairs)]
             paths = spec.paths(a, b)
-            flow = net.add_flow(paths[x % len(paths)], 1e12, now, level=rng.randrange(3))
+            flow = net.add_flow(paths[x % len(paths)], 1e12, now, level=rng.randrange(levels))
             flow.weight = rng.choice([1.0, 0.5, 2.0, rng.uniform(0.1, 3.0)])
             if rng.random() < 0.3:
                 flow.cap = rng.uniform(1e6, 1e10)
             net.recompute(flow.path)  # its weight and cap are set after it arrived
         elif op == "burst":  # many flows at once: bottlenecks that depend on each other
+            touched = set()
             for _ in range(rng.randrange(4, 24)):
                 a, b = pairs[rng.randrange(len(pairs))]
                 paths = spec.paths(a, b)
-                net.add_flow(paths[rng.randrange(len(paths))], 1e12, now,
-                             level=rng.randrange(2), share=False).weight = rng.choice(
-                                 [1.0, 1.0, 0.5, rng.uniform(0.1, 3.0)])
-            net.recompute()
+                path = paths[rng.randrange(len(paths))]
+                net.add_flow(path, 1e12, now, level=rng.randrange(min(levels, 2)),
+                             share=False).weight = rng.choice([1.0, 1.0, 0.5, rng.uniform(0.1, 3.0)])
+                touched.update(path)
+            net.recompute(touched)
         elif op == "remove":
             victim = sorted(net.flows)[x % len(net.flows)]
             net.remove_flows(now, lambda f, v=victim: f.flow_id == v)
         elif op == "level":
             flow = net.flows[sorted(net.flows)[x % len(net.flows)]]
-            net.set_level(flow, (flow.level + 1) % 3, now)
+            net.set_level(flow, (flow.level + 1) % levels, now)
         elif op == "cap":
             flow = net.flows[sorted(net.flows)[x % len(net.flows)]]
             flow.cap = None if flow.cap else rng.uniform(1e6, 1e10)
