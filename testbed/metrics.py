@@ -57,10 +57,13 @@ def summarize(
     met = [r for r in done if r["ttft"] <= (r.get("slo_s") or slo_s)]  # per-request SLOs
     tiers = Counter(r["tier"] for r in measured if r["tier"] is not None)
     n_tier = sum(tiers.values())
-    util: dict[int, list[float]] = {}
-    for row in links:
-        if row["measured"]:
-            util.setdefault(int(row["tier"]), []).append(row["kv_util"] + row["bg_util"])
+    if hasattr(links, "tier_means"):  # records.LinkSamples: columns, not rows
+        util = links.tier_means()
+    else:
+        util = {}
+        for row in links:
+            if row["measured"]:
+                util.setdefault(int(row["tier"]), []).append(row["kv_util"] + row["bg_util"])
     return {
         "requests": len(measured),
         "completed": len(done),

@@ -13,9 +13,11 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 REQUEST_FIELDS = [
     "id", "arrival", "input_len", "output_len", "measured", "prefill", "decode", "tier",
@@ -26,6 +28,48 @@ REQUEST_FIELDS = [
 TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
 LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]
 PARTIAL = "PARTIAL"
+
+
+class LinkSamples:
+    """links.csv rows kept as columns: one utilisation sample of every link per period.
+
+    A 8192-GPU fabric has 16,384 directed links: a minute of samples is a million rows,
+    half a gigabyte as dicts and as much again when a worker process hands them back.
+    As arrays it is two floats a link a sample; rows are made only when iterated
+    (written to links.csv), and per-tier means come straight from the columns."""
+
+    def __init__(self, names: Sequence[str], tiers: Sequence[int],
+                 capacity_gbps: Sequence[float]):
+        self.names = list(names)
+        self.tiers = np.asarray(tiers, dtype=np.int64)
+        self.capacity_gbps = list(capacity_gbps)
+        self._samples: list[tuple[float, bool, np.ndarray, np.ndarray]] = []
+
+    def add(self, time: float, measured: bool, kv_util: np.ndarray,
+            bg_util: np.ndarray) -> None:
+        self._samples.append((time, measured, kv_util, bg_util))
+
+    def __len__(self) -> int:
+        return len(self._samples) * len(self.names)
+
+    def __iter__(self) -> Iterator[dict]:
+        tiers = self.tiers.tolist()
+        for time, measured, kv, bg in self._samples:
+            for name, tier, cap, k, b in zip(self.names, tiers, self.capacity_gbps,
+                                             kv.tolist(), bg.tolist(), strict=True):
+                yield {"time": time, "link": name, "tier": tier, "capacity_gbps": cap,
+                       "kv_util": k, "bg_util": b, "measured": measured}
+
+    def tier_means(self) -> dict[int, list[float]]:
+        """Tier -> the measured samples' kv + bg utilisation (as the rows would give)."""
+        out: dict[int, list[float]] = {}
+        for tier in np.unique(self.tiers).tolist():
+            at = self.tiers == tier
+            values = [(kv[at] + bg[at]).tolist() for _, measured, kv, bg in self._samples
+                      if measured]
+            if values:
+                out[tier] = [v for part in values for v in part]
+        return out
 
 
 def atomic_write(path: Path, text: str) -> None:

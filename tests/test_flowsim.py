@@ -131,3 +131,26 @@ def test_default_scenario_file_runs(tmp_path):
     sc = load_scenario(DEFAULT, {"seeds": 1, "workload.measure_s": 5.0})
     outcome = run_flowsim(sc, tmp_path)
     assert {r.scheduler for r in outcome.rows} == {"rr", "cla", "netkv-full"}
+
+
+def test_link_samples_as_columns_give_the_rows_and_tier_means_of_the_rows(trace_path):
+    """The flow simulator keeps link samples as columns (records.LinkSamples): the rows it
+    yields for links.csv and the per-tier utilisation from its columns agree with the
+    row-by-row summary, and every link is sampled every second."""
+    import math
+
+    from testbed.metrics import summarize
+
+    sc = load_scenario(DEFAULT).with_overrides({"network.background": {"tier3": 0.3}})
+    wl = build_workload(sc, 1)
+    result = FlowSimulation(sc, "cla", 1, wl).run()
+    rows = list(result.links)
+    n_links = len(result.links.names)
+    assert len(rows) == len(result.links) and len(rows) % n_links == 0
+    assert {r["link"] for r in rows[:n_links]} == set(result.links.names)
+    columns = summarize(result.requests, result.links, wl.slo_s, wl.measure_s)
+    by_rows = summarize(result.requests, rows, wl.slo_s, wl.measure_s)
+    assert columns["tier_utilisation"] == by_rows["tier_utilisation"]
+    assert columns["tier_utilisation"]["3"] > 0.3  # the background alone is 30%
+    assert all(columns[k] == by_rows[k] or (math.isnan(columns[k]) and math.isnan(by_rows[k]))
+               for k in columns if isinstance(columns[k], float))

@@ -24,6 +24,7 @@ from testbed.model.cache import HolderIndex, PrefixCache
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import CandidateTable, switches_roles
+from testbed.records import LinkSamples
 from testbed.serving import DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
@@ -46,7 +47,7 @@ class Fetch:
 class RunResult:
     requests: list[dict]
     transfers: list[dict]
-    links: list[dict]
+    links: LinkSamples  # iterates as links.csv rows
     decision_us: list[float] = field(default_factory=list)
     events: int = 0
     sim_time_s: float = 0.0
@@ -92,7 +93,10 @@ class FlowSimulation:
         )
         self.states: list[RequestState] = []
         self.transfers: list[dict] = []
-        self.links: list[dict] = []
+        links = self.net.link_list
+        self.links = LinkSamples([f"{lk.hop[0]}>{lk.hop[1]}" for lk in links],
+                                 [lk.tier for lk in links],
+                                 [lk.capacity * 8 / 1e9 for lk in links])
         self._open = 0
         self.failed: set[str] = set()  # decode instances that died (plane.dead: noticed)
         self.controller_back_at = 0.0  # the oracle does not refresh before this
@@ -104,7 +108,8 @@ class FlowSimulation:
         self._net_version = 0
         self.reuse_bytes = 0.0
         self._nic_bw = self.spec.host_gbps * 1e9 / 8  # bytes/s of a server's NIC
-        self._last_sample = {hop: (0.0, 0.0) for hop in self.net.links}
+        self._last_sample = (np.zeros(len(links)), np.zeros(len(links)))
+        self._sample_bytes = np.array([lk.capacity * LINK_SAMPLE_S for lk in links])
 
     def new_decoder(self, name: str) -> DecodeInstance:
         """A decode engine on instance `name` (every decode instance; a prefill instance
@@ -230,16 +235,13 @@ class FlowSimulation:
         now = self.loop.now
         self.net.advance(now)
         measured = self.workload.warmup_s <= now - LINK_SAMPLE_S and now <= self._horizon
-        for hop, link in self.net.links.items():
-            kv0, bg0 = self._last_sample[hop]
-            cap = link.capacity * LINK_SAMPLE_S
-            self.links.append({
-                "time": round(now, 6), "link": f"{hop[0]}>{hop[1]}", "tier": link.tier,
-                "capacity_gbps": link.capacity * 8 / 1e9,
-                "kv_util": (link.kv_bytes - kv0) / cap, "bg_util": (link.bg_bytes - bg0) / cap,
-                "measured": measured,
-            })
-            self._last_sample[hop] = (link.kv_bytes, link.bg_bytes)
+        links = self.net.link_list
+        kv = np.fromiter((lk.kv_bytes for lk in links), float, len(links))
+        bg = np.fromiter((lk.bg_bytes for lk in links), float, len(links))
+        kv0, bg0 = self._last_sample
+        self.links.add(round(now, 6), measured, (kv - kv0) / self._sample_bytes,
+                       (bg - bg0) / self._sample_bytes)
+        self._last_sample = (kv, bg)
         self.loop.after(LINK_SAMPLE_S, self._sample_links)
 
     # -- request path ------------------------------------------------------------------
