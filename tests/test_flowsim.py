@@ -154,3 +154,31 @@ def test_link_samples_as_columns_give_the_rows_and_tier_means_of_the_rows(trace_
     assert columns["tier_utilisation"]["3"] > 0.3  # the background alone is 30%
     assert all(columns[k] == by_rows[k] or (math.isnan(columns[k]) and math.isnan(by_rows[k]))
                for k in columns if isinstance(columns[k], float))
+
+
+@pytest.mark.parametrize("scenario, key", [("exp8-faults.yaml", "netkv-full"),
+                                           ("exp10-flowkv.yaml", "flowkv"),
+                                           ("exp9-mfs-reuse.yaml", "cla")])
+def test_the_candidate_table_is_what_the_instances_report_at_every_decision(scenario, key):
+    """The simulator reads decode state from columns the instances keep (DecodeBoard) and
+    prefix hits only from caches holding a request's first block: at every decision both
+    equal what each instance's own properties and cache say."""
+    sc = load_scenario(str(ROOT / "scenarios" / scenario))
+    wl = build_workload(sc, 1)
+    sim = FlowSimulation(sc, key, 1, wl)
+    table_of = sim.candidates
+    checked = []
+
+    def candidates(req):
+        table = table_of(req)
+        for cand in table:
+            d = sim.decode[cand.instance]
+            assert (cand.free_memory, cand.queued, cand.batch) == \
+                (d.free_memory, d.queued, d.batch_size)
+            assert cand.hit_tokens == d.cache.prefix_hit_tokens(req.hash_ids, req.input_len)
+        checked.append(len(table))
+        return table
+
+    sim.candidates = candidates
+    sim.run()
+    assert len(checked) >= len(wl.requests) // 2

@@ -25,7 +25,7 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import CandidateTable, switches_roles
 from testbed.records import LinkSamples
-from testbed.serving import DecodeInstance, PrefillInstance
+from testbed.serving import DecodeBoard, DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement
 
 GB = 1e9
@@ -77,8 +77,9 @@ class FlowSimulation:
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
         self.holders = HolderIndex()  # which decode caches hold a trace id's blocks
+        self.board = DecodeBoard()  # what the router sees of every decode instance
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
-        self._live: tuple | None = None  # (left out, live decoders, their names, positions)
+        self._live: tuple | None = None  # (left out, live names, their rows, board slots)
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
         tiers = dict(self.spec.tier_map)
         if switches_roles(scheduler_key):  # any instance may send to any other
@@ -120,7 +121,7 @@ class FlowSimulation:
         return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
                               cluster.memory_gb * GB,
                               PrefixCache(block_tokens, block_bytes, self.holders, name),
-                              self._completed)
+                              self._completed, board=self.board)
 
     # -- setup -------------------------------------------------------------------------
     def _prewarm(self) -> None:
@@ -287,18 +288,17 @@ class FlowSimulation:
         closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
         out = frozenset(self.plane.dead | closed)
         if self._live is None or self._live[0] != out:
-            live = tuple(d for d in self.decode.values() if d.name not in out)
-            self._live = (out, live, tuple(d.name for d in live),
-                          {d.name: i for i, d in enumerate(live)})
-        _, live, names, position = self._live
-        hit = np.zeros(len(live), dtype=np.int64)
+            live = [d for d in self.decode.values() if d.name not in out]
+            self._live = (out, tuple(d.name for d in live),
+                          {d.name: i for i, d in enumerate(live)},
+                          np.array([d.slot for d in live], dtype=np.int64))
+        _, names, position, slots = self._live
+        hit = np.zeros(len(names), dtype=np.int64)
         for name, tokens in self._hits(req, position).items():
             hit[position[name]] = tokens
-        n = len(live)
-        return CandidateTable(
-            names, np.fromiter((d.free_memory for d in live), float, n),
-            np.fromiter((d.queued for d in live), np.int64, n),
-            np.fromiter((d.batch_size for d in live), np.int64, n), hit)
+        board = self.board
+        return CandidateTable(names, board.free_memory[slots], board.queued[slots],
+                              board.batch[slots], hit, index=position)
 
     def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)

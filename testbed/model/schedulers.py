@@ -54,13 +54,14 @@ class Candidate:
 class CandidateTable:
     """Candidates as columns: names, free memory, queued, batch, hit tokens."""
 
-    def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens):
+    def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens,
+                 index: dict[str, int] | None = None):
         self.names = tuple(names)
         self.free_memory = np.asarray(free_memory, dtype=float)
         self.queued = np.asarray(queued, dtype=np.int64)
         self.batch = np.asarray(batch, dtype=np.int64)
         self.hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
-        self._index: dict[str, int] | None = None
+        self._index = index  # name -> row, if the caller has it
 
     @classmethod
     def of(cls, candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
