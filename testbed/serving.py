@@ -170,6 +170,7 @@ class DecodeInstance:
         on_complete: Callable[[RequestState], None],
         on_first_token: Callable[[RequestState], None] | None = None,
         board: DecodeBoard | None = None,
+        coalesce: bool = False,
     ):
         self.name = name
         self.loop = loop
@@ -193,6 +194,11 @@ class DecodeInstance:
         self.hold_until = 0.0  # the GPU runs prefill work until then (FlowKV role switch)
         self.board = board
         self.slot = board.slot() if board is not None else -1
+        # One event for a run of iterations in which nothing can happen (a discrete-event
+        # loop's choice; a real-time one steps each iteration as the GPU would).
+        self.coalesce = coalesce
+        self._step = 0  # version of the scheduled boundary (older ones are void)
+        self._span: tuple[float, float, int] | None = None  # (start, t_iter, iterations)
         self._publish()
 
     # -- what the router sees ----------------------------------------------------------
@@ -244,6 +250,7 @@ class DecodeInstance:
         self._publish()
 
     def hold(self, until: float) -> None:
+        self._resume_steps()  # later boundaries wait for the GPU
         self.hold_until = max(self.hold_until, until)
 
     def kv_landed(self, rs: RequestState) -> None:
@@ -260,6 +267,8 @@ class DecodeInstance:
         if not self.running:
             self._boundary(ended=False)
         else:
+            if len(self.batch) < self.beta_max:  # it joins at the very next boundary
+                self._resume_steps()
             self._publish()
 
     def fail(self) -> list[RequestState]:
@@ -272,16 +281,18 @@ class DecodeInstance:
         self._finish.clear()
         self._just_admitted = []
         self.running = False
+        self._span = None
         self._publish()
         return held
 
-    def _boundary(self, ended: bool) -> None:
+    def _boundary(self, ended: bool, iterations: int = 1) -> None:
         if self.dead:
             return
+        self._span = None
         now = self.loop.now
         if ended:
-            self.iter_count += 1
-            self.iterations += 1
+            self.iter_count += iterations
+            self.iterations += iterations
             for rs in self._just_admitted:
                 if rs.first_token is None:  # a recovered request keeps its first token
                     rs.first_token = now
@@ -303,10 +314,47 @@ class DecodeInstance:
             for rs in self._just_admitted:
                 rs.entry_iter_s = t_iter
             start = max(now, self.hold_until)  # prefill work has the GPU first
-            self.loop.at(start + t_iter, lambda: self._boundary(ended=True))
+            self._schedule(start, t_iter)
         else:
             self.running = False
         self._publish()
+
+    def _schedule(self, start: float, t_iter: float) -> None:
+        """The next boundary; with `coalesce`, the one that changes something when none
+        before it can: nobody waits to join (or the batch is full) and nobody is owed a
+        first token, so the next event is the next completion. Its time is the same sum
+        of iteration times the single steps would reach."""
+        self._step += 1
+        step, count, end = self._step, 1, start + t_iter
+        self._span = None
+        if self.coalesce and not self._just_admitted and (
+                not self.waiting or len(self.batch) >= self.beta_max):
+            count = self._finish[0][0] - self.iter_count
+            self._span = (start, t_iter, count)
+            for _ in range(count - 1):
+                end += t_iter
+        self.loop.at(end, lambda: self._fire(step, count))
+
+    def _fire(self, step: int, iterations: int) -> None:
+        if step == self._step:
+            self._boundary(ended=True, iterations=iterations)
+
+    def _resume_steps(self) -> None:
+        """Something may change within a coalesced run: count the boundaries already
+        passed and go back to single steps from the next one."""
+        if self._span is None or self.dead:
+            return
+        start, t_iter, count = self._span
+        now, passed, end = self.loop.now, 0, start + t_iter
+        while passed < count - 1 and end <= now:
+            passed += 1
+            end += t_iter
+        self.iter_count += passed
+        self.iterations += passed
+        self._span = None
+        self._step += 1
+        step = self._step
+        self.loop.at(end, lambda: self._fire(step, 1))
 
     def _complete(self, rs: RequestState, now: float) -> None:
         del self.batch[id(rs)]

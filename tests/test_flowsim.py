@@ -182,3 +182,20 @@ def test_the_candidate_table_is_what_the_instances_report_at_every_decision(scen
     sim.candidates = candidates
     sim.run()
     assert len(checked) >= len(wl.requests) // 2
+
+
+@pytest.mark.parametrize("scenario, key", [("exp8-faults.yaml", "netkv-full"),
+                                           ("exp10-flowkv.yaml", "flowkv"),
+                                           ("exp9-mfs-reuse.yaml", "cla"),
+                                           ("default.yaml", "rr")])
+def test_coalesced_decode_iterations_change_nothing(monkeypatch, scenario, key):
+    """Decode instances in the flow simulator give one event to a run of iterations in
+    which nothing can happen; every request's times are those of stepping each
+    iteration (FlowKV's holds, faults and reuse fetches interrupt runs)."""
+    sc = load_scenario(str(ROOT / "scenarios" / scenario))
+    wl = build_workload(sc, 1)
+    coalesced = FlowSimulation(sc, key, 1, wl).run()
+    monkeypatch.setattr(FlowSimulation, "COALESCE_ITERATIONS", False)
+    stepped = FlowSimulation(sc, key, 1, wl).run()
+    assert coalesced.events < stepped.events / 3
+    assert coalesced.requests == stepped.requests

@@ -55,6 +55,8 @@ class RunResult:
 
 
 class FlowSimulation:
+    COALESCE_ITERATIONS = True  # decode instances skip iterations where nothing happens
+
     def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload):
         self.scenario = scenario
         self.workload = workload
@@ -121,7 +123,8 @@ class FlowSimulation:
         return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
                               cluster.memory_gb * GB,
                               PrefixCache(block_tokens, block_bytes, self.holders, name),
-                              self._completed, board=self.board)
+                              self._completed, board=self.board,
+                              coalesce=self.COALESCE_ITERATIONS)
 
     # -- setup -------------------------------------------------------------------------
     def _prewarm(self) -> None:
