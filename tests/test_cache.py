@@ -3,6 +3,8 @@
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.model.cache import PrefixCache, block_keys, full_block_count
 
@@ -95,3 +97,61 @@ def test_refcounted_pins_and_unpin_errors():
     assert cache.evict_to(0) == 1
     with pytest.raises(KeyError):
         cache.unpin([5])
+
+
+def _state(cache):
+    return (dict(cache._pinned), list(cache._lru), dict(cache._group_count),
+            list(cache.journal or ()))
+
+
+def _both(caches, call) -> str:
+    """Run `call` on each cache; both must succeed or both fail the same way."""
+    outcomes = []
+    for cache in caches:
+        try:
+            call(cache)
+            outcomes.append("ok")
+        except KeyError:
+            outcomes.append("KeyError")
+    assert outcomes[0] == outcomes[1]
+    return outcomes[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_bulk_operations_leave_what_the_key_by_key_loop_leaves(seed):
+    """pin/unpin/evict_to take bulk dict operations in the common case; the state (pin
+    counts, LRU order, per-id counts, journal, holder index) equals the loop's, also
+    when keys repeat, pins are shared and an unpin fails half-way."""
+    from testbed.model.cache import HolderIndex
+
+    rng = random.Random(seed)
+    index_bulk, index_loop = HolderIndex(), HolderIndex()
+    bulk = PrefixCache(16, 1.0, index_bulk, "d")
+    loop = PrefixCache(16, 1.0, index_loop, "d")
+    loop.BULK = 10**9
+    caches = (bulk, loop)
+    for cache in caches:
+        cache.record_changes()
+    prompts = [block_keys([rng.randrange(6) * 100 + j for j in range(8)],
+                          rng.randrange(16, 4096), 16) for _ in range(12)]
+    live: list[list[int]] = []
+    for _ in range(60):
+        op = rng.random()
+        if op < 0.45:
+            keys = rng.choice(prompts)[:rng.randrange(1, 257)]
+            if rng.random() < 0.1:
+                keys = keys + keys[:3]  # a key twice: the loop's way
+            _both(caches, lambda c, k=keys: c.pin(k))
+            live.append(keys)
+        elif op < 0.9 and live:
+            keys = live.pop(rng.randrange(len(live))) if op < 0.8 else \
+                rng.choice(prompts)[:rng.randrange(1, 200)]  # maybe never pinned
+            _both(caches, lambda c, k=keys: c.unpin(k))
+        else:
+            budget = rng.randrange(0, 3000)
+            assert bulk.evict_to(budget) == loop.evict_to(budget)
+        assert _state(bulk) == _state(loop)
+        groups = {k // 32 for k in bulk.keys()}
+        assert {g for g in range(600) if index_bulk.holders(g)} == groups
+        assert all(index_bulk.holders(g) == index_loop.holders(g) for g in range(600))
