@@ -25,7 +25,7 @@ class RequestState:
 
     req: Request
     measured: bool
-    keys: list[int]
+    keys: list[int] | None  # its cache blocks; None: built when first needed (blocks())
     kv_bytes: float
     prefill: str | None = None
     prefill_start: float | None = None
@@ -48,12 +48,22 @@ class RequestState:
     state: str | None = None  # one of TERMINAL_STATES
     reason: str = ""
     recovery: str = ""  # migrate | recompute | abort, when its decode instance failed
+    block_tokens: int = 0  # for blocks(): the keys of a long prompt are ~1,500 ints
+
+    def blocks(self) -> list[int]:
+        """The request's cache block keys, built on first use: a run at thousands of GPUs
+        holds tens of thousands of requests, not all of their blocks at once."""
+        if self.keys is None:
+            self.keys = block_keys(self.req.hash_ids, self.req.input_len, self.block_tokens)
+        return self.keys
 
     def terminate(self, state: str, reason: str = "") -> None:
         if self.state is not None:
             raise RuntimeError(f"{self.req.request_id} already ended as {self.state}")
         self.state = state
         self.reason = reason
+        if self.block_tokens:  # built on demand, so dropped when done
+            self.keys, self.new_keys = None, []
 
 
 
@@ -62,8 +72,8 @@ def new_request(req: Request, warmup_s: float, measure_s: float, block_tokens: i
     """A request's state as it arrives: measured if it arrives inside the measurement
     window, its cache block keys, its full KV size."""
     return RequestState(req=req, measured=warmup_s <= req.arrival_s < warmup_s + measure_s,
-                        keys=block_keys(req.hash_ids, req.input_len, block_tokens),
-                        kv_bytes=float(bytes_per_token * req.input_len))
+                        keys=None, kv_bytes=float(bytes_per_token * req.input_len),
+                        block_tokens=block_tokens)
 
 
 def served_state(recovery: str) -> str:

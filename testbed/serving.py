@@ -234,8 +234,9 @@ class DecodeInstance:
     def assign(self, rs: RequestState, hit_blocks: int, output_bytes: float) -> None:
         """The scheduler chose this instance: pin the hit, reserve the rest."""
         self.pending += 1
-        self.cache.pin(rs.keys[:hit_blocks])
-        rs.new_keys = rs.keys[hit_blocks:]
+        keys = rs.blocks()
+        self.cache.pin(keys[:hit_blocks])
+        rs.new_keys = keys[hit_blocks:]
         rs.reserved = rs.eff_bytes + output_bytes
         self.reserved += rs.reserved
         self.cache.evict_to(self.capacity - self.reserved)
@@ -244,7 +245,8 @@ class DecodeInstance:
     def cancel(self, rs: RequestState) -> None:
         """The KV will never come (the transfer failed): undo `assign`."""
         self.pending -= 1
-        self.cache.unpin(rs.keys[:len(rs.keys) - len(rs.new_keys)])
+        keys = rs.blocks()
+        self.cache.unpin(keys[:len(keys) - len(rs.new_keys)])
         self.reserved -= rs.reserved
         rs.reserved = 0.0
         self._publish()
@@ -359,7 +361,7 @@ class DecodeInstance:
     def _complete(self, rs: RequestState, now: float) -> None:
         del self.batch[id(rs)]
         rs.done = now
-        self.cache.unpin(rs.keys)
+        self.cache.unpin(rs.blocks())
         self.reserved -= rs.reserved
         rs.reserved = 0.0
         rs.terminate(served_state(rs.recovery))

@@ -42,9 +42,11 @@ def scripts(draw):
     return spec_index, ops
 
 
-# how the network re-shares: (ARRAY_FILL_MIN_FLOWS, incremental, priority levels drawn)
-FILLS = {"heap": (10**9, False, 3), "arrays": (1, False, 3),
-         "incremental": (10**9, True, 1), "incremental-levels": (1, True, 3)}
+# how the network re-shares: (ARRAY_FILL_MIN_FLOWS, incremental, priority levels drawn,
+# largest incremental re-fill before giving up: 2 makes it give up half-way often)
+FILLS = {"heap": (10**9, False, 3, 64), "arrays": (1, False, 3, 64),
+         "incremental": (10**9, True, 1, 64), "incremental-levels": (1, True, 3, 64),
+         "incremental-gives-up": (10**9, True, 1, 2)}
 
 
 @pytest.mark.parametrize("fill", FILLS)
@@ -54,7 +56,8 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
     spec_index, ops = script
     spec = SPECS[spec_index]
     net = FluidNetwork(spec, random.Random(0))
-    net.ARRAY_FILL_MIN_FLOWS, net.incremental, levels = FILLS[fill]
+    net.ARRAY_FILL_MIN_FLOWS, net.incremental, levels, net.INCREMENTAL_MAX_FLOWS = FILLS[fill]
+    net.INCREMENTAL_MAX_SHARE = 0.0
     names = [i.name for i in spec.instances]
     pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
     now = 0.0

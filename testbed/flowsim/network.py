@@ -99,9 +99,11 @@ class FluidNetwork:
     # Components of at least this many flows are filled on arrays (fill_on_arrays);
     # smaller ones by the heap-driven Python fill, which has less fixed cost.
     ARRAY_FILL_MIN_FLOWS = 48
-    # An incremental re-sharing that has to re-fill more flows than this gives up and
-    # re-shares the whole component (exact either way; this only bounds wasted work).
+    # An incremental re-sharing that has to re-fill more than this many flows, or this
+    # share of all flows, gives up and re-shares the whole component (exact either way;
+    # this only bounds wasted work: a component can hold thousands of flows).
     INCREMENTAL_MAX_FLOWS = 64
+    INCREMENTAL_MAX_SHARE = 1 / 32
     SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
 
     def __init__(self, spec: FatTreeSpec, rng: random.Random | None,
@@ -479,8 +481,8 @@ class FluidNetwork:
         changed, and only through a link that is or was saturated. So: check those flows;
         re-fill the broken ones (set S) over what the others leave, others held fixed;
         a flow of S that still has no bottleneck is held back by flows with larger shares
-        on its links, which join S; every link whose rates changed has its flows checked
-        again; repeat until nothing is broken. At that point every flow has its
+        on its saturated links, which join S; every link whose rates changed has its flows
+        checked again; repeat until nothing is broken. At that point every flow has its
         bottleneck, so the allocation is the max-min one, exactly. In a fabric where one
         arrival couples hundreds of flows it re-fills the handful whose rates move (the
         partial invalidation of SimGrid's lazy max-min, Casanova et al. JPDC 2014, taken
@@ -501,7 +503,8 @@ class FluidNetwork:
             if not unfit:
                 return True
             refill |= unfit
-            if len(refill) > self.INCREMENTAL_MAX_FLOWS:
+            if len(refill) > max(self.INCREMENTAL_MAX_FLOWS,
+                                 len(flows) * self.INCREMENTAL_MAX_SHARE):
                 return False
             changed = self._refill(refill, ever_saturated)
             check = {fid for h in changed
@@ -510,9 +513,10 @@ class FluidNetwork:
             unfit = set()
             for fid in refill:
                 flow = flows[fid]
-                if not self._fit(flow):
+                if not self._fit(flow):  # held back on a saturated link by larger shares
                     share = flow.rate / flow.weight
-                    unfit.update(g for h in flow.links for g in link_list[h].flows
+                    unfit.update(g for h in flow.links if self._saturated(link_list[h])
+                                 for g in link_list[h].flows
                                  if g not in refill and flows[g].rate / flows[g].weight > share)
 
     def _refill(self, refill: set[int], ever_saturated: set[int]) -> set[int]:
