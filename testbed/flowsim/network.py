@@ -82,6 +82,7 @@ class Flow:
     links: tuple[int, ...] = ()  # the path as link indices
     t0: float = 0.0
     version: int = 0  # bumped at every rate change: older completion entries are stale
+    due: float | None = None  # its entry in the completion heap (when its bytes are out)
 
     def effective_cap(self) -> float | None:
         caps = [c for c in (self.cap, self.window_cap) if c is not None]
@@ -301,13 +302,24 @@ class FluidNetwork:
         flow.version += 1
         for h in flow.links:
             self._umax.pop(h, None)
+        flow.due = None
         if rate > 0:
-            heapq.heappush(self._ends, (flow.t0 + flow.remaining / rate, flow.flow_id,
-                                        flow.version))
+            flow.due = flow.t0 + flow.remaining / rate
         elif flow.remaining <= flow.size * 1e-9:
-            heapq.heappush(self._ends, (flow.t0, flow.flow_id, flow.version))
+            flow.due = flow.t0
+        if flow.due is not None:
+            heapq.heappush(self._ends, (flow.due, flow.flow_id, flow.version))
+            if len(self._ends) > 4 * len(self.flows) + 1024:
+                self._compact_ends()
         if flow.ramp_at is not None:
             self._check_window(flow)
+
+    def _compact_ends(self) -> None:
+        """Drop the completion heap's stale entries (one per rate change: at thousands of
+        flows they would soon outnumber the live ones a thousand to one)."""
+        self._ends = [(f.due, f.flow_id, f.version) for f in self.flows.values()
+                      if f.due is not None and f.end is None]
+        heapq.heapify(self._ends)
 
     def _check_window(self, flow: Flow) -> None:
         if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):

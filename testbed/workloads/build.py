@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -119,20 +120,46 @@ def _mix(mix) -> tuple[tuple[float, float], ...] | None:
     return tuple((float(a), float(b)) for a, b in mix) if mix else None
 
 
-def loop_trace(trace: list[Request], until_s: float) -> list[Request]:
+class LoopedTrace(Sequence):
+    """The trace followed by replays of itself until `until_s`, ids shifted so replays
+    share nothing with each other. Replays are made as they are iterated: compress() keeps
+    only the window a run needs, so a cell at thousands of GPUs never holds every replay
+    and the compressed requests at once."""
+
+    def __init__(self, trace: list[Request], until_s: float):
+        self.trace = trace
+        self.period = trace[-1].arrival_s - trace[0].arrival_s + 1.0 / _rate(trace)
+        self.shift = 1 + max(max(r.hash_ids) for r in trace)
+        self.copies = 1
+        while trace[-1].arrival_s + (self.copies - 1) * self.period < until_s:
+            self.copies += 1
+
+    def _replay(self, r: Request, k: int) -> Request:
+        if k == 0:
+            return r
+        return replace(r, request_id=f"{r.request_id}.{k}", arrival_s=r.arrival_s + k * self.period,
+                       hash_ids=tuple(h + k * self.shift for h in r.hash_ids))
+
+    def __len__(self) -> int:
+        return self.copies * len(self.trace)
+
+    def __getitem__(self, i: int) -> Request:  # type: ignore[override]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k, j = divmod(i, len(self.trace))
+        return self._replay(self.trace[j], k)
+
+    def __iter__(self) -> Iterator[Request]:
+        for k in range(self.copies):
+            for r in self.trace:
+                yield self._replay(r, k)
+
+
+def loop_trace(trace: list[Request], until_s: float) -> LoopedTrace:
     """Append replays of the trace, ids shifted so replays share nothing with each other."""
-    period = trace[-1].arrival_s - trace[0].arrival_s + 1.0 / _rate(trace)
-    shift = 1 + max(max(r.hash_ids) for r in trace)
-    out = list(trace)
-    k = 1
-    while out[-1].arrival_s < until_s:
-        out.extend(
-            replace(r, request_id=f"{r.request_id}.{k}", arrival_s=r.arrival_s + k * period,
-                    hash_ids=tuple(h + k * shift for h in r.hash_ids))
-            for r in trace
-        )
-        k += 1
-    return out
+    return LoopedTrace(trace, until_s)
 
 
 def _rate(trace: list[Request]) -> float:
