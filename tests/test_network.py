@@ -112,3 +112,17 @@ def test_a_capped_flow_takes_its_cap_and_leaves_the_rest():
     fast = net.add_flow(path, 1e9, 0.0)  # recompute on add applies the cap
     assert slow.rate == pytest.approx(cap / 10)
     assert fast.rate == pytest.approx(cap * 0.9)
+
+
+def test_the_completion_heap_stays_proportional_to_the_flows():
+    """Every rate change schedules a flow's last byte anew; the stale entries are dropped
+    before they outnumber the live flows by much (millions at 8192 GPUs otherwise)."""
+    net = FluidNetwork(FatTreeSpec(), random.Random(1))
+    path = net.spec.paths("i0", "i15")[0]
+    flows = [net.add_flow(path, 1e15, 0.0) for _ in range(8)]
+    for k in range(3000):  # one flow comes and goes: the others' rates change each time
+        extra = net.add_flow(path, 1e15, k * 1e-3)
+        net.remove_flows(k * 1e-3 + 5e-4, lambda f, e=extra: f is e)
+    assert len(net._ends) <= 4 * len(net.flows) + 1024 + 1
+    assert all(f.rate == pytest.approx(25 * GBPS / 8) for f in flows)
+    assert net.next_completion() == pytest.approx(min(f.due for f in flows))

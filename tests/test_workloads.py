@@ -118,3 +118,25 @@ def test_slo_mix_draws_each_requests_slo_by_its_id(write_scenario):
         assert "shares sum to 0.5" in str(exc)
     else:
         raise AssertionError("a mix that does not sum to 1 must be refused")
+
+
+def test_a_looped_trace_is_the_eager_replay_made_lazily(trace_path):
+    """LoopedTrace yields, indexes and counts exactly the list of replays appended one
+    after another (ids shifted per replay), without building it."""
+    from dataclasses import replace
+
+    from testbed.workloads.build import LoopedTrace, load_trace
+
+    trace = load_trace(str(trace_path))[:50]
+    until = trace[-1].arrival_s * 3.5
+    period = trace[-1].arrival_s - trace[0].arrival_s + \
+        (trace[-1].arrival_s - trace[0].arrival_s) / (len(trace) - 1)
+    shift = 1 + max(max(r.hash_ids) for r in trace)
+    eager, k = list(trace), 1
+    while eager[-1].arrival_s < until:
+        eager += [replace(r, request_id=f"{r.request_id}.{k}", arrival_s=r.arrival_s + k * period,
+                          hash_ids=tuple(h + k * shift for h in r.hash_ids)) for r in trace]
+        k += 1
+    looped = LoopedTrace(trace, until)
+    assert len(looped) == len(eager) and list(looped) == eager
+    assert looped[-1] == eager[-1] and looped[0] == eager[0] and looped[77] == eager[77]
