@@ -36,6 +36,7 @@ from testbed.model.schedulers import (
     RequestInfo,
     Scheduler,
     SchedulerContext,
+    find,
     make_scheduler,
 )
 
@@ -141,7 +142,7 @@ class ControlPlane:
         inst.enqueue(rs, now, rs.reuse_tokens, fetching=plan is not None)
         return inst, plan
 
-    def _select(self, rs: RequestState, cands: CandidateTable, oracle):
+    def _select(self, rs: RequestState, cands: list[Candidate] | CandidateTable, oracle):
         t0 = time.perf_counter()
         decision = self.scheduler.select(
             RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes), rs.prefill, cands,
@@ -151,7 +152,7 @@ class ControlPlane:
 
     def prefilled(self, rs: RequestState) -> None:
         """The request's prefill is done on rs.prefill: place its decode."""
-        cands = CandidateTable.of(self.engine.candidates(rs.req))
+        cands = self.engine.candidates(rs.req)
         oracle = self.engine.oracle()
         if self._keep_local(rs, cands):
             return
@@ -166,10 +167,10 @@ class ControlPlane:
         rs.transfer_start = self.engine.now()
         self.engine.assign_transfer(rs)
 
-    def _keep_local(self, rs: RequestState, cands: CandidateTable) -> bool:
+    def _keep_local(self, rs: RequestState, cands: list[Candidate] | CandidateTable) -> bool:
         """A node doing both roles keeps the request it prefilled when it has the memory:
         the KV is already in its GPU (tier 0, nothing crosses the network)."""
-        here = cands.get(rs.prefill)
+        here = find(cands, rs.prefill)
         info = RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes)
         if here is None or not self.scheduler.feasible(info, [here]):
             return False
@@ -220,7 +221,7 @@ class ControlPlane:
         nearest live instance, or the scheduler's pick), let the policy choose, or abort."""
         engine, req, now = self.engine, rs.req, self.engine.now()
         oracle = engine.oracle()
-        cands = CandidateTable.of(engine.candidates(req))
+        cands = engine.candidates(req)
         lost = rs.decode
         decision = self._select(rs, cands, oracle)
         if decision.rejected:

@@ -6,7 +6,7 @@ microseconds; `gbps_to_bytes_per_s` and `us_to_s` convert them once, here.
 
 from __future__ import annotations
 
-from testbed.model.numeric import at_least_zero
+import numpy as np
 
 
 def gbps_to_bytes_per_s(gbps: float) -> float:
@@ -44,7 +44,9 @@ def queue_delay(queued: int, batch: int, beta_max: int, iteration_time: float) -
     A request joins at the next iteration boundary if a slot is free; otherwise it waits
     one iteration per blocked predecessor.
     """
-    return at_least_zero(queued - (beta_max - batch)) * iteration_time
+    excess = queued - (beta_max - batch)
+    return (np.maximum(excess, 0) if isinstance(excess, np.ndarray) else max(0, excess)) \
+        * iteration_time
 
 
 def first_decode_time(iteration_time_after_join: float) -> float:

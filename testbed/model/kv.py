@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.model.numeric import highest, lowest
+import numpy as np
 
 KB = 1024
 
@@ -56,6 +56,8 @@ def effective_transfer_bytes(total_bytes: float, hit_tokens: int, length: int) -
     """s_eff = s_r * (1 - lambda / l_r) (eq. 2): only the uncached suffix crosses the wire."""
     if length <= 0:
         raise ValueError(f"length must be positive, got {length}")
-    if not 0 <= lowest(hit_tokens) <= highest(hit_tokens) <= length:
+    low, high = (hit_tokens.min(), hit_tokens.max()) if isinstance(hit_tokens, np.ndarray) \
+        else (hit_tokens, hit_tokens)
+    if not 0 <= low <= high <= length:
         raise ValueError(f"hit_tokens must be in [0, {length}], got {hit_tokens}")
     return total_bytes * (1.0 - hit_tokens / length)

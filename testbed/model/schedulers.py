@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +96,13 @@ class CandidateTable:
                               self.queued[rows], self.batch[rows], self.hit_tokens[rows])
 
 
+def find(candidates: Sequence[Candidate] | CandidateTable, name: str) -> Candidate | None:
+    """The candidate for instance `name`, if listed."""
+    if isinstance(candidates, CandidateTable):
+        return candidates.get(name)
+    return next((c for c in candidates if c.instance == name), None)
+
+
 @dataclass(frozen=True)
 class Decision:
     decode: str | None
@@ -156,15 +163,29 @@ class Scheduler:
         self.inflight = InflightCounter(cap=ctx.inflight_cap)
         self._rng = random.Random(ctx.seed)
         self._tier_rows: dict[tuple[str, tuple[str, ...]], tuple[dict, np.ndarray]] = {}
+        self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
 
-    def pick_min(self, feasible: CandidateTable, keys) -> tuple[Candidate, float | tuple]:
-        """argmin of `keys` (one column, or a tuple of columns compared in order) with
-        exact ties broken by a seeded draw, never by list order.
+    # Fewer candidates than this are ranked one at a time: arrays cost more than they
+    # save on a dozen (the packet router's decision stays in microseconds).
+    SMALL = 32
+
+    def pick_min(self, feasible: list[Candidate] | CandidateTable,
+                 key: Callable) -> tuple[Candidate, float | tuple]:
+        """argmin of `key` (a number or a tuple compared in order; given one candidate or
+        a table, it returns a number or a column) with exact ties broken by a seeded draw,
+        never by list order.
 
         List order follows instance names, which follow the topology: breaking ties by it
         would quietly make a topology-blind baseline prefer one tier.
         """
-        columns = keys if isinstance(keys, tuple) else (keys,)
+        if not isinstance(feasible, CandidateTable):
+            keys = [key(c) for c in feasible]
+            best = min(keys)
+            tied = [c for c, k in zip(feasible, keys, strict=True) if k == best]
+            chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
+            return chosen, best
+        columns = key(feasible)
+        columns = columns if isinstance(columns, tuple) else (columns,)
         tied = np.arange(len(feasible))
         best = []
         for column in columns:
@@ -207,10 +228,16 @@ class Scheduler:
 
     def _tier_transfer_time(self, size, tier: int, prefill: str, oracle: Oracle,
                             use_congestion: bool, use_inflight: bool):
-        congestion = oracle.congestion_of(tier) if use_congestion else 0.0
-        n = self.inflight.get(tier, prefill) if use_inflight else 0
-        bandwidth = effective_bandwidth(oracle.bandwidth(tier), congestion, n)
-        return transfer_time(size, bandwidth, oracle.latency(tier))
+        key = (tier, use_congestion, use_inflight)
+        terms = self._terms.get(key) if self._terms is not None else None
+        if terms is None:
+            congestion = oracle.congestion_of(tier) if use_congestion else 0.0
+            n = self.inflight.get(tier, prefill) if use_inflight else 0
+            terms = (effective_bandwidth(oracle.bandwidth(tier), congestion, n),
+                     oracle.latency(tier))
+            if self._terms is not None:
+                self._terms[key] = terms
+        return transfer_time(size, *terms)
 
     def _tier_row(self, prefill: str, names: tuple[str, ...], oracle: Oracle) -> np.ndarray:
         """The oracle's tier from `prefill` to each of `names`, remembered per tier map
@@ -225,14 +252,17 @@ class Scheduler:
         self._tier_rows[key] = (oracle.tier_map, row)
         return row
 
-    def feasible(self, request: RequestInfo,
-                 candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
-        """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1)."""
-        table = CandidateTable.of(candidates)
+    def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
+                 ) -> list[Candidate] | CandidateTable:
+        """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1): a table if many, a
+        list if few (see SMALL)."""
         reserve = self.ctx.memory_reserve_bytes
-        if not len(table):
-            return table
-        return table.where(table.free_memory >= self.effective_bytes(request, table) + reserve)
+        if isinstance(candidates, CandidateTable) and len(candidates) >= self.SMALL:
+            table = candidates
+            return table.where(table.free_memory >= self.effective_bytes(request, table)
+                               + reserve)
+        return [c for c in candidates
+                if c.free_memory >= self.effective_bytes(request, c) + reserve]
 
     # -- the interface -------------------------------------------------------------
     def select(
@@ -242,7 +272,11 @@ class Scheduler:
         feasible = self.feasible(request, candidates)
         if not len(feasible):
             return Decision(None, reason="no decode instance has memory for the KV cache")
-        chosen, cost = self.rank(request, prefill, feasible, oracle)
+        self._terms = {}  # one prefill, one oracle, one in-flight count until the end
+        try:
+            chosen, cost = self.rank(request, prefill, feasible, oracle)
+        finally:
+            self._terms = None
         tier = oracle.tier(prefill, chosen.instance)
         decision = Decision(
             decode=chosen.instance,
@@ -259,7 +293,8 @@ class Scheduler:
         self.inflight.decrement(tier, prefill)
 
     def rank(
-        self, request: RequestInfo, prefill: str, feasible: CandidateTable, oracle: Oracle
+        self, request: RequestInfo, prefill: str, feasible: list[Candidate] | CandidateTable,
+        oracle: Oracle
     ) -> tuple[Candidate, float]:
         raise NotImplementedError
 
@@ -275,7 +310,9 @@ class RoundRobin(Scheduler):
         self._next = 0
 
     def rank(self, request, prefill, feasible, oracle):
-        names = {name: i for i, name in enumerate(feasible.names)}
+        listed = feasible.names if isinstance(feasible, CandidateTable) else \
+            [c.instance for c in feasible]
+        names = {name: i for i, name in enumerate(listed)}
         for inst in sorted(names):
             if inst not in self._order:
                 self._order.append(inst)
@@ -294,7 +331,7 @@ class LoadAware(Scheduler):
     name = "LA"
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, self.load_time(feasible))
+        return self.pick_min(feasible, self.load_time)
 
 
 class CacheAware(Scheduler):
@@ -303,7 +340,7 @@ class CacheAware(Scheduler):
     name = "CA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best, _ = self.pick_min(feasible, (-feasible.hit_tokens, self.load_time(feasible)))
+        best, _ = self.pick_min(feasible, lambda c: (-c.hit_tokens, self.load_time(c)))
         return best, -float(best.hit_tokens)
 
 
@@ -324,11 +361,12 @@ class CacheLoadAware(Scheduler):
 
     def score(self, request: RequestInfo, cand: Candidate | CandidateTable):
         cache = cand.hit_tokens / request.input_len
-        load = 1.0 - np.minimum(1.0, (cand.queued + cand.batch) / self.ctx.beta_max)
+        busy = (cand.queued + cand.batch) / self.ctx.beta_max
+        load = 1.0 - (np.minimum(1.0, busy) if isinstance(busy, np.ndarray) else min(1.0, busy))
         return self.w_cache * cache + self.w_load * load
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, -self.score(request, feasible))
+        return self.pick_min(feasible, lambda c: -self.score(request, c))
 
 
 class NetKV(Scheduler):
@@ -354,7 +392,7 @@ class NetKV(Scheduler):
         return net + self.load_time(cand)
 
     def rank(self, request, prefill, feasible, oracle):
-        return self.pick_min(feasible, self.cost(request, prefill, feasible, oracle))
+        return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
 
 
 class FlowKVLoadAware(Scheduler):
@@ -366,9 +404,9 @@ class FlowKVLoadAware(Scheduler):
     name = "FlowKV-LA"
 
     def rank(self, request, prefill, feasible, oracle):
-        best, key = self.pick_min(feasible, (
-            self.network_time(request, prefill, feasible, oracle, use_inflight=False),
-            self.load_time(feasible)))
+        best, key = self.pick_min(feasible, lambda c: (
+            self.network_time(request, prefill, c, oracle, use_inflight=False),
+            self.load_time(c)))
         return best, key[0]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.model.numeric import lowest
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class TimingModel:
 
     def iteration_time(self, batch: int) -> float:
         """t_iter(beta) = a + b*beta: one continuous-batching decode step."""
-        if lowest(batch) < 0:
+        if (batch.min() if isinstance(batch, np.ndarray) else batch) < 0:
             raise ValueError(f"batch must be >= 0, got {batch}")
         return self.iter_base_s + self.iter_per_seq_s * batch
 
