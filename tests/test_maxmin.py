@@ -73,15 +73,16 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
                 flow.cap = rng.uniform(1e6, 1e10)
             net.recompute(flow.path)  # its weight and cap are set after it arrived
         elif op == "burst":  # many flows at once: bottlenecks that depend on each other
-            touched = set()
+            touched, arrived = set(), []
             for _ in range(rng.randrange(4, 24)):
                 a, b = pairs[rng.randrange(len(pairs))]
                 paths = spec.paths(a, b)
                 path = paths[rng.randrange(len(paths))]
-                net.add_flow(path, 1e12, now, level=rng.randrange(min(levels, 2)),
-                             share=False).weight = rng.choice([1.0, 1.0, 0.5, rng.uniform(0.1, 3.0)])
+                arrived.append(net.add_flow(path, 1e12, now, level=rng.randrange(min(levels, 2)),
+                                            share=False))
+                arrived[-1].weight = rng.choice([1.0, 1.0, 0.5, rng.uniform(0.1, 3.0)])
                 touched.update(path)
-            net.recompute(touched)
+            net.recompute(touched, changed=arrived)  # as the simulator starts a transfer
         elif op == "remove":
             victim = sorted(net.flows)[x % len(net.flows)]
             net.remove_flows(now, lambda f, v=victim: f.flow_id == v)

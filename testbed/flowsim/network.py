@@ -244,7 +244,7 @@ class FluidNetwork:
         if level:
             self._leveled += 1
         if share:
-            self.recompute(path)
+            self.recompute(path, changed=[flow])
         return flow
 
     def path_rtt(self, path: list[Hop]) -> float:
@@ -385,10 +385,12 @@ class FluidNetwork:
             if flow is not None and flow.ramp_at == when:
                 due.add(fid)
         changed: set[int] = set()
+        capped: list[Flow] = []  # flows whose window changed
         for fid in sorted(due):
             flow = self.flows[fid]
             if flow.ramp_at is None:
                 continue
+            capped.append(flow)
             if flow.window_cap is not None and 0.0 < flow.rate < flow.window_cap * (1 - 1e-9):
                 flow.window_cap = flow.ramp_at = None
                 self._unbound.discard(fid)
@@ -407,7 +409,7 @@ class FluidNetwork:
             else:
                 self._unbound.discard(fid)
         if changed:
-            self._recompute_links(changed)
+            self._recompute_links(changed, changed=capped)
 
     def next_completion(self) -> float | None:
         """Time of the next change at current rates: a flow finishing (or, under the TCP
@@ -434,7 +436,8 @@ class FluidNetwork:
         return None if best is None else max(best, self.last_update)
 
     # -- sharing -----------------------------------------------------------------------
-    def recompute(self, touched: Iterable[Hop] | None = None) -> None:
+    def recompute(self, touched: Iterable[Hop] | None = None,
+                  changed: Iterable[Flow] | None = None) -> None:
         """Strict priority between levels (0 first), max-min fair within a level, by
         progressive filling of each level over what the levels above left.
 
@@ -444,20 +447,28 @@ class FluidNetwork:
         does not depend on any other, so the result is exact; the work is what changed,
         not what exists (SimGrid's lazy max-min re-solves only the constraints a modified
         variable touches in the same spirit: Casanova et al., "Versatile, scalable, and
-        accurate simulation of distributed applications and platforms", JPDC 2014)."""
+        accurate simulation of distributed applications and platforms", JPDC 2014).
+
+        `changed`: the flows whose own state changed (arrived, cap or window moved), when
+        nothing else did: no other flow's share can have broken yet, so only these are
+        checked first (None: any flow on the touched links may be affected, as after a
+        weight change)."""
         if touched is None:
             self._recompute_links(None)
         else:
             self._recompute_links({self.links[hop].index for hop in touched
-                                   if hop in self.links})
+                                   if hop in self.links}, changed=changed)
 
-    def _recompute_links(self, touched: set[int] | None, gone: list[Flow] = ()) -> None:
+    def _recompute_links(self, touched: set[int] | None, gone: list[Flow] = (),
+                         changed: Iterable[Flow] | None = None) -> None:
         """Re-share after a change on `touched` links (None: anything may have changed);
-        `gone`: flows just taken off them, whose rates the links still carry."""
+        `gone`: flows just taken off them, whose rates the links still carry; `changed`:
+        see recompute."""
         if touched is not None:
             for h in touched:
                 self._umax.pop(h, None)
-            if self.incremental and not self._leveled and self._reshare(touched, gone):
+            if self.incremental and not self._leveled and self._reshare(touched, gone,
+                                                                        changed):
                 return
         if touched is None:
             links = [lk.index for lk in self.link_list if lk.flows or lk.kv_rate]
@@ -483,7 +494,8 @@ class FluidNetwork:
             self._fill(by_level[level], residual)
 
     # -- incremental re-sharing --------------------------------------------------------
-    def _reshare(self, touched: set[int], gone: list[Flow]) -> bool:
+    def _reshare(self, touched: set[int], gone: list[Flow],
+                 changed: Iterable[Flow] | None = None) -> bool:
         """Re-fill only the flows whose max-min condition broke; False if that grew past
         INCREMENTAL_MAX_FLOWS (the caller then re-shares the whole component).
 
@@ -508,7 +520,12 @@ class FluidNetwork:
                 link.settle(now)
                 link.kv_rate -= flow.rate
         unfit: set[int] = set()
-        check = {fid for h in touched for fid in link_list[h].flows}
+        if changed is not None and not gone:  # nobody else's situation moved yet
+            check = {f.flow_id for f in changed if f.flow_id in flows}
+        elif gone and changed is None:  # freed capacity matters where a link was full
+            check = {fid for h in touched if h in ever_saturated for fid in link_list[h].flows}
+        else:
+            check = {fid for h in touched for fid in link_list[h].flows}
         refill: set[int] = set()
         while True:
             unfit |= {fid for fid in check if fid not in refill and not self._fit(flows[fid])}

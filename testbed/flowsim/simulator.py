@@ -327,10 +327,10 @@ class FlowSimulation:
         shard = rs.eff_bytes / self.flows_per_transfer
         paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
                                         self.flows_per_transfer)
-        for k, path in enumerate(paths):  # the shards start together: one re-sharing
-            self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level,
-                              shard=(k, self.flows_per_transfer), share=False)
-        self.net.recompute({hop for path in paths for hop in path})
+        flows = [self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level,
+                                   shard=(k, self.flows_per_transfer), share=False)
+                 for k, path in enumerate(paths)]  # the shards start together: one re-sharing
+        self.net.recompute({hop for path in paths for hop in path}, changed=flows)
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
         self._reschedule_network()
