@@ -623,8 +623,8 @@ class FluidNetwork:
         only grows as flows on it freeze (each freezes at or below the current minimum),
         so a stale entry is re-pushed with its current ratio when it surfaces; capped flows
         wait in a heap of cap / weight. Each step costs a few heap operations, not a scan
-        of every link and flow (htsim and SimGrid's max-min solvers keep the same kind of
-        ordered structure)."""
+        of every link and flow (m3's flowSim, by contrast, scans for the bottleneck link at
+        every step of every event)."""
         flows = self.flows
         active: dict[int, set[int]] = {}
         weights: dict[int, float] = {}
