@@ -57,8 +57,8 @@ def summarize(
     met = [r for r in done if r["ttft"] <= (r.get("slo_s") or slo_s)]  # per-request SLOs
     tiers = Counter(r["tier"] for r in measured if r["tier"] is not None)
     n_tier = sum(tiers.values())
-    if hasattr(links, "tier_means"):  # records.LinkSamples: columns, not rows
-        util = links.tier_means()
+    if hasattr(links, "tier_samples"):  # records.LinkSamples: columns, not rows
+        util = links.tier_samples()
     else:
         util = {}
         for row in links:

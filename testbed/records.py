@@ -36,7 +36,7 @@ class LinkSamples:
     A 8192-GPU fabric has 16,384 directed links: a minute of samples is a million rows,
     half a gigabyte as dicts and as much again when a worker process hands them back.
     As arrays it is two floats a link a sample; rows are made only when iterated
-    (written to links.csv), and per-tier means come straight from the columns."""
+    (written to links.csv), and per-tier samples come straight from the columns."""
 
     def __init__(self, names: Sequence[str], tiers: Sequence[int],
                  capacity_gbps: Sequence[float]):
@@ -60,7 +60,7 @@ class LinkSamples:
                 yield {"time": time, "link": name, "tier": tier, "capacity_gbps": cap,
                        "kv_util": k, "bg_util": b, "measured": measured}
 
-    def tier_means(self) -> dict[int, list[float]]:
+    def tier_samples(self) -> dict[int, list[float]]:
         """Tier -> the measured samples' kv + bg utilisation (as the rows would give)."""
         out: dict[int, list[float]] = {}
         for tier in np.unique(self.tiers).tolist():

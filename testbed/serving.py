@@ -326,8 +326,7 @@ class DecodeInstance:
         before it can: nobody waits to join (or the batch is full) and nobody is owed a
         first token, so the next event is the next completion. Its time is the same sum
         of iteration times the single steps would reach."""
-        self._step += 1
-        step, count, end = self._step, 1, start + t_iter
+        count, end = 1, start + t_iter
         self._span = None
         if self.coalesce and not self._just_admitted and (
                 not self.waiting or len(self.batch) >= self.beta_max):
@@ -335,7 +334,14 @@ class DecodeInstance:
             self._span = (start, t_iter, count)
             for _ in range(count - 1):
                 end += t_iter
-        self.loop.at(end, lambda: self._fire(step, count))
+        self._arm(end, count)
+
+    def _arm(self, end: float, iterations: int) -> None:
+        """The one scheduled boundary: at `end`, after `iterations` (any earlier one is
+        void)."""
+        self._step += 1
+        step = self._step
+        self.loop.at(end, lambda: self._fire(step, iterations))
 
     def _fire(self, step: int, iterations: int) -> None:
         if step == self._step:
@@ -354,9 +360,7 @@ class DecodeInstance:
         self.iter_count += passed
         self.iterations += passed
         self._span = None
-        self._step += 1
-        step = self._step
-        self.loop.at(end, lambda: self._fire(step, 1))
+        self._arm(end, 1)
 
     def _complete(self, rs: RequestState, now: float) -> None:
         del self.batch[id(rs)]

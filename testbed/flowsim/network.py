@@ -441,13 +441,15 @@ class FluidNetwork:
         """Strict priority between levels (0 first), max-min fair within a level, by
         progressive filling of each level over what the levels above left.
 
-        With `touched` (the links of the flows that arrived, left or changed) only the
-        flows coupled to them are re-shared: the connected component of flows and links
-        reachable from those links through shared links. Max-min sharing in one component
-        does not depend on any other, so the result is exact; the work is what changed,
-        not what exists (SimGrid's lazy max-min re-solves only the constraints a modified
-        variable touches in the same spirit: Casanova et al., "Versatile, scalable, and
-        accurate simulation of distributed applications and platforms", JPDC 2014).
+        With `touched` (the links of the flows that arrived, left or changed) the work is
+        what changed, not what exists: first only the flows whose bottleneck broke are
+        re-filled (_reshare); with strict priority levels in use, or when that grows too
+        large, the connected component of flows and links reachable from those links is
+        re-shared whole. Max-min sharing in one component does not depend on any other,
+        so either is exact (SimGrid's lazy max-min re-solves only the constraints a
+        modified variable touches in the same spirit: Casanova et al., "Versatile,
+        scalable, and accurate simulation of distributed applications and platforms",
+        JPDC 2014).
 
         `changed`: the flows whose own state changed (arrived, cap or window moved), when
         nothing else did: no other flow's share can have broken yet, so only these are
@@ -535,8 +537,8 @@ class FluidNetwork:
             if len(refill) > max(self.INCREMENTAL_MAX_FLOWS,
                                  len(flows) * self.INCREMENTAL_MAX_SHARE):
                 return False
-            changed = self._refill(refill, ever_saturated)
-            check = {fid for h in changed
+            moved = self._refill(refill, ever_saturated)
+            check = {fid for h in moved
                      if h in ever_saturated or self._saturated(link_list[h])
                      for fid in link_list[h].flows if fid not in refill}
             unfit = set()
