@@ -29,7 +29,7 @@ import tracemalloc
 from pathlib import Path
 
 from testbed.flowsim.simulator import simulate
-from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.cache import PrefixCache, full_block_count
 from testbed.model.kv import MODEL_PRESETS, kv_bytes_per_token, kv_cache_bytes
 from testbed.model.schedulers import SCHEDULERS, Candidate, RequestInfo, SchedulerContext, make_scheduler
 from testbed.model.timing import TimingModel
@@ -114,7 +114,7 @@ def decision_latency(candidates: int = 12, trials: int = 20000) -> None:
     trace = [r for r in read_trace(TRACE) if 4096 <= r.input_len <= 65536]
     caches = [PrefixCache(16, kv_bytes_per_token(model) * 16) for _ in decode]
     for k, r in enumerate(trace[:600]):
-        caches[k % len(caches)].pin(block_keys(r.hash_ids, r.input_len, 16))
+        caches[k % len(caches)].pin(r.hash_ids, full_block_count(r.input_len, 16))
     samples = []
     for r in trace[600:1600]:
         t0 = time.perf_counter()

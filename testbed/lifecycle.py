@@ -8,9 +8,8 @@ records mean the same thing column by column.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from testbed.model.cache import block_keys
 from testbed.model.recovery import MIGRATE, RECOMPUTE
 from testbed.workloads.requests import Request
 
@@ -25,7 +24,6 @@ class RequestState:
 
     req: Request
     measured: bool
-    keys: list[int] | None  # its cache blocks; None: built when first needed (blocks())
     kv_bytes: float
     prefill: str | None = None
     prefill_start: float | None = None
@@ -40,7 +38,7 @@ class RequestState:
     transfer_end: float | None = None
     flows_left: int = 0
     reserved: float = 0.0
-    new_keys: list[int] = field(default_factory=list)
+    held_blocks: int = 0  # leading cache blocks pinned on its decode instance
     admit_iter: int = 0
     entry_iter_s: float | None = None
     first_token: float | None = None
@@ -48,32 +46,21 @@ class RequestState:
     state: str | None = None  # one of TERMINAL_STATES
     reason: str = ""
     recovery: str = ""  # migrate | recompute | abort, when its decode instance failed
-    block_tokens: int = 0  # for blocks(): the keys of a long prompt are ~1,500 ints
-
-    def blocks(self) -> list[int]:
-        """The request's cache block keys, built on first use: a run at thousands of GPUs
-        holds tens of thousands of requests, not all of their blocks at once."""
-        if self.keys is None:
-            self.keys = block_keys(self.req.hash_ids, self.req.input_len, self.block_tokens)
-        return self.keys
 
     def terminate(self, state: str, reason: str = "") -> None:
         if self.state is not None:
             raise RuntimeError(f"{self.req.request_id} already ended as {self.state}")
         self.state = state
         self.reason = reason
-        if self.block_tokens:  # built on demand, so dropped when done
-            self.keys, self.new_keys = None, []
 
 
 
-def new_request(req: Request, warmup_s: float, measure_s: float, block_tokens: int,
+def new_request(req: Request, warmup_s: float, measure_s: float,
                 bytes_per_token: float) -> RequestState:
     """A request's state as it arrives: measured if it arrives inside the measurement
-    window, its cache block keys, its full KV size."""
+    window, its full KV size."""
     return RequestState(req=req, measured=warmup_s <= req.arrival_s < warmup_s + measure_s,
-                        keys=None, kv_bytes=float(bytes_per_token * req.input_len),
-                        block_tokens=block_tokens)
+                        kv_bytes=float(bytes_per_token * req.input_len))
 
 
 def served_state(recovery: str) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from testbed.lifecycle import RequestState, served_state
 from testbed.model import reuse
-from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.cache import PrefixCache, full_block_count
 from testbed.model.timing import TimingModel
 from testbed.workloads.requests import Request
 
@@ -225,18 +225,17 @@ class DecodeInstance:
     def prewarm(self, history: list[Request]) -> None:
         """Cache the prefixes of requests served before the run (LRU order kept)."""
         for req in history:
-            keys = block_keys(req.hash_ids, req.input_len, self.cache.block_tokens)
-            self.cache.pin(keys)
-            self.cache.unpin(keys)
+            n = full_block_count(req.input_len, self.cache.block_tokens)
+            self.cache.pin(req.hash_ids, n)
+            self.cache.unpin(req.hash_ids, n)
             self.cache.evict_to(self.capacity - self.reserved)
         self._publish()
 
     def assign(self, rs: RequestState, hit_blocks: int, output_bytes: float) -> None:
         """The scheduler chose this instance: pin the hit, reserve the rest."""
         self.pending += 1
-        keys = rs.blocks()
-        self.cache.pin(keys[:hit_blocks])
-        rs.new_keys = keys[hit_blocks:]
+        self.cache.pin(rs.req.hash_ids, hit_blocks)
+        rs.held_blocks = hit_blocks
         rs.reserved = rs.eff_bytes + output_bytes
         self.reserved += rs.reserved
         self.cache.evict_to(self.capacity - self.reserved)
@@ -245,8 +244,8 @@ class DecodeInstance:
     def cancel(self, rs: RequestState) -> None:
         """The KV will never come (the transfer failed): undo `assign`."""
         self.pending -= 1
-        keys = rs.blocks()
-        self.cache.unpin(keys[:len(keys) - len(rs.new_keys)])
+        self.cache.unpin(rs.req.hash_ids, rs.held_blocks)
+        rs.held_blocks = 0
         self.reserved -= rs.reserved
         rs.reserved = 0.0
         self._publish()
@@ -259,11 +258,13 @@ class DecodeInstance:
         if self.dead:
             return  # bytes into a dead GPU: recovery deals with the request
         self.pending -= 1
-        moved = len(rs.new_keys) * self.cache.block_bytes
+        blocks = full_block_count(rs.req.input_len, self.cache.block_tokens)
+        moved = (blocks - rs.held_blocks) * self.cache.block_bytes
         moved = min(moved, rs.reserved)
         self.reserved -= moved
         rs.reserved -= moved
-        self.cache.pin(rs.new_keys)
+        self.cache.pin(rs.req.hash_ids, blocks, rs.held_blocks)
+        rs.held_blocks = blocks
         self.cache.evict_to(self.capacity - self.reserved)
         self.waiting.append(rs)
         if not self.running:
@@ -365,7 +366,8 @@ class DecodeInstance:
     def _complete(self, rs: RequestState, now: float) -> None:
         del self.batch[id(rs)]
         rs.done = now
-        self.cache.unpin(rs.blocks())
+        self.cache.unpin(rs.req.hash_ids, rs.held_blocks)
+        rs.held_blocks = 0
         self.reserved -= rs.reserved
         rs.reserved = 0.0
         rs.terminate(served_state(rs.recovery))

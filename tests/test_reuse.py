@@ -35,7 +35,7 @@ def test_prefill_ends_one_layer_after_a_late_fetch():
 
 
 def _rs(rid: str, tokens: int) -> RequestState:
-    return RequestState(req=Request(rid, 0.0, tokens, 1, ()), measured=True, keys=[],
+    return RequestState(req=Request(rid, 0.0, tokens, 1, ()), measured=True,
                         kv_bytes=0.0)
 
 

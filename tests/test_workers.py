@@ -198,9 +198,9 @@ def test_block_index_built_from_a_caches_journal_gives_the_same_prefix_hits():
     for _ in range(200):
         ids = [rng.randrange(40) for _ in range(rng.randrange(1, 6))]
         length = rng.randrange(16, 512 * len(ids) + 1)
-        keys = block_keys(ids, length, 16)
-        cache.pin(keys)
-        cache.unpin(keys)
+        n = len(block_keys(ids, length, 16))
+        cache.pin(ids, n)
+        cache.unpin(ids, n)
         cache.evict_to(rng.randrange(50, 400))
         requests.append((ids, length))
         if rng.random() < 0.3:

@@ -451,9 +451,8 @@ class FlowSimulation:
     def run(self) -> RunResult:
         wl = self.workload
         per_token = kv_bytes_per_token(self.model)
-        block_tokens = self.scenario.workload.block_tokens
         for req in wl.requests:
-            rs = new_request(req, wl.warmup_s, wl.measure_s, block_tokens, per_token)
+            rs = new_request(req, wl.warmup_s, wl.measure_s, per_token)
             self.states.append(rs)
             self.loop.at(req.arrival_s, lambda rs=rs: self._arrive(rs))
         self._open = len(self.states)

@@ -16,9 +16,8 @@ prefix is the last thing evicted and a chain is cut from its end, not its middle
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
-from itertools import islice
 
 import numpy as np
 
@@ -148,17 +147,30 @@ _NOBODY: frozenset = frozenset()
 
 
 class PrefixCache:
-    """Blocks of KV held by one decode instance, with pin counts and LRU order."""
+    """Blocks of KV held by one decode instance, with pins and LRU order.
+
+    Kept per trace id, not per block: a live request pins a prefix of its blocks (the hit
+    when it is assigned, all of them once its KV lands), and releasing one touches its
+    blocks tail first, so what a trace id has cached is always its first c sub-blocks, of
+    which the first p are pinned (p = the longest live hold on it), and its unpinned ones
+    [p, c) are runs of equal recency, the higher the older. The LRU is a list of runs; a
+    request costs its trace ids, not its thousand 16-token blocks. The state equals a
+    block-by-block cache's (tests/reference_cache.py).
+    """
 
     def __init__(self, block_tokens: int, block_bytes: float,
                  index: HolderIndex | None = None, owner: str = ""):
         self.block_tokens = block_tokens
         self.ratio = sub_blocks_per_id(block_tokens)
         self.block_bytes = block_bytes
-        self._pinned: dict[int, int] = {}  # key -> pin count (> 0)
-        # unpinned, oldest first: a dict keeps insertion order and updates in bulk in C
-        self._lru: dict[int, None] = {}
-        self._group_count: dict[int, int] = {}  # trace id -> cached sub-blocks of it
+        self._cached: dict[int, int] = {}  # trace id -> c: sub-blocks [0, c) cached
+        self._holds: dict[int, list[int]] = {}  # trace id -> each live hold's length
+        # trace id -> its LRU runs [id, lo, hi], lowest (newest) first
+        self._runs: dict[int, list[list[int]]] = {}
+        self._lru: OrderedDict[int, list[int]] = OrderedDict()  # run number -> run, oldest first
+        self._run_number = 0
+        self._size = 0  # cached blocks
+        self._pinned = 0  # pinned blocks
         self.journal: list[tuple[int, int]] | None = None  # (+1 | -1, key) when enabled
         self._index, self._owner = index, owner
 
@@ -186,17 +198,29 @@ class PrefixCache:
 
     # -- lookup --------------------------------------------------------------------
     def __contains__(self, key: int) -> bool:
-        return key in self._pinned or key in self._lru
+        return key % self.ratio < self._cached.get(key // self.ratio, 0)
 
     def __len__(self) -> int:
-        return len(self._pinned) + len(self._lru)
+        return self._size
 
     def keys(self) -> list[int]:
-        return list(self._pinned) + list(self._lru)
+        ratio = self.ratio
+        return [group * ratio + j for group, c in self._cached.items() for j in range(c)]
 
     def prefix_hit_blocks(self, hash_ids: Sequence[int], input_len: int) -> int:
         """|LCP_block(h_r, K_d)|; does not touch LRU order (looking is not using)."""
-        return lcp_blocks(hash_ids, input_len, self.block_tokens, self._group_count, self)
+        ratio, cached = self.ratio, self._cached
+        n = full_block_count(input_len, self.block_tokens)
+        matched = 0
+        for group in hash_ids:
+            if matched >= n:
+                break
+            need = min(ratio, n - matched)
+            c = cached.get(group, 0)
+            if c < need:
+                return matched + c
+            matched += need
+        return min(matched, n)
 
     def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
         return self.block_tokens * self.prefix_hit_blocks(hash_ids, input_len)
@@ -204,103 +228,109 @@ class PrefixCache:
     # -- memory --------------------------------------------------------------------
     @property
     def bytes_used(self) -> float:
-        return len(self) * self.block_bytes
+        return self._size * self.block_bytes
 
     @property
     def pinned_bytes(self) -> float:
-        return len(self._pinned) * self.block_bytes
+        return self._pinned * self.block_bytes
 
     @property
     def evictable_bytes(self) -> float:
-        return len(self._lru) * self.block_bytes
+        return (self._size - self._pinned) * self.block_bytes
 
     # -- state changes ----------------------------------------------------------------
-    # A request pins, unpins and evicts about a thousand 16-token blocks at a time. The
-    # common case (distinct keys, none pinned by another live request) runs as bulk dict
-    # operations; anything else takes the loop, one key at a time. Both leave the same
-    # state in the same order.
-    BULK = 32  # calls with fewer keys than this take the loop
+    def pin(self, hash_ids: Sequence[int], stop: int, start: int = 0) -> None:
+        """A live request that holds its first `start` blocks now holds its first `stop`
+        (inserting the ones not yet cached)."""
+        ratio = self.ratio
+        if not 0 <= start <= stop <= len(hash_ids) * ratio:
+            raise ValueError(f"cannot hold blocks [{start}, {stop}) of {len(hash_ids)} trace ids")
+        for pos in range(start // ratio, -(-stop // ratio)):
+            held, wanted = max(0, start - pos * ratio), min(ratio, stop - pos * ratio)
+            if held < wanted:
+                self._hold(hash_ids[pos], held, wanted)
 
-    def pin(self, keys: Sequence[int]) -> None:
-        """Pin blocks a live request uses; inserts the ones not yet cached."""
-        pinned, lru = self._pinned, self._lru
-        if len(keys) >= self.BULK and pinned.keys().isdisjoint(keys) and \
-                len(set(keys)) == len(keys):
-            cached = [k for k in keys if k in lru]
-            if len(cached) < len(keys):
-                fresh = [k for k in keys if k not in lru] if cached else keys
-                self._groups_changed(fresh, +1)
-                if self.journal is not None:
-                    self.journal.extend((1, k) for k in fresh)
-            deque(map(lru.__delitem__, cached), maxlen=0)
-            pinned.update(dict.fromkeys(keys, 1))
+    def _hold(self, group: int, held: int, wanted: int) -> None:
+        holds = self._holds.get(group)
+        if holds is None:
+            holds = self._holds[group] = []
+        top = max(holds) if holds else 0
+        if held:
+            holds.remove(held)  # ValueError: the request did not hold it
+        holds.append(wanted)
+        if wanted <= top:
             return
-        for key in keys:
-            count = self._pinned.get(key)
-            if count is not None:
-                self._pinned[key] = count + 1
-                continue
-            if key in self._lru:
-                del self._lru[key]
+        self._pinned += wanted - top
+        runs = self._runs.get(group)
+        while runs and runs[0][1] < wanted:  # [top, wanted) leaves the LRU
+            run = runs[0]
+            if run[2] <= wanted:
+                del self._lru[run[3]]
+                runs.pop(0)
             else:
-                group = key // self.ratio
-                if self._index is not None and group not in self._group_count:
-                    self._index._gained(group, self._owner)
-                _count_in(self._group_count, group)
-                if self.journal is not None:
-                    self.journal.append((1, key))
-            self._pinned[key] = 1
+                run[1] = wanted
+        if runs == []:
+            del self._runs[group]
+        c = self._cached.get(group, 0)
+        if wanted > c:  # and [c, wanted) comes in
+            if c == 0 and self._index is not None:
+                self._index._gained(group, self._owner)
+            if self.journal is not None:
+                base = group * self.ratio
+                self.journal.extend((1, base + j) for j in range(c, wanted))
+            self._cached[group] = wanted
+            self._size += wanted - c
 
-    def unpin(self, keys: Sequence[int]) -> None:
-        """Release a request's blocks; tail first, so the prefix head stays most recent."""
-        pinned = self._pinned
-        if len(keys) >= self.BULK:
-            counts = list(map(pinned.get, keys))
-            if None not in counts and max(counts) == 1 and len(set(keys)) == len(keys):
-                deque(map(pinned.__delitem__, keys), maxlen=0)
-                self._lru.update(dict.fromkeys(reversed(keys)))
-                return
-        for key in reversed(keys):
-            count = self._pinned.get(key)
-            if count is None:
-                raise KeyError(f"block {key} is not pinned")
-            if count > 1:
-                self._pinned[key] = count - 1
-            else:
-                del self._pinned[key]
-                self._lru[key] = None
+    def unpin(self, hash_ids: Sequence[int], stop: int) -> None:
+        """Release a request's first `stop` blocks; tail first, so the prefix head stays
+        most recent."""
+        ratio = self.ratio
+        for pos in reversed(range(-(-stop // ratio))):
+            group, held = hash_ids[pos], min(ratio, stop - pos * ratio)
+            holds = self._holds.get(group)
+            if not holds or held not in holds:
+                raise KeyError(f"trace id {group}: no request holds its first {held} blocks")
+            top = max(holds)
+            holds.remove(held)
+            rest = max(holds) if holds else 0
+            if not holds:
+                del self._holds[group]
+            if rest < top:  # [rest, top) is unpinned now: the newest run of this id
+                self._pinned -= top - rest
+                run = [group, rest, top, self._run_number]
+                self._run_number += 1
+                self._lru[run[3]] = run
+                self._runs.setdefault(group, []).insert(0, run)
 
     def evict_to(self, budget_bytes: float) -> int:
         """Evict least-recently-used unpinned blocks until the cache fits the budget."""
         keep = max(0, math.floor(budget_bytes / self.block_bytes + 1e-9))
-        excess = min(len(self) - keep, len(self._lru))
+        excess = min(self._size - keep, self._size - self._pinned)
         if excess <= 0:
             return 0
-        # the oldest, in one pass (taking them one by one would rescan the holes that
-        # deletions leave at the front of a dict)
-        victims = list(islice(self._lru, excess))
-        deque(map(self._lru.__delitem__, victims), maxlen=0)
-        self._groups_changed(victims, -1)
-        if self.journal is not None:
-            self.journal.extend((-1, k) for k in victims)
-        return excess
-
-    def _groups_changed(self, keys: Sequence[int], sign: int) -> None:
-        """Blocks in (+1) or out (-1): per trace id, the count and the holder index."""
-        changes = ((k // self.ratio, 1) for k in keys)
-        if len(keys) >= self.BULK:
-            try:
-                groups, counts = np.unique(np.asarray(keys, dtype=np.int64) // self.ratio,
-                                           return_counts=True)
-                changes = zip(groups.tolist(), counts.tolist(), strict=True)
-            except OverflowError:  # ids beyond 64 bits
-                pass
-        group_count, index = self._group_count, self._index
-        for group, n in changes:
-            left = group_count.get(group, 0) + sign * n
-            if left:
-                group_count[group] = left
+        left, lru, cached = excess, self._lru, self._cached
+        while left:
+            run = lru[next(iter(lru))]  # the oldest run: its id's highest
+            group, lo, hi = run[0], run[1], run[2]
+            k = min(hi - lo, left)
+            if self.journal is not None:
+                base = group * self.ratio
+                self.journal.extend((-1, base + j) for j in range(hi - 1, hi - k - 1, -1))
+            if k == hi - lo:
+                lru.popitem(last=False)
+                runs = self._runs[group]
+                runs.pop()
+                if not runs:
+                    del self._runs[group]
             else:
-                del group_count[group]
-            if index is not None and left == (n if sign > 0 else 0):
-                (index._gained if sign > 0 else index._lost)(group, self._owner)
+                run[2] = hi - k
+            c = cached[group] - k
+            if c:
+                cached[group] = c
+            else:
+                del cached[group]
+                if self._index is not None:
+                    self._index._lost(group, self._owner)
+            left -= k
+        self._size -= excess
+        return excess

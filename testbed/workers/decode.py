@@ -91,7 +91,7 @@ class DecodeWorker(Worker):
                                        on_busy=self.dec.hold)
         req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
                       int(msg["output_len"]), tuple(msg["hash_ids"]))
-        self.gpu.enqueue(RequestState(req=req, measured=False, keys=[], kv_bytes=0.0),
+        self.gpu.enqueue(RequestState(req=req, measured=False, kv_bytes=0.0),
                          self.loop.now)
 
     def _prefilled(self, rs: RequestState) -> None:

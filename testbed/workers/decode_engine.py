@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.lifecycle import RequestState
-from testbed.model.cache import PrefixCache, block_keys
+from testbed.model.cache import PrefixCache
 from testbed.model.kv import kv_bytes_per_token
 from testbed.serving import DecodeInstance
 from testbed.workers.kvstream import ShardResult
@@ -74,9 +74,7 @@ class DecodeEngine:
         rid = msg["request"]
         req = Request(rid, 0.0, int(msg["input_len"]), int(msg["output_len"]),
                       tuple(msg["hash_ids"]))
-        rs = RequestState(req=req, measured=False,
-                          keys=block_keys(req.hash_ids, req.input_len, sc.workload.block_tokens),
-                          kv_bytes=0.0)
+        rs = RequestState(req=req, measured=False, kv_bytes=0.0)
         rs.eff_bytes = float(msg["bytes"])
         rs.hit_tokens = int(msg["hit_tokens"])
         self.dec.assign(rs, rs.hit_tokens // sc.workload.block_tokens, float(msg["output_bytes"]))

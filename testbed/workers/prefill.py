@@ -63,7 +63,7 @@ class PrefillWorker(Worker):
         if msg["type"] == "prefill":
             req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
                           int(msg["output_len"]), tuple(msg["hash_ids"]))
-            rs = RequestState(req=req, measured=False, keys=[], kv_bytes=0.0)
+            rs = RequestState(req=req, measured=False, kv_bytes=0.0)
             tokens = int(msg.get("reuse_tokens") or 0)
             self.reuse_tokens[req.request_id] = tokens
             self.gpu.enqueue(rs, self.loop.now, tokens, fetching=tokens > 0)

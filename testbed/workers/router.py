@@ -222,8 +222,7 @@ class Router:
         if req.request_id in self.states:
             self.ledger.duplicates += 1
             return
-        rs = new_request(req, self.warmup, self.measure, self.block_tokens,
-                         kv_bytes_per_token(self.model))
+        rs = new_request(req, self.warmup, self.measure, kv_bytes_per_token(self.model))
         self.states[req.request_id] = rs
         self.last_arrival = max(self.last_arrival, req.arrival_s)
         # inst: the router's estimate of the instance; the worker reports the truth
