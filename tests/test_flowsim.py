@@ -1,7 +1,10 @@
 """Flow simulator behaviour on small, hand-checkable cases."""
 
+import math
+
 import pytest
 
+from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.simulator import FlowSimulation
 from testbed.model.kv import kv_cache_bytes
 from testbed.records import PARTIAL
@@ -137,7 +140,6 @@ def test_link_samples_as_columns_give_the_rows_and_tier_means_of_the_rows(trace_
     """The flow simulator keeps link samples as columns (records.LinkSamples): the rows it
     yields for links.csv and the per-tier utilisation from its columns agree with the
     row-by-row summary, and every link is sampled every second."""
-    import math
 
     from testbed.metrics import summarize
 
@@ -199,3 +201,46 @@ def test_coalesced_decode_iterations_change_nothing(monkeypatch, scenario, key):
     stepped = FlowSimulation(sc, key, 1, wl).run()
     assert coalesced.events < stepped.events / 3
     assert coalesced.requests == stepped.requests
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9,
+                                                                 abs_tol=1e-12)
+    return a == b
+
+
+@pytest.mark.parametrize("scenario, key, overrides", [
+    ("exp8-faults.yaml", "netkv-full", {}),
+    ("default.yaml", "cla", {"network.ecmp": "per-flow"}),
+    ("exp9-mfs-reuse.yaml", "cla", {"network.flow_policy": "fair"}),  # with reuse fetches
+])
+def test_shards_on_one_path_as_one_flow_change_nothing(monkeypatch, scenario, key, overrides):
+    """Under fair fluid sharing a transfer's shards on one path are one flow of their
+    summed weight: every request and transfer row is what one flow per shard gives
+    (to rounding), with fewer network flows; per-flow ECMP bundles per path."""
+    sc = load_scenario(str(ROOT / "scenarios" / scenario)).with_overrides(overrides)
+    wl = build_workload(sc, 1)
+    flows = []
+    add_flow = FluidNetwork.add_flow
+
+    def counting(self, *args, **kwargs):
+        flows.append(kwargs.get("streams", 1))
+        return add_flow(self, *args, **kwargs)
+
+    monkeypatch.setattr(FluidNetwork, "add_flow", counting)
+    bundled = FlowSimulation(sc, key, 1, wl).run()
+    bundled_flows, flows[:] = len(flows), []
+    monkeypatch.setattr(FlowSimulation, "_stream_groups",
+                        lambda self, paths: [(p, (k,)) for k, p in enumerate(paths)])
+    separate = FlowSimulation(sc, key, 1, wl).run()
+    assert bundled_flows < len(flows) and set(flows) == {1}
+    assert len(bundled.requests) == len(separate.requests)
+    for a, b in zip(bundled.requests, separate.requests, strict=True):
+        assert all(_close(a[f], b[f]) for f in a), (a, b)
+
+    def order(rows):
+        return sorted(rows, key=lambda r: (r["request"], str(r["shard"])))
+
+    for a, b in zip(order(bundled.transfers), order(separate.transfers), strict=True):
+        assert all(_close(a[f], b[f]) for f in a), (a, b)

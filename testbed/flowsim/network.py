@@ -75,6 +75,7 @@ class Flow:
     rate: float = 0.0
     end: float | None = None
     weight: float = 1.0  # share of a bottleneck relative to other flows (RTT weighting)
+    streams: int = 1  # identical parallel streams it stands for (weight adds up)
     rtt: float = 0.0  # base round trip of its path (TCP model only)
     window_cap: float | None = None  # slow-start window / rtt while it binds
     ramp_at: float | None = None  # when the window next doubles
@@ -224,12 +225,19 @@ class FluidNetwork:
 
     # -- flows -----------------------------------------------------------------------
     def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
-                 level: int = 0, shard: tuple[int, int] = (0, 1), share: bool = True) -> Flow:
+                 level: int = 0, shard: tuple[int, int] = (0, 1), share: bool = True,
+                 streams: int = 1) -> Flow:
         """`shard` (k, n): this flow is stream k of a transfer's n parallel ones (under the
         TCP model they share unequally: tcp.shard_share). `share=False` leaves the
-        re-sharing to the caller (flows arriving together: one recompute for all)."""
+        re-sharing to the caller (flows arriving together: one recompute for all).
+        `streams` > 1: one fluid flow for that many identical streams on one path, started
+        together (size is theirs together): max-min gives each the same rate, so one flow
+        of weight `streams` carries exactly their sum, at a quarter of the work for four."""
         self._clock(now)
-        flow = Flow(self._next_id, [], size, size, now, tag, level, t0=now)
+        if streams > 1 and self.tcp is not None:
+            raise ValueError("TCP streams keep their own windows: one flow each")
+        flow = Flow(self._next_id, [], size, size, now, tag, level, t0=now,
+                    weight=float(streams), streams=streams)
         self._next_id += 1
         self._set_path(flow, path)
         if self.tcp is not None:

@@ -30,7 +30,7 @@ from testbed.workloads.build import Workload, prewarm_placement
 
 GB = 1e9
 LINK_SAMPLE_S = 1.0
-REUSE = "reuse"  # the stage tag of a KV-reuse fetch flow (P2D flows carry their shard)
+REUSE = "reuse"  # the stage tag of a KV-reuse fetch flow (P2D flows carry their shards)
 
 
 @dataclass(frozen=True)
@@ -323,17 +323,31 @@ class FlowSimulation:
         if rs.eff_bytes <= 0:
             self.loop.after(self._oracle.latency(rs.tier), lambda: self._transfer_done(rs))
             return
-        rs.flows_left = self.flows_per_transfer
         shard = rs.eff_bytes / self.flows_per_transfer
         paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
                                         self.flows_per_transfer)
-        flows = [self.net.add_flow(path, shard, now, tag=(rs, k), level=self._initial_level,
-                                   shard=(k, self.flows_per_transfer), share=False)
-                 for k, path in enumerate(paths)]  # the shards start together: one re-sharing
+        flows = [self.net.add_flow(path, shard * len(ks), now, tag=(rs, ks),
+                                   level=self._initial_level,
+                                   shard=(ks[0], self.flows_per_transfer), share=False,
+                                   streams=len(ks))
+                 for path, ks in self._stream_groups(paths)]  # one re-sharing for all
+        rs.flows_left = len(flows)
         self.net.recompute({hop for path in paths for hop in path}, changed=flows)
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
         self._reschedule_network()
+
+    def _stream_groups(self, paths: list) -> list[tuple[list, tuple[int, ...]]]:
+        """A transfer's shards as network flows: under fair fluid sharing the shards on
+        one path are one flow (they get equal rates and end together: exact, and a
+        fraction of the work); with TCP windows or priority levels each is its own."""
+        net = self.scenario.network
+        if net.flow_model != "fluid" or net.flow_policy != "fair":
+            return [(path, (k,)) for k, path in enumerate(paths)]
+        groups: dict[tuple, list[int]] = {}
+        for k, path in enumerate(paths):
+            groups.setdefault(tuple(path), []).append(k)
+        return [(paths[ks[0]], tuple(ks)) for ks in groups.values()]
 
     @property
     def _initial_level(self) -> int:
@@ -417,16 +431,18 @@ class FlowSimulation:
             return
         now = self.loop.now
         for flow in self.net.pop_finished(now):
-            rs, shard = flow.tag
-            if shard == REUSE:
+            rs, shards = flow.tag
+            if shards == REUSE:
                 self._fetched(rs)
                 continue
-            self.transfers.append({
-                "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
-                "dst": rs.decode, "tier": rs.tier,
-                "path": ">".join([flow.path[0][0]] + [h[1] for h in flow.path]),
-                "bytes": flow.size, "start": flow.start, "end": now,
-            })
+            path = ">".join([flow.path[0][0]] + [h[1] for h in flow.path])
+            for shard in shards:
+                self.transfers.append({
+                    "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
+                    "dst": rs.decode, "tier": rs.tier, "path": path,
+                    "bytes": rs.eff_bytes / self.flows_per_transfer, "start": flow.start,
+                    "end": now,
+                })
             rs.flows_left -= 1
             if rs.flows_left == 0:
                 delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
