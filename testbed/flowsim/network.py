@@ -139,6 +139,7 @@ class FluidNetwork:
         self._unbound: set[int] = set()  # in slow start, window no longer binding
         self._umax: dict[int, float] = {}  # link -> largest rate / weight on it (cache)
         self._leveled = 0  # flows above level 0: strict priority is in use
+        self._links_down = 0  # directed links failed now
         self.incremental = True  # re-share by invalidation (False: whole components)
 
     # -- paths -----------------------------------------------------------------------
@@ -152,6 +153,8 @@ class FluidNetwork:
         """Equal-cost paths with no failed link; all of them if none is whole (the
         flows then wait on a dead link until it comes back: a partition)."""
         paths = self._all_paths(src, dst)
+        if not self._links_down:
+            return paths
         live = [p for p in paths if not any(self.links[h].down for h in p)]
         return live or paths
 
@@ -191,6 +194,7 @@ class FluidNetwork:
         path of theirs where one exists. Returns how many flows moved."""
         self._clock(now)
         for hop in ((a, b), (b, a)):
+            self._links_down += (not up) - self.links[hop].down
             self.links[hop].down = not up
             self._kv_cap[self.links[hop].index] = self.links[hop].kv_capacity
         moved = 0

@@ -133,9 +133,6 @@ class HolderIndex:
     def holders(self, group: int) -> set[str]:
         return self._holders.get(group, _NOBODY)
 
-    def _gained(self, group: int, owner: str) -> None:
-        self._holders.setdefault(group, set()).add(owner)
-
     def _lost(self, group: int, owner: str) -> None:
         held = self._holders[group]
         held.discard(owner)
@@ -245,62 +242,82 @@ class PrefixCache:
         ratio = self.ratio
         if not 0 <= start <= stop <= len(hash_ids) * ratio:
             raise ValueError(f"cannot hold blocks [{start}, {stop}) of {len(hash_ids)} trace ids")
+        holds_of, runs_of, cached = self._holds, self._runs, self._cached
+        holders = self._index._holders if self._index is not None else None
         for pos in range(start // ratio, -(-stop // ratio)):
-            held, wanted = max(0, start - pos * ratio), min(ratio, stop - pos * ratio)
-            if held < wanted:
-                self._hold(hash_ids[pos], held, wanted)
-
-    def _hold(self, group: int, held: int, wanted: int) -> None:
-        holds = self._holds.get(group)
-        if holds is None:
-            holds = self._holds[group] = []
-        top = max(holds) if holds else 0
-        if held:
-            holds.remove(held)  # ValueError: the request did not hold it
-        holds.append(wanted)
-        if wanted <= top:
-            return
-        self._pinned += wanted - top
-        runs = self._runs.get(group)
-        while runs and runs[0][1] < wanted:  # [top, wanted) leaves the LRU
-            run = runs[0]
-            if run[2] <= wanted:
-                del self._lru[run[3]]
-                runs.pop(0)
+            group, base = hash_ids[pos], pos * ratio
+            held = start - base if start > base else 0
+            wanted = stop - base if stop - base < ratio else ratio
+            if held >= wanted:
+                continue
+            holds = holds_of.get(group)
+            if holds is None:  # nobody holds it: a new hold, the common case
+                holds_of[group] = [wanted]
+                top = 0
             else:
-                run[1] = wanted
-        if runs == []:
-            del self._runs[group]
-        c = self._cached.get(group, 0)
-        if wanted > c:  # and [c, wanted) comes in
-            if c == 0 and self._index is not None:
-                self._index._gained(group, self._owner)
-            if self.journal is not None:
-                base = group * self.ratio
-                self.journal.extend((1, base + j) for j in range(c, wanted))
-            self._cached[group] = wanted
-            self._size += wanted - c
+                top = max(holds)
+                if held:
+                    holds.remove(held)  # ValueError: the request did not hold it
+                holds.append(wanted)
+                if wanted <= top:
+                    continue
+            self._pinned += wanted - top
+            runs = runs_of.get(group)
+            if runs is not None:
+                while runs and runs[0][1] < wanted:  # [top, wanted) leaves the LRU
+                    run = runs[0]
+                    if run[2] <= wanted:
+                        del self._lru[run[3]]
+                        runs.pop(0)
+                    else:
+                        run[1] = wanted
+                if not runs:
+                    del runs_of[group]
+            c = cached.get(group, 0)
+            if wanted > c:  # and [c, wanted) comes in
+                if c == 0 and holders is not None:  # HolderIndex: this cache holds it now
+                    owners = holders.get(group)
+                    if owners is None:
+                        holders[group] = {self._owner}
+                    else:
+                        owners.add(self._owner)
+                if self.journal is not None:
+                    first = group * ratio
+                    self.journal.extend((1, first + j) for j in range(c, wanted))
+                cached[group] = wanted
+                self._size += wanted - c
 
     def unpin(self, hash_ids: Sequence[int], stop: int) -> None:
         """Release a request's first `stop` blocks; tail first, so the prefix head stays
         most recent."""
-        ratio = self.ratio
+        ratio, holds_of, lru = self.ratio, self._holds, self._lru
+        released = 0
         for pos in reversed(range(-(-stop // ratio))):
             group, held = hash_ids[pos], min(ratio, stop - pos * ratio)
-            holds = self._holds.get(group)
-            if not holds or held not in holds:
+            holds = holds_of.get(group)
+            if holds is None or held not in holds:
+                self._pinned -= released
                 raise KeyError(f"trace id {group}: no request holds its first {held} blocks")
-            top = max(holds)
-            holds.remove(held)
-            rest = max(holds) if holds else 0
-            if not holds:
-                del self._holds[group]
-            if rest < top:  # [rest, top) is unpinned now: the newest run of this id
-                self._pinned -= top - rest
-                run = [group, rest, top, self._run_number]
-                self._run_number += 1
-                self._lru[run[3]] = run
-                self._runs.setdefault(group, []).insert(0, run)
+            if len(holds) == 1:  # its only hold: the common case
+                del holds_of[group]
+                top, rest = held, 0
+            else:
+                top = max(holds)
+                holds.remove(held)
+                rest = max(holds)
+                if rest >= top:
+                    continue
+            # [rest, top) is unpinned now: the newest run of this id
+            released += top - rest
+            number = self._run_number
+            self._run_number = number + 1
+            lru[number] = run = [group, rest, top, number]
+            runs = self._runs.get(group)
+            if runs is None:
+                self._runs[group] = [run]
+            else:
+                runs.insert(0, run)
+        self._pinned -= released
 
     def evict_to(self, budget_bytes: float) -> int:
         """Evict least-recently-used unpinned blocks until the cache fits the budget."""

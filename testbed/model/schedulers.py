@@ -79,7 +79,9 @@ class CandidateTable:
                          int(self.batch[i]), int(self.hit_tokens[i]))
 
     def __iter__(self) -> Iterator[Candidate]:
-        return (self[i] for i in range(len(self)))
+        columns = (self.free_memory.tolist(), self.queued.tolist(), self.batch.tolist(),
+                   self.hit_tokens.tolist())
+        return (Candidate(*row) for row in zip(self.names, *columns, strict=True))
 
     def get(self, name: str) -> Candidate | None:
         if self._index is None:
