@@ -104,7 +104,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
             f"logs    {workdir}", highlight=False)
         from testbed.emulation.fidelity import FidelityMonitor
 
-        monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets).start()
+        monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
+                                  datapath=network.datapath).start()
         click.echo(f"READY {workdir}", err=True)  # scripts wait for this line
         if hold is not None:
             deadline = time.monotonic() + hold
@@ -124,6 +125,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
             write_json(workdir / "fidelity.json", report)
             console.print(f"fidelity: {report['verdict']} ("
                           f"{'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
+            for line in report["advice"]:
+                console.print(f"  advice: {line}")
         network.stop()
     console.print("fabric down, nothing left behind")
 

@@ -10,6 +10,12 @@ whole-machine busy time. The verdict is "faithful" when every saturated link rea
 `min_ratio` of its rate (median over its saturated intervals) and headroom stayed above
 `min_headroom`; otherwise "unfaithful", with the reasons. When the CPU was the limit the
 run should be repeated with a smaller scale or a time-dilation factor.
+
+The machine's average is not the whole story: the userspace datapath forwards every port
+in one ovs-vswitchd thread, which saturates while other cores idle. So every thread of the
+datapath and of the workers is sampled too (testbed.emulation.threads); a run whose
+busiest datapath thread spent most of its loaded intervals near a full core is
+`datapath_bound`, never faithful, and the advice names the fix that applies.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.datapath import tc
+from testbed.emulation.threads import VSWITCHD, ThreadSampler
 
 MIN_RATIO = 0.95
 # On the 2-core development machine (benchmarks/bench_fabric.py) userspace OVS and the
@@ -29,6 +36,58 @@ MIN_RATIO = 0.95
 # machine. The saturated-link ratio is the primary signal.
 MIN_HEADROOM = 0.15
 MIN_SATURATED_INTERVALS = 2
+# A thread busy this share of one core (median over the intervals that carried saturated
+# links, or all intervals if none did) cannot go faster: it, not the links, set the pace.
+THREAD_SATURATED = 0.90
+
+
+@dataclass(frozen=True)
+class ThreadLoad:
+    process: str  # ovs-vswitchd (#k for a further instance) or a worker's name
+    thread: str  # the kernel's thread name
+    role: str  # main | pmd | handler | revalidator | other | worker
+    median: float  # share of one core over the loaded intervals
+    p95: float
+
+    @property
+    def datapath(self) -> bool:
+        return self.process.startswith(VSWITCHD)
+
+    @property
+    def saturated(self) -> bool:
+        return self.median >= THREAD_SATURATED
+
+
+def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool]) -> list[ThreadLoad]:
+    """Per thread, its busy share over the loaded intervals (all when none was loaded);
+    busiest first. `samples[i]` maps (process, comm, role, tid) -> share in interval i."""
+    use = [s for s, hot in zip(samples, loaded, strict=True) if hot] or samples
+    per: dict[tuple, list[float]] = {}
+    for sample in use:
+        for key, share in sample.items():
+            per.setdefault(key, []).append(share)
+    loads = [ThreadLoad(proc, comm, role, statistics.median(xs), _p95(xs))
+             for (proc, comm, role, _), xs in per.items()]
+    return sorted(loads, key=lambda t: -t.median)
+
+
+def advice(datapath_bound: ThreadLoad | None, cpu_bound: bool, worker_bound: ThreadLoad | None,
+           datapath: str | None) -> list[str]:
+    """What to change, for what limited the run."""
+    out = []
+    if datapath_bound is not None:
+        if datapath_bound.role == "main" and datapath != "kernel":
+            out.append("the userspace datapath forwards every veth port in ovs-vswitchd's main "
+                       "thread, so more cores do not help it: raise emulation.time_dilation or "
+                       "lower emulation.scale (fewer packets per second), or use the kernel "
+                       "datapath (emulation.datapath: kernel) where the openvswitch module loads")
+        else:
+            out.append(f"the datapath thread {datapath_bound.thread} is pegged: raise "
+                       "emulation.time_dilation or lower emulation.scale")
+    if cpu_bound or worker_bound is not None:
+        out.append("the machine (or a worker process) ran out of CPU: raise "
+                   "emulation.time_dilation or lower emulation.scale")
+    return out
 
 
 @dataclass(frozen=True)
@@ -63,12 +122,19 @@ def cpu_busy_fraction(prev: tuple[int, int], cur: tuple[int, int]) -> float:
 
 
 def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float = MIN_RATIO,
-            min_headroom: float = MIN_HEADROOM) -> dict:
-    """The fidelity.json document: figures, the verdict and why."""
+            min_headroom: float = MIN_HEADROOM, threads: list[ThreadLoad] | None = None,
+            datapath: str | None = None) -> dict:
+    """The fidelity.json document: figures, the verdict, why and what to change."""
     checked = [lk for lk in links if lk.saturated_intervals >= MIN_SATURATED_INTERVALS]
     slow = [lk for lk in checked if lk.ratio < min_ratio]
     p95 = _p95(cpu_busy)
     headroom = 1.0 - p95 if cpu_busy else None
+    threads = threads or []
+    busiest_dp = next((t for t in threads if t.datapath), None)
+    busiest_worker = next((t for t in threads if not t.datapath), None)
+    dp_bound = busiest_dp if busiest_dp is not None and busiest_dp.saturated else None
+    worker_bound = busiest_worker if busiest_worker is not None and \
+        busiest_worker.saturated else None
     reasons = []
     if slow:
         worst = min(slow, key=lambda lk: lk.ratio)
@@ -76,13 +142,25 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
                        f"(worst {worst.link}: {worst.ratio:.1%})")
     if headroom is not None and headroom < min_headroom:
         reasons.append(f"CPU headroom {headroom:.0%} < {min_headroom:.0%}: CPU-bound")
+    if dp_bound is not None:
+        reasons.append(f"datapath-bound: {dp_bound.process} thread {dp_bound.thread} "
+                       f"({dp_bound.role}) busy {dp_bound.median:.0%} of a core")
+    if worker_bound is not None:
+        reasons.append(f"worker {worker_bound.process} busy {worker_bound.median:.0%} of a core")
     if not checked:
         reasons.append("no link was saturated long enough to check rates")
-    faithful = not slow and (headroom is None or headroom >= min_headroom)
+    cpu_bound = headroom is not None and headroom < min_headroom
+    faithful = not slow and not cpu_bound and dp_bound is None and worker_bound is None
     return {
         "verdict": "faithful" if faithful else "unfaithful",
         "reasons": reasons,
-        "cpu_bound": headroom is not None and headroom < min_headroom,
+        "advice": advice(dp_bound, cpu_bound, worker_bound, datapath),
+        "cpu_bound": cpu_bound,
+        "datapath": datapath,
+        "datapath_bound": dp_bound is not None,
+        "datapath_thread": _thread_doc(busiest_dp),
+        "worker_thread": _thread_doc(busiest_worker),
+        "threads": [_thread_doc(t) for t in threads[:12]],
         "cpu_busy_p95": p95,
         "cpu_headroom": headroom,
         "min_ratio": min_ratio,
@@ -95,6 +173,13 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
             for lk in sorted(checked, key=lambda lk: lk.ratio)
         ],
     }
+
+
+def _thread_doc(t: ThreadLoad | None) -> dict | None:
+    if t is None:
+        return None
+    return {"process": t.process, "thread": t.thread, "role": t.role,
+            "busy_median": round(t.median, 4), "busy_p95": round(t.p95, 4)}
 
 
 def _p95(xs: list[float]) -> float:
@@ -118,8 +203,13 @@ class FidelityMonitor:
     fabric: object
     interval_s: float = 0.5
     min_queue_packets: int = tc.MIN_QUEUE_PACKETS  # as the HTB leaves were built
+    datapath: str | None = None  # kernel | user, for the advice
+    # () -> {name: pid} of the worker processes, sampled per thread with the datapath
+    workers: object = None
     _samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     _cpu: list[float] = field(default_factory=list)
+    _threads: ThreadSampler | None = None
+    _loaded: list[bool] = field(default_factory=list)
     # (wall time at the end of the interval, interface, seconds, kv bytes, other bytes)
     usage: list[tuple[float, str, float, int, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -137,13 +227,17 @@ class FidelityMonitor:
         return self
 
     def _loop(self) -> None:
+        self._threads = ThreadSampler(lambda: self.workers() if self.workers else {})
         prev = tc.all_counters(list(self._egress), include_link=True)
         prev_cpu, prev_t = _read_cpu(), time.monotonic()
+        self._threads.sample(0.0)
         while not self._stop.wait(self.interval_s):
             cur = tc.all_counters(list(self._egress), include_link=True)
             cur_cpu, now = _read_cpu(), time.monotonic()
             dt = now - prev_t
             self._cpu.append(cpu_busy_fraction(prev_cpu, cur_cpu))
+            got = self._threads.sample(dt)
+            loaded = False
             wall = time.time()
             for intf, per in cur.items():
                 link, before = per.get(tc.LINK), prev.get(intf, {}).get(tc.LINK)
@@ -155,6 +249,9 @@ class FidelityMonitor:
                 if saturated(per, prev.get(intf, {}), self._queue_bytes[intf]):
                     bps = (link["bytes"] - before["bytes"]) * 8 / dt
                     self._samples.setdefault(intf, []).append((now, bps))
+                    loaded = True
+            if got:
+                self._loaded.append(loaded)
             prev, prev_cpu, prev_t = cur, cur_cpu, now
 
     def stop(self) -> dict:
@@ -166,7 +263,9 @@ class FidelityMonitor:
             node, link = self._egress[intf]
             links.append(LinkFidelity(intf, f"{node}>{link.peer_of(node)}", link.rate_bps,
                                       statistics.median(b for _, b in samples), len(samples)))
-        return verdict(links, self._cpu)
+        samples = self._threads.samples if self._threads is not None else []
+        return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded),
+                       datapath=self.datapath)
 
 
     def link_rows(self, to_modelled, measured) -> list[dict]:

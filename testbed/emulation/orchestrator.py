@@ -60,10 +60,12 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         controller_pid=network.controller.pid if network.controller else None)
     rundir.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.save(rundir / "workers.json")
-    monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets).start()
+    monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
+                              datapath=network.datapath).start()
     try:
         with WorkerSet(cfg, cfg_path, fabric.spec, NamespaceLauncher(network),
                        rundir / "logs") as workers:
+            monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
             result = workers.wait(run_timeout_s(cell))
     finally:
         fidelity = monitor.stop()
@@ -119,7 +121,8 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                                           result["decision_us"], result["counters"])
                     summary.update(packet_counters(result, fidelity))
                     verdicts.append({"cell": task.rel, "verdict": fidelity["verdict"],
-                                     "reasons": fidelity["reasons"]})
+                                     "reasons": fidelity["reasons"],
+                                     "advice": fidelity["advice"]})
                     yield task, {"requests": result["requests"],
                                  "transfers": result["transfers"], "links": links,
                                  "summary": summary, "files": {"fidelity.json": fidelity}}
@@ -147,6 +150,8 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         "intents_posted": result["intents_posted"],
         "fidelity": fidelity["verdict"], "cpu_busy_p95": fidelity["cpu_busy_p95"],
         "worst_link_ratio": fidelity["worst_ratio"],
+        "datapath_bound": fidelity["datapath_bound"],
+        "datapath_thread_busy": (fidelity["datapath_thread"] or {}).get("busy_median"),
         "worker_errors": len(result["errors"]),
         "oracle_age_max_s": result["oracle_age_max_s"],
     }
@@ -165,4 +170,5 @@ def fidelity_lines(verdicts: list[dict]) -> str:
     for v in verdicts:
         why = "; ".join(v["reasons"]) or "saturated links at rate, CPU ok"
         lines.append(f"- `{v['cell']}`: **{v['verdict']}** ({why})")
+        lines += [f"  - advice: {a}" for a in v.get("advice", [])]
     return "\n".join(lines) + "\n"

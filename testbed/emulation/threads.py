@@ -1,0 +1,112 @@
+"""Per-thread CPU of the datapath and the workers, read from /proc.
+
+Whole-machine busy time hides the emulation's real ceiling: Open vSwitch's userspace
+datapath forwards every veth port (a non-PMD port) in ovs-vswitchd's main thread, so one
+core can be pegged while the others idle and the machine's average looks fine. A thread
+can use at most one core, so its busy share of one core is the signal: a datapath thread
+near 100% cannot move packets any faster, whatever the rest of the machine does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+VSWITCHD = "ovs-vswitchd"
+
+
+@dataclass(frozen=True)
+class ThreadTimes:
+    process: str  # a label: "ovs-vswitchd", or a worker's name
+    tid: int
+    comm: str  # the kernel's thread name (pmd-c02/id:9, handler3, ...)
+    role: str  # main | pmd | handler | revalidator | other (datapath); worker
+    ticks: int  # user + system CPU ticks so far
+
+
+def parse_stat(text: str) -> tuple[str, int]:
+    """(comm, utime + stime in ticks) from a /proc/<pid>/task/<tid>/stat line; comm may
+    hold spaces and parentheses, so fields are counted from the last ')'."""
+    head, _, tail = text.rpartition(")")
+    comm = head.split("(", 1)[1]
+    fields = tail.split()
+    return comm, int(fields[11]) + int(fields[12])
+
+
+def datapath_role(comm: str, is_main: bool) -> str:
+    """What an ovs-vswitchd thread does, from its name (OVS names its threads)."""
+    if is_main:
+        return "main"
+    for prefix in ("pmd", "handler", "revalidator"):
+        if comm.startswith(prefix):
+            return prefix
+    return "other"
+
+
+def vswitchd_pids(proc: Path = Path("/proc")) -> list[int]:
+    pids = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == VSWITCHD:
+                    pids.append(int(entry.name))
+            except OSError:  # exited while we looked
+                continue
+    return sorted(pids)
+
+
+def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[ThreadTimes]:
+    """Every thread of the labelled processes (a process gone meanwhile is skipped)."""
+    out = []
+    for label, pid in processes.items():
+        try:
+            tids = [int(t.name) for t in (proc / str(pid) / "task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                comm, ticks = parse_stat((proc / str(pid) / "task" / str(tid) / "stat")
+                                         .read_text())
+            except (OSError, IndexError, ValueError):
+                continue
+            role = datapath_role(comm, tid == pid) if label.startswith(VSWITCHD) else "worker"
+            out.append(ThreadTimes(label, tid, comm, role, ticks))
+    return out
+
+
+def shares(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
+    """(process, comm, role, tid) -> share of one core busy over the interval."""
+    before = {(t.process, t.tid): t.ticks for t in prev}
+    out = {}
+    for t in cur:
+        got = before.get((t.process, t.tid))
+        if got is not None and dt > 0:
+            out[(t.process, t.comm, t.role, t.tid)] = max(0.0, (t.ticks - got) / TICKS_PER_S / dt)
+    return out
+
+
+class ThreadSampler:
+    """Samples the datapath's threads (every ovs-vswitchd on the machine) and those of
+    the processes `workers()` names, interval by interval."""
+
+    def __init__(self, workers=None, proc: Path = Path("/proc")):
+        self.workers = workers or dict
+        self.proc = proc
+        self._prev: list[ThreadTimes] = []
+        self.samples: list[dict[tuple, float]] = []
+
+    def _processes(self) -> dict[str, int]:
+        found = {VSWITCHD if k == 0 else f"{VSWITCHD}#{k}": pid
+                 for k, pid in enumerate(vswitchd_pids(self.proc))}
+        found.update(self.workers())
+        return found
+
+    def sample(self, dt: float) -> dict[tuple, float]:
+        cur = read_threads(self._processes(), self.proc)
+        got = shares(self._prev, cur, dt) if self._prev else {}
+        self._prev = cur
+        if got:
+            self.samples.append(got)
+        return got

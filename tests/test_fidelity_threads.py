@@ -1,0 +1,108 @@
+"""The fidelity monitor's per-thread view: /proc parsing, loads over loaded intervals,
+and a datapath-bound verdict with advice that fits the datapath."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from testbed.emulation import fidelity, threads
+
+
+def _write_thread(proc, pid, tid, comm, utime, stime):
+    task = proc / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    rest = " ".join(["S"] + ["0"] * 10 + [str(utime), str(stime)] + ["0"] * 20)
+    (task / "stat").write_text(f"{tid} ({comm}) {rest}\n")
+
+
+def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks):
+    proc = tmp_path / "proc"
+    (proc / "700").mkdir(parents=True, exist_ok=True)
+    (proc / "700" / "comm").write_text("ovs-vswitchd\n")
+    _write_thread(proc, 700, 700, "ovs-vswitchd", main_ticks, 0)
+    _write_thread(proc, 700, 703, "pmd-c01/id:9", pmd_ticks, 0)
+    _write_thread(proc, 700, 704, "handler3", 1, 1)
+    (proc / "900").mkdir(exist_ok=True)
+    (proc / "900" / "comm").write_text("python3\n")
+    _write_thread(proc, 900, 900, "python3", worker_ticks, 0)
+    return proc
+
+
+def test_stat_lines_with_spaces_and_parentheses_in_the_name():
+    comm, ticks = threads.parse_stat("42 (we (ird) name) R " + " ".join(["1"] * 10) +
+                                     " 30 12 " + " ".join(["0"] * 20))
+    assert comm == "we (ird) name" and ticks == 42
+    assert [threads.datapath_role(c, m) for c, m in
+            [("ovs-vswitchd", True), ("pmd-c02/id:5", False), ("handler12", False),
+             ("revalidator3", False), ("urcu2", False)]] == \
+        ["main", "pmd", "handler", "revalidator", "other"]
+
+
+def test_sampler_finds_the_datapath_and_the_workers_and_gives_shares(tmp_path):
+    tick = threads.TICKS_PER_S
+    proc = _fake_proc(tmp_path, 0, 0, 0)
+    sampler = threads.ThreadSampler(lambda: {"decode-1": 900}, proc=proc)
+    assert sampler.sample(0.0) == {}  # the first reading is a baseline
+    _fake_proc(tmp_path, int(0.96 * tick), int(0.25 * tick), int(0.5 * tick))
+    got = sampler.sample(1.0)
+    by_role = {(p, role): share for (p, _, role, _), share in got.items()}
+    assert abs(by_role[("ovs-vswitchd", "main")] - 0.96) < 0.02
+    assert abs(by_role[("ovs-vswitchd", "pmd")] - 0.25) < 0.02
+    assert abs(by_role[("decode-1", "worker")] - 0.5) < 0.02
+    assert by_role[("ovs-vswitchd", "handler")] == 0.0
+
+
+def test_a_busy_thread_of_this_process_is_seen_in_the_real_proc():
+    """The real /proc: a thread that has burnt 0.3 s of its own CPU time shows at least
+    that much (CPU time, not wall time, so a loaded machine cannot make it flaky)."""
+    spun, done = threading.Event(), threading.Event()
+    ident: list[int] = []
+
+    def spin():
+        ident.append(threading.get_native_id())
+        start = time.thread_time()
+        while time.thread_time() - start < 0.3:
+            pass
+        spun.set()
+        done.wait()
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        assert spun.wait(60)
+        seen = {t.tid: t for t in threads.read_threads({"me": os.getpid()})}
+    finally:
+        done.set()
+        worker.join()
+    assert seen[ident[0]].role == "worker"
+    assert seen[ident[0]].ticks >= 0.25 * threads.TICKS_PER_S
+
+
+def test_loads_count_only_the_intervals_that_carried_saturated_links():
+    key = ("ovs-vswitchd", "ovs-vswitchd", "main", 700)
+    samples = [{key: 0.1}, {key: 0.97}, {key: 0.95}, {key: 0.2}]
+    loads = fidelity.thread_loads(samples, [False, True, True, False])
+    assert loads[0].median == pytest.approx(0.96) and loads[0].saturated
+    idle = fidelity.thread_loads(samples, [False] * 4)  # nothing loaded: all intervals
+    assert idle[0].median == pytest.approx(0.575) and not idle[0].saturated
+
+
+def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_applies():
+    ok = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
+    main = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.97, 1.0)
+    calm = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.4, 0.6)
+    worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.3, 0.5)
+    bound = fidelity.verdict([ok], [0.3], threads=[main, worker], datapath="user")
+    assert bound["verdict"] == "unfaithful" and bound["datapath_bound"]
+    assert "ovs-vswitchd" in bound["reasons"][0] and "97%" in bound["reasons"][0]
+    assert "kernel datapath" in bound["advice"][0]
+    assert bound["datapath_thread"]["role"] == "main"
+    kernel = fidelity.verdict([ok], [0.3], threads=[main], datapath="kernel")
+    assert "kernel datapath" not in kernel["advice"][0]
+    fine = fidelity.verdict([ok], [0.3], threads=[calm, worker], datapath="user")
+    assert fine["verdict"] == "faithful" and not fine["datapath_bound"] and not fine["advice"]
+    busy_worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
+    slow = fidelity.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
+    assert slow["verdict"] == "unfaithful" and "decode-1" in slow["reasons"][0]
