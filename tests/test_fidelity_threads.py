@@ -82,11 +82,11 @@ def test_a_busy_thread_of_this_process_is_seen_in_the_real_proc():
 
 def test_loads_count_only_the_intervals_that_carried_saturated_links():
     key = ("ovs-vswitchd", "ovs-vswitchd", "main", 700)
-    samples = [{key: 0.1}, {key: 0.97}, {key: 0.95}, {key: 0.2}]
+    samples = [{key: 0.1}, {key: 0.97}, {key: 0.99}, {key: 0.2}]
     loads = fidelity.thread_loads(samples, [False, True, True, False])
-    assert loads[0].median == pytest.approx(0.96) and loads[0].saturated
+    assert loads[0].median == pytest.approx(0.98) and loads[0].saturated
     idle = fidelity.thread_loads(samples, [False] * 4)  # nothing loaded: all intervals
-    assert idle[0].median == pytest.approx(0.575) and not idle[0].saturated
+    assert idle[0].median == pytest.approx(0.585) and not idle[0].saturated
 
 
 def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_applies():
@@ -103,6 +103,10 @@ def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_appli
     assert "kernel datapath" not in kernel["advice"][0]
     fine = fidelity.verdict([ok], [0.3], threads=[calm, worker], datapath="user")
     assert fine["verdict"] == "faithful" and not fine["datapath_bound"] and not fine["advice"]
+    assert not fine["warnings"]
+    near = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.91, 0.97)
+    warned = fidelity.verdict([ok], [0.3], threads=[near], datapath="user")
+    assert warned["verdict"] == "faithful" and "91%" in warned["warnings"][0]
     busy_worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
     slow = fidelity.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
     assert slow["verdict"] == "unfaithful" and "decode-1" in slow["reasons"][0]

@@ -125,6 +125,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
             write_json(workdir / "fidelity.json", report)
             console.print(f"fidelity: {report['verdict']} ("
                           f"{'; '.join(report['reasons']) or 'saturated links at rate, CPU ok'})")
+            for line in report["warnings"]:
+                console.print(f"  warning: {line}")
             for line in report["advice"]:
                 console.print(f"  advice: {line}")
         network.stop()

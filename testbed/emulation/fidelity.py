@@ -37,8 +37,13 @@ MIN_RATIO = 0.95
 MIN_HEADROOM = 0.15
 MIN_SATURATED_INTERVALS = 2
 # A thread busy this share of one core (median over the intervals that carried saturated
-# links, or all intervals if none did) cannot go faster: it, not the links, set the pace.
-THREAD_SATURATED = 0.90
+# links, or all intervals if none did) had no idle time left: it, not the links, set the
+# pace. A 0.5 s interval at 100 ticks/s resolves about 2%. Measured on the 2-core machine
+# (validate.yaml, dilation 2): ovs-vswitchd's main thread at 90-92% while every
+# saturated link still reached 95% of its rate, so 90% is close to the ceiling, not at it;
+# from THREAD_NEAR up a run is warned, not failed.
+THREAD_SATURATED = 0.95
+THREAD_NEAR = 0.85
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class ThreadLoad:
 
 def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool]) -> list[ThreadLoad]:
     """Per thread, its busy share over the loaded intervals (all when none was loaded);
-    busiest first. `samples[i]` maps (process, comm, role, tid) -> share in interval i."""
+    busiest first (by median, then p95). `samples[i]` maps (process, comm, role, tid) -> share in interval i."""
     use = [s for s, hot in zip(samples, loaded, strict=True) if hot] or samples
     per: dict[tuple, list[float]] = {}
     for sample in use:
@@ -68,7 +73,7 @@ def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool]) -> list[
             per.setdefault(key, []).append(share)
     loads = [ThreadLoad(proc, comm, role, statistics.median(xs), _p95(xs))
              for (proc, comm, role, _), xs in per.items()]
-    return sorted(loads, key=lambda t: -t.median)
+    return sorted(loads, key=lambda t: (-t.median, -t.p95))
 
 
 def advice(datapath_bound: ThreadLoad | None, cpu_bound: bool, worker_bound: ThreadLoad | None,
@@ -135,7 +140,10 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
     dp_bound = busiest_dp if busiest_dp is not None and busiest_dp.saturated else None
     worker_bound = busiest_worker if busiest_worker is not None and \
         busiest_worker.saturated else None
-    reasons = []
+    reasons, warnings = [], []
+    if busiest_dp is not None and dp_bound is None and busiest_dp.median >= THREAD_NEAR:
+        warnings.append(f"{busiest_dp.process} thread {busiest_dp.thread} ({busiest_dp.role}) "
+                        f"busy {busiest_dp.median:.0%} of a core: near the datapath's ceiling")
     if slow:
         worst = min(slow, key=lambda lk: lk.ratio)
         reasons.append(f"{len(slow)} saturated link(s) below {min_ratio:.0%} of their rate "
@@ -154,6 +162,7 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
     return {
         "verdict": "faithful" if faithful else "unfaithful",
         "reasons": reasons,
+        "warnings": warnings,
         "advice": advice(dp_bound, cpu_bound, worker_bound, datapath),
         "cpu_bound": cpu_bound,
         "datapath": datapath,

@@ -122,6 +122,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                     summary.update(packet_counters(result, fidelity))
                     verdicts.append({"cell": task.rel, "verdict": fidelity["verdict"],
                                      "reasons": fidelity["reasons"],
+                                     "warnings": fidelity["warnings"],
                                      "advice": fidelity["advice"]})
                     yield task, {"requests": result["requests"],
                                  "transfers": result["transfers"], "links": links,
@@ -170,5 +171,6 @@ def fidelity_lines(verdicts: list[dict]) -> str:
     for v in verdicts:
         why = "; ".join(v["reasons"]) or "saturated links at rate, CPU ok"
         lines.append(f"- `{v['cell']}`: **{v['verdict']}** ({why})")
+        lines += [f"  - warning: {w}" for w in v.get("warnings", [])]
         lines += [f"  - advice: {a}" for a in v.get("advice", [])]
     return "\n".join(lines) + "\n"

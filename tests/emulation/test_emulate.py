@@ -91,7 +91,14 @@ def test_validate_runs_two_schedulers_on_packets_and_reports(tmp_path):
         assert summary["wire_bytes_sent"] == summary["wire_bytes_received"] == \
             summary["wire_bytes_expected"] > 0  # ... and every KV byte arrived
         assert summary["fidelity"] in ("faithful", "unfaithful")
-        assert json.loads((cell / "fidelity.json").read_text())["verdict"] == summary["fidelity"]
+        report = json.loads((cell / "fidelity.json").read_text())
+        assert report["verdict"] == summary["fidelity"]
+        # the datapath's threads and the workers' were sampled: a pegged one would show
+        assert report["datapath_thread"]["process"] == "ovs-vswitchd"
+        assert report["datapath_thread"]["busy_median"] > 0
+        assert report["worker_thread"]["role"] == "worker"
+        assert any(t["role"] == "worker" and t["busy_p95"] > 0 for t in report["threads"])
+        assert summary["datapath_bound"] == report["datapath_bound"]
         shards = defaultdict(list)
         for t in rows(cell / "transfers.csv"):
             shards[t["request"]].append(t)
