@@ -3,7 +3,8 @@
 1. Largest aggregate throughput emulated faithfully, per datapath: the paper's fabric
    (16 hosts, 20 switches) at increasing scale factors, every prefill host sending to a
    tier-2 and a tier-3 decode host at once; the fidelity monitor says whether saturated
-   links reached 95% of their rate and whether the CPU kept headroom.
+   links reached 95% of their rate, whether the CPU kept headroom, and how busy the
+   datapath's busiest thread was (the userspace datapath's ceiling is one thread).
 2. Oracle refresh period achieved (generated_at steps) against the configured poll.
 3. Oracle HTTP latency (GET /oracle, sequential, loopback).
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -70,7 +72,7 @@ def throughput_sweep(scales: list[float], datapath: str, seconds: float) -> None
             path = scenario_file(tmp, scale, datapath)
             sc = load_scenario(path)
             with EmulatedNetwork(sc, path, tmp / f"run-{scale:g}") as net:
-                monitor = FidelityMonitor(net.fabric).start()
+                monitor = FidelityMonitor(net.fabric, datapath=net.datapath).start()
                 total = offered_load(net, seconds)
                 report = monitor.stop()
             host_rate = net.fabric.rate_bps(100.0)
@@ -81,8 +83,16 @@ def throughput_sweep(scales: list[float], datapath: str, seconds: float) -> None
                   f"({'faithful' if linear >= 0.95 else 'NOT faithful'}), worst saturated link "
                   f"{(report['worst_ratio'] or 0) * 100:.1f}% of its rate over "
                   f"{report['links_checked']} links, CPU busy p95 "
-                  f"{report['cpu_busy_p95'] * 100:.0f}% -> {report['verdict']}"
+                  f"{report['cpu_busy_p95'] * 100:.0f}% on {os.cpu_count()} cores, busiest "
+                  f"datapath thread {_thread(report['datapath_thread'])} -> {report['verdict']}"
                   + (f" ({'; '.join(report['reasons'])})" if report["reasons"] else ""))
+
+
+def _thread(doc: dict | None) -> str:
+    if doc is None:
+        return "none seen"
+    return (f"{doc['thread']} ({doc['role']}) {doc['busy_median'] * 100:.0f}% of a core "
+            f"(p95 {doc['busy_p95'] * 100:.0f}%)")
 
 
 def oracle_figures(seconds: float) -> None:

@@ -107,6 +107,12 @@ def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_appli
     near = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.91, 0.97)
     warned = fidelity.verdict([ok], [0.3], threads=[near], datapath="user")
     assert warned["verdict"] == "faithful" and "91%" in warned["warnings"][0]
+    # nothing saturated to check and the datapath near its ceiling: its packets were lost
+    # before any queue could build, so the run is datapath-bound
+    blind = fidelity.verdict([], [0.3], threads=[near], datapath="user")
+    assert blind["verdict"] == "unfaithful" and blind["datapath_bound"]
+    quiet = fidelity.verdict([], [0.3], threads=[calm], datapath="user")
+    assert not quiet["datapath_bound"]
     busy_worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
     slow = fidelity.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
     assert slow["verdict"] == "unfaithful" and "decode-1" in slow["reasons"][0]

@@ -41,7 +41,10 @@ MIN_SATURATED_INTERVALS = 2
 # pace. A 0.5 s interval at 100 ticks/s resolves about 2%. Measured on the 2-core machine
 # (validate.yaml, dilation 2): ovs-vswitchd's main thread at 90-92% while every
 # saturated link still reached 95% of its rate, so 90% is close to the ceiling, not at it;
-# from THREAD_NEAR up a run is warned, not failed.
+# from THREAD_NEAR up a run is warned, not failed, unless no link was saturated long
+# enough to check: a datapath at its ceiling loses packets, TCP backs off and no queue
+# builds anywhere (bench_fabric at scale 1e-3: 43% of linear throughput, no saturated link,
+# the main thread at 93%), so the absence of evidence is then the datapath's doing.
 THREAD_SATURATED = 0.95
 THREAD_NEAR = 0.85
 
@@ -65,7 +68,8 @@ class ThreadLoad:
 
 def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool]) -> list[ThreadLoad]:
     """Per thread, its busy share over the loaded intervals (all when none was loaded);
-    busiest first (by median, then p95). `samples[i]` maps (process, comm, role, tid) -> share in interval i."""
+    busiest first (by median, then p95). `samples[i]` maps (process, comm, role, tid)
+    -> share in interval i."""
     use = [s for s, hot in zip(samples, loaded, strict=True) if hot] or samples
     per: dict[tuple, list[float]] = {}
     for sample in use:
@@ -137,7 +141,10 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
     threads = threads or []
     busiest_dp = next((t for t in threads if t.datapath), None)
     busiest_worker = next((t for t in threads if not t.datapath), None)
-    dp_bound = busiest_dp if busiest_dp is not None and busiest_dp.saturated else None
+    dp_bound = None
+    if busiest_dp is not None and (busiest_dp.saturated or
+                                   (not checked and busiest_dp.median >= THREAD_NEAR)):
+        dp_bound = busiest_dp
     worker_bound = busiest_worker if busiest_worker is not None and \
         busiest_worker.saturated else None
     reasons, warnings = [], []
