@@ -113,6 +113,9 @@ def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_appli
     assert blind["verdict"] == "unfaithful" and blind["datapath_bound"]
     quiet = fidelity.verdict([], [0.3], threads=[calm], datapath="user")
     assert not quiet["datapath_bound"]
+    polling = fidelity.ThreadLoad("ovs-vswitchd", "pmd-c01/id:9", "pmd", 1.0, 1.0)
+    pmd = fidelity.verdict([ok], [0.3], threads=[polling, calm], datapath="user")
+    assert not pmd["datapath_bound"] and pmd["datapath_thread"]["role"] == "main"
     busy_worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
     slow = fidelity.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
     assert slow["verdict"] == "unfaithful" and "decode-1" in slow["reasons"][0]

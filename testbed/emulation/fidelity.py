@@ -139,7 +139,8 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
     p95 = _p95(cpu_busy)
     headroom = 1.0 - p95 if cpu_busy else None
     threads = threads or []
-    busiest_dp = next((t for t in threads if t.datapath), None)
+    # PMD threads busy-poll: their CPU is ~100% loaded or idle, so it says nothing here
+    busiest_dp = next((t for t in threads if t.datapath and t.role != "pmd"), None)
     busiest_worker = next((t for t in threads if not t.datapath), None)
     dp_bound = None
     if busiest_dp is not None and (busiest_dp.saturated or
