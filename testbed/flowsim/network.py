@@ -75,7 +75,6 @@ class Flow:
     rate: float = 0.0
     end: float | None = None
     weight: float = 1.0  # share of a bottleneck relative to other flows (RTT weighting)
-    streams: int = 1  # identical parallel streams it stands for (weight adds up)
     rtt: float = 0.0  # base round trip of its path (TCP model only)
     window_cap: float | None = None  # slow-start window / rtt while it binds
     ramp_at: float | None = None  # when the window next doubles
@@ -241,7 +240,7 @@ class FluidNetwork:
         if streams > 1 and self.tcp is not None:
             raise ValueError("TCP streams keep their own windows: one flow each")
         flow = Flow(self._next_id, [], size, size, now, tag, level, t0=now,
-                    weight=float(streams), streams=streams)
+                    weight=float(streams))
         self._next_id += 1
         self._set_path(flow, path)
         if self.tcp is not None:

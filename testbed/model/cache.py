@@ -206,18 +206,7 @@ class PrefixCache:
 
     def prefix_hit_blocks(self, hash_ids: Sequence[int], input_len: int) -> int:
         """|LCP_block(h_r, K_d)|; does not touch LRU order (looking is not using)."""
-        ratio, cached = self.ratio, self._cached
-        n = full_block_count(input_len, self.block_tokens)
-        matched = 0
-        for group in hash_ids:
-            if matched >= n:
-                break
-            need = min(ratio, n - matched)
-            c = cached.get(group, 0)
-            if c < need:
-                return matched + c
-            matched += need
-        return min(matched, n)
+        return lcp_blocks(hash_ids, input_len, self.block_tokens, self._cached, self)
 
     def prefix_hit_tokens(self, hash_ids: Sequence[int], input_len: int) -> int:
         return self.block_tokens * self.prefix_hit_blocks(hash_ids, input_len)
