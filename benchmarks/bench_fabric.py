@@ -35,11 +35,12 @@ PAIRS = [("i0", "i4"), ("i1", "i5"), ("i2", "i6"), ("i3", "i7"),  # tier 2
          ("i0", "i8"), ("i1", "i10"), ("i2", "i12"), ("i3", "i14")]  # tier 3
 
 
-def scenario_file(tmp: Path, scale: float, datapath: str) -> Path:
-    path = tmp / f"bench-{scale:g}.yaml"
+def scenario_file(tmp: Path, scale: float, datapath: str, ovs_instances: int = 1) -> Path:
+    path = tmp / f"bench-{scale:g}-{ovs_instances}.yaml"
     path.write_text(yaml.safe_dump({
         "name": "bench-fabric", "workload": {"trace": str(TRACE)},
-        "emulation": {"scale": scale, "datapath": datapath, "poll_s": 1.0},
+        "emulation": {"scale": scale, "datapath": datapath, "poll_s": 1.0,
+                      "ovs_instances": ovs_instances},
     }))
     return path
 
@@ -62,36 +63,49 @@ def offered_load(network: EmulatedNetwork, seconds: float) -> float:
     return total
 
 
-def throughput_sweep(scales: list[float], datapath: str, seconds: float) -> None:
+def throughput_sweep(scales: list[float], datapath: str, seconds: float,
+                     instances: list[int] = (1,)) -> None:
     print(f"datapath {datapath}: aggregate throughput vs scale (paper fabric, "
-          f"{len(PAIRS)} concurrent flows)")
+          f"{len(PAIRS)} concurrent flows), {os.cpu_count()} cores")
     base = None  # aggregate per unit of scale at the smallest scale: the linear reference
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        # scale-major, daemons-minor: each scale's modes are measured back to back, so a
+        # machine whose speed drifts compares them under the same conditions
         for scale in sorted(scales):
-            path = scenario_file(tmp, scale, datapath)
-            sc = load_scenario(path)
-            with EmulatedNetwork(sc, path, tmp / f"run-{scale:g}") as net:
-                monitor = FidelityMonitor(net.fabric, datapath=net.datapath).start()
-                total = offered_load(net, seconds)
-                report = monitor.stop()
-            host_rate = net.fabric.rate_bps(100.0)
-            base = base or total / scale
-            linear = total / (base * scale)
-            print(f"  scale {scale:g} (host link {host_rate / 1e6:.0f} Mbit/s): aggregate "
-                  f"{total / 1e6:.1f} Mbit/s = {linear:.1%} of linear scaling "
-                  f"({'faithful' if linear >= 0.95 else 'NOT faithful'}), worst saturated link "
-                  f"{(report['worst_ratio'] or 0) * 100:.1f}% of its rate over "
-                  f"{report['links_checked']} links, CPU busy p95 "
-                  f"{report['cpu_busy_p95'] * 100:.0f}% on {os.cpu_count()} cores, busiest "
-                  f"datapath thread {_thread(report['datapath_thread'])} -> {report['verdict']}"
-                  + (f" ({'; '.join(report['reasons'])})" if report["reasons"] else ""))
+            for n in instances:
+                base = _one(tmp, scale, datapath, n, seconds, base)
+
+
+def _one(tmp: Path, scale: float, datapath: str, n: int, seconds: float, base: float | None
+         ) -> float:
+        path = scenario_file(tmp, scale, datapath, n)
+        sc = load_scenario(path)
+        with EmulatedNetwork(sc, path, tmp / f"run-{scale:g}-{n}") as net:
+            monitor = FidelityMonitor(net.fabric, datapath=net.datapath,
+                                      netns=net.interface_netns).start()
+            total = offered_load(net, seconds)
+            report = monitor.stop()
+        host_rate = net.fabric.rate_bps(100.0)
+        base = base or total / scale
+        linear = total / (base * scale)
+        print(f"  scale {scale:g}, {n} OVS daemon{'s' if n > 1 else ''} (host link "
+              f"{host_rate / 1e6:.0f} Mbit/s): aggregate "
+              f"{total / 1e6:.1f} Mbit/s = {linear:.1%} of linear scaling "
+              f"({'faithful' if linear >= 0.95 else 'NOT faithful'}), worst saturated link "
+              f"{(report['worst_ratio'] or 0) * 100:.1f}% of its rate over "
+              f"{report['links_checked']} links, CPU busy p95 "
+              f"{report['cpu_busy_p95'] * 100:.0f}% on {os.cpu_count()} cores, busiest "
+              f"datapath thread {_thread(report['datapath_thread'])} -> {report['verdict']}"
+              + (f" ({'; '.join(report['reasons'])})" if report["reasons"] else ""))
+        return base
 
 
 def _thread(doc: dict | None) -> str:
     if doc is None:
         return "none seen"
-    return (f"{doc['thread']} ({doc['role']}) {doc['busy_median'] * 100:.0f}% of a core "
+    return (f"{doc['process']}: {doc['thread']} ({doc['role']}) {doc['busy_median'] * 100:.0f}% "
+            "of a core "
             f"(p95 {doc['busy_p95'] * 100:.0f}%)")
 
 
@@ -129,11 +143,14 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", default="1e-4,2e-4,5e-4,1e-3,2e-3")
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--ovs-instances", default="1,2", help="userspace datapath split "
+                        "over this many OVS daemons, each measured at every scale")
     parser.add_argument("--only", choices=["throughput", "oracle"])
     args = parser.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
     if args.only in (None, "throughput"):
-        throughput_sweep(scales, "user", args.seconds)
+        throughput_sweep(scales, "user", args.seconds,
+                         [int(x) for x in args.ovs_instances.split(",")])
         if kernel_datapath_available():
             throughput_sweep(scales, "kernel", args.seconds)
         else:

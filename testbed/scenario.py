@@ -257,6 +257,12 @@ class EmulationCfg(_Strict):
     )
     time_dilation: float = Field(1.0, ge=1, description="slows bandwidth down when CPU-bound")
     datapath: Literal["auto", "kernel", "user"] = "auto"
+    ovs_instances: int = Field(
+        1, ge=1, le=64, description="Open vSwitch daemons the userspace datapath is split "
+        "over, each in its own network namespace, switches shared out round-robin per "
+        "layer: the userspace datapath forwards every port in one thread, so one daemon "
+        "is one core. 1 (the system's OVS) is right on 2 cores; about cores/4 on a server "
+        "(README, Fidelity)")
     bind: str = Field("127.0.0.1", description="controller, oracle and metrics address")
     of_port: int = Field(6653, ge=1, le=65535)
     oracle_port: int = Field(8000, ge=1, le=65535)
@@ -401,6 +407,19 @@ class Scenario(_Strict):
         if len(set(v)) != len(v):
             raise ValueError("a scheduler is listed twice")
         return v
+
+    @model_validator(mode="after")
+    def _ovs_instances_fit(self) -> Scenario:
+        emu = self.emulation
+        if emu.ovs_instances > 1:
+            if emu.datapath == "kernel":
+                raise ValueError("emulation.ovs_instances splits the userspace datapath; the "
+                                 "kernel datapath forwards on every core already (use 1)")
+            switches = sum(len(v) for v in self.cluster.spec().switches.values())
+            if emu.ovs_instances > switches:
+                raise ValueError(f"emulation.ovs_instances {emu.ovs_instances} exceeds the "
+                                 f"fabric's {switches} switches")
+        return self
 
     @model_validator(mode="after")
     def _fault_targets_exist(self) -> Scenario:

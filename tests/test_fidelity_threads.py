@@ -97,7 +97,9 @@ def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_appli
     bound = fidelity.verdict([ok], [0.3], threads=[main, worker], datapath="user")
     assert bound["verdict"] == "unfaithful" and bound["datapath_bound"]
     assert "ovs-vswitchd" in bound["reasons"][0] and "97%" in bound["reasons"][0]
-    assert "kernel datapath" in bound["advice"][0]
+    assert "kernel datapath" in bound["advice"][0] and "ovs_instances" in bound["advice"][0]
+    busy = fidelity.verdict([ok], [0.95], threads=[main], datapath="user")
+    assert "ovs_instances" not in busy["advice"][0]  # no idle core for another daemon
     assert bound["datapath_thread"]["role"] == "main"
     kernel = fidelity.verdict([ok], [0.3], threads=[main], datapath="kernel")
     assert "kernel datapath" not in kernel["advice"][0]

@@ -26,7 +26,10 @@ from testbed.workloads.mooncake import TraceError
 
 @main.command()
 @scenario_options()
-def controller(scenario) -> None:
+@click.option("--openflow-socket", "openflow_sockets", type=click.Path(dir_okay=False),
+              multiple=True, help="also accept OpenFlow on this unix socket (switches of OVS "
+              "daemons in other network namespaces: emulation.ovs_instances > 1); repeatable")
+def controller(scenario, openflow_sockets) -> None:
     """Run the SDN controller for SCENARIO's fabric (os-ken, OpenFlow 1.3).
 
     Serves the congestion oracle (GET /oracle, POST /intent, GET /status) and Prometheus
@@ -39,7 +42,7 @@ def controller(scenario) -> None:
 
     emu = sc.emulation
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(sc.network.ecmp), emu.kv_port)
+        packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets)
 
 @main.group()
 def net() -> None:
@@ -105,7 +108,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
         from testbed.emulation.fidelity import FidelityMonitor
 
         monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
-                                  datapath=network.datapath).start()
+                                  datapath=network.datapath,
+                                  netns=network.interface_netns).start()
         click.echo(f"READY {workdir}", err=True)  # scripts wait for this line
         if hold is not None:
             deadline = time.monotonic() + hold
@@ -322,7 +326,8 @@ def validate(scenario, out_dir: str, calibration: str | None,
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 def clean(dry_run: bool) -> None:
-    """Remove what crashed emulation runs left: OVS bridges, veths, processes, manifests.
+    """Remove what crashed emulation runs left: OVS bridges, veths, processes, manifests,
+    and private OVS daemons with their namespaces (netkv-ovs<k>).
 
     Only the project's own leftovers (tagged bridges, its node names, its manifests);
     other bridges on the machine are left alone.
@@ -334,7 +339,8 @@ def clean(dry_run: bool) -> None:
         click.echo("nothing to clean")
         return
     for label, items in (("bridge", left.bridges), ("interface", left.interfaces),
-                         ("process", left.processes), ("manifest", left.manifests)):
+                         ("process", left.processes), ("manifest", left.manifests),
+                         ("namespace", left.namespaces)):
         for item in items:
             click.echo(f"{'would remove' if dry_run else 'removing'} {label} {item}")
     if not dry_run:

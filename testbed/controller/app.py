@@ -36,6 +36,7 @@ class Runtime:
     ecmp: str = "per-flow"
     kv_port: int = 7000
     control_ports: tuple[int, ...] = ()
+    ovs_instances: int = 1
 
 
 RUNTIME: Runtime | None = None
@@ -55,7 +56,7 @@ class FabricController(app_manager.OSKenApp):
         self.down_ends: set[tuple[str, int]] = set()
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
         self.pending_barrier: dict[str, int] = {}
-        self.telemetry = Poller(self.fabric, self.state, RUNTIME.metrics)
+        self.telemetry = Poller(self.fabric, self.state, RUNTIME.metrics, RUNTIME.ovs_instances)
         self.poller = hub.spawn(self._poll_loop)
 
     # -- connection ------------------------------------------------------------------

@@ -19,7 +19,8 @@ from testbed.topologies.fabric import Fabric
 
 def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
         bind: str = "127.0.0.1", poll_s: float = 1.0, ecmp: str = "per-flow",
-        kv_port: int = 7000) -> None:
+        kv_port: int = 7000, ovs_instances: int = 1,
+        openflow_sockets: tuple[str, ...] = ()) -> None:
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
     from os_ken.controller import controller as _of  # noqa: F401 - registers ofp options
@@ -30,12 +31,15 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
     logging.getLogger("os_ken").setLevel(logging.WARNING)
     state = ControllerState(fabric)
     metrics = Metrics()
-    app.RUNTIME = app.Runtime(state, metrics, poll_s, ecmp, kv_port, (oracle_port,))
+    app.RUNTIME = app.Runtime(state, metrics, poll_s, ecmp, kv_port, (oracle_port,),
+                              ovs_instances)
     cfg.CONF(args=["--ofp-tcp-listen-port", str(of_port), "--ofp-listen-host", bind],
              project="os_ken")
     server = make_server(state, bind, oracle_port)
     serve_in_thread(server)
     metrics.serve(bind, metrics_port)
+    for path in openflow_sockets:
+        serve_openflow_unix(path)
 
     def stop(signum, _frame):
         # os-ken 4.2's run_apps cannot unwind (its cleanup calls HubThread.kill, which
@@ -51,3 +55,35 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
         "OpenFlow on %s:%d, oracle on http://%s:%d/oracle, metrics on http://%s:%d/metrics",
         bind, of_port, bind, oracle_port, bind, metrics_port)
     AppManager.run_apps(["testbed.controller.app"])
+
+
+class _UnixStream:
+    """A unix stream socket that os-ken's Datapath can take: it sets TCP_NODELAY, which a
+    unix socket has no use for (and refuses)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def setsockopt(self, level, option, value):
+        import socket
+
+        if level != socket.IPPROTO_TCP:
+            self._sock.setsockopt(level, option, value)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def serve_openflow_unix(path: str) -> None:
+    """OpenFlow on a unix socket as well: switches of a daemon in another network
+    namespace cannot reach this namespace's loopback, but a filesystem path is shared.
+    ovs-vswitchd dials unix sockets only inside its own run directory."""
+    from pathlib import Path
+
+    from os_ken.controller.controller import datapath_connection_factory
+    from os_ken.lib import hub
+
+    Path(path).unlink(missing_ok=True)
+    server = hub.StreamServer(
+        (path, None), lambda sock, _addr: datapath_connection_factory(_UnixStream(sock), path))
+    hub.spawn(server.serve_forever)

@@ -8,22 +8,24 @@ import time
 
 from testbed.controller import telemetry
 from testbed.datapath import tc
+from testbed.topologies.placement import interface_netns
 
 CLASS_NAMES = ("control", "kv", "background")
 
 
 class Poller:
-    def __init__(self, fabric, state, metrics):
+    def __init__(self, fabric, state, metrics, ovs_instances: int = 1):
         self.state, self.metrics = state, metrics
         self.egress = [(n, i, link) for n, i, link in fabric.egress_interfaces()
                        if n in fabric.switches]
+        self.netns = interface_netns(fabric, ovs_instances)
         self._prev: dict[str, dict[str, dict[str, int]]] = {}
         self._prev_t: float | None = None
         self._intents_seen = 0
 
     def poll(self) -> None:
         t0 = time.perf_counter()
-        self.update(tc.all_counters([intf for _, intf, _ in self.egress]), time.time())
+        self.update(tc.all_counters([intf for _, intf, _ in self.egress], netns=self.netns), time.time())
         self.metrics.poll_latency.observe(time.perf_counter() - t0)
 
     def update(self, counters: dict, now: float) -> None:

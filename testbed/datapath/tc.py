@@ -202,16 +202,28 @@ def _read_classes(ipr, idx: int, include_link: bool = False, levels: bool = Fals
 COUNTERS = ("bytes", "packets", "drops", "overlimits", "backlog")
 
 
-def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = False
-                 ) -> dict[str, dict[str, dict[str, int]]]:
+def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = False,
+                 netns: dict[str, str] | None = None) -> dict[str, dict[str, dict[str, int]]]:
     """Per interface, per traffic class: bytes, packets, drops, overlimits, backlog.
 
-    Root-namespace interfaces (the switch ports), read over one netlink socket.
+    The switch ports: in the root namespace, or where `netns` (interface -> namespace
+    path) puts them when the fabric is split over several OVS daemons; one netlink
+    socket per namespace.
     """
-    with netlink() as ipr:
-        index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-        return {name: _read_classes(ipr, index[name], include_link, levels)
-                for name in ifnames if name in index}
+    groups: dict[str | None, list[str]] = {}
+    for name in ifnames:
+        groups.setdefault((netns or {}).get(name), []).append(name)
+    out = {}
+    for path, names in groups.items():
+        out.update(in_namespace(path, lambda ipr, names=names: _counters(
+            ipr, names, include_link, levels)))
+    return out
+
+
+def _counters(ipr, ifnames: list[str], include_link: bool, levels: bool) -> dict:
+    index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
+    return {name: _read_classes(ipr, index[name], include_link, levels)
+            for name in ifnames if name in index}
 
 
 def main(argv: list[str]) -> int:

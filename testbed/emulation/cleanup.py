@@ -1,4 +1,5 @@
-"""Find and remove what emulation runs leave behind: bridges, veths, processes, manifests.
+"""Find and remove what emulation runs leave behind: bridges, veths, processes, manifests,
+and the namespaces and state of private OVS daemons (emulation.ovs_instances > 1).
 
 Every run writes a manifest under STATE_DIR naming what it created and its controller's
 pid, and tags its OVS bridges with external_ids:netkv-testbed=<run id>. Cleanup removes
@@ -12,11 +13,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testbed.topologies.placement import NETNS_PREFIX
 
 STATE_DIR = Path(os.environ.get("NETKV_STATE_DIR", "/run/netkv-testbed"))
 TAG = "netkv-testbed"
@@ -24,6 +28,7 @@ NODE = r"(?:i\d+|tor\d+|agg\d+|core\d+)"
 INTF_RE = re.compile(rf"^{NODE}-eth\d+$")
 SHELL_RE = re.compile(rf"mininet:{NODE}$")
 WORKER_RE = re.compile(r"-m testbed\.workers (?:router|loadgen|prefill|decode) ")
+NETNS_RE = re.compile(rf"^{NETNS_PREFIX}\d+$")
 
 
 @dataclass
@@ -32,17 +37,20 @@ class Leftovers:
     interfaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     manifests: list[Path] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.bridges or self.interfaces or self.processes or self.manifests)
+        return not (self.bridges or self.interfaces or self.processes or self.manifests
+                    or self.namespaces)
 
     def describe(self) -> str:
         if self.empty:
             return "nothing left behind"
         parts = []
         for label, items in (("bridges", self.bridges), ("interfaces", self.interfaces),
-                             ("processes", self.processes), ("manifests", self.manifests)):
+                             ("processes", self.processes), ("manifests", self.manifests),
+                ("namespaces", self.namespaces)):
             if items:
                 parts.append(f"{len(items)} {label}")
         return ", ".join(parts)
@@ -81,6 +89,13 @@ def our_interfaces() -> list[str]:
     return names
 
 
+def our_namespaces() -> list[str]:
+    """Private OVS daemons' namespaces (`ip netns` keeps them under /run/netns)."""
+    root = Path("/run/netns")
+    return sorted(p.name for p in root.iterdir() if NETNS_RE.match(p.name)) \
+        if root.is_dir() else []
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -89,13 +104,16 @@ def _cmdline(pid: int) -> str:
 
 
 def our_processes() -> list[int]:
-    """Mininet node shells named like ours, worker processes, controllers in manifests."""
+    """Mininet node shells named like ours, worker processes, controllers in manifests,
+    private OVS daemons (their files live under STATE_DIR/ovs<k>)."""
+    daemon_dir = f"{STATE_DIR}/ovs"
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         cmdline = _cmdline(int(entry.name))  # empty for zombies: dead, nothing to remove
-        if SHELL_RE.search(cmdline) or WORKER_RE.search(cmdline):
+        if SHELL_RE.search(cmdline) or WORKER_RE.search(cmdline) or (
+                cmdline.startswith(("ovsdb-server ", "ovs-vswitchd ")) and daemon_dir in cmdline):
             pids.append(int(entry.name))
     for manifest in manifests():
         pid = _manifest(manifest).get("controller_pid")
@@ -123,7 +141,8 @@ def find_leftovers() -> Leftovers:
     listed = set(_run(["ovs-vsctl", "--timeout=5", "list-br"]).split())
     for manifest in manifests():
         bridges.update(b for b in _manifest(manifest).get("bridges", []) if b in listed)
-    return Leftovers(sorted(bridges), our_interfaces(), our_processes(), manifests())
+    return Leftovers(sorted(bridges), our_interfaces(), our_processes(), manifests(),
+                     our_namespaces())
 
 
 def remove(left: Leftovers) -> None:
@@ -141,6 +160,9 @@ def remove(left: Leftovers) -> None:
         for b in left.bridges:
             cmd += ["--", "--if-exists", "del-br", b]
         _run(cmd, timeout=20)
+    for netns in left.namespaces:  # takes every veth end inside, and so its peer
+        _run(["ip", "netns", "del", netns], timeout=30)
+        shutil.rmtree(STATE_DIR / f"ovs{netns[len(NETNS_PREFIX):]}", ignore_errors=True)
     for intf in our_interfaces():
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:

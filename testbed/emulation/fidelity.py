@@ -86,8 +86,10 @@ def advice(datapath_bound: ThreadLoad | None, cpu_bound: bool, worker_bound: Thr
     out = []
     if datapath_bound is not None:
         if datapath_bound.role == "main" and datapath != "kernel":
+            split = ("split the fabric over more OVS daemons (emulation.ovs_instances, one "
+                     "forwarding thread each: it needs idle cores), " if not cpu_bound else "")
             out.append("the userspace datapath forwards every veth port in ovs-vswitchd's main "
-                       "thread, so more cores do not help it: raise emulation.time_dilation or "
+                       f"thread, one core per daemon: {split}raise emulation.time_dilation or "
                        "lower emulation.scale (fewer packets per second), or use the kernel "
                        "datapath (emulation.datapath: kernel) where the openvswitch module loads")
         else:
@@ -221,6 +223,7 @@ class FidelityMonitor:
     interval_s: float = 0.5
     min_queue_packets: int = tc.MIN_QUEUE_PACKETS  # as the HTB leaves were built
     datapath: str | None = None  # kernel | user, for the advice
+    netns: dict[str, str] = field(default_factory=dict)  # switch ports outside the root ns
     # () -> {name: pid} of the worker processes, sampled per thread with the datapath
     workers: object = None
     _samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -245,11 +248,11 @@ class FidelityMonitor:
 
     def _loop(self) -> None:
         self._threads = ThreadSampler(lambda: self.workers() if self.workers else {})
-        prev = tc.all_counters(list(self._egress), include_link=True)
+        prev = tc.all_counters(list(self._egress), include_link=True, netns=self.netns)
         prev_cpu, prev_t = _read_cpu(), time.monotonic()
         self._threads.sample(0.0)
         while not self._stop.wait(self.interval_s):
-            cur = tc.all_counters(list(self._egress), include_link=True)
+            cur = tc.all_counters(list(self._egress), include_link=True, netns=self.netns)
             cur_cpu, now = _read_cpu(), time.monotonic()
             dt = now - prev_t
             self._cpu.append(cpu_busy_fraction(prev_cpu, cur_cpu))

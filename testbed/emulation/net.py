@@ -10,10 +10,8 @@ is found by `testbed clean` through the manifest and the bridge tags.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,8 +23,11 @@ from pathlib import Path
 
 from testbed.datapath import tc
 from testbed.emulation import cleanup
+from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
+from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
 from testbed.topologies.fabric import Fabric
+from testbed.topologies.placement import interface_netns, switch_daemons
 
 
 class EmulationError(RuntimeError):
@@ -83,13 +84,6 @@ def preflight(scenario) -> None:
                              "run `testbed clean` first")
 
 
-def _die_with_parent() -> None:
-    """Child side: get SIGTERM when the orchestrator dies, even by SIGKILL."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    os.setsid()
-
-
 def _http_json(url: str, timeout: float = 2.0) -> dict:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read())
@@ -107,6 +101,12 @@ class EmulatedNetwork:
         self.run_id = f"{os.getpid()}-{int(time.time() * 1000)}"
         self.manifest = STATE_DIR / f"{self.run_id}.json"
         self.datapath = choose_datapath(scenario.emulation.datapath)
+        self.ovs_instances = scenario.emulation.ovs_instances
+        if self.ovs_instances > 1 and self.datapath != "user":
+            raise EmulationError("emulation.ovs_instances > 1 splits the userspace datapath, "
+                                 f"but this run uses the {self.datapath} datapath (set "
+                                 "emulation.datapath: user, or ovs_instances: 1)")
+        self.daemons: list[OvsDaemon] = []
         self._stopped = False
 
     # -- helpers -----------------------------------------------------------------------
@@ -114,6 +114,11 @@ class EmulatedNetwork:
     def base_url(self) -> str:
         emu = self.scenario.emulation
         return f"http://{emu.bind}:{emu.oracle_port}"
+
+    @property
+    def interface_netns(self) -> dict[str, str]:
+        """Switch port -> namespace path, for ports outside the root namespace."""
+        return interface_netns(self.fabric, self.ovs_instances)
 
     def status(self) -> dict:
         return _http_json(f"{self.base_url}/status")
@@ -126,6 +131,8 @@ class EmulatedNetwork:
         data = {"run_id": self.run_id, "pid": os.getpid(),
                 "bridges": sorted(self.fabric.switches),
                 "controller_pid": self.controller.pid if self.controller else None,
+                "ovs_daemons": [{"netns": d.netns, "rundir": str(d.rundir)}
+                                for d in self.daemons],
                 "workdir": str(self.workdir)}
         tmp = self.manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -161,6 +168,7 @@ class EmulatedNetwork:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._write_manifest()
         try:
+            self._start_daemons()  # first: the controller polls their namespaces
             self._start_controller()
             self._start_mininet()
             self._shape()
@@ -175,17 +183,84 @@ class EmulatedNetwork:
     def _start_controller(self) -> None:
         log = (self.workdir / "controller.log").open("w")
         cmd = [sys.executable, "-m", "testbed", "controller", str(self.scenario_file)]
+        for daemon in self.daemons:
+            cmd += ["--openflow-socket", str(daemon.openflow_socket)]
         self.controller = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL,
-                                           preexec_fn=_die_with_parent)
+                                           preexec_fn=die_with_parent)
         self._write_manifest()
         self._wait("the controller's HTTP status", lambda: "ready" in self.status(), timeout=30)
+
+    def _start_daemons(self) -> None:
+        if self.ovs_instances <= 1:
+            return
+        for k in range(self.ovs_instances):
+            self.daemons.append(OvsDaemon(k, STATE_DIR))
+            self._write_manifest()  # before it exists: a SIGKILL mid-start leaves it named
+            try:
+                self.daemons[-1].start()
+            except OvsDaemonError as exc:
+                raise EmulationError(str(exc)) from None
+
+    def _switch_class(self):
+        from mininet.node import OVSSwitch
+
+        if not self.daemons:
+            return partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
+        placed = switch_daemons(self.fabric.switches, len(self.daemons))
+        daemon_of = {name: self.daemons[k] for name, k in placed.items()}
+
+        class DaemonOVSSwitch(OVSSwitch):
+            """A bridge on one of the run's private daemons: the node's shell talks to it
+            through OVS_RUNDIR, and it dials the controller's unix socket."""
+
+            def __init__(self, name, **params):
+                super().__init__(name, **params)
+                self.cmd(f"export OVS_RUNDIR={daemon_of[name].rundir}")
+
+            @staticmethod
+            def TCReapply(intf):  # noqa: N802 - Mininet's name; tc is ours, per namespace
+                pass
+
+            def start(self, controllers):
+                super().start([])
+                self.vsctl("set-controller", self, f"unix:{daemon_of[self.name].openflow_socket}")
+
+            @classmethod
+            def batchStartup(cls, switches, **_kwargs):  # noqa: N802
+                return switches
+
+            @classmethod
+            def batchShutdown(cls, switches, **_kwargs):  # noqa: N802 - the daemon's db dies
+                return switches  # with it, and its namespace takes the bridges' taps
+
+        return partial(DaemonOVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
+
+    def _move_switch_ports(self) -> None:
+        """Each switch's veth ends into its daemon's namespace, up (a move sets them down)."""
+        where = self.interface_netns
+        by_ns: dict[str, list[str]] = {}
+        for name in self.fabric.switches:
+            for intf in self.net.get(name).intfList():
+                if intf.name != "lo":
+                    by_ns.setdefault(where[intf.name], []).append(intf.name)
+        with tc.netlink() as ipr:
+            for path, names in by_ns.items():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    for name in names:
+                        ipr.link("set", index=ipr.link_lookup(ifname=name)[0], net_ns_fd=fd)
+                finally:
+                    os.close(fd)
+        for path, names in by_ns.items():
+            tc.in_namespace(path, lambda ipr, names=names: [
+                ipr.link("set", index=ipr.link_lookup(ifname=n)[0], state="up") for n in names])
 
     def _start_mininet(self) -> None:
         from mininet.link import Link, TCULink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
+        from mininet.node import RemoteController
 
         from testbed.topologies.mininet_topo import FatTreeTopo
 
@@ -193,12 +268,15 @@ class EmulatedNetwork:
         emu = self.scenario.emulation
         # userspace datapath: TCP over veth stalls unless checksum offload is off (TCULink)
         link = TCULink if self.datapath == "user" else Link
-        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
-        self.net = Mininet(topo=FatTreeTopo(self.fabric), switch=switch, link=link,
-                           controller=None, autoSetMacs=False, build=False)
+        self.net = Mininet(topo=FatTreeTopo(self.fabric), switch=self._switch_class(),
+                           link=link, controller=None, autoSetMacs=False, build=False)
         self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
         self.net.build()
+        if self.daemons:
+            self._move_switch_ports()
         self.net.start()
+        if self.daemons:
+            return  # nothing of ours in the system's OVS: the namespaces are the tag
         cmd = ["ovs-vsctl", "--timeout=10"]
         for name in self.fabric.switches:
             cmd += ["--", "set", "Bridge", name, f"external_ids:{TAG}={self.run_id}"]
@@ -208,10 +286,11 @@ class EmulatedNetwork:
         q = self.scenario.emulation.queue_min_packets
         bytes_ = self.scenario.emulation.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
+        where = self.interface_netns
         for node, intf, link in self.fabric.egress_interfaces():
             if node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
-                               byte_limit=bytes_)
+                tc.install_htb(intf, link.rate_bps, netns=where.get(intf), min_packets=q,
+                               kv_levels=levels, byte_limit=bytes_)
             else:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
@@ -242,6 +321,8 @@ class EmulatedNetwork:
             if self.net is not None:
                 self._stop_mininet()
         finally:
+            for daemon in self.daemons:
+                daemon.stop()
             if self.controller is not None and self.controller.poll() is None:
                 self.controller.terminate()
                 try:
@@ -253,7 +334,8 @@ class EmulatedNetwork:
             ours = cleanup.Leftovers(
                 bridges=[b for b in left.bridges if b in self.fabric.switches],
                 interfaces=left.interfaces, processes=[],
-                manifests=[self.manifest] if self.manifest.exists() else [])
+                manifests=[self.manifest] if self.manifest.exists() else [],
+                namespaces=[d.netns for d in self.daemons if d.netns in left.namespaces])
             cleanup.remove(ours)
 
     def _stop_mininet(self, timeout: float = 30.0) -> None:

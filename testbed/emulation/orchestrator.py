@@ -61,7 +61,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     rundir.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.save(rundir / "workers.json")
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
-                              datapath=network.datapath).start()
+                              datapath=network.datapath,
+                              netns=network.interface_netns).start()
     try:
         with WorkerSet(cfg, cfg_path, fabric.spec, NamespaceLauncher(network),
                        rundir / "logs") as workers:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.emulation.net import _die_with_parent
+from testbed.emulation.child import die_with_parent
 from testbed.workers.config import RunConfig
 
 
@@ -68,7 +68,7 @@ class WorkerSet:
         self.procs[name] = subprocess.Popen(
             self.launcher.command(instance if role in ("prefill", "decode") else None, cmd),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent)
+            preexec_fn=die_with_parent)
         log.close()
 
     def start(self) -> WorkerSet:

@@ -57,6 +57,20 @@ def vswitchd_pids(proc: Path = Path("/proc")) -> list[int]:
     return sorted(pids)
 
 
+def netns_of(pid: int, proc: Path = Path("/proc"), named: Path = Path("/run/netns")
+             ) -> str | None:
+    """The `ip netns` name of the process's network namespace, if it has one (a private
+    OVS daemon's: which share of the fabric it forwards)."""
+    try:
+        mine = os.stat(proc / str(pid) / "ns" / "net").st_ino
+        for entry in named.iterdir():
+            if os.stat(entry).st_ino == mine:
+                return entry.name
+    except OSError:
+        pass
+    return None
+
+
 def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[ThreadTimes]:
     """Every thread of the labelled processes (a process gone meanwhile is skipped)."""
     out = []
@@ -98,8 +112,11 @@ class ThreadSampler:
         self.samples: list[dict[tuple, float]] = []
 
     def _processes(self) -> dict[str, int]:
-        found = {VSWITCHD if k == 0 else f"{VSWITCHD}#{k}": pid
-                 for k, pid in enumerate(vswitchd_pids(self.proc))}
+        found = {}
+        for k, pid in enumerate(vswitchd_pids(self.proc)):
+            where = netns_of(pid, self.proc)
+            found[f"{VSWITCHD}@{where}" if where else
+                  VSWITCHD if k == 0 else f"{VSWITCHD}#{k}"] = pid
         found.update(self.workers())
         return found
 

@@ -12,7 +12,8 @@ import json
 import subprocess
 import sys
 
-from testbed.emulation.net import EmulatedNetwork, _die_with_parent
+from testbed.emulation.child import die_with_parent
+from testbed.emulation.net import EmulatedNetwork
 from testbed.emulation.processes import NamespaceLauncher
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
@@ -50,7 +51,7 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
     port = network.scenario.emulation.kv_port + PROBE_PORT_OFFSET
     recv = subprocess.Popen(launcher.command(dst, _probe_cmd("recv", ip, str(port))),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
     try:
         line = recv.stdout.readline()
         if line.strip() != "ready":
@@ -59,7 +60,7 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
             launcher.command(src, _probe_cmd(mode, ip, str(port), str(shards),
                                              network.scenario.emulation.tcp_congestion,
                                              *args)),
-            capture_output=True, text=True, timeout=600, preexec_fn=_die_with_parent)
+            capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent)
         if send.returncode != 0:
             raise RuntimeError(f"probe sender in {src} failed: {send.stderr.strip()[-500:]}")
         return [json.loads(line) for line in send.stdout.splitlines()]

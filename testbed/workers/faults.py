@@ -4,6 +4,8 @@ control plane's: testbed/control/plane.py.)"""
 
 from __future__ import annotations
 
+import os
+
 
 class FaultState:
     def __init__(self):
@@ -16,7 +18,7 @@ class FaultState:
 
 
 def fault_interfaces(fabric, fault) -> list[str]:
-    """The switch-side interfaces (root namespace) of a failing link or ToR."""
+    """The switch-side interfaces of a failing link or ToR."""
     out = []
     for link in fabric.links:
         names = (f"{link.a}-{link.b}", f"{link.b}-{link.a}")
@@ -28,11 +30,21 @@ def fault_interfaces(fabric, fault) -> list[str]:
     return out
 
 
-def set_links(interfaces: list[str], up: bool) -> None:
-    from pyroute2 import IPRoute
+def set_links(interfaces: list[str], up: bool, netns: dict[str, str] | None = None) -> None:
+    """Switch ports up or down, each in its namespace (`netns`: interface -> namespace
+    path, for a fabric split over several OVS daemons; the root namespace otherwise)."""
+    from testbed.datapath.tc import in_namespace
 
-    with IPRoute() as ipr:
-        for name in interfaces:
+    groups: dict[str | None, list[str]] = {}
+    for name in interfaces:
+        groups.setdefault((netns or {}).get(name), []).append(name)
+
+    def apply(ipr, names):
+        for name in names:
             idx = ipr.link_lookup(ifname=name)
-            if idx:
+            if idx:  # none without a fabric (the local launcher's runs)
                 ipr.link("set", index=idx[0], state="up" if up else "down")
+
+    for path, names in groups.items():
+        if path is None or os.path.exists(path):
+            in_namespace(path, lambda ipr, names=names: apply(ipr, names))

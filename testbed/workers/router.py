@@ -36,6 +36,7 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import Candidate, switches_roles
 from testbed.serving import PrefillInstance
+from testbed.topologies.placement import interface_netns
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop, RunClock
@@ -473,10 +474,12 @@ class Router:
                     threading.Timer(back, os.kill, (self.cfg.controller_pid,
                                                     signal.SIGCONT)).start()
             elif fault.kind in ("link_down", "tor_down"):
-                intfs = fault_interfaces(self.sc.fabric(), fault)
-                set_links(intfs, up=False)
+                fabric = self.sc.fabric()
+                intfs = fault_interfaces(fabric, fault)
+                where = interface_netns(fabric, self.sc.emulation.ovs_instances)
+                set_links(intfs, up=False, netns=where)
                 if back:
-                    threading.Timer(back, set_links, (intfs, True)).start()
+                    threading.Timer(back, set_links, (intfs, True, where)).start()
             elif fault.kind == "background":
                 self._broadcast({"type": "surge", "tier": fault.tier,
                                  "fraction": fault.fraction,

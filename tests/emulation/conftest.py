@@ -70,14 +70,13 @@ def write_small(tmp: Path, trace: Path, extra: dict | None = None) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def fabric(tmp_path_factory):
-    """One emulated fabric shared by a test module: 8 hosts, 10 switches, 2 core paths."""
+def running_fabric(tmp_path_factory, extra: dict | None = None):
+    """An emulated fabric for a test module: 8 hosts, 10 switches, 2 core paths."""
     from testbed.emulation.net import EmulatedNetwork
     from tests.conftest import TRACE
 
     tmp = tmp_path_factory.mktemp("fabric")
-    path = write_small(tmp, TRACE)
+    path = write_small(tmp, TRACE, extra)
     sc = load_scenario(path)
     network = EmulatedNetwork(sc, path, tmp / "run")
     network.start()
@@ -85,6 +84,11 @@ def fabric(tmp_path_factory):
         yield network
     finally:
         network.stop()
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    yield from running_fabric(tmp_path_factory)
 
 
 def wait_for(check, timeout: float, what: str, interval: float = 0.2):

@@ -36,9 +36,16 @@ def start_iperfs(network, flows: list[tuple[str, str, int]], args: str) -> list:
 def egress_bytes(network, nodes: set[str]) -> dict[str, int]:
     """Total bytes sent out of every egress interface of the given switches."""
     intfs = [i for n, i, _ in network.fabric.egress_interfaces() if n in nodes]
-    counters = tc.all_counters(intfs)
+    counters = tc.all_counters(intfs, netns=network.interface_netns)
     return {i: sum(c["bytes"] for c in per.values()) for i, per in counters.items()}
 
 
 def jain(xs: list[float]) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def capture_command(network, intf: str, out) -> list[str]:
+    """tcpdump on a switch port, inside the namespace of the OVS daemon that holds it."""
+    cmd = ["tcpdump", "-i", intf, "-U", "-w", str(out), "tcp"]
+    where = network.interface_netns.get(intf)
+    return ["nsenter", f"--net={where}", *cmd] if where else cmd

@@ -16,8 +16,8 @@ from tests.emulation.conftest import wait_for, write_small
 pytestmark = pytest.mark.root
 
 
-def start_net(tmp_path) -> subprocess.Popen:
-    path = write_small(tmp_path, TRACE)
+def start_net(tmp_path, extra: dict | None = None) -> subprocess.Popen:
+    path = write_small(tmp_path, TRACE, extra)
     log = (tmp_path / "net-up.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed", "net", "up", str(path), "--hold", "300",
@@ -39,13 +39,19 @@ def start_net(tmp_path) -> subprocess.Popen:
         cleanup.clean()
         raise
     left = cleanup.find_leftovers()
-    assert left.bridges and left.interfaces and left.processes  # it is really up
+    assert left.processes  # it is really up: bridges and veths in the root namespace, or
+    assert (left.bridges and left.interfaces) if not extra else left.namespaces  # daemons
     return proc
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_tears_everything_down(tmp_path, sig):
-    proc = start_net(tmp_path)
+SPLIT = {"emulation.ovs_instances": 2, "emulation.datapath": "user"}
+
+
+@pytest.mark.parametrize(("sig", "extra"), [(signal.SIGTERM, None), (signal.SIGINT, None),
+                                            (signal.SIGTERM, SPLIT)],
+                         ids=["sigterm", "sigint", "sigterm-two-ovs-daemons"])
+def test_a_signal_tears_everything_down(tmp_path, sig, extra):
+    proc = start_net(tmp_path, extra)
     proc.send_signal(sig)
     try:
         proc.wait(timeout=60)
@@ -60,8 +66,9 @@ def test_a_signal_tears_everything_down(tmp_path, sig):
     assert json.loads(report.read_text())["verdict"] in ("faithful", "unfaithful")
 
 
-def test_after_sigkill_testbed_clean_removes_the_leftovers(tmp_path):
-    proc = start_net(tmp_path)
+@pytest.mark.parametrize("extra", [None, SPLIT], ids=["system-ovs", "two-ovs-daemons"])
+def test_after_sigkill_testbed_clean_removes_the_leftovers(tmp_path, extra):
+    proc = start_net(tmp_path, extra)
     proc.kill()
     proc.wait(timeout=10)
     assert not cleanup.find_leftovers().empty  # a SIGKILL leaves things behind
@@ -72,6 +79,7 @@ def test_after_sigkill_testbed_clean_removes_the_leftovers(tmp_path):
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
     assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == ""
+    assert not list(cleanup.STATE_DIR.glob("ovs*"))  # the daemons' databases and sockets
     again = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert again.stdout.strip() == "nothing to clean"

@@ -190,3 +190,32 @@ def test_mfs_with_kv_reuse_on_packets(tmp_path):
     sent = summary["wire_bytes_sent"] / sc.emulation.scale + summary["reuse_bytes"]
     assert sum(levels.values()) == pytest.approx(sent, rel=0.01)
     assert summary["wire_bytes_sent"] == summary["wire_bytes_received"]
+
+
+def test_a_run_on_two_ovs_daemons_ends_and_its_link_fault_reaches_their_switches(tmp_path):
+    """The userspace datapath split over two private OVS daemons: workers' streams cross
+    both daemons' switches, a link fault goes down and up on ports in their namespaces
+    (the controller sees it), both daemons' forwarding threads are sampled, and the
+    daemons and their namespaces are gone afterwards."""
+    path = write_small(tmp_path, TRACE, {
+        **SHORT, "schedulers": ["rr"], "emulation.ovs_instances": 2,
+        "emulation.datapath": "user",
+        "faults": [{"at_s": 1.5, "kind": "link_down", "target": "agg0-core0",
+                    "duration_s": 1.5}]})
+    emulate_quietly(path, tmp_path)
+    (run,) = (tmp_path / "results").glob("fabric-test-emulation-*")
+    (cell,) = run.glob("cells/000-base/rr/seed1")
+    requests = rows(cell / "requests.csv")
+    sc = load_scenario(path)
+    assert len(requests) == len(build_workload(sc, sc.seed).requests)
+    assert {r["state"] for r in requests} == {"completed"}
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["wire_bytes_sent"] == summary["wire_bytes_received"] > 0
+    report = json.loads((cell / "fidelity.json").read_text())
+    sampled = {t["process"] for t in report["threads"] if t["role"] == "main"}
+    assert {"ovs-vswitchd@netkv-ovs0", "ovs-vswitchd@netkv-ovs1"} <= sampled, sampled
+    (log,) = run.rglob("controller.log")
+    text = log.read_text()
+    assert "link agg0-core0 down" in text and "link agg0-core0 up" in text, text[-2000:]
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True,
+                          text=True).stdout == ""

@@ -1,5 +1,6 @@
 """The emulated fat-tree end to end: reachability, tier rates, fairness, ECMP, DSCP,
-congestion telemetry, failover, the oracle and Prometheus (issue 3)."""
+congestion telemetry, failover, the oracle and Prometheus, on the system's Open vSwitch
+and on the userspace datapath split over two private OVS daemons."""
 
 from __future__ import annotations
 
@@ -14,10 +15,26 @@ from contextlib import contextmanager
 import pytest
 from scapy.all import IP, TCP, rdpcap
 
-from tests.emulation.conftest import wait_for
-from tests.emulation.helpers import egress_bytes, iperf, jain, start_iperf, start_iperfs
+from testbed.workers.faults import fault_interfaces, set_links
+from tests.emulation.conftest import running_fabric, wait_for
+from tests.emulation.helpers import (
+    capture_command,
+    egress_bytes,
+    iperf,
+    jain,
+    start_iperf,
+    start_iperfs,
+)
 
 pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["system-ovs", "two-ovs-daemons"])
+def fabric(request, tmp_path_factory):
+    extra = {"emulation.ovs_instances": request.param}
+    if request.param > 1:
+        extra["emulation.datapath"] = "user"
+    yield from running_fabric(tmp_path_factory, extra)
 
 
 def test_all_hosts_reach_each_other_across_pods(fabric):
@@ -42,7 +59,9 @@ def test_hosts_routes_and_leaf_queues_are_as_the_scenario_says(fabric):
         assert f"rto_min lock {round(emu.rto_min_ms * emu.time_dilation)}ms" in routes, routes
     port = next(intf for node, intf, _ in fabric.fabric.egress_interfaces()
                 if node in fabric.fabric.switches)
-    shown = subprocess.run(["tc", "qdisc", "show", "dev", port], capture_output=True,
+    where = fabric.interface_netns.get(port)
+    shown = subprocess.run([*(["nsenter", f"--net={where}"] if where else []),
+                            "tc", "qdisc", "show", "dev", port], capture_output=True,
                            text=True, check=True).stdout
     kind, other = ("bfifo", "pfifo") if emu.queue_limit == "bytes" else ("pfifo", "bfifo")
     assert kind in shown and other not in shown, shown
@@ -50,12 +69,17 @@ def test_hosts_routes_and_leaf_queues_are_as_the_scenario_says(fabric):
 
 @contextmanager
 def link_down(fabric, a: str, b: str):
-    fabric.net.configLinkStatus(a, b, "down")
+    # as a scenario's link_down fault does it: both switch ports, in their namespaces
+    class Fault:
+        kind, target = "link_down", f"{a}-{b}"
+
+    ports = fault_interfaces(fabric.fabric, Fault)
+    set_links(ports, up=False, netns=fabric.interface_netns)
     try:
         wait_for(lambda: f"{a}-{b}" in fabric.status()["down_links"], 10, f"{a}-{b} down")
         yield
     finally:
-        fabric.net.configLinkStatus(a, b, "up")
+        set_links(ports, up=True, netns=fabric.interface_netns)
         wait_for(lambda: not fabric.status()["down_links"], 10, f"{a}-{b} back up")
 
 
@@ -111,8 +135,8 @@ def test_kv_packets_on_a_core_link_carry_the_kv_dscp(fabric, tmp_path):
     caps = []
     for intf in intfs:
         out = tmp_path / f"{intf}.pcap"
-        caps.append((out, subprocess.Popen(["tcpdump", "-i", intf, "-U", "-w", str(out),
-                                            "tcp"], stdout=subprocess.DEVNULL,
+        caps.append((out, subprocess.Popen(capture_command(fabric, intf, out),
+                                           stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL)))
     time.sleep(1.0)
     try:
