@@ -92,6 +92,10 @@ class ClusterNetwork(EmulatedNetwork):
     def __init__(self, scenario, scenario_file: Path, workdir: Path, servers: Servers,
                  placement: str = "switchbin", tunnel: str = "ssh", quiet: bool = True):
         super().__init__(scenario, scenario_file, workdir, quiet)
+        if self.ovs_instances > 1:
+            raise EmulationError("emulation.ovs_instances splits one machine's userspace "
+                                 "datapath; a cluster run uses each server's own Open "
+                                 "vSwitch (set ovs_instances: 1)")
         if placement not in PLACEMENTS or tunnel not in TUNNELS:
             raise EmulationError(f"placement must be one of {PLACEMENTS}, tunnel one of "
                                  f"{TUNNELS}")
