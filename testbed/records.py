@@ -116,6 +116,23 @@ def stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised from the handler so every `finally` (teardowns) runs and the run
+    folder can say why it stopped. A BaseException: no `except Exception` swallows it."""
+
+    def __str__(self) -> str:
+        return "terminated by SIGTERM"
+
+
+def interruption(exc: BaseException) -> str:
+    """Why a run stopped early, for PARTIAL."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by SIGINT (Ctrl-C)"
+    if isinstance(exc, Terminated):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class RunFolder:
     """results/<scenario>-<engine>-<stamp>/, marked partial until finished."""
 

@@ -17,7 +17,7 @@ from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate, run_summary
 from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
 from testbed.model.schedulers import SCHEDULERS
-from testbed.records import RunFolder, atomic_write, write_json
+from testbed.records import RunFolder, atomic_write, interruption, write_json
 from testbed.workloads.build import build_workload
 
 
@@ -145,7 +145,7 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
             if on_step:
                 on_step(task.label)
     except BaseException as exc:
-        folder.mark_interrupted(f"{type(exc).__name__}: {exc}")
+        folder.mark_interrupted(interruption(exc))
         raise
     rows: list[Row] = []
     for index, (point, cell) in enumerate(scenario.cells()):

@@ -12,11 +12,20 @@ import copy
 import itertools
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from testbed import yamlfile
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.schedulers import SCHEDULERS
 from testbed.model.tcp import TcpParams, emulation_equivalent
@@ -31,8 +40,31 @@ class ScenarioError(ValueError):
     """An invalid scenario; the message names the file and field."""
 
 
+# Upper bounds are what one machine can hold: past them a run would hang or exhaust memory
+# long before it said anything (a fabric of 10^4 pods, a million-cell sweep).
+MAX_GPUS = 65536  # 8x the largest fabric measured (8192 GPUs: 1 GB, 34-59 s per minute)
+MAX_CELLS = 10000  # sweep points; each is validated and run
+DAY_S = 86400.0
+MIN_PERIOD_S = 1e-3  # periodic events (refresh, change, cycle) at most 1000 per second
+Latency = Annotated[float, Field(ge=0, le=1e6)]  # microseconds per tier
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """No unknown fields, no NaN or infinity, no true/false where a number belongs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, value, info: ValidationInfo):
+        if isinstance(value, bool) and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+
+def _numeric(annotation) -> bool:
+    args = get_args(annotation) or (annotation,)
+    return bool not in args and any(a in (int, float) for a in args)
 
 
 class CustomModel(_Strict):
@@ -44,36 +76,66 @@ class CustomModel(_Strict):
 
 
 class TimingCfg(_Strict):
-    iter_base_s: float = Field(TimingModel.iter_base_s, ge=0)
-    iter_per_seq_s: float = Field(TimingModel.iter_per_seq_s, ge=0)
-    prefill_per_token_s: float = Field(TimingModel.prefill_per_token_s, ge=0)
-    prefill_base_s: float = Field(TimingModel.prefill_base_s, ge=0)
+    iter_base_s: float = Field(TimingModel.iter_base_s, ge=0, le=60)
+    iter_per_seq_s: float = Field(TimingModel.iter_per_seq_s, ge=0, le=60)
+    prefill_per_token_s: float = Field(TimingModel.prefill_per_token_s, ge=0, le=60)
+    prefill_base_s: float = Field(TimingModel.prefill_base_s, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _time_passes(self) -> TimingCfg:
+        if self.iter_base_s + self.iter_per_seq_s <= 0:
+            raise ValueError("iter_base_s and iter_per_seq_s are both 0: a decode iteration "
+                             "would take no time")
+        if self.prefill_per_token_s + self.prefill_base_s <= 0:
+            raise ValueError("prefill_per_token_s and prefill_base_s are both 0: a prefill "
+                             "would take no time (and capacity would be infinite)")
+        return self
 
 
 class ClusterCfg(_Strict):
     """The fat-tree (defaults are FatTreeSpec's, the paper's 64-GPU cluster) plus serving limits."""
 
-    pods: int = Field(FatTreeSpec.pods, ge=1)
-    racks_per_pod: int = Field(FatTreeSpec.racks_per_pod, ge=1)
-    servers_per_rack: int = Field(FatTreeSpec.servers_per_rack, ge=1)
-    gpus_per_server: int = Field(FatTreeSpec.gpus_per_server, ge=1)
-    tp: int = Field(FatTreeSpec.tp, ge=1)
-    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0)
-    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0)
-    tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1)
-    core_oversubscription: float = Field(FatTreeSpec.core_oversubscription, ge=1)
-    latency_us: tuple[float, float, float, float] = FatTreeSpec.latency_us
-    aggs_per_pod: int | None = Field(None, ge=1, description="default realises the ratio")
-    cores_per_agg: int | None = Field(None, ge=1, description="default realises the ratio")
+    pods: int = Field(FatTreeSpec.pods, ge=1, le=4096)
+    racks_per_pod: int = Field(FatTreeSpec.racks_per_pod, ge=1, le=1024)
+    servers_per_rack: int = Field(FatTreeSpec.servers_per_rack, ge=1, le=1024)
+    gpus_per_server: int = Field(FatTreeSpec.gpus_per_server, ge=1, le=64)
+    tp: int = Field(FatTreeSpec.tp, ge=1, le=64)
+    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0, le=1e6)
+    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0, le=1e7)
+    tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1, le=1024)
+    core_oversubscription: float = Field(FatTreeSpec.core_oversubscription, ge=1, le=1024)
+    latency_us: tuple[Latency, Latency, Latency, Latency] = FatTreeSpec.latency_us
+    aggs_per_pod: int | None = Field(None, ge=1, le=1024,
+                                     description="default realises the ratio")
+    cores_per_agg: int | None = Field(None, ge=1, le=1024,
+                                      description="default realises the ratio")
     placement: Literal["segregated", "colocated"] = "segregated"
     prefill_instances: int | None = Field(None, ge=1)
     prefill: tuple[str, ...] = ()
-    beta_max: int = Field(64, ge=1)
-    memory_gb: float = Field(180.0, gt=0, description="KV memory per instance (4 x 45 GB)")
-    memory_reserve_gb: float = Field(2.0, ge=0, description="m_min")
+    beta_max: int = Field(64, ge=1, le=100000)
+    memory_gb: float = Field(180.0, gt=0, le=1e6,
+                             description="KV memory per instance (4 x 45 GB)")
+    memory_reserve_gb: float = Field(2.0, ge=0, le=1e6, description="m_min")
     slowdown: dict[str, float] = Field(
         {}, description="instance -> compute time multiplier of its prefills (a slower or "
         "shared GPU: computational imbalance)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_a_machine(cls, data):
+        """Refuse a fabric too large to build before building it."""
+        if isinstance(data, dict):
+            dims = [data.get(k, getattr(FatTreeSpec, k)) for k in
+                    ("pods", "racks_per_pod", "servers_per_rack", "gpus_per_server")]
+            if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+                gpus = dims[0] * dims[1] * dims[2] * dims[3]
+                if gpus > MAX_GPUS:
+                    raise ValueError(
+                        f"pods x racks_per_pod x servers_per_rack x gpus_per_server = {gpus:,} "
+                        f"GPUs, more than {MAX_GPUS:,}: the flow model holds about 125 MB per "
+                        f"1,000 GPUs per simulated minute (measured at 8,192), so this would "
+                        f"need ~{gpus * 125e3 / 1e9:,.0f} GB")
+        return data
 
     @model_validator(mode="after")
     def _spec_builds(self) -> ClusterCfg:
@@ -93,11 +155,11 @@ class ClusterCfg(_Strict):
 
 
 class TraceSynthCfg(_Strict):
-    mean_input: int = Field(16000, gt=0)
-    sigma_input: float = Field(0.8, ge=0)
-    mean_output: int = Field(150, gt=0)
-    documents: int = Field(64, ge=1)
-    zipf_s: float = Field(1.1, gt=0)
+    mean_input: int = Field(16000, gt=0, le=10_000_000)
+    sigma_input: float = Field(0.8, ge=0, le=10)
+    mean_output: int = Field(150, gt=0, le=1_000_000)
+    documents: int = Field(64, ge=1, le=1_000_000)
+    zipf_s: float = Field(1.1, gt=0, le=100)
     share_fraction: float = Field(0.6, ge=0, le=1)
 
 
@@ -105,12 +167,15 @@ class WorkloadCfg(_Strict):
     trace: str | None = "data/traces/mooncake_synthetic_trace.jsonl"
     synthetic: TraceSynthCfg | None = None
     profile: Literal["chatbot", "rag", "long-context", "all"] = "rag"
-    load: float | None = Field(1.0, gt=0, description="fraction of prefill-pool capacity")
-    rate_rps: float | None = Field(None, gt=0, description="absolute rate; overrides load")
-    warmup_s: float = Field(5.0, ge=0)
-    measure_s: float = Field(15.0, gt=0)
+    load: float | None = Field(1.0, gt=0, le=100,
+                               description="fraction of prefill-pool capacity")
+    rate_rps: float | None = Field(None, gt=0, le=1e6,
+                                   description="absolute rate; overrides load")
+    warmup_s: float = Field(5.0, ge=0, le=DAY_S)
+    measure_s: float = Field(15.0, gt=0, le=DAY_S)
     trace_offset_s: float = Field(
-        60.0, ge=0, description="trace second where the run starts (the paper measures 60-75 s)"
+        60.0, ge=0, le=1e8,
+        description="trace second where the run starts (the paper measures 60-75 s)"
     )
     trace_loop: bool = Field(
         False,
@@ -122,9 +187,11 @@ class WorkloadCfg(_Strict):
         description="fill decode caches with the prefixes of trace requests before the offset, "
         "each on a seeded-random decode instance, the same for every scheduler",
     )
-    input_length: int | None = Field(None, gt=0, description="fixed input length override")
+    input_length: int | None = Field(None, gt=0, le=10_000_000,
+                                     description="fixed input length override")
     p_share: float | None = Field(None, ge=0, le=1, description="override the profile's")
-    slo_s: float | None = Field(None, gt=0, description="override the profile's TTFT SLO")
+    slo_s: float | None = Field(None, gt=0, le=DAY_S,
+                                description="override the profile's TTFT SLO")
     slo_mix: list[tuple[float, float]] | None = Field(
         None, description="[[share, slo_s], ...]: each request draws its TTFT SLO (seeded by "
         "its id, the same in both engines); shares sum to 1")
@@ -162,7 +229,8 @@ class BackgroundCfg(_Strict):
     tier2: float = Field(0.0, ge=0, lt=1)
     tier3: float = Field(0.0, ge=0, lt=1)
     jitter: float = Field(0.0, ge=0, le=1, description="per-link relative variation")
-    change_s: float = Field(1.0, gt=0, description="how often per-link background changes")
+    change_s: float = Field(1.0, ge=MIN_PERIOD_S, le=DAY_S,
+                            description="how often per-link background changes")
 
     def fraction(self, tier: int) -> float:
         return {0: 0.0, 1: self.tier1, 2: self.tier2, 3: self.tier3}[tier]
@@ -201,7 +269,7 @@ class NetworkCfg(_Strict):
         "adds handshake, slow start and tail round trips and RTT-weighted shares "
         "(network.tcp)")
     tcp: TcpCfg = TcpCfg()
-    flows_per_transfer: int | None = Field(None, ge=1, description="default: TP")
+    flows_per_transfer: int | None = Field(None, ge=1, le=64, description="default: TP")
     ecmp: Literal["per-transfer", "per-pair", "per-flow"] = Field(
         "per-transfer",
         description="per-transfer: a transfer's flows share one path, drawn at random per "
@@ -215,20 +283,22 @@ class NetworkCfg(_Strict):
         "fair", description="priority of KV flows: fair sharing, or levels by MFS "
         "(Defer-and-Promote), SJF, EDF or Karuna (testbed/model/mfs.py)")
     priority_levels: int = Field(8, ge=2, le=8, description="K strict-priority levels")
-    mfs_theta_top: float = Field(0.8, gt=0, description="MLU that earns the top level")
+    mfs_theta_top: float = Field(0.8, gt=0, le=100, description="MLU that earns the top level")
     mfs_theta_ratio: float = Field(0.5, gt=0, lt=1, description="geometric threshold ratio")
     mfs_pruning: Literal["feasibility", "alone", "none"] = Field(
         "feasibility", description="MFS's pruning to the scavenger class: the paper's "
         "feasibility check per sender, only what cannot make it even alone, or none")
     reprioritize_s: float = Field(
-        0.05, gt=0, description="how often levels are re-evaluated (a layer boundary)")
+        0.05, ge=MIN_PERIOD_S, le=DAY_S,
+        description="how often levels are re-evaluated (a layer boundary)")
     transfer_mode: Literal["contiguous", "segment", "block"] = Field(
         "contiguous", description="KV send calls per shard: one (contiguous), one per segment "
         "of segment_blocks blocks, or one per block per layer per K/V (PagedAttention's "
         "layer-wise layout); testbed/model/granularity.py")
-    segment_blocks: int = Field(16, ge=1, description="blocks per call in segment mode")
+    segment_blocks: int = Field(16, ge=1, le=1_000_000,
+                                description="blocks per call in segment mode")
     per_call_s: float = Field(
-        0.0, ge=0, description="flow model: time each send call after the first adds to a "
+        0.0, ge=0, le=60, description="flow model: time each send call after the first adds to a "
         "transfer (measure it: benchmarks/bench_granularity.py)")
     capacity_factor: dict[int, float] = Field(
         {}, description="flow model only: link tier -> fraction of the configured rate the "
@@ -244,8 +314,8 @@ class NetworkCfg(_Strict):
 
 
 class OracleCfg(_Strict):
-    refresh_s: float = Field(1.0, gt=0)
-    inflight_cap: int = Field(16, ge=1)
+    refresh_s: float = Field(1.0, ge=MIN_PERIOD_S, le=DAY_S)
+    inflight_cap: int = Field(16, ge=1, le=1_000_000)
 
 
 class EmulationCfg(_Strict):
@@ -255,7 +325,8 @@ class EmulationCfg(_Strict):
         2e-4, gt=0, le=1,
         description="multiplies every bandwidth and KV byte count (100 Gbps -> 20 Mbit/s)",
     )
-    time_dilation: float = Field(1.0, ge=1, description="slows bandwidth down when CPU-bound")
+    time_dilation: float = Field(1.0, ge=1, le=1000,
+                                 description="slows bandwidth down when CPU-bound")
     datapath: Literal["auto", "kernel", "user"] = "auto"
     ovs_instances: int = Field(
         1, ge=1, le=64, description="Open vSwitch daemons the userspace datapath is split "
@@ -267,7 +338,8 @@ class EmulationCfg(_Strict):
     of_port: int = Field(6653, ge=1, le=65535)
     oracle_port: int = Field(8000, ge=1, le=65535)
     metrics_port: int = Field(9464, ge=1, le=65535, description="not 9100: node exporter")
-    poll_s: float = Field(1.0, gt=0, description="telemetry poll and oracle refresh period")
+    poll_s: float = Field(1.0, ge=0.05, le=3600,
+                          description="telemetry poll and oracle refresh period")
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
     queue_min_packets: int = Field(
         16, ge=4, le=10000, description="leaf queue depth floor in packets (queues are 50 ms "
@@ -294,13 +366,15 @@ class RecoveryCfg(_Strict):
     """KVRS recovery when a decode instance fails (testbed/model/recovery.py)."""
 
     policy: Literal["always_migrate", "always_recompute", "adaptive"] = "adaptive"
-    migration_slots: int = Field(32, ge=1, description="concurrent migrations at most")
-    heartbeat_s: float = Field(0.5, gt=0, description="decode heartbeat interval")
-    missed_heartbeats: int = Field(3, ge=1, description="missed beats that declare a death")
+    migration_slots: int = Field(32, ge=1, le=100000,
+                                 description="concurrent migrations at most")
+    heartbeat_s: float = Field(0.5, ge=0.01, le=3600, description="decode heartbeat interval")
+    missed_heartbeats: int = Field(3, ge=1, le=1000,
+                                   description="missed beats that declare a death")
     prefill_table: list[tuple[int, float]] | None = Field(
         None, description="[[tokens, seconds], ...] for recompute; default: timing model")
     oracle_max_age_s: float = Field(
-        5.0, gt=0, description="older oracle: fall back to the static tier map")
+        5.0, gt=0, le=DAY_S, description="older oracle: fall back to the static tier map")
     recompute_target: Literal["scheduler", "local"] = Field(
         "scheduler", description="where a recompute runs: the scheduler's pick (as a "
         "migration), or the least-loaded healthy instance nearest the failed one (KVRS's "
@@ -312,17 +386,22 @@ class FlowKVCfg(_Strict):
     The paper publishes no constants: ours, tuned on a disjoint trace window by
     scenarios/tune-flowkv.yaml."""
 
-    cycle_s: float = Field(0.5, gt=0, description="controller cycle: sample, score, decide")
-    window_s: float = Field(2.0, gt=0, description="sliding window that smooths the samples")
-    switch_cycles: int = Field(4, ge=1, description="cycles a switched node keeps its role")
+    cycle_s: float = Field(0.5, ge=MIN_PERIOD_S, le=DAY_S,
+                           description="controller cycle: sample, score, decide")
+    window_s: float = Field(2.0, gt=0, le=DAY_S,
+                            description="sliding window that smooths the samples")
+    switch_cycles: int = Field(4, ge=1, le=1_000_000,
+                               description="cycles a switched node keeps its role")
     prefill_low: float = Field(0.05, ge=0, le=1, description="tuned (tune-flowkv.yaml)")
     prefill_high: float = Field(0.9, ge=0, le=1)
     decode_low: float = Field(0.5, ge=0, le=1)
     decode_high: float = Field(0.9, ge=0, le=1)
     idle: float = Field(0.15, ge=0, le=1, description="a node under this may switch role "
                         "(0.02-0.15 tuned alike)")
-    max_switch: int | None = Field(None, ge=1, description="nodes switched per cycle at most")
-    token_budget: int = Field(32768, ge=1, description="queued prefill tokens that fill a node")
+    max_switch: int | None = Field(None, ge=1, le=1_000_000,
+                                   description="nodes switched per cycle at most")
+    token_budget: int = Field(32768, ge=1, le=10**9,
+                              description="queued prefill tokens that fill a node")
 
     @model_validator(mode="after")
     def _ordered(self) -> FlowKVCfg:
@@ -349,16 +428,18 @@ class ReuseCfg(_Strict):
     layer while it computes, instead of recomputing it."""
 
     enabled: bool = False
-    min_tokens: int = Field(512, ge=1, description="shorter reusable prefixes are computed")
+    min_tokens: int = Field(512, ge=1, le=10_000_000,
+                            description="shorter reusable prefixes are computed")
 
 
 class FaultCfg(_Strict):
     """One injected fault: what, when (modelled seconds), where, and for how long."""
 
-    at_s: float = Field(ge=0)
+    at_s: float = Field(ge=0, le=1e7)
     kind: Literal["decode_down", "link_down", "tor_down", "controller_down", "background"]
     target: str | None = Field(None, description="instance, link 'a-b' or ToR name")
-    duration_s: float | None = Field(None, gt=0, description="back after this (not decode)")
+    duration_s: float | None = Field(None, gt=0, le=1e7,
+                                     description="back after this (not decode)")
     tier: int | None = Field(None, ge=1, le=3, description="background: which tier")
     fraction: float | None = Field(None, ge=0, lt=1, description="background: offered load")
 
@@ -376,10 +457,11 @@ class FaultCfg(_Strict):
 
 
 class Scenario(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = ""
-    seed: int = 1
-    seeds: int = Field(1, ge=1, description="repetitions with seeds seed, seed+1, ...")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100,
+                      description="names the run folders (with a stamp: within a file name)")
+    description: str = Field("", max_length=10000)
+    seed: int = Field(1, ge=0, le=2**32 - 1)
+    seeds: int = Field(1, ge=1, le=1000, description="repetitions with seeds seed, seed+1, ...")
     schedulers: list[str] = ["rr", "cla", "netkv-full"]
     cla_weights: tuple[float, float] | None = None
     model: str | CustomModel = "llama-3-70b"
@@ -393,7 +475,7 @@ class Scenario(_Strict):
     reuse: ReuseCfg = ReuseCfg()
     flowkv: FlowKVCfg = FlowKVCfg()
     faults: list[FaultCfg] = []
-    drain_s: float = Field(300.0, gt=0, description="max time after the last arrival")
+    drain_s: float = Field(300.0, gt=0, le=DAY_S, description="max time after the last arrival")
     sweep: dict[str, list[Any]] = {}
 
     @field_validator("schedulers")
@@ -449,11 +531,20 @@ class Scenario(_Strict):
     @field_validator("sweep")
     @classmethod
     def _sweep_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        cells = 1
         for key, values in v.items():
             if not values:
                 raise ValueError(f"sweep '{key}' has no values")
+            if any(not part.strip() for part in key.split(",")) or \
+                    any(not p for part in key.split(",") for p in part.strip().split(".")):
+                raise ValueError(f"sweep key '{key}' has an empty field name (give "
+                                 "dotted.field or several separated by commas)")
             if key.split(".")[0] in ("sweep", "name", "seeds", "schedulers"):
                 raise ValueError(f"sweep '{key}' cannot vary that field")
+            cells *= len(values)
+        if cells > MAX_CELLS:
+            raise ValueError(f"the sweep has {cells:,} points, more than {MAX_CELLS:,} (each "
+                             "is validated and run): split it into several scenarios")
         return v
 
     # -- derived objects ---------------------------------------------------------------
@@ -550,7 +641,12 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yamlfile.load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {exc.start}: "
+                            f"{exc.object[exc.start:exc.start + 1]!r})") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):

@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
-    "model", "workloads", "topologies", "datapath", "lifecycle", "records", "metrics",
+    "yamlfile", "model", "workloads", "topologies", "datapath", "lifecycle", "records", "metrics",
     "scenario", "serving", "control", "flowsim", "controller", "workers", "remote", "sweep",
     "runner", "emulation", "validate", "cli", "__main__", "testbed",
 ]

@@ -8,14 +8,20 @@ reported by click as an invalid SCENARIO, naming the field or line, with exit co
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 
 import click
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from testbed import yamlfile
+from testbed.records import Terminated, stamp
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.workloads.mooncake import TraceError
 
@@ -30,7 +36,7 @@ def _parse_sets(values: tuple[str, ...]) -> dict:
             raise click.BadParameter(f"expected FIELD=VALUE, got {item!r}", param_hint="--set")
         key, raw = item.split("=", 1)
         try:
-            overrides[key.strip()] = yaml.safe_load(raw)
+            overrides[key.strip()] = yamlfile.load(raw)
         except yaml.YAMLError as exc:
             raise click.BadParameter(f"{key.strip()}: the value is not valid YAML ({exc})",
                                      param_hint="--set") from None
@@ -64,7 +70,53 @@ def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False)
     sys.exit(2)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def _os_message(exc: OSError) -> str:
+    where = exc.filename if exc.filename is not None else "a file"
+    return f"{where}: {exc.strerror or exc}"
+
+
+def _crash(exc: BaseException) -> None:
+    """An error nobody foresaw: a short line and the traceback saved, not a wall of it."""
+    text = "".join(traceback.format_exception(exc))
+    path = Path(tempfile.gettempdir()) / f"netkv-testbed-crash-{stamp()}-{os.getpid()}.txt"
+    try:
+        path.write_text(" ".join(sys.argv) + "\n\n" + text)
+        saved = f"traceback saved to {path}"
+    except OSError:
+        saved = "the traceback could not be saved:\n" + text
+    console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (a bug in "
+                  f"netkv-testbed; {saved}; please report it)", highlight=False)
+    sys.exit(1)
+
+
+class _Boundary(click.Group):
+    """The one error boundary: every command's known failures end as `error: <file>:
+    <field or line>: <what>` with exit 2, Ctrl-C as 130 and SIGTERM as 143 (after every
+    teardown ran), anything else as a short line plus a saved traceback, exit 1."""
+
+    def invoke(self, ctx):
+        handle_signals()
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit,
+                click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            console.print("interrupted (SIGINT)")
+            sys.exit(130)
+        except Terminated:
+            console.print("terminated (SIGTERM)")
+            sys.exit(143)
+        except (ScenarioError, TraceError) as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(_os_message(exc))
+        except Exception as exc:  # noqa: BLE001 - the boundary
+            _crash(exc)
+
+
+@click.group(cls=_Boundary, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="netkv-testbed")
 def main() -> None:
     """netkv-testbed: does network-aware KV-cache scheduling (NetKV) cut TTFT?
@@ -79,9 +131,6 @@ def main() -> None:
     """
 
 SET_HELP = "Override a scenario field, e.g. --set workload.load=2.0 (repeatable)."
-
-class Terminated(BaseException):
-    """Raised from the SIGTERM handler so every `finally` runs (Mininet's CLI eats Ctrl-C)."""
 
 def _raise_terminated(signum, _frame):
     raise Terminated(signum)

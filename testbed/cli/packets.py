@@ -4,7 +4,6 @@ compare, clean."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -123,6 +122,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: tearing the fabric down")
+        raise  # after the teardown below: exit 130 (SIGINT) or 143 (SIGTERM)
     finally:
         if monitor is not None:  # interrupted runs are the ones whose fidelity matters most
             report = monitor.stop()
@@ -134,7 +134,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
             for line in report["advice"]:
                 console.print(f"  advice: {line}")
         network.stop()
-    console.print("fabric down, nothing left behind")
+        console.print("fabric down, nothing left behind")
 
 def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     """Run the emulation with a progress bar; every exit path tears the fabric down."""
@@ -161,7 +161,7 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: workers stopped, fabric torn down; the run folder is "
                       "marked PARTIAL")
-        sys.exit(130)
+        raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
     return outcome
 
 @main.command()
@@ -258,7 +258,7 @@ def calibrate(scenario, out_file: str | None) -> None:
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: fabric torn down")
-        sys.exit(130)
+        raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
     target = Path(out_file) if out_file else Path("results") / f"{sc.name}-calibration.json"
     write_json(target, doc)
     click.echo(_calibration_lines(doc))
@@ -317,7 +317,7 @@ def validate(scenario, out_dir: str, calibration: str | None,
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
-        sys.exit(130)
+        raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
     doc = json.loads((folder / "comparison.json").read_text())
     for line in summary_lines(doc["targets"]):
         click.echo(line)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed import yamlfile
 from testbed.remote.ssh import HostSpec
 
 
@@ -39,7 +40,9 @@ def load_hostvars(path: str | Path) -> dict[str, dict]:
     if not path.is_file():
         raise InventoryError(f"{path}: inventory not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlfile.load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InventoryError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise InventoryError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict) or "all" not in data:

@@ -100,7 +100,7 @@ def build_workload(scenario, seed: int) -> Workload:
         trace = apply_sharing(trace, p_share, rng)
     capacity = prefill_capacity_rps(timing, [r.input_len for r in trace], n_prefill)
     rate = wl.rate_rps or wl.load * capacity
-    span_needed = wl.trace_offset_s + duration * rate / _rate(trace)
+    span_needed = wl.trace_offset_s + duration * rate / _rate(trace, wl.trace)
     if span_needed > trace[-1].arrival_s:
         if not wl.trace_loop:
             raise ValueError(
@@ -162,8 +162,13 @@ def loop_trace(trace: list[Request], until_s: float) -> LoopedTrace:
     return LoopedTrace(trace, until_s)
 
 
-def _rate(trace: list[Request]) -> float:
-    return (len(trace) - 1) / (trace[-1].arrival_s - trace[0].arrival_s)
+def _rate(trace: list[Request], source: str = "the trace") -> float:
+    """The trace's own arrival rate, which compression scales to the run's."""
+    span = trace[-1].arrival_s - trace[0].arrival_s
+    if span <= 0:
+        raise ValueError(f"{source}: all {len(trace)} requests of the trace (after the profile filter) "
+                         "arrive at the same timestamp: it has no arrival rate to scale")
+    return (len(trace) - 1) / span
 
 
 def prewarm_placement(history: list[Request], decode_names: list[str],

@@ -59,7 +59,9 @@ def test_a_signal_tears_everything_down(tmp_path, sig, extra):
         proc.kill()
         cleanup.clean()
         raise
-    assert proc.returncode == 0, (tmp_path / "net-up.log").read_text()[-3000:]
+    log = (tmp_path / "net-up.log").read_text()
+    assert proc.returncode == 128 + sig, log[-3000:]  # 130 for SIGINT, 143 for SIGTERM
+    assert "fabric down, nothing left behind" in log
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
     (report,) = (tmp_path / "runs").glob("*/fidelity.json")
