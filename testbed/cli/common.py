@@ -67,7 +67,7 @@ def progress_bar(title: str, total: int, disable: bool = False):
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     sys.exit(2)
 
 
@@ -86,7 +86,7 @@ def _crash(exc: BaseException) -> None:
     except OSError:
         saved = "the traceback could not be saved:\n" + text
     console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (a bug in "
-                  f"netkv-testbed; {saved}; please report it)", highlight=False)
+                  f"netkv-testbed; {saved}; please report it)", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -27,6 +28,40 @@ def _cells(folder: Path) -> dict[str, Path]:
     return cells
 
 
+TRANSFER_COLUMNS = ("request", "shard", "tier", "bytes", "start", "end")
+
+
+def _summary(path: Path) -> dict:
+    """A cell's summary.json, or a RunFolderError naming the file and what is wrong."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RunFolderError(f"{path}: not a readable JSON summary ({exc})") from None
+    if not isinstance(doc, dict):
+        raise RunFolderError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _transfers(path: Path) -> list[dict]:
+    """A cell's transfers.csv with the columns compare pairs on, every value checked."""
+    try:
+        rows = read_csv(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RunFolderError(f"{path}: not a readable CSV ({exc})") from None
+    for line, row in enumerate(rows, start=2):
+        missing = [c for c in TRANSFER_COLUMNS if row.get(c) is None]
+        if missing:
+            raise RunFolderError(f"{path}:{line}: missing column(s) {', '.join(missing)}")
+        try:
+            int(row["shard"]), int(row["tier"]), float(row["bytes"])
+            for c in ("start", "end"):
+                if row[c] not in ("", None):
+                    float(row[c])
+        except ValueError as exc:
+            raise RunFolderError(f"{path}:{line}: {exc}") from None
+    return rows
+
+
 def compare_runs(reference: Path, model: Path, out: Path) -> dict:
     """Per common cell: transfer errors; per point: metrics and ranking in both runs."""
     ref_cells, mod_cells = _cells(reference), _cells(model)
@@ -36,12 +71,12 @@ def compare_runs(reference: Path, model: Path, out: Path) -> dict:
     all_pairs = []
     seeds: dict[str, dict[str, dict[str, list[dict]]]] = {}
     for key in common:
-        pairs, _ = compare.match_transfers(read_csv(ref_cells[key] / "transfers.csv"),
-                                           read_csv(mod_cells[key] / "transfers.csv"))
+        pairs, _ = compare.match_transfers(_transfers(ref_cells[key] / "transfers.csv"),
+                                           _transfers(mod_cells[key] / "transfers.csv"))
         all_pairs.extend(pairs)
         point, sched, _seed = key.split("/")
         for side, cells in (("reference", ref_cells), ("model", mod_cells)):
-            summary = json.loads((cells[key] / "summary.json").read_text())
+            summary = _summary(cells[key] / "summary.json")
             seeds.setdefault(point, {}).setdefault(side, {}).setdefault(sched, []).append(summary)
     # mean over the seeds both runs have, as the runs' own tables report
     per_point = {p: {side: {s: aggregate(v) for s, v in by.items()} for side, by in d.items()}
