@@ -194,3 +194,38 @@ def test_a_signal_ends_simulate_with_its_code_and_keeps_finished_cells(tmp_path,
     (folder,) = tmp_path.glob("out/*")
     assert reason in (folder / PARTIAL).read_text()
     assert all(p.exists() for p in done)  # finished cells are kept
+
+
+def test_the_size_estimate_matches_the_workload_it_describes(write_scenario):
+    from testbed.estimate import estimate
+    from testbed.scenario import load_scenario
+    from testbed.workloads.build import build_workload
+
+    for extra in ("", "workload: {trace: TRACE, load: 3, measure_s: 120, profile: all, "
+                  "trace_loop: true}\n"):
+        sc = load_scenario(write_scenario("name: x\n" + (extra or "workload: {trace: TRACE}\n")))
+        size = estimate(sc)
+        built = len(build_workload(sc, sc.seed).requests)
+        # the offered rate times the duration; a trace window is burstier than its mean
+        assert 0.5 * built <= size.requests <= 2 * built + 2, (size.requests, built)
+        assert size.flows == size.requests * sc.cluster.tp
+        assert size.runs == len(sc.schedulers) and size.memory_bytes > 0
+
+
+def test_a_run_too_large_for_the_machine_is_refused_unless_forced(tmp_path, monkeypatch):
+    import testbed.estimate as estimate
+
+    path = tmp_path / "s.yaml"
+    path.write_text(HEAD + "schedulers: [rr]\n")
+    monkeypatch.setattr(estimate, "MAX_REQUESTS", 10)
+    for command in ("check", "simulate"):
+        result = run([command, str(path), "--out", str(tmp_path / "out")]
+                     if command == "simulate" else [command, str(path)])
+        assert result.exit_code == 2, result.output
+        assert "too large to run here" in result.output and "more than 10 " in result.output
+    assert not (tmp_path / "out").exists()
+    result = run(["simulate", str(path), "--force", "--quiet", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setattr(estimate, "MAX_REQUESTS", 5_000_000)
+    result = run(["check", str(path)])
+    assert result.exit_code == 0 and "size    :" in result.output

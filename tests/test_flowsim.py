@@ -110,7 +110,7 @@ def test_an_interrupted_run_is_marked_partial(trace_path, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_flowsim(sc, tmp_path, interrupt)
     (folder,) = tmp_path.iterdir()
-    assert "interrupted: KeyboardInterrupt" in (folder / PARTIAL).read_text()
+    assert "interrupted by SIGINT" in (folder / PARTIAL).read_text()
     assert (folder / "cells" / "000-base" / "rr" / "seed1" / "requests.csv").is_file()
 
 

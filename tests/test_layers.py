@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
     "yamlfile", "model", "workloads", "topologies", "datapath", "lifecycle", "records", "metrics",
-    "scenario", "serving", "control", "flowsim", "controller", "workers", "remote", "sweep",
+    "scenario", "estimate", "serving", "control", "flowsim", "controller", "workers", "remote", "sweep",
     "runner", "emulation", "validate", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"

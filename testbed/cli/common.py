@@ -181,3 +181,19 @@ def scenario_options(seeds: bool = False):
                             help=SET_HELP, is_eager=True, expose_value=False,
                             callback=_remember(SETS))(fn)
     return wrap
+
+
+def force_option(fn):
+    return click.option("--force", is_flag=True,
+                        help="Run even past the size limits `testbed check` reports "
+                             "(requests, periodic events, memory).")(fn)
+
+
+def refuse_oversized(scenario, force: bool) -> None:
+    """Stop a run too large for this machine before anything starts (unless --force)."""
+    from testbed.estimate import available_memory, estimate
+
+    problems = estimate(scenario).refusals(available_memory())
+    if problems and not force:
+        _fail(f"{scenario.name}: too large to run here: {'; '.join(problems)}. "
+              "`testbed check` shows the estimate; --force runs it anyway")

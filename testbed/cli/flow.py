@@ -9,7 +9,16 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from testbed.cli.common import _fail, console, main, out, progress_bar, scenario_options
+from testbed.cli.common import (
+    _fail,
+    console,
+    force_option,
+    main,
+    out,
+    progress_bar,
+    refuse_oversized,
+    scenario_options,
+)
 from testbed.model.schedulers import SCHEDULERS
 from testbed.workloads.mooncake import TraceError
 
@@ -23,8 +32,9 @@ from testbed.workloads.mooncake import TraceError
               help="Run cells on this many local processes (0: one per core).")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Run cells on a Dask cluster (tcp://host:8786), or local:N for a local one.")
+@force_option
 def simulate(scenario, out_dir: str,
-             quiet: bool, jobs: int, dask_address: str | None) -> None:
+             quiet: bool, jobs: int, dask_address: str | None, force: bool) -> None:
     """Run SCENARIO in the flow-level simulator and print the comparison table.
 
     Every sweep point x scheduler x seed is one run (a cell); records go to
@@ -39,6 +49,7 @@ def simulate(scenario, out_dir: str,
 
     if dask_address and jobs != 1:
         _fail("give --jobs or --dask, not both")
+    refuse_oversized(scenario, force)
     executor = (Executor.dask(dask_address) if dask_address
                 else Executor.local(jobs) if jobs != 1 else Executor.serial())
 
@@ -73,12 +84,25 @@ def simulate(scenario, out_dir: str,
 @main.command()
 @scenario_options()
 def check(scenario) -> None:
-    """Validate SCENARIO (every sweep cell) and describe what it would run."""
+    """Validate SCENARIO (every sweep cell) and describe what it would run.
+
+    Ends with the size of the largest run (requests, KV flows, periodic events, peak
+    memory); a scenario past the limits (5M requests or 100M periodic events per run,
+    80% of the available memory) exits 2 here, and simulate/emulate/validate refuse it
+    unless --force.
+    """
+    from testbed.estimate import available_memory, estimate
     from testbed.workloads.build import build_workload
 
     try:
         sc = scenario
         cells = sc.cells()
+        size = estimate(sc)
+        problems = size.refusals(available_memory())
+        if problems:  # building even one cell's workload could take the machine down
+            for line in size.lines():
+                out.print(f"size    : {line}")
+            refuse_oversized(sc, force=False)
         wl = build_workload(cells[0][1], sc.seed)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
@@ -96,6 +120,8 @@ def check(scenario) -> None:
               f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
     for key, values in sc.sweep.items():
         out.print(f"sweep   : {key} in {values}")
+    for line in size.lines():
+        out.print(f"size    : {line}")
     out.print(f"packets : {_validity_line(cells[0][1], wl)}")
     out.print("[green]scenario is valid[/]")
 

@@ -14,9 +14,11 @@ from testbed.cli.common import (
     Terminated,
     _fail,
     console,
+    force_option,
     handle_signals,
     main,
     progress_bar,
+    refuse_oversized,
     scenario_options,
 )
 from testbed.scenario import ScenarioError
@@ -170,8 +172,9 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
               type=click.Path(file_okay=False), help="Where run folders go.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
+@force_option
 def emulate(scenario, out_dir: str,
-            verbose: bool, quiet: bool) -> None:
+            verbose: bool, quiet: bool, force: bool) -> None:
     """Run SCENARIO on packets: Mininet fat-tree, SDN controller, real worker processes.
 
     Per sweep point the fabric is built once; each scheduler x seed then runs with fresh
@@ -183,6 +186,7 @@ def emulate(scenario, out_dir: str,
     warm-up + measurement + drain per run x schedulers x seeds adds up.
     """
     sc = scenario
+    refuse_oversized(sc, force)
     try:
         from testbed.runner import preflight
 
@@ -271,8 +275,9 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this calibration.json (from testbed calibrate) instead of measuring.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+@force_option
 def validate(scenario, out_dir: str, calibration: str | None,
-             verbose: bool) -> None:
+             verbose: bool, force: bool) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -294,6 +299,7 @@ def validate(scenario, out_dir: str, calibration: str | None,
     from testbed.validate.pipeline import check_calibration, summary_lines
     from testbed.validate.pipeline import validate as run_validation
 
+    refuse_oversized(scenario, force)
     try:
         sc = scenario
         preflight(sc)

@@ -60,28 +60,51 @@ def load_trace(path: str) -> list[Request]:
     return list(_cached_trace(str(p), mtime))
 
 
-def build_workload(scenario, seed: int) -> Workload:
-    """Requests arriving in [0, warmup + measure), at the scenario's rate, seeded."""
+def offered_rate(scenario, seed: int) -> tuple[float, float]:
+    """(rate, capacity) in requests/s: the prefill pool's capacity for the workload's own
+    length mix, and what the scenario offers. Cheap: no request list is built, so a size
+    estimate can refuse a run before it allocates anything."""
     wl = scenario.workload
     timing = scenario.timing_model()
     n_prefill = len(scenario.cluster.spec().prefill_pool)
-    duration = wl.warmup_s + wl.measure_s
-    rng = random.Random(seed)
     if wl.synthetic is not None:
         s = wl.synthetic
         profile = scenario.profile()
-        lo = profile.min_input or 16
-        hi = profile.max_input or 131072
         mean_in = wl.input_length or s.mean_input
         # capacity from the generator's own mix, drawn with a separate seeded stream
         probe = synthetic.generate(random.Random(seed + 10_000), 100.0, 20.0, mean_in,
-                                   s.sigma_input, s.mean_output, lo, hi)
+                                   s.sigma_input, s.mean_output, profile.min_input or 16,
+                                   profile.max_input or 131072)
         lengths = [wl.input_length or r.input_len for r in probe]
-        capacity = prefill_capacity_rps(timing, lengths, n_prefill)
-        rate = wl.rate_rps or wl.load * capacity
+    else:
+        trace = _profile_trace(scenario)
+        lengths = [wl.input_length or r.input_len for r in trace]
+    capacity = prefill_capacity_rps(timing, lengths, n_prefill)
+    return wl.rate_rps or wl.load * capacity, capacity
+
+
+def _profile_trace(scenario) -> list[Request]:
+    wl = scenario.workload
+    trace = filter_profile(load_trace(wl.trace), scenario.profile())
+    if len(trace) < 2:
+        raise ValueError(f"{wl.trace}: fewer than two requests match profile '{wl.profile}'")
+    return trace
+
+
+def build_workload(scenario, seed: int) -> Workload:
+    """Requests arriving in [0, warmup + measure), at the scenario's rate, seeded."""
+    wl = scenario.workload
+    duration = wl.warmup_s + wl.measure_s
+    rng = random.Random(seed)
+    rate, capacity = offered_rate(scenario, seed)
+    if wl.synthetic is not None:
+        s = wl.synthetic
+        profile = scenario.profile()
+        mean_in = wl.input_length or s.mean_input
         p_share = scenario.p_share()
         reqs = synthetic.generate(
-            rng, rate, duration, mean_in, s.sigma_input, s.mean_output, lo, hi,
+            rng, rate, duration, mean_in, s.sigma_input, s.mean_output,
+            profile.min_input or 16, profile.max_input or 131072,
             p_share=0.5 if p_share is None else p_share, documents=s.documents,
             zipf_s=s.zipf_s, share_fraction=s.share_fraction,
         )
@@ -90,16 +113,12 @@ def build_workload(scenario, seed: int) -> Workload:
         return Workload(reqs, [], rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s(),
                         _mix(wl.slo_mix))
 
-    trace = filter_profile(load_trace(wl.trace), scenario.profile())
-    if len(trace) < 2:
-        raise ValueError(f"{wl.trace}: fewer than two requests match profile '{wl.profile}'")
+    trace = _profile_trace(scenario)
     if wl.input_length:
         trace = override_length(trace, wl.input_length)
     p_share = scenario.p_share()
     if p_share is not None:
         trace = apply_sharing(trace, p_share, rng)
-    capacity = prefill_capacity_rps(timing, [r.input_len for r in trace], n_prefill)
-    rate = wl.rate_rps or wl.load * capacity
     span_needed = wl.trace_offset_s + duration * rate / _rate(trace, wl.trace)
     if span_needed > trace[-1].arrival_s:
         if not wl.trace_loop:

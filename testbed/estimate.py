@@ -1,0 +1,102 @@
+"""How big a run will be, before it starts: requests, flows, periodic events, memory.
+
+`testbed check` prints it; `simulate` and `emulate` refuse a run past the limits unless
+--force, so a typo (a day of measurement at 100x load) ends in a sentence, not in a machine
+swapping for an hour. The memory model is fitted on this project's own runs (2-core
+development machine, peak RSS of `testbed simulate`): about 70 MB for the interpreter and
+libraries, 3.5-5.4 KB per request (7,754 and 51,542 requests of the shipped trace, CLA*),
+and about 125 MB per 1,000 GPUs per simulated minute (8,192 GPUs x 60 s: 1.0 GB).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+BASE_BYTES = 100e6
+PER_REQUEST_BYTES = 6e3
+PER_GPU_MINUTE_BYTES = 125e3
+MAX_REQUESTS = 5_000_000  # per run
+MAX_EVENTS = 100_000_000  # periodic events per run (refresh, background, levels, cycles)
+MEMORY_SHARE = 0.8  # of the memory available when the run starts
+
+
+@dataclass(frozen=True)
+class Estimate:
+    cells: int
+    runs: int
+    requests: int  # the largest run's
+    flows: int
+    periodic_events: int
+    memory_bytes: float  # the largest run's peak, one process
+
+    def lines(self) -> list[str]:
+        return [f"{self.cells} sweep point(s), {self.runs} run(s); the largest run: "
+                f"~{self.requests:,} requests, ~{self.flows:,} KV flows, "
+                f"~{self.periodic_events:,} periodic events, ~{self.memory_bytes / 1e6:,.0f} MB "
+                "peak memory per process"]
+
+    def refusals(self, available_bytes: float | None) -> list[str]:
+        out = []
+        if self.requests > MAX_REQUESTS:
+            out.append(f"~{self.requests:,} requests in one run, more than {MAX_REQUESTS:,} "
+                       "(lower workload.load or rate_rps, or the duration)")
+        if self.periodic_events > MAX_EVENTS:
+            out.append(f"~{self.periodic_events:,} periodic events in one run, more than "
+                       f"{MAX_EVENTS:,} (raise oracle.refresh_s, background.change_s, "
+                       "reprioritize_s or flowkv.cycle_s, or shorten the run)")
+        if available_bytes is not None and self.memory_bytes > MEMORY_SHARE * available_bytes:
+            out.append(f"~{self.memory_bytes / 1e9:,.1f} GB peak memory, more than "
+                       f"{MEMORY_SHARE:.0%} of the {available_bytes / 1e9:,.1f} GB available")
+        return out
+
+
+def estimate(scenario) -> Estimate:
+    """The scenario's size, from its cells' offered rates (no request list is built)."""
+    from testbed.workloads.build import offered_rate
+
+    cells = scenario.cells()
+    rates: dict[str, float] = {}
+    worst = (0, 0, 0, 0.0)
+    for _, cell in cells:
+        key = json.dumps([cell.workload.model_dump(mode="json"),
+                          cell.timing.model_dump(mode="json"),
+                          cell.cluster.model_dump(mode="json")], sort_keys=True)
+        if key not in rates:
+            rates[key] = offered_rate(cell, cell.seed)[0]
+        size = _run_size(cell, rates[key])
+        worst = max(worst, size, key=lambda s: s[3])
+    requests, flows, events, memory = worst
+    runs = sum(len(c.schedulers) * c.seeds for _, c in cells)
+    return Estimate(len(cells), runs, requests, flows, events, memory)
+
+
+def _run_size(cell, rate: float) -> tuple[int, int, int, float]:
+    wl, spec = cell.workload, cell.cluster.spec()
+    duration = wl.warmup_s + wl.measure_s
+    requests = int(rate * duration) + 1
+    flows = requests * (cell.network.flows_per_transfer or spec.tp)
+    per_s = 1 / cell.oracle.refresh_s
+    bg = cell.network.background
+    if bg.tier1 or bg.tier2 or bg.tier3 or bg.jitter:
+        per_s += len(spec.links) / bg.change_s
+    if cell.network.flow_policy != "fair":
+        per_s += 1 / cell.network.reprioritize_s
+    if "flowkv" in cell.schedulers:
+        per_s += 1 / cell.flowkv.cycle_s
+    events = int(per_s * (duration + cell.drain_s))
+    memory = (BASE_BYTES + requests * PER_REQUEST_BYTES
+              + spec.n_gpus * PER_GPU_MINUTE_BYTES * max(1.0, duration / 60))
+    return requests, flows, events, memory
+
+
+def available_memory() -> float | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
