@@ -168,19 +168,34 @@ class RemoteHost:
         sftp = self.client.open_sftp()
         count = 0
         try:
+            root = Path(local_dir).resolve()
+
             def walk(src: str, dst: Path) -> None:
                 nonlocal count
                 dst.mkdir(parents=True, exist_ok=True)
                 for entry in sftp.listdir_attr(src):
+                    target = confined(root, dst, entry.filename)
                     rpath = f"{src.rstrip('/')}/{entry.filename}"
                     if stat.S_ISDIR(entry.st_mode or 0):
-                        walk(rpath, dst / entry.filename)
+                        walk(rpath, target)
                     elif stat.S_ISREG(entry.st_mode or 0):
-                        sftp.get(rpath, str(dst / entry.filename))
+                        sftp.get(rpath, str(target))
                         count += 1
-            walk(remote_dir, Path(local_dir))
+            walk(remote_dir, root)
         except OSError as exc:
             raise RemoteError(f"{self.spec.where}: cannot collect {remote_dir}: {exc}") from None
         finally:
             sftp.close()
         return count
+
+
+def confined(root: Path, dst: Path, name: str) -> Path:
+    """dst/name, refused unless it is a plain name that stays inside root: a remote
+    listing is not trusted (a server that answers '../../x', '/etc/x' or '..' for a file
+    name must not write outside the target folder)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise RemoteError(f"refusing remote file name {name!r}: not a plain file name")
+    target = (dst / name).resolve()
+    if not target.is_relative_to(root):
+        raise RemoteError(f"refusing remote file name {name!r}: it leads outside {root}")
+    return target
