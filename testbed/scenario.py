@@ -9,6 +9,7 @@ cells of the experiment's table. Every cell is validated when the file is loaded
 from __future__ import annotations
 
 import copy
+import ipaddress
 import itertools
 from dataclasses import replace
 from pathlib import Path
@@ -334,7 +335,12 @@ class EmulationCfg(_Strict):
         "layer: the userspace datapath forwards every port in one thread, so one daemon "
         "is one core. 1 (the system's OVS) is right on 2 cores; about cores/4 on a server "
         "(README, Fidelity)")
-    bind: str = Field("127.0.0.1", description="controller, oracle and metrics address")
+    bind: str = Field("127.0.0.1", description="controller, oracle and metrics address: "
+                      "loopback unless switches or schedulers on other machines need them")
+    token: str | None = Field(
+        None, min_length=16, max_length=256, pattern=r"^[\x21-\x7e]+$",
+        description="bearer token POST /intent requires (Authorization: Bearer ...); "
+        "required when bind is not loopback. It is saved with the run's scenario.yaml")
     of_port: int = Field(6653, ge=1, le=65535)
     oracle_port: int = Field(8000, ge=1, le=65535)
     metrics_port: int = Field(9464, ge=1, le=65535, description="not 9100: node exporter")
@@ -360,6 +366,24 @@ class EmulationCfg(_Strict):
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
         "default, bbr on many kernels)")
+
+
+    @field_validator("bind")
+    @classmethod
+    def _an_address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address") from None
+        return v
+
+    @model_validator(mode="after")
+    def _exposed_needs_token(self) -> EmulationCfg:
+        if not ipaddress.ip_address(self.bind).is_loopback and self.token is None:
+            raise ValueError(f"bind {self.bind} is not loopback: the intent endpoint and "
+                             "OpenFlow would be open to that network, so set emulation.token "
+                             "(16+ characters) for POST /intent, and firewall of_port")
+        return self
 
 
 class RecoveryCfg(_Strict):

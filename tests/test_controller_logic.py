@@ -231,3 +231,87 @@ def test_forwarding_rules_pin_the_pair_path_only_under_per_pair(fabric, ecmp):
                 assert fabric.switch_ports[(tor, r.actions[0][1])].peer_of(tor) == hops[0][1]
                 checked += 1
         assert checked > 0
+
+
+def _raw_post(port: int, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+    """A POST with exactly these headers (urllib would fix Content-Length itself)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.putrequest("POST", "/intent", skip_accept_encoding=True)
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    conn.send(body)
+    resp = conn.getresponse()
+    out = resp.status, resp.read().decode()
+    conn.close()
+    return out
+
+
+GOOD = b'{"request_id": "r", "src": "i0", "dst": "i9", "size_bytes": 5}'
+
+
+@pytest.mark.parametrize("headers, body, code, says", [
+    ({"Content-Length": "-1"}, GOOD, 400, "Content-Length"),
+    ({"Content-Length": "abc"}, GOOD, 400, "Content-Length"),
+    ({}, GOOD, 411, "Content-Length"),
+    ({"Content-Length": str(5 * 2**20)}, b"x" * 1000, 413, "body over"),
+    (None, b"[1,2]", 400, "JSON object"),
+    (None, b'{"request_id": "r", "src": "i0", "dst": "zz", "size_bytes": 5}', 400, "dst"),
+    (None, b'{"request_id": "r", "src": "i0", "dst": "i9", "size_bytes": -5}', 400,
+     "size_bytes"),
+    (None, b'{"request_id": "r", "src": "i0", "dst": "i9", "size_bytes": "5"}', 400,
+     "size_bytes"),
+    (None, b'{"request_id": "r", "src": "i0", "dst": "i9", "size_bytes": 5, "x": 1}', 400,
+     "unknown field"),
+])
+def test_the_intent_endpoint_bounds_and_checks_what_it_takes(fabric, headers, body, code, says):
+    state = ControllerState(fabric)
+    server = make_server(state, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    headers = {"Content-Length": str(len(body))} if headers is None else headers
+    try:
+        got, text = _raw_post(server.server_address[1], headers, body)
+        assert got == code and says in text, text
+        assert state.intents_total == 0
+    finally:
+        server.shutdown()
+
+
+def test_a_token_guards_the_intent_endpoint_and_stored_intents_are_capped(fabric, monkeypatch):
+    from testbed.controller import state as state_mod
+
+    state = ControllerState(fabric)
+    server = make_server(state, "127.0.0.1", 0, token="s3cret-token-0123456789")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    length = {"Content-Length": str(len(GOOD))}
+    try:
+        assert _raw_post(port, length, GOOD)[0] == 401
+        assert _raw_post(port, {**length, "Authorization": "Bearer wrong"}, GOOD)[0] == 401
+        ok = {**length, "Authorization": "Bearer s3cret-token-0123456789"}
+        assert _raw_post(port, ok, GOOD)[0] == 202
+    finally:
+        server.shutdown()
+    monkeypatch.setattr(state_mod, "MAX_INTENT_BYTES", 1000)
+    from testbed.model.oracle import TransferIntent
+
+    for k in range(100):
+        state.store_intent(TransferIntent(f"r{k}" + "x" * 50, "i0", "i9", 5))
+    assert state.intents_total == 101 and state.intents_bytes <= 1000
+    assert state.intents[-1].request_id.startswith("r99") and len(state.intents) < 20
+
+
+def test_a_bind_beyond_loopback_needs_a_token(write_scenario):
+    from testbed.scenario import ScenarioError, load_scenario
+
+    with pytest.raises(ScenarioError, match="emulation.token"):
+        load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"
+                                     "emulation: {bind: 0.0.0.0}\n"))
+    with pytest.raises(ScenarioError, match="not an IP address"):
+        load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"
+                                     "emulation: {bind: localhost}\n"))
+    sc = load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\nemulation: "
+                                      "{bind: 0.0.0.0, token: abcdefghijklmnop}\n"))
+    assert sc.emulation.token == "abcdefghijklmnop"

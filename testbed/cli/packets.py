@@ -43,7 +43,8 @@ def controller(scenario, openflow_sockets) -> None:
 
     emu = sc.emulation
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets)
+        packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets,
+        emu.token)
 
 @main.group()
 def net() -> None:

@@ -20,7 +20,7 @@ from testbed.topologies.fabric import Fabric
 def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
         bind: str = "127.0.0.1", poll_s: float = 1.0, ecmp: str = "per-flow",
         kv_port: int = 7000, ovs_instances: int = 1,
-        openflow_sockets: tuple[str, ...] = ()) -> None:
+        openflow_sockets: tuple[str, ...] = (), token: str | None = None) -> None:
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
     from os_ken.controller import controller as _of  # noqa: F401 - registers ofp options
@@ -35,7 +35,7 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
                               ovs_instances)
     cfg.CONF(args=["--ofp-tcp-listen-port", str(of_port), "--ofp-listen-host", bind],
              project="os_ken")
-    server = make_server(state, bind, oracle_port)
+    server = make_server(state, bind, oracle_port, token)
     serve_in_thread(server)
     metrics.serve(bind, metrics_port)
     for path in openflow_sockets:

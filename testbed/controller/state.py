@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.topologies.fabric import Fabric
+
+MAX_INTENTS = 10_000
+MAX_INTENT_BYTES = 4 * 2**20
+
+
+def _size(intent: TransferIntent) -> int:
+    return len(intent.request_id) + len(intent.src) + len(intent.dst) + 64
 
 
 @dataclass
@@ -20,8 +28,9 @@ class ControllerState:
     congestion: dict[int, float] = field(default_factory=dict)
     generated_at: float | None = None  # wall clock of the last telemetry poll
     polls: int = 0
-    intents: list[TransferIntent] = field(default_factory=list)  # the last 10,000
+    intents: deque[TransferIntent] = field(default_factory=deque)  # the latest, bounded
     intents_total: int = 0
+    intents_bytes: int = 0
     link_utilisation: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def oracle(self) -> Oracle:
@@ -34,6 +43,15 @@ class ControllerState:
                 congestion=dict(self.congestion),
                 generated_at=self.generated_at or 0.0,
             )
+
+    def store_intent(self, intent: TransferIntent) -> None:
+        """Keep the latest intents, at most MAX_INTENTS and MAX_INTENT_BYTES of them."""
+        with self.lock:
+            self.intents.append(intent)
+            self.intents_total += 1
+            self.intents_bytes += _size(intent)
+            while len(self.intents) > MAX_INTENTS or self.intents_bytes > MAX_INTENT_BYTES:
+                self.intents_bytes -= _size(self.intents.popleft())
 
     def age_s(self) -> float | None:
         with self.lock:

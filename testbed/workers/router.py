@@ -155,9 +155,12 @@ class Router:
 
     def _post_intents(self) -> None:
         while (intent := self.intents.get()) is not None:
+            headers = {"Content-Type": "application/json"}
+            if self.sc.emulation.token:
+                headers["Authorization"] = f"Bearer {self.sc.emulation.token}"
             req = urllib.request.Request(self.cfg.oracle_url + "/intent",
                                          data=json.dumps(intent.to_dict()).encode(),
-                                         headers={"Content-Type": "application/json"})
+                                         headers=headers)
             try:
                 urllib.request.urlopen(req, timeout=2.0).close()
                 self.intents_posted += 1
