@@ -131,11 +131,14 @@ class ClusterCfg(_Strict):
             if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
                 gpus = dims[0] * dims[1] * dims[2] * dims[3]
                 if gpus > MAX_GPUS:
+                    need = gpus * 125_000 // 10**9  # integers: the product may be huge
                     raise ValueError(
-                        f"pods x racks_per_pod x servers_per_rack x gpus_per_server = {gpus:,} "
-                        f"GPUs, more than {MAX_GPUS:,}: the flow model holds about 125 MB per "
-                        f"1,000 GPUs per simulated minute (measured at 8,192), so this would "
-                        f"need ~{gpus * 125e3 / 1e9:,.0f} GB")
+                        "pods x racks_per_pod x servers_per_rack x gpus_per_server = "
+                        + (f"{gpus:,} GPUs" if gpus < 10**12 else "over 10^12 GPUs")
+                        + f", more than {MAX_GPUS:,}: the flow model holds about 125 MB per "
+                        "1,000 GPUs per simulated minute (measured at 8,192), so this would "
+                        "need " + (f"~{need:,} GB" if need < 10**6 else "more memory than "
+                                   "any machine has"))
         return data
 
     @model_validator(mode="after")
