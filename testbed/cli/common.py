@@ -189,11 +189,12 @@ def force_option(fn):
                              "(requests, periodic events, memory).")(fn)
 
 
-def refuse_oversized(scenario, force: bool) -> None:
-    """Stop a run too large for this machine before anything starts (unless --force)."""
+def refuse_oversized(scenario, force: bool, size=None) -> None:
+    """Stop a run too large for this machine before anything starts (unless --force);
+    `size`: the scenario's Estimate, when the caller has it already."""
     from testbed.estimate import available_memory, estimate
 
-    problems = estimate(scenario).refusals(available_memory())
+    problems = (size or estimate(scenario)).refusals(available_memory())
     if problems and not force:
         _fail(f"{scenario.name}: too large to run here: {'; '.join(problems)}. "
               "`testbed check` shows the estimate; --force runs it anyway")

@@ -101,11 +101,10 @@ def check(scenario) -> None:
         sc = scenario
         cells = sc.cells()
         size = estimate(sc)
-        problems = size.refusals(available_memory())
-        if problems:  # building even one cell's workload could take the machine down
+        if size.refusals(available_memory()):  # even one cell's workload could be too much
             for line in size.lines():
                 out.print(f"size    : {line}")
-            refuse_oversized(sc, force=False)
+            refuse_oversized(sc, force=False, size=size)
         first = cells[0][1]
         # describing a large run from its offered rate keeps check under a second
         wl = build_workload(first, sc.seed) if size.requests <= CHECK_BUILDS else None

@@ -210,14 +210,22 @@ def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = 
     path) puts them when the fabric is split over several OVS daemons; one netlink
     socket per namespace.
     """
+    out = {}
+    for got in per_namespace(ifnames, netns, lambda ipr, names: _counters(
+            ipr, names, include_link, levels)):
+        out.update(got)
+    return out
+
+
+def per_namespace(ifnames: list[str], netns: dict[str, str] | None, fn) -> list:
+    """fn(ipr, names) once per namespace the interfaces live in (`netns`: interface ->
+    namespace path; the root namespace for the rest); a namespace that does not exist
+    (yet, or any more) is skipped, as a missing interface is."""
     groups: dict[str | None, list[str]] = {}
     for name in ifnames:
         groups.setdefault((netns or {}).get(name), []).append(name)
-    out = {}
-    for path, names in groups.items():
-        out.update(in_namespace(path, lambda ipr, names=names: _counters(
-            ipr, names, include_link, levels)))
-    return out
+    return [in_namespace(path, lambda ipr, names=names: fn(ipr, names))
+            for path, names in groups.items() if path is None or os.path.exists(path)]
 
 
 def _counters(ipr, ifnames: list[str], include_link: bool, levels: bool) -> dict:

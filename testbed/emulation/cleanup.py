@@ -13,13 +13,13 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.emulation import ovs_daemons
 from testbed.topologies.placement import NETNS_PREFIX
 
 STATE_DIR = Path(os.environ.get("NETKV_STATE_DIR", "/run/netkv-testbed"))
@@ -161,8 +161,7 @@ def remove(left: Leftovers) -> None:
             cmd += ["--", "--if-exists", "del-br", b]
         _run(cmd, timeout=20)
     for netns in left.namespaces:  # takes every veth end inside, and so its peer
-        _run(["ip", "netns", "del", netns], timeout=30)
-        shutil.rmtree(STATE_DIR / f"ovs{netns[len(NETNS_PREFIX):]}", ignore_errors=True)
+        ovs_daemons.remove(netns, ovs_daemons.rundir(STATE_DIR, int(netns[len(NETNS_PREFIX):])))
     for intf in our_interfaces():
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:

@@ -51,7 +51,7 @@ THREAD_NEAR = 0.85
 
 @dataclass(frozen=True)
 class ThreadLoad:
-    process: str  # ovs-vswitchd (#k for a further instance) or a worker's name
+    process: str  # ovs-vswitchd (@netns of a private daemon, #k another) or a worker
     thread: str  # the kernel's thread name
     role: str  # main | pmd | handler | revalidator | other | worker
     median: float  # share of one core over the loaded intervals

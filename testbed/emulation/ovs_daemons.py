@@ -48,7 +48,7 @@ class OvsDaemon:
     def __init__(self, index: int, state_dir: Path):
         self.index = index
         self.netns = netns_name(index)
-        self.rundir = Path(state_dir) / f"ovs{index}"
+        self.rundir = rundir(state_dir, index)
         self.procs: list[subprocess.Popen] = []
 
     @property
@@ -126,10 +126,13 @@ class OvsDaemon:
         remove(self.netns, self.rundir)
 
 
-def remove(netns: str, rundir: Path | None) -> None:
+def rundir(state_dir: Path, index: int) -> Path:
+    return Path(state_dir) / f"ovs{index}"
+
+
+def remove(netns: str, files: Path) -> None:
     """Delete a daemon's namespace (and with it every veth end inside) and its files."""
     if Path(f"/run/netns/{netns}").exists():
         with suppress(subprocess.TimeoutExpired):
             subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
-    if rundir is not None:
-        shutil.rmtree(rundir, ignore_errors=True)
+    shutil.rmtree(files, ignore_errors=True)

@@ -4,8 +4,6 @@ control plane's: testbed/control/plane.py.)"""
 
 from __future__ import annotations
 
-import os
-
 
 class FaultState:
     def __init__(self):
@@ -33,11 +31,7 @@ def fault_interfaces(fabric, fault) -> list[str]:
 def set_links(interfaces: list[str], up: bool, netns: dict[str, str] | None = None) -> None:
     """Switch ports up or down, each in its namespace (`netns`: interface -> namespace
     path, for a fabric split over several OVS daemons; the root namespace otherwise)."""
-    from testbed.datapath.tc import in_namespace
-
-    groups: dict[str | None, list[str]] = {}
-    for name in interfaces:
-        groups.setdefault((netns or {}).get(name), []).append(name)
+    from testbed.datapath.tc import per_namespace
 
     def apply(ipr, names):
         for name in names:
@@ -45,6 +39,4 @@ def set_links(interfaces: list[str], up: bool, netns: dict[str, str] | None = No
             if idx:  # none without a fabric (the local launcher's runs)
                 ipr.link("set", index=idx[0], state="up" if up else "down")
 
-    for path, names in groups.items():
-        if path is None or os.path.exists(path):
-            in_namespace(path, lambda ipr, names=names: apply(ipr, names))
+    per_namespace(interfaces, netns, apply)
