@@ -46,6 +46,7 @@ class RequestState:
     state: str | None = None  # one of TERMINAL_STATES
     reason: str = ""
     recovery: str = ""  # migrate | recompute | abort, when its decode instance failed
+    scheduler_fault: str = ""  # a plugin's decision thrown away, and why (model/guard.py)
 
     def terminate(self, state: str, reason: str = "") -> None:
         if self.state is not None:
@@ -92,4 +93,5 @@ def request_row(rs: RequestState, slo_s: float) -> dict:
         "slo_s": slo_s,
         "slo_met": ttft is not None and ttft <= slo_s and not math.isnan(ttft),
         "state": rs.state, "reason": rs.reason, "recovery": rs.recovery,
+        "scheduler_fault": rs.scheduler_fault,
     }

@@ -23,7 +23,7 @@ REQUEST_FIELDS = [
     "id", "arrival", "input_len", "output_len", "measured", "prefill", "decode", "tier",
     "hit_tokens", "reuse_tokens", "kv_bytes", "transfer_bytes", "prefill_start", "prefill_end",
     "transfer_start", "transfer_end", "predicted_transfer_s", "first_token", "done", "ttft",
-    "tbt", "slo_s", "slo_met", "state", "reason", "recovery",
+    "tbt", "slo_s", "slo_met", "state", "reason", "recovery", "scheduler_fault",
 ]
 TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
 LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]

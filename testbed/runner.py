@@ -15,8 +15,9 @@ import yaml
 from testbed.flowsim.simulator import simulate
 from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate, run_summary
+from testbed.model import plugins
+from testbed.model.plugins import display_name
 from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
-from testbed.model.schedulers import SCHEDULERS
 from testbed.records import RunFolder, atomic_write, interruption, write_json
 from testbed.workloads.build import build_workload
 
@@ -65,7 +66,13 @@ def count_runs(scenario) -> int:
 
 
 def preflight(scenario) -> None:
-    """Build every cell's workload before anything runs: bad input stops the whole run."""
+    """Build every cell's workload and plugin scheduler before anything runs: bad input
+    stops the whole run."""
+    from testbed.control.plane import scenario_scheduler
+
+    for key in scenario.schedulers:  # a plugin whose constructor fails is named now
+        if not plugins.is_builtin(key):
+            scenario_scheduler(scenario, key, scenario.seed)
     for point, cell in scenario.cells():
         try:
             build_workload(cell, cell.seed)
@@ -90,7 +97,7 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{slug(self.point)} {SCHEDULERS[self.scheduler]} seed {self.seed}"
+        return f"{slug(self.point)} {display_name(self.scheduler)} seed {self.seed}"
 
 
 def run_task(task: Task) -> dict:
@@ -162,7 +169,7 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
     write_json(folder.path / "summary.json", {
         "scenario": scenario.name, "engine": engine, "executor": describe,
         "lost_cells": lost, **extra,
-        "rows": [{"point": r.point, "scheduler": SCHEDULERS[r.scheduler], "key": r.scheduler,
+        "rows": [{"point": r.point, "scheduler": display_name(r.scheduler), "key": r.scheduler,
                   **r.stats} for r in rows],
     })
     atomic_write(folder.path / "table.md", table)
@@ -227,7 +234,7 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         peers = by_point[repr(row.point)]
         tiers = ":".join(f"{100 * s['tier_share'].get(str(t), 0.0):.0f}" for t in range(4))
         body.append([str(row.point[k]) for k in keys] + [
-            SCHEDULERS[row.scheduler],
+            display_name(row.scheduler),
             f"{_fmt(s['ttft_mean_ms'])}±{_fmt(s['ttft_mean_ms_std'])}",
             _fmt(s["ttft_p50_ms"]), _fmt(s["ttft_p99_ms"]), _fmt(s["tbt_mean_ms"], 2),
             _fmt(s["slo_attainment"], 3), _fmt(s["goodput_rps"], 2),

@@ -27,8 +27,8 @@ from pydantic import (
 )
 
 from testbed import yamlfile
+from testbed.model import plugins
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
-from testbed.model.schedulers import SCHEDULERS
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
 from testbed.topologies.fattree import FatTreeSpec
@@ -489,7 +489,11 @@ class Scenario(_Strict):
     description: str = Field("", max_length=10000)
     seed: int = Field(1, ge=0, le=2**32 - 1)
     seeds: int = Field(1, ge=1, le=1000, description="repetitions with seeds seed, seed+1, ...")
-    schedulers: list[str] = ["rr", "cla", "netkv-full"]
+    schedulers: list[str] = Field(["rr", "cla", "netkv-full"], max_length=64, description=(
+        "built-in keys, installed plugins' entry-point names, or 'module:Class'"))
+    scheduler_timeout_ms: float = Field(100.0, gt=0, le=60_000, description=(
+        "a plugin scheduler's decision past this is thrown away and the request placed by "
+        "LA (reported); a decision that never returns is interrupted"))
     cla_weights: tuple[float, float] | None = None
     model: str | CustomModel = "llama-3-70b"
     timing: TimingCfg = TimingCfg()
@@ -511,8 +515,8 @@ class Scenario(_Strict):
         if not v:
             raise ValueError("list at least one scheduler")
         for key in v:
-            if key not in SCHEDULERS:
-                raise ValueError(f"unknown scheduler {key!r}; choose from {', '.join(SCHEDULERS)}")
+            if not plugins.is_builtin(key):
+                plugins.resolve(key)  # imported and checked now, not mid-run
         if len(set(v)) != len(v):
             raise ValueError("a scheduler is listed twice")
         return v

@@ -7,7 +7,6 @@ reported by click as an invalid SCENARIO, naming the field or line, with exit co
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -18,7 +17,6 @@ from pathlib import Path
 import click
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from testbed import yamlfile
 from testbed.records import Terminated, stamp
@@ -41,30 +39,6 @@ def _parse_sets(values: tuple[str, ...]) -> dict:
             raise click.BadParameter(f"{key.strip()}: the value is not valid YAML ({exc})",
                                      param_hint="--set") from None
     return overrides
-
-def _stepper(progress, task):
-    """step(label): the previous run is done (from the second call on); show `label`."""
-    seen = [0]
-
-    def step(label: str) -> None:
-        if seen[0]:
-            progress.advance(task)
-        seen[0] += 1
-        progress.update(task, step=label)
-
-    return step
-
-@contextlib.contextmanager
-def progress_bar(title: str, total: int, disable: bool = False):
-    """A progress bar over a run's cells; yields (show(label): a label without a step,
-    step(label): the previous cell is done, `label` runs now)."""
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=console,
-                  disable=disable) as progress:
-        task = progress.add_task(title, total=total, step="")
-        yield (lambda label: progress.update(task, step=label)), _stepper(progress, task)
-        progress.update(task, completed=total, step="done")
-
 
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from pathlib import Path
 
 import click
 from rich.table import Table
@@ -15,11 +14,10 @@ from testbed.cli.common import (
     force_option,
     main,
     out,
-    progress_bar,
     refuse_oversized,
     scenario_options,
 )
-from testbed.model.schedulers import SCHEDULERS
+from testbed.model.plugins import display_name
 from testbed.workloads.mooncake import TraceError
 
 
@@ -44,24 +42,20 @@ def simulate(scenario, out_dir: str,
     cluster; the folder and table are the same as a serial run's. A cell that fails is
     retried once; one that fails again is listed as lost and the exit code is 1.
     """
-    from testbed.runner import ConservationError, count_runs, run_flowsim, table_cells
-    from testbed.sweep import Executor
-
-    if dask_address and jobs != 1:
-        _fail("give --jobs or --dask, not both")
-    refuse_oversized(scenario, force)
-    executor = (Executor.dask(dask_address) if dask_address
-                else Executor.local(jobs) if jobs != 1 else Executor.serial())
+    from testbed.api import simulate as run_simulation
+    from testbed.runner import ConservationError, count_runs, table_cells
 
     sc = scenario
-    total = count_runs(sc)
     try:
-        with progress_bar(sc.name, total, disable=quiet) as (_, step):
-            outcome = run_flowsim(sc, Path(out_dir), step, executor=executor)
+        run = run_simulation(sc, out_dir, jobs=jobs, dask=dask_address, force=force,
+                             progress=not quiet)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
+    outcome = run.outcome
+    total = count_runs(sc)
+    report_scheduler_faults(run)
     if outcome.lost:
         for x in outcome.lost:
             console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
@@ -76,10 +70,21 @@ def simulate(scenario, out_dir: str,
         out.print(table)
     else:  # a pipe or a log: the plain Markdown table, never truncated
         click.echo(outcome.table)
-    click.echo(f"{total} runs on {executor.describe()} in {outcome.wall_s:.1f} s. "
+    click.echo(f"{total} runs on {run.executor} in {outcome.wall_s:.1f} s. "
                f"Records: {outcome.folder}")
     if outcome.lost:
         sys.exit(1)
+
+def report_scheduler_faults(run) -> None:
+    """Name every plugin that failed and the first requests it failed on (the records
+    hold them all: requests.csv's scheduler_fault column)."""
+    faults = run.scheduler_faults
+    if faults.empty:
+        return
+    for key, rows in faults.groupby("scheduler"):
+        first = "; ".join(rows["scheduler_fault"].head(3))
+        console.print(f"[bold yellow]scheduler {key}[/]: {len(rows)} decision(s) replaced by "
+                      f"the fallback: {first}", highlight=False, soft_wrap=True)
 
 CHECK_BUILDS = 100_000  # requests; past this check describes the run from its estimate
 
@@ -122,7 +127,7 @@ def check(scenario) -> None:
                  "(estimated)")
               + f" in {sc.workload.warmup_s + sc.workload.measure_s:g} s"
               + (f" ({len(wl.history)} history requests prewarm the caches)" if wl else ""))
-    out.print(f"compare : {', '.join(SCHEDULERS[k] for k in sc.schedulers)}; "
+    out.print(f"compare : {', '.join(display_name(k) for k in sc.schedulers)}; "
               f"{len(cells)} sweep point(s) x {sc.seeds} seed(s) = "
               f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
     for key, values in sc.sweep.items():
@@ -176,3 +181,23 @@ def topology(scenario, links: bool) -> None:
     if links:
         for link in spec.links:
             out.print(f"  {link.a} -- {link.b}  {link.capacity_gbps:g} Gbps  tier {link.tier}")
+
+@main.command()
+def schedulers() -> None:
+    """List the schedulers a scenario's `schedulers` may name.
+
+    The built-ins (the paper's baselines and NetKV's ablation ladder) and every installed
+    plugin (entry point group netkv_testbed.schedulers). Any 'module:Class' importable
+    from the Python path works too, without installing: docs/schedulers.md shows how to
+    write one.
+    """
+    from testbed.model import plugins
+
+    table = Table("key", "scheduler", "from")
+    for key, origin in plugins.available().items():
+        try:
+            name = plugins.display_name(key)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is listed, not fatal
+            name = f"(cannot load: {exc})"
+        table.add_row(key, name, origin)
+    out.print(table)

@@ -3,7 +3,6 @@ compare, clean."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,10 +16,9 @@ from testbed.cli.common import (
     force_option,
     handle_signals,
     main,
-    progress_bar,
-    refuse_oversized,
     scenario_options,
 )
+from testbed.cli.flow import report_scheduler_faults
 from testbed.scenario import ScenarioError
 from testbed.workloads.mooncake import TraceError
 
@@ -139,25 +137,18 @@ def net_up(scenario, hold: float | None, out_dir: str,
         network.stop()
         console.print("fabric down, nothing left behind")
 
-def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
-    """Run the emulation with a progress bar; every exit path tears the fabric down."""
+def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool):
+    """The API's emulate with a progress bar and its live line (per-tier congestion,
+    transfers in flight); every exit path tears the fabric down."""
+    from testbed.api import emulate as run_emulation
     from testbed.emulation.net import EmulationError
-    from testbed.emulation.orchestrator import run_emulation
     from testbed.emulation.processes import WorkerError
-    from testbed.runner import ConservationError, count_runs
+    from testbed.runner import ConservationError
 
     handle_signals()
-    total = count_runs(sc)
     try:
-        with progress_bar(f"{sc.name} (packets)", total, disable=quiet) as (show, run_step):
-            def step(label: str, wall_s: float) -> None:
-                if "building" in label:  # a fabric coming up is no run of its own
-                    show(label)
-                else:
-                    run_step(f"{label} (~{wall_s:.0f} s + drain)")
-
-            outcome = run_emulation(sc, Path(out_dir), step, verbose=verbose)
-    except (EmulationError, WorkerError) as exc:
+        return run_emulation(sc, out_dir, force=force, progress=not quiet, verbose=verbose)
+    except (EmulationError, WorkerError, TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
@@ -165,7 +156,6 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool):
         console.print("interrupted: workers stopped, fabric torn down; the run folder is "
                       "marked PARTIAL")
         raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
-    return outcome
 
 @main.command()
 @scenario_options(seeds=True)
@@ -187,19 +177,13 @@ def emulate(scenario, out_dir: str,
     warm-up + measurement + drain per run x schedulers x seeds adds up.
     """
     sc = scenario
-    refuse_oversized(sc, force)
-    try:
-        from testbed.runner import preflight
-
-        preflight(sc)
-    except (TraceError, ValueError) as exc:
-        _fail(str(exc))
-    outcome = _emulate(sc, out_dir, verbose, quiet)
+    run = _emulate(sc, out_dir, verbose, quiet, force)
+    report_scheduler_faults(run)
     if quiet:
-        click.echo(str(outcome.folder))
+        click.echo(str(run.folder))
         return
-    click.echo(outcome.table)
-    click.echo(f"{count_runs_of(sc)} runs in {outcome.wall_s:.0f} s. Records: {outcome.folder}")
+    click.echo(run.table)
+    click.echo(f"{count_runs_of(sc)} runs in {run.wall_s:.0f} s. Records: {run.folder}")
 
 def count_runs_of(sc) -> int:
     from testbed.runner import count_runs
@@ -294,41 +278,26 @@ def validate(scenario, out_dir: str, calibration: str | None,
     (where TCP start-up at emulated rates swamps the transfer) are reported apart. The
     last lines say whether every run was faithful. Needs root and Open vSwitch.
     """
+    from testbed.api import validate as run_validation
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
-    from testbed.runner import ConservationError, preflight
-    from testbed.validate.pipeline import check_calibration, summary_lines
-    from testbed.validate.pipeline import validate as run_validation
+    from testbed.runner import ConservationError
 
-    refuse_oversized(scenario, force)
-    try:
-        sc = scenario
-        preflight(sc)
-        cal = json.loads(Path(calibration).read_text()) if calibration else None
-        if cal is not None and "capacity_factor" not in cal:
-            raise ValueError(f"{calibration}: not a calibration file (no capacity_factor)")
-        if cal is not None:
-            check_calibration(cal, sc, calibration)
-    except (TraceError, ValueError) as exc:
-        _fail(str(exc))
     handle_signals()
     try:
-        with console.status("validating...") as status:
-            def step(label: str, wall_s: float) -> None:
-                status.update(label + (f" (~{wall_s:.0f} s + drain)" if wall_s else ""))
-
-            folder = run_validation(sc, Path(out_dir), cal, step, verbose=verbose)
+        result = run_validation(scenario, out_dir, calibration=calibration, force=force,
+                                progress=True, verbose=verbose)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
-    except (EmulationError, WorkerError, RuntimeError) as exc:
+    except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
         raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
-    doc = json.loads((folder / "comparison.json").read_text())
-    for line in summary_lines(doc["targets"]):
+    report_scheduler_faults(result.emulation)
+    for line in result.summary_lines():
         click.echo(line)
-    click.echo(f"report: {folder / 'report.md'}")
+    click.echo(f"report: {result.report}")
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")

@@ -19,7 +19,8 @@ import time
 from typing import Protocol
 
 from testbed.lifecycle import RequestState, served_state
-from testbed.model import reuse
+from testbed.model import plugins, reuse
+from testbed.model.guard import GuardedScheduler, fault_report
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
@@ -74,13 +75,22 @@ class Engine(Protocol):
         """The request reached a terminal state."""
 
 
-def scenario_scheduler(scenario, key: str, seed: int) -> Scheduler:
-    """The scheduler `key` as a scenario configures it, the same in both engines."""
+def scenario_scheduler(scenario, key: str, seed: int) -> Scheduler | GuardedScheduler:
+    """The scheduler `key` as a scenario configures it, the same in both engines: a
+    built-in, or a plugin (model/plugins.py) behind its guard (model/guard.py)."""
     cluster = scenario.cluster
     ctx = SchedulerContext(scenario.timing_model(), cluster.beta_max,
                            cluster.memory_reserve_gb * 1e9, scenario.oracle.inflight_cap,
                            seed=seed)
-    return make_scheduler(key, ctx, cla_weights=scenario.cla())
+    if plugins.is_builtin(key):
+        return make_scheduler(key, ctx, cla_weights=scenario.cla())
+    plugin = plugins.resolve(key)
+    try:
+        inner = plugin.build(ctx)
+    except Exception as exc:  # noqa: BLE001 - the plugin's constructor, reported by name
+        raise plugins.PluginError(f"scheduler {plugin.origin!r}: building it raised "
+                                  f"{type(exc).__name__}: {exc}") from None
+    return GuardedScheduler(key, inner, scenario.scheduler_timeout_ms / 1e3)
 
 
 class ControlPlane:
@@ -148,6 +158,8 @@ class ControlPlane:
             RequestInfo(rs.req.request_id, rs.req.input_len, rs.kv_bytes), rs.prefill, cands,
             oracle)
         self.decision_us.append((time.perf_counter() - t0) * 1e6)
+        if decision.fault:
+            rs.scheduler_fault = decision.fault
         return decision
 
     def prefilled(self, rs: RequestState) -> None:
@@ -283,5 +295,6 @@ class ControlPlane:
             "reuse_bytes": reuse_bytes,
             "prefill_stall_s": prefill_stall_s,
             "pruned_requests": pruned_requests,
+            "scheduler_faults": fault_report(self.scheduler),
             **(roles.counters() if roles is not None else {}),
         }

@@ -9,6 +9,8 @@ torn down on every path out; an interrupted run leaves a folder marked PARTIAL.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +46,40 @@ def run_timeout_s(cell) -> float:
     return (wl.warmup_s + wl.measure_s + cell.drain_s) * cell.emulation.time_dilation + 120.0
 
 
+class LiveWatch:
+    """Hands the router's live.json (oracle congestion per tier, transfers in flight,
+    requests ended) to `on_live` about once a second while a run goes on."""
+
+    def __init__(self, path: Path, on_live: Callable[[dict], None], period_s: float = 1.0):
+        self.path = path
+        self.on_live = on_live
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="live")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return False
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                doc = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                continue  # not written yet, or mid-replace
+            self.on_live(doc)
+
+
 def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int,
-            rundir: Path, tag: str) -> tuple[dict, list[dict], dict]:
-    """One scheduler x seed on a fabric that is up: router result, link rows, fidelity."""
+            rundir: Path, tag: str, on_live: Callable[[dict], None] | None = None
+            ) -> tuple[dict, list[dict], dict]:
+    """One scheduler x seed on a fabric that is up: router result, link rows, fidelity;
+    `on_live(doc)` gets the router's live view while it runs."""
     emu = cell.emulation
     fabric = network.fabric
     STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -67,7 +100,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         with WorkerSet(cfg, cfg_path, fabric.spec, NamespaceLauncher(network),
                        rundir / "logs") as workers:
             monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
-            result = workers.wait(run_timeout_s(cell))
+            with LiveWatch(rundir / "live.json", on_live or (lambda _doc: None)):
+                result = workers.wait(run_timeout_s(cell))
     finally:
         fidelity = monitor.stop()
     if result["outcome"] != "finished":
@@ -81,12 +115,14 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
 
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
                   verbose: bool = False,
-                  on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None) -> RunOutcome:
+                  on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None,
+                  on_live: Callable[[dict], None] | None = None) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
     table rows.
 
     `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
-    the point's runs (validate calibrates there)."""
+    the point's runs (validate calibrates there); `on_live(doc)` about once a second
+    during a run (LiveWatch)."""
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         net_preflight(cell)
@@ -116,7 +152,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                                 (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation)
                     result, links, fidelity = run_one(
                         net, cell, cell_file, task.scheduler, task.seed, root / task.rel,
-                        f"{index}-{task.scheduler}-{task.seed}")
+                        f"{index}-{task.scheduler}-{task.seed}", on_live)
                     check_conservation(result["requests"], len(workload.requests))
                     summary = run_summary(result["requests"], links, workload,
                                           result["decision_us"], result["counters"])

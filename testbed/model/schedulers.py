@@ -114,6 +114,7 @@ class Decision:
     predicted_transfer_s: float = 0.0
     predicted_cost_s: float = 0.0
     reason: str = "ok"
+    fault: str = ""  # why the scheduler's own choice was replaced (model/guard.py)
 
     @property
     def rejected(self) -> bool:
@@ -149,6 +150,17 @@ class InflightCounter:
     def increment(self, tier: int, prefill: str) -> None:
         self._counts[(tier, prefill)] += 1
 
+    def snapshot(self, prefill: str) -> dict[int, int]:
+        """The true counts of `prefill` on every tier (a guard restores them when a
+        decision is thrown away)."""
+        return {t: n for (t, p), n in self._counts.items() if p == prefill}
+
+    def restore(self, prefill: str, counts: dict[int, int]) -> None:
+        for key in [k for k in self._counts if k[1] == prefill]:
+            del self._counts[key]
+        for tier, n in counts.items():
+            self._counts[(tier, prefill)] = n
+
     def decrement(self, tier: int, prefill: str) -> None:
         if self._counts[(tier, prefill)] <= 0:
             raise ValueError(f"transfer_done for ({tier}, {prefill}) with nothing in flight")
@@ -166,6 +178,11 @@ class Scheduler:
         self._rng = random.Random(ctx.seed)
         self._tier_rows: dict[tuple[str, tuple[str, ...]], tuple[dict, np.ndarray]] = {}
         self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
+
+    @property
+    def rng(self) -> random.Random:
+        """A generator seeded from the run's seed: draws repeat run to run."""
+        return self._rng
 
     # Fewer candidates than this are ranked one at a time: arrays cost more than they
     # save on a dozen (the packet router's decision stays in microseconds).

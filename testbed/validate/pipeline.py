@@ -150,7 +150,8 @@ def engine_comparison(emu: dict, flow: dict) -> dict:
 
 
 def validate(scenario, out_root: Path, calibration: dict | None = None,
-             on_step: Callable[[str, float], None] | None = None, verbose: bool = False) -> Path:
+             on_step: Callable[[str, float], None] | None = None, verbose: bool = False,
+             on_live: Callable[[dict], None] | None = None) -> Path:
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate.calibrate import calibrate
 
@@ -167,7 +168,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         if calibration is None and not measured:
             measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
 
-    emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=on_fabric)
+    emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=on_fabric,
+                        on_live=on_live)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
     judge(scenario, folder, emu.folder, cal, on_step)

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-from testbed.model.schedulers import SCHEDULERS  # noqa: E402
+from testbed.model.plugins import display_name  # noqa: E402
 from testbed.validate.compare import SIZE_BUCKETS  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def ttft_bars(doc: dict, out: Path) -> list[Path]:
     paths = []
     for point, data in doc["calibrated"].items():
         metrics = data["metrics"]
-        names = [SCHEDULERS.get(m["scheduler"], m["scheduler"]) for m in metrics]
+        names = [display_name(m["scheduler"]) for m in metrics]
         fig, axes = plt.subplots(1, 4, figsize=(14, 4))
         for ax, key, title in ((axes[0], "ttft_mean_ms", "TTFT mean"),
                                (axes[1], "ttft_p50_ms", "TTFT P50"),
@@ -110,7 +110,7 @@ def tier_bars(doc: dict, out: Path) -> list[Path]:
                    hatch="//", edgecolor="k")
             bottoms_p = [a + b for a, b in zip(bottoms_p or [0] * len(p), p, strict=True)]
             bottoms_f = [a + b for a, b in zip(bottoms_f or [0] * len(f), f, strict=True)]
-        labels = [SCHEDULERS.get(s, s) for s in scheds]
+        labels = [display_name(s) for s in scheds]
         ax.set_xticks(list(range(len(scheds))), labels)
         ax.set_ylabel("share of transfers (%)")
         ax.set_title(f"tier distribution: packets (left, plain) vs flow (right, hatched) {point}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.model.schedulers import SCHEDULERS
+from testbed.model.plugins import display_name
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 
@@ -124,15 +124,15 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
                 mark = " †" if doc["fidelity"].get(point, {}).get(m["scheduler"]) != "faithful" \
                     else ""
                 lines.append(
-                    f"| {SCHEDULERS.get(m['scheduler'], m['scheduler'])}{mark} | "
+                    f"| {display_name(m['scheduler'])}{mark} | "
                     f"{_ms(m['ttft_mean_ms_reference'])} / {_ms(m['ttft_mean_ms_model'])} | "
                     f"{_pct(m['ttft_mean_ms_error'])} | {_ms(m['ttft_p50_ms_reference'])} / "
                     f"{_ms(m['ttft_p50_ms_model'])} | {_ms(m['ttft_p99_ms_reference'])} / "
                     f"{_ms(m['ttft_p99_ms_model'])} | {_ms(m['transfer_mean_ms_reference'])} / "
                     f"{_ms(m['transfer_mean_ms_model'])} | {_pct(m['transfer_mean_ms_error'])} |")
             r = data["ranking"]
-            names = [SCHEDULERS.get(k, k) for k in r["reference"]]
-            model = [SCHEDULERS.get(k, k) for k in r["model"]]
+            names = [display_name(k) for k in r["reference"]]
+            model = [display_name(k) for k in r["model"]]
             lines += ["", f"Ranking by mean TTFT: packets {' < '.join(names)}; flow "
                       f"{' < '.join(model)}: "
                       f"{'same order' if r['same_order'] else '**different order**'} "
@@ -141,7 +141,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
               "| point | scheduler | packets | flow model (calibrated) |", "|---|---|---|---|"]
     for point, by in doc["tiers"].items():
         for sched, d in by.items():
-            lines.append(f"| {point} | {SCHEDULERS.get(sched, sched)} | {_tiers(d['packets'])} | "
+            lines.append(f"| {point} | {display_name(sched)} | {_tiers(d['packets'])} | "
                          f"{_tiers(d['flow'])} |")
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.relative_to(folder)})" for p in plots]
@@ -166,7 +166,7 @@ def _verdict_lines(doc: dict) -> list[str]:
     for model, by_point in doc.get("ttft_verdicts", {}).items():
         for point, by in by_point.items():
             for sched, v in by.items():
-                lines.append(f"| {model} | {point} | {SCHEDULERS.get(sched, sched)} | "
+                lines.append(f"| {model} | {point} | {display_name(sched)} | "
                              f"{v['sentence']} |")
     for model, by_point in doc.get("seed_rankings", {}).items():
         for point, r in by_point.items():

@@ -152,6 +152,23 @@ class Router:
                 self.oracle_fetches += 1
             except (OSError, ValueError):
                 self.oracle_errors += 1  # keep deciding on the last oracle: it only ages
+            self._write_live()
+
+    def _write_live(self) -> None:
+        """live.json: what `testbed emulate` shows beside its progress bar (the oracle this
+        router decides on, its transfers in flight); best effort, never in the way."""
+        try:
+            states = list(self.states.values())
+        except RuntimeError:  # the loop thread added a request meanwhile: next period
+            return
+        doc = {"congestion": {str(k): v for k, v in self.latest_oracle.congestion.items()},
+               "in_flight": self.plane.in_flight(), "arrived": len(states),
+               "ended": sum(rs.state is not None for rs in states), "expected": self.expected}
+        path = Path(self.cfg.out) / "live.json"
+        with contextlib.suppress(OSError):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, path)
 
     def _post_intents(self) -> None:
         while (intent := self.intents.get()) is not None:

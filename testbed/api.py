@@ -1,0 +1,382 @@
+"""The testbed as a library: load a scenario, run it in either engine, read DataFrames.
+
+    from testbed import load_scenario, simulate
+    sc = load_scenario("scenarios/default.yaml", {"workload.measure_s": 10}, seeds=1)
+    run = simulate(sc)
+    print(run.requests.groupby("scheduler").ttft.mean())
+
+The CLI is a thin layer over these functions: they take the same scenarios, write the
+same run folders and raise the same errors (ScenarioError, TraceError, PluginError,
+TooLarge: all ValueErrors naming the field or line) that the CLI prints as `error:`.
+A result reads its records from its run folder, so `open_run(folder)` gives the same
+object for a run made earlier, by the CLI or on another machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.records import PARTIAL, Terminated
+from testbed.scenario import Scenario, ScenarioError, _format_errors
+from testbed.scenario import load_scenario as _load_file
+
+Progress = bool | Callable[[str], None] | None
+
+
+class TooLarge(ValueError):
+    """The run is past the size limits `testbed check` reports; force=True runs it."""
+
+
+def load_scenario(source: str | Path | Mapping | Scenario,
+                  overrides: Mapping[str, Any] | None = None, **fields: Any) -> Scenario:
+    """A validated Scenario from a YAML file, a mapping (a scenario file's contents) or
+    a Scenario; `overrides` sets dotted fields ({"workload.load": 2.0}) and keyword
+    arguments set top-level ones (seeds=1, schedulers=["netkv-full", "p2c"]), as
+    `--set` does. Raises ScenarioError naming the field."""
+    changes = {**dict(overrides or {}), **fields}
+    if isinstance(source, Scenario):
+        try:
+            return source.with_overrides(changes) if changes else source
+        except ValueError as exc:
+            raise ScenarioError(_format_errors("overrides", exc)
+                                if hasattr(exc, "errors") else str(exc)) from None
+    if isinstance(source, Mapping):
+        data = dict(source)
+        data.setdefault("name", "scenario")
+        try:
+            scenario = Scenario.model_validate(data)
+            return scenario.with_overrides(changes) if changes else scenario
+        except ValueError as exc:
+            raise ScenarioError(_format_errors("scenario", exc)
+                                if hasattr(exc, "errors") else str(exc)) from None
+    return _load_file(source, changes or None)
+
+
+def check_size(scenario: Scenario, force: bool = False) -> None:
+    """Raise TooLarge when a run of `scenario` is past this machine's limits (requests,
+    periodic events, memory; `testbed check` shows the estimate)."""
+    from testbed.estimate import available_memory, estimate
+
+    problems = estimate(scenario).refusals(available_memory())
+    if problems and not force:
+        raise TooLarge(f"{scenario.name}: too large to run here: {'; '.join(problems)}. "
+                       "`testbed check` shows the estimate; --force (force=True) runs it anyway")
+
+
+@contextlib.contextmanager
+def _bar(title: str, total: int, progress: Progress):
+    """A Bar (testbed.progress) for progress=True, one that calls a callable with each
+    cell's label, or one that shows nothing."""
+    from testbed.progress import progress_bar
+
+    if callable(progress):
+        class Calls:
+            show = step = staticmethod(progress)
+
+            @staticmethod
+            def live(doc: dict) -> None:
+                return None
+
+        yield Calls()
+        return
+    with progress_bar(title, total, disable=not progress) as bar:
+        yield bar
+
+
+@contextlib.contextmanager
+def _sigterm_tears_down():
+    """In a script's main thread, SIGTERM raises Terminated so that the fabric and the
+    workers are torn down as on Ctrl-C (the CLI installs the same handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, _frame):
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
+             dask: str | None = None, force: bool = False,
+             progress: Progress = False) -> RunResult:
+    """Run every cell (sweep point x scheduler x seed) in the flow-level simulator.
+
+    jobs: local processes (0: one per core); dask: a Dask scheduler address or local:N;
+    progress: True for a progress bar on stderr, or a callable given each cell's label.
+    Writes OUT/<name>-flowsim-<stamp>/ and returns its RunResult."""
+    from testbed.runner import count_runs, run_flowsim
+    from testbed.sweep import Executor
+
+    if dask and jobs != 1:
+        raise ValueError("give jobs or dask, not both")
+    check_size(scenario, force)
+    executor = (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
+                else Executor.serial())
+    with _bar(scenario.name, count_runs(scenario), progress) as bar:
+        outcome = run_flowsim(scenario, Path(out), bar.step, executor=executor)
+    return RunResult(outcome.folder, scenario, outcome, executor.describe())
+
+
+def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,
+            progress: Progress = False, verbose: bool = False) -> RunResult:
+    """Run every cell on packets: Mininet fat-tree, SDN controller, worker processes.
+    Needs root and Open vSwitch. Writes OUT/<name>-emulation-<stamp>/ (the flow
+    simulator's format plus fidelity.json) and returns its RunResult. The fabric and the
+    workers are torn down on every way out (an error, Ctrl-C, SIGTERM)."""
+    from testbed.emulation.orchestrator import run_emulation
+    from testbed.runner import count_runs, preflight
+
+    check_size(scenario, force)
+    preflight(scenario)
+    with _bar(f"{scenario.name} (packets)", count_runs(scenario), progress) as bar, \
+            _sigterm_tears_down():
+        def step(label: str, wall_s: float) -> None:
+            if "building" in label:  # a fabric coming up is no run of its own
+                bar.show(label)
+            else:
+                bar.step(f"{label} (~{wall_s:.0f} s + drain)")
+
+        outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live)
+    return RunResult(outcome.folder, scenario, outcome)
+
+
+def validate(scenario: Scenario, out: str | Path = "results", *,
+             calibration: str | Path | Mapping | None = None, force: bool = False,
+             progress: Progress = False, verbose: bool = False) -> ValidationResult:
+    """Packets vs the flow model on the same cells and seeds (see `testbed validate
+    --help`); calibration: a calibration.json (path or its contents) instead of measuring.
+    Needs root and Open vSwitch."""
+    from testbed.runner import preflight
+    from testbed.validate.pipeline import check_calibration
+    from testbed.validate.pipeline import validate as run_validation
+
+    check_size(scenario, force)
+    preflight(scenario)
+    cal = calibration
+    source = "calibration"
+    if isinstance(calibration, str | Path):
+        source = str(calibration)
+        try:
+            cal = json.loads(Path(calibration).read_text())
+        except ValueError as exc:
+            raise ValueError(f"{calibration}: not JSON ({exc})") from None
+    if cal is not None:
+        if not isinstance(cal, Mapping) or "capacity_factor" not in cal:
+            raise ValueError(f"{source}: not a calibration file (no capacity_factor)")
+        check_calibration(dict(cal), scenario, source)
+    with _bar(f"{scenario.name} (validate)", 1, progress) as bar, _sigterm_tears_down():
+        folder = run_validation(scenario, Path(out), dict(cal) if cal else None,
+                                lambda label, _wall: bar.show(label), verbose=verbose,
+                                on_live=bar.live)
+    return ValidationResult(folder)
+
+
+def open_run(folder: str | Path) -> RunResult | ValidationResult:
+    """The result of a run made earlier: a simulate or emulate folder, or a validation."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"{path}: no such run folder")
+    if (path / "comparison.json").exists() or path.name.split("-")[-3:-2] == ["validate"]:
+        return ValidationResult(path)
+    if not (path / "cells").is_dir():
+        raise ValueError(f"{path}: not a run folder (no cells/)")
+    return RunResult(path)
+
+
+class RunResult:
+    """One run folder of either engine. DataFrames hold every cell's rows with the cell's
+    `scheduler` (its key), `seed`, `cell` (folder) and sweep values as columns."""
+
+    def __init__(self, folder: Path, scenario: Scenario | None = None, outcome=None,
+                 executor: str | None = None):
+        self.folder = Path(folder)
+        self._scenario = scenario
+        self.outcome = outcome  # runner.RunOutcome of a run made in this process
+        self.wall_s = outcome.wall_s if outcome is not None else None
+        self.executor = executor
+
+    def __repr__(self) -> str:
+        state = "partial" if self.partial else "finished"
+        return f"<RunResult {self.engine} {self.folder} ({state}, {len(self.cells)} runs)>"
+
+    @property
+    def partial(self) -> bool:
+        """The folder is marked PARTIAL (interrupted, or cells lost)."""
+        return (self.folder / PARTIAL).exists()
+
+    @cached_property
+    def summary(self) -> dict:
+        """summary.json: the scenario's rows (mean and std over seeds) and run facts."""
+        path = self.folder / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def engine(self) -> str:
+        return self.summary.get("engine", "?")
+
+    @property
+    def table(self) -> str:
+        """table.md: the paper-style comparison table (Markdown)."""
+        path = self.folder / "table.md"
+        return path.read_text() if path.exists() else ""
+
+    @cached_property
+    def scenario(self) -> Scenario | None:
+        if self._scenario is None:
+            with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
+                data = yaml.safe_load((self.folder / "scenario.yaml").read_text())
+                self._scenario = Scenario.model_validate(data)
+        return self._scenario
+
+    @cached_property
+    def cells(self) -> list[Path]:
+        """Every finished run's folder (cells/<point>/<scheduler>/seed<k>)."""
+        return sorted(p.parent for p in self.folder.glob("cells/*/*/seed*/summary.json"))
+
+    def _points(self) -> dict[str, dict]:
+        """cell folder name -> its sweep point."""
+        if self.scenario is None or not self.scenario.sweep:
+            return {}
+        from testbed.runner import slug
+
+        return {f"{i:03d}-{slug(point)}": point
+                for i, (point, _) in enumerate(self.scenario.cells())}
+
+    def _frame(self, name: str):
+        import pandas as pd
+
+        points = self._points()
+        frames = []
+        for cell in self.cells:
+            path = cell / name
+            if not path.exists() or path.stat().st_size == 0:
+                continue
+            df = pd.read_csv(path)
+            point_dir = cell.parent.parent.name
+            df.insert(0, "seed", int(cell.name.removeprefix("seed")))
+            df.insert(0, "scheduler", cell.parent.name)
+            df.insert(0, "cell", point_dir)
+            for key, value in points.get(point_dir, {}).items():
+                df[key] = value
+            frames.append(df)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    @cached_property
+    def requests(self):
+        """requests.csv of every run: one row per request (TTFT, tier, state, ...)."""
+        return self._frame("requests.csv")
+
+    @cached_property
+    def transfers(self):
+        """transfers.csv of every run: one row per KV shard transfer."""
+        return self._frame("transfers.csv")
+
+    @cached_property
+    def links(self):
+        """links.csv of every run: link utilisation samples."""
+        return self._frame("links.csv")
+
+    @cached_property
+    def rows(self):
+        """The comparison table as a DataFrame: one row per sweep point x scheduler,
+        every metric averaged over seeds (with its _std)."""
+        import pandas as pd
+
+        rows = []
+        for row in self.summary.get("rows", []):
+            flat = {k: v for k, v in row.items() if k != "point"}
+            flat.update(row.get("point") or {})
+            for key in [k for k, v in flat.items() if isinstance(v, dict)]:
+                for sub, value in flat.pop(key).items():
+                    flat[f"{key}.{sub}"] = value
+            rows.append(flat)
+        return pd.DataFrame(rows)
+
+    def fault_count(self) -> float:
+        """Decisions a plugin scheduler lost to the fallback, from summary.json alone
+        (per row: the mean over seeds)."""
+        return sum(float((row.get("scheduler_faults") or {}).get("total") or 0.0)
+                   for row in self.summary.get("rows", []))
+
+    @property
+    def scheduler_faults(self):
+        """The requests a plugin scheduler failed on (raised, unknown instance, bad return,
+        too slow), placed by the fallback instead; empty when every decision was the
+        scheduler's."""
+        import pandas as pd
+
+        if not self.fault_count():
+            return pd.DataFrame(columns=["scheduler", "seed", "id", "scheduler_fault"])
+        df = self.requests
+        return df[df["scheduler_fault"].fillna("").astype(str) != ""]
+
+    def ttft_ms(self) -> dict[str, float]:
+        """Mean TTFT (ms) of the measured requests served, per scheduler key."""
+        df = self.requests
+        if df.empty:
+            return {}
+        served = df[df["measured"].astype(bool) & df["ttft"].notna()]
+        return {k: 1e3 * float(v) for k, v in served.groupby("scheduler")["ttft"].mean().items()
+                if not math.isnan(v)}
+
+
+class ValidationResult:
+    """A validation folder: the packets run, the flow-model runs, the comparison."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def __repr__(self) -> str:
+        return f"<ValidationResult {self.folder}>"
+
+    @cached_property
+    def comparison(self) -> dict:
+        """comparison.json: every error with its interval, verdicts, targets."""
+        return json.loads((self.folder / "comparison.json").read_text())
+
+    @property
+    def targets(self) -> dict:
+        return self.comparison["targets"]
+
+    @property
+    def report(self) -> Path:
+        return self.folder / "report.md"
+
+    def _folder(self, key: str) -> Path:
+        """A run inside this folder, by its comparison.json key (found by name, so a
+        moved or copied validation folder still opens)."""
+        named = self.comparison.get("folders", {}).get(key)
+        if named is None:
+            raise ValueError(f"{self.folder}: comparison.json names no {key} run")
+        return self.folder / Path(named).name
+
+    @cached_property
+    def emulation(self) -> RunResult:
+        """The packet-level run."""
+        return RunResult(self._folder("emulation"))
+
+    @cached_property
+    def flow(self) -> dict[str, RunResult]:
+        """The flow model's runs: uncalibrated, calibrated, tcp."""
+        keys = [k for k in self.comparison.get("folders", {}) if k.startswith("flow_")]
+        return {k.removeprefix("flow_"): RunResult(self._folder(k)) for k in keys}
+
+    def summary_lines(self) -> list[str]:
+        from testbed.validate.pipeline import summary_lines
+
+        return summary_lines(self.targets)

@@ -1,0 +1,118 @@
+"""Where a scheduler key comes from: a built-in, an entry point, or `module:Class`.
+
+A scenario's `schedulers` list names each scheduler by a key. The built-ins are the
+paper's (model/schedulers.py). Anything else is a plugin, found in this order:
+
+- an installed package's entry point in the group `netkv_testbed.schedulers`
+  (`p2c = "p2c_plugin:PowerOfTwo"` in its pyproject.toml makes the key `p2c`);
+- a `module:Class` string importable from the Python path ("p2c_plugin:PowerOfTwo").
+
+A plugin is a subclass of `Scheduler` built as `Class(ctx)`; both engines build it the
+same way, so it runs unchanged in the flow simulator and in the packet router. Plugins
+run behind a guard (model/guard.py): their failures are reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from importlib import metadata
+
+from testbed.model.schedulers import SCHEDULERS, Scheduler, SchedulerContext
+
+ENTRY_POINT_GROUP = "netkv_testbed.schedulers"
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+                     r":[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class PluginError(ValueError):
+    """A scheduler key that names no usable scheduler; the message says why."""
+
+
+@dataclass(frozen=True)
+class PluginScheduler:
+    """A plugin scheduler, resolved: its key, display name, class and where it came from."""
+
+    key: str
+    name: str
+    cls: type[Scheduler]
+    origin: str  # "entry point p2c = p2c_plugin:PowerOfTwo" or "p2c_plugin:PowerOfTwo"
+
+    def build(self, ctx: SchedulerContext) -> Scheduler:
+        return self.cls(ctx)
+
+
+def is_builtin(key: str) -> bool:
+    return key in SCHEDULERS
+
+
+def entry_points() -> dict[str, str]:
+    """Installed plugins: entry-point name -> "module:Class"."""
+    return {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def resolve(key: str) -> PluginScheduler:
+    """The plugin `key` names (an entry point's name or "module:Class"), imported and
+    checked; PluginError says what is wrong in terms of the scenario's key."""
+    installed = entry_points()
+    if key in installed:
+        target, origin = installed[key], f"entry point {key} = {installed[key]}"
+    elif ":" in key:
+        target, origin = key, key
+    else:
+        known = ", ".join([*SCHEDULERS, *installed])
+        raise PluginError(f"unknown scheduler {key!r}; choose from {known}, or name a plugin "
+                          "as 'module:Class' (docs/schedulers.md)")
+    cls = _load(target, origin)
+    name = cls.__dict__.get("name") or key
+    return PluginScheduler(key, str(name), cls, origin)
+
+
+def _load(target: str, origin: str) -> type[Scheduler]:
+    if not _TARGET.match(target):
+        raise PluginError(f"scheduler {origin!r}: expected 'module:Class' (dotted names)")
+    module_name, _, attr = target.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise PluginError(f"scheduler {origin!r}: no module named {module_name!r} on the "
+                              "Python path (install the plugin's package, or add its folder "
+                              "to PYTHONPATH)") from None
+        raise PluginError(f"scheduler {origin!r}: importing {module_name} failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's import-time error, reported by name
+        raise PluginError(f"scheduler {origin!r}: importing {module_name} raised "
+                          f"{type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PluginError(f"scheduler {origin!r}: module {module_name} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
+        raise PluginError(f"scheduler {origin!r}: {attr} is not a scheduler class (subclass "
+                          "testbed.Scheduler and implement rank(); docs/schedulers.md)")
+    if obj.rank is Scheduler.rank and obj.select is Scheduler.select:
+        raise PluginError(f"scheduler {origin!r}: {attr} implements neither rank() nor "
+                          "select()")
+    return obj
+
+
+def display_name(key: str) -> str:
+    """A scheduler's name in tables: the paper's for built-ins, the plugin class's `name`
+    (or the key) for plugins. Never raises: a record names what ran even if the plugin
+    is no longer installed."""
+    if key in SCHEDULERS:
+        return SCHEDULERS[key]
+    try:
+        return resolve(key).name
+    except PluginError:
+        return key
+
+
+def available() -> dict[str, str]:
+    """Every key a scenario may use now: key -> where it comes from."""
+    out = {key: f"built-in ({name})" for key, name in SCHEDULERS.items()}
+    for name, target in entry_points().items():
+        out.setdefault(name, f"entry point -> {target}")
+    return out
+
