@@ -21,3 +21,35 @@ def write_scenario(tmp_path):
         return path
 
     return _write
+
+
+PLUGINS = ROOT / "tests" / "plugins"  # faulty_plugins: schedulers that misbehave on purpose
+P2C_PACKAGE = ROOT / "examples" / "p2c_plugin"
+
+
+@pytest.fixture(scope="session")
+def plugin_path(tmp_path_factory) -> str:
+    """The example plugin package, installed with pip as a user would (into a folder of
+    its own, so the developer's environment is left alone), and the faulty plugins: a
+    PYTHONPATH value. Its entry point makes `p2c` a scheduler key."""
+    import subprocess
+    import sys
+
+    target = tmp_path_factory.mktemp("plugins")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--no-index", "--target", str(target),
+                           str(P2C_PACKAGE)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return f"{target}:{PLUGINS}"
+
+
+@pytest.fixture
+def with_plugins(plugin_path, monkeypatch) -> str:
+    """plugin_path on this process's sys.path and in PYTHONPATH for the ones it starts."""
+    import os
+
+    for entry in reversed(plugin_path.split(":")):
+        monkeypatch.syspath_prepend(entry)
+    monkeypatch.setenv("PYTHONPATH", plugin_path + (
+        ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    return plugin_path
