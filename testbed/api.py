@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import multiprocessing
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -124,6 +125,10 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
 
     if dask and jobs != 1:
         raise ValueError("give jobs or dask, not both")
+    if jobs != 1 and multiprocessing.parent_process() is not None:
+        raise RuntimeError("simulate(jobs=...) was called again inside one of its worker "
+                           "processes: they import your script anew, so put its work under "
+                           "`if __name__ == \"__main__\":`")
     check_size(scenario, force)
     executor = (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
                 else Executor.serial())

@@ -5,17 +5,21 @@ and on the userspace datapath split over two private OVS daemons."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from scapy.all import IP, TCP, rdpcap
 
 from testbed.workers.faults import fault_interfaces, set_links
+from tests.conftest import ROOT
 from tests.emulation.conftest import running_fabric, wait_for
 from tests.emulation.helpers import (
     capture_command,
@@ -210,7 +214,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_prometheus_scrapes_the_congestion_metric(fabric, tmp_path):
+CONSOLES = ROOT / "playbooks" / "roles" / "prometheus" / "files" / "consoles"
+
+
+@contextmanager
+def prometheus(fabric, tmp_path):
+    """A Prometheus of our own scraping the controller every second, serving the
+    playbook's console templates: yields its base URL."""
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus package is part of the setup"
     emu = fabric.scenario.emulation
@@ -219,25 +229,85 @@ def test_prometheus_scrapes_the_congestion_metric(fabric, tmp_path):
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
         f"  - job_name: netkv\n    static_configs: [{{targets: ['{emu.bind}:{emu.metrics_port}']}}]\n")
+    (tmp_path / "libraries").mkdir()
     port = _free_port()
     proc = subprocess.Popen([binary, f"--config.file={config}",
                              f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
+                             f"--web.listen-address=127.0.0.1:{port}",
+                             f"--web.console.templates={CONSOLES}",
+                             f"--web.console.libraries={tmp_path / 'libraries'}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        query = f"http://127.0.0.1:{port}/api/v1/query?query=netkv_tier_congestion"
-
-        def scraped():
-            try:
-                with urllib.request.urlopen(query, timeout=2) as resp:
-                    return json.loads(resp.read())["data"]["result"]
-            except (OSError, ValueError, KeyError):
-                return None
-
-        result = wait_for(scraped, 40, "Prometheus to scrape netkv_tier_congestion", 0.5)
-        tiers = {r["metric"]["tier"] for r in result}
-        assert {"1", "2", "3"} <= tiers
-        assert all(0.0 <= float(r["value"][1]) < 1.0 for r in result)
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def promql(base: str, query: str):
+    """The result vector of an instant query, or None while Prometheus is not ready."""
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return json.loads(resp.read())["data"]["result"] or None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_prometheus_scrapes_the_congestion_metric(fabric, tmp_path):
+    with prometheus(fabric, tmp_path) as base:
+        result = wait_for(lambda: promql(base, "netkv_tier_congestion"), 40,
+                          "Prometheus to scrape netkv_tier_congestion", 0.5)
+        tiers = {r["metric"]["tier"] for r in result}
+        assert {"1", "2", "3"} <= tiers
+        assert all(0.0 <= float(r["value"][1]) < 1.0 for r in result)
+
+
+def test_the_console_renders_the_live_fabric_in_chromium(fabric, tmp_path, record_property):
+    """The playbook's console template, served by Prometheus with this fabric's metrics
+    while a transfer loads a cross-pod path, rendered by headless Chromium."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Chromium (the devtools role) renders the console"
+    assert (Path("/etc/prometheus/consoles/netkv.html").read_text() ==
+            (CONSOLES / "netkv.html").read_text()), "the playbook installs this console"
+    intent = json.dumps({"request_id": "console", "src": "i0", "dst": "i4",
+                         "size_bytes": 10**9}).encode()
+    with prometheus(fabric, tmp_path) as base:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{fabric.base_url}/intent", intent, {"Content-Type": "application/json"}),
+            timeout=5).close()
+        proc = start_iperf(fabric, "i0", "i4", 5701, "-t 12")
+        try:
+            wait_for(lambda: promql(base, "max(netkv_link_utilisation) > 0.3"), 40,
+                     "Prometheus to see the loaded path", 0.5)
+            wait_for(lambda: promql(base, "netkv_transfer_intents_total > 0"), 20,
+                     "Prometheus to see the intent", 0.5)
+            page = f"{base}/consoles/netkv.html"
+            flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+            dom = subprocess.run([chromium, *flags, "--dump-dom", page], capture_output=True,
+                                 text=True, timeout=120, check=True).stdout
+            shot = tmp_path / "console.png"
+            subprocess.run([chromium, *flags, "--window-size=1100,1300",
+                            f"--screenshot={shot}", page], capture_output=True, timeout=120,
+                           check=True)
+        finally:
+            proc.wait(timeout=30)
+    record_property("screenshot", str(shot))
+    print(f"console screenshot: {shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    tables = {m.group(1): m.group(2) for m in
+              re.finditer(r'<table[^>]*id="([a-z-]+)"[^>]*>(.*?)</table>', dom, re.S)}
+    congestion = dict(re.findall(r'<td>T(\d)</td><td class="num">([0-9.]+)</td>',
+                                 tables["congestion"]))
+    assert set(congestion) >= {"1", "2", "3"}, tables["congestion"]
+    assert all(0.0 <= float(v) < 1.0 for v in congestion.values())
+    busiest = re.findall(r'<td>T(\d)</td>\s*<td>([a-z_]+)</td><td class="num">([0-9.]+)</td>',
+                         tables["links"])
+    assert busiest and float(busiest[0][2]) > 0.3, tables["links"]
+    # iperf3 sends unmarked: the busiest row is the background class on a cross-pod path
+    assert busiest[0][1] == "background" and busiest[0][0] in {"1", "2", "3"}
+    assert re.search(r'id="intents">[1-9]\d*<', dom), "the transfer intent is counted"
+    assert re.search(r'id="oracle-age">[0-9.]+ s<', dom), "the oracle's age is shown"
+    assert re.search(r'<td>T\d</td><td>[a-z_]+</td><td class="num">0\.[0-9]{3}</td>',
+                     tables["utilisation"])
+    assert "no data" not in dom
