@@ -95,7 +95,7 @@ case "$cmd" in
         ;;
     test)
         setup
-        "$VENV/bin/ruff" check testbed tests benchmarks
+        "$VENV/bin/ruff" check testbed tests benchmarks examples
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     *)

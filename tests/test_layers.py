@@ -10,9 +10,9 @@ from tests.conftest import ROOT
 
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
-    "yamlfile", "progress", "model", "workloads", "topologies", "datapath", "lifecycle", "records", "metrics",
-    "scenario", "estimate", "serving", "control", "flowsim", "controller", "workers", "remote", "sweep",
-    "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
+    "yamlfile", "progress", "model", "workloads", "topologies", "datapath", "lifecycle", "records",
+    "metrics", "scenario", "estimate", "serving", "control", "flowsim", "controller", "workers",
+    "remote", "sweep", "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"
 
