@@ -14,6 +14,7 @@ run behind a guard (model/guard.py): their failures are reported, never fatal.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from dataclasses import dataclass
@@ -52,9 +53,12 @@ def entry_points() -> dict[str, str]:
     return {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+@functools.lru_cache(maxsize=256)
 def resolve(key: str) -> PluginScheduler:
     """The plugin `key` names (an entry point's name or "module:Class"), imported and
-    checked; PluginError says what is wrong in terms of the scenario's key."""
+    checked; PluginError says what is wrong in terms of the scenario's key. Remembered
+    once found: a sweep validates the key in every cell, and reading the installed
+    packages' entry points costs milliseconds (a failure is not remembered)."""
     installed = entry_points()
     if key in installed:
         target, origin = installed[key], f"entry point {key} = {installed[key]}"
