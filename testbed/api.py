@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from testbed.records import PARTIAL, Terminated
+from testbed.records import PARTIAL, raise_terminated
 from testbed.scenario import Scenario, ScenarioError, _format_errors
 from testbed.scenario import load_scenario as _load_file
 
@@ -63,12 +63,13 @@ def load_scenario(source: str | Path | Mapping | Scenario,
     return _load_file(source, changes or None)
 
 
-def check_size(scenario: Scenario, force: bool = False) -> None:
+def check_size(scenario: Scenario, force: bool = False, size=None) -> None:
     """Raise TooLarge when a run of `scenario` is past this machine's limits (requests,
-    periodic events, memory; `testbed check` shows the estimate)."""
+    periodic events, memory; `testbed check` shows the estimate); `size`: its Estimate,
+    when the caller has it already."""
     from testbed.estimate import available_memory, estimate
 
-    problems = estimate(scenario).refusals(available_memory())
+    problems = (size or estimate(scenario)).refusals(available_memory())
     if problems and not force:
         raise TooLarge(f"{scenario.name}: too large to run here: {'; '.join(problems)}. "
                        "`testbed check` shows the estimate; --force (force=True) runs it anyway")
@@ -101,10 +102,6 @@ def _sigterm_tears_down():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def raise_terminated(signum, _frame):
-        raise Terminated(signum)
-
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield

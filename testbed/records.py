@@ -124,6 +124,11 @@ class Terminated(BaseException):
         return "terminated by SIGTERM"
 
 
+def raise_terminated(signum, _frame):
+    """A SIGTERM handler: every teardown runs, as on Ctrl-C."""
+    raise Terminated(signum)
+
+
 def interruption(exc: BaseException) -> str:
     """Why a run stopped early, for PARTIAL."""
     if isinstance(exc, KeyboardInterrupt):

@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 
 from testbed import yamlfile
-from testbed.records import Terminated, stamp
+from testbed.records import Terminated, raise_terminated, stamp
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.workloads.mooncake import TraceError
 
@@ -106,15 +106,11 @@ def main() -> None:
 
 SET_HELP = "Override a scenario field, e.g. --set workload.load=2.0 (repeatable)."
 
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
-
-
 def handle_signals() -> None:
     """SIGTERM and SIGINT interrupt a run so that every teardown runs. SIGINT is set
     explicitly: a process started by one that ignores it (a shell's background job, a CI
     runner) inherits SIG_IGN, and Python then leaves Ctrl-C ignored."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -163,12 +159,13 @@ def force_option(fn):
                              "(requests, periodic events, memory).")(fn)
 
 
-def refuse_oversized(scenario, force: bool, size=None) -> None:
-    """Stop a run too large for this machine before anything starts (unless --force);
-    `size`: the scenario's Estimate, when the caller has it already."""
-    from testbed.estimate import available_memory, estimate
-
-    problems = (size or estimate(scenario)).refusals(available_memory())
-    if problems and not force:
-        _fail(f"{scenario.name}: too large to run here: {'; '.join(problems)}. "
-              "`testbed check` shows the estimate; --force runs it anyway")
+def report_scheduler_faults(run) -> None:
+    """Name every plugin that failed and the first requests it failed on (the records
+    hold them all: requests.csv's scheduler_fault column)."""
+    faults = run.scheduler_faults
+    if faults.empty:
+        return
+    for key, rows in faults.groupby("scheduler"):
+        first = "; ".join(rows["scheduler_fault"].head(3))
+        console.print(f"[bold yellow]scheduler {key}[/]: {len(rows)} decision(s) replaced by "
+                      f"the fallback: {first}", highlight=False, soft_wrap=True)

@@ -14,7 +14,7 @@ from testbed.cli.common import (
     force_option,
     main,
     out,
-    refuse_oversized,
+    report_scheduler_faults,
     scenario_options,
 )
 from testbed.model.plugins import display_name
@@ -75,17 +75,6 @@ def simulate(scenario, out_dir: str,
     if outcome.lost:
         sys.exit(1)
 
-def report_scheduler_faults(run) -> None:
-    """Name every plugin that failed and the first requests it failed on (the records
-    hold them all: requests.csv's scheduler_fault column)."""
-    faults = run.scheduler_faults
-    if faults.empty:
-        return
-    for key, rows in faults.groupby("scheduler"):
-        first = "; ".join(rows["scheduler_fault"].head(3))
-        console.print(f"[bold yellow]scheduler {key}[/]: {len(rows)} decision(s) replaced by "
-                      f"the fallback: {first}", highlight=False, soft_wrap=True)
-
 CHECK_BUILDS = 100_000  # requests; past this check describes the run from its estimate
 
 
@@ -99,6 +88,7 @@ def check(scenario) -> None:
     80% of the available memory) exits 2 here, and simulate/emulate/validate refuse it
     unless --force.
     """
+    from testbed.api import check_size
     from testbed.estimate import available_memory, estimate
     from testbed.workloads.build import build_workload, offered_rate
 
@@ -109,7 +99,7 @@ def check(scenario) -> None:
         if size.refusals(available_memory()):  # even one cell's workload could be too much
             for line in size.lines():
                 out.print(f"size    : {line}")
-            refuse_oversized(sc, force=False, size=size)
+            check_size(sc, size=size)
         first = cells[0][1]
         # describing a large run from its offered rate keeps check under a second
         wl = build_workload(first, sc.seed) if size.requests <= CHECK_BUILDS else None

@@ -16,9 +16,9 @@ from testbed.cli.common import (
     force_option,
     handle_signals,
     main,
+    report_scheduler_faults,
     scenario_options,
 )
-from testbed.cli.flow import report_scheduler_faults
 from testbed.scenario import ScenarioError
 from testbed.workloads.mooncake import TraceError
 

@@ -27,7 +27,6 @@ from testbed.model.schedulers import Decision, LoadAware, Scheduler, find
 RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK = (
     "raised", "unknown_instance", "bad_return", "too_slow", "callback_raised")
 KINDS = (RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK)
-EXAMPLES = 20  # faults kept in full; the rest are counted
 
 
 class _Overtime(BaseException):
@@ -75,7 +74,6 @@ class GuardedScheduler:
         self.fallback = LoadAware(inner.ctx)
         self.fallback.inflight = inner.inflight  # one count of transfers in flight
         self.counts: Counter[str] = Counter()
-        self.examples: list[dict] = []
 
     def __getattr__(self, attr):
         return getattr(self.inner, attr)
@@ -118,9 +116,6 @@ class GuardedScheduler:
 
     def _record(self, kind: str, detail: str, request_id: str) -> str:
         self.counts[kind] += 1
-        if len(self.examples) < EXAMPLES:
-            self.examples.append({"scheduler": self.key, "request": request_id,
-                                  "kind": kind, "detail": detail})
         return f"{self.key} {kind} on {request_id}: {detail}; placed by {self.fallback.name}"
 
     def transfer_done(self, prefill: str, tier: int) -> None:
