@@ -60,8 +60,8 @@ def test_vagrantfile_validates_with_the_provider_where_there_is_one():
 
 BROKEN = {
     # an unknown setting: Vagrant's own config validation must name it
-    "unknown setting": ('config.vm.hostname = name',
-                        'config.vm.hostname = name\n  config.vm.no_such_setting = 1',
+    "unknown setting": ('node.vm.hostname = vm_name',
+                        'node.vm.hostname = vm_name\n      node.vm.no_such_setting = 1',
                         "no_such_setting"),
     # a Ruby syntax error: the file does not load at all
     "syntax error": ('Vagrant.configure("2") do |config|', 'Vagrant.configure("2") do |config',

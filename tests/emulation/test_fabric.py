@@ -5,6 +5,7 @@ and on the userspace datapath split over two private OVS daemons."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,7 +39,20 @@ def fabric(request, tmp_path_factory):
     extra = {"emulation.ovs_instances": request.param}
     if request.param > 1:
         extra["emulation.datapath"] = "user"
+    elif os.environ.get("NETKV_TEST_DATAPATH"):  # e.g. kernel: inside a VM whose kernel has it
+        extra["emulation.datapath"] = os.environ["NETKV_TEST_DATAPATH"]
     yield from running_fabric(tmp_path_factory, extra)
+
+
+def test_the_fabric_runs_on_the_datapath_it_asked_for(fabric):
+    wanted = fabric.scenario.emulation.datapath
+    assert fabric.datapath == wanted or (wanted == "auto" and fabric.datapath in {"kernel", "user"})
+    switch = sorted(fabric.fabric.switches)[0]  # its node's shell reaches the daemon that holds it
+    kind = fabric.net.get(switch).vsctl("get", "Bridge", switch, "datapath_type")
+    assert ("netdev" in kind) == (fabric.datapath == "user"), kind
+    if fabric.datapath == "kernel":  # the switches' ports are in the kernel module's datapath
+        shown = subprocess.run(["ovs-dpctl", "show"], capture_output=True, text=True).stdout
+        assert "system@ovs-system" in shown and f": {switch}-eth1" in shown, shown
 
 
 def test_all_hosts_reach_each_other_across_pods(fabric):
