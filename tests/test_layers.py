@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 LAYERS = [
     "yamlfile", "progress", "model", "workloads", "topologies", "datapath", "lifecycle", "records",
     "metrics", "scenario", "estimate", "serving", "control", "flowsim", "controller", "workers",
-    "remote", "sweep", "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
+    "remote", "vm", "sweep", "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"
 

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from testbed.cli.common import _fail, console, main
+from testbed.cli.common import _fail, console, handle_signals, main
 
 
 @main.group()
@@ -42,6 +42,7 @@ def box(rebuild: bool, mirror: str | None) -> None:
 
     if os.geteuid() != 0:
         _fail("building the box needs root (debootstrap, loop devices, mounts)")
+    handle_signals()  # Ctrl-C or SIGTERM: unmount and detach before exiting
     started = time.monotonic()
 
     def step(label: str) -> None:

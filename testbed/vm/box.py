@@ -40,9 +40,11 @@ BASE_PACKAGES = [
 PLAYBOOK_PACKAGES = [
     "python3", "python3-venv", "python3-pip", "mininet", "openvswitch-switch", "iperf3",
     "ethtool", "tcpdump", "iputils-ping", "procps", "openssh-client", "prometheus",
-    "ansible", "git",
+    "ansible", "python3-apt", "git",
 ]
-RECIPE_VERSION = 1  # bump when the steps below change what the box contains
+RECIPE_VERSION = 2  # bump when the steps below change what the box contains
+PROJECT = Path(__file__).resolve().parents[2]  # the checkout whose venv the box carries
+VENV_HOME = "/vagrant"  # where the Vagrantfile puts the project in the VM
 
 
 class BoxError(RuntimeError):
@@ -56,11 +58,12 @@ class Recipe:
     packages: tuple[str, ...] = tuple(BASE_PACKAGES + PLAYBOOK_PACKAGES)
     disk_gib: int = DISK_GIB
     extra_cas: tuple[str, ...] = field(default=())  # sha256 of the host's local CAs
+    pyproject: str = ""  # sha256 of pyproject.toml: the venv's recipe (as run.sh's stamp)
 
     def digest(self) -> str:
         doc = {"v": RECIPE_VERSION, "mirror": self.mirror, "suite": self.suite,
                "packages": sorted(self.packages), "disk": self.disk_gib,
-               "cas": sorted(self.extra_cas)}
+               "cas": sorted(self.extra_cas), "pyproject": self.pyproject}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -72,7 +75,8 @@ def local_cas() -> list[Path]:
 
 def default_recipe(mirror: str = MIRROR) -> Recipe:
     cas = tuple(hashlib.sha256(p.read_bytes()).hexdigest() for p in local_cas())
-    return Recipe(mirror=mirror, extra_cas=cas)
+    pyproject = hashlib.sha256((PROJECT / "pyproject.toml").read_bytes()).hexdigest()
+    return Recipe(mirror=mirror, extra_cas=cas, pyproject=pyproject)
 
 
 def insecure_public_key() -> Path:
@@ -246,6 +250,8 @@ def _populate(recipe: Recipe, root: Path, uuid: str, on_step: Step, kernel_out: 
         f"deb {recipe.mirror.replace('/debian', '/debian-security')} {recipe.suite}-security main\n")
     for ca in local_cas():
         shutil.copy(ca, root / "usr/local/share/ca-certificates" / ca.name)
+    if local_cas():  # pip trusts certifi's bundle, not the system's, unless told
+        (root / "etc/pip.conf").write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
     extra = " ".join(p for p in recipe.packages if p not in BASE_PACKAGES)
     on_step("installing the playbook's packages")
     _chroot(root, f"apt-get update -q && apt-get install -y -q --no-install-recommends {extra}"
@@ -279,6 +285,7 @@ def _populate(recipe: Recipe, root: Path, uuid: str, on_step: Step, kernel_out: 
         p.unlink()
     (root / "etc/machine-id").write_text("")  # each VM makes its own at first boot
     (root / "usr/sbin/policy-rc.d").unlink()
+    _prebuild_venv(recipe, root, on_step)
     manifest = _chroot(root, "dpkg-query -W -f '${Package} ${Version}\\n'", "listing packages")
     (root / "etc/netkv-box-manifest").write_text(manifest)
     on_step(f"{len(manifest.splitlines())} packages installed")
@@ -302,12 +309,57 @@ def probe_driver(kernel: Path, timeout: float = 60.0) -> str:
     return "kvm" if "VFS: Unable to mount root fs" in out else "qemu"
 
 
+def _prebuild_venv(recipe: Recipe, root: Path, on_step: Step) -> None:
+    """The project's virtual environment, built here at native speed where the VM would
+    build it under emulation: /vagrant/.venv with the same stamp the playbook's project
+    role and run.sh look for, so provisioning finds it current. Vagrant's rsync leaves
+    the excluded .venv in place; a changed pyproject.toml changes the recipe."""
+    if not recipe.pyproject:
+        return
+    on_step("pre-building the project's virtual environment")
+    home = root / VENV_HOME.lstrip("/")
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / "pyproject.toml", home / "pyproject.toml")
+    shutil.copytree(PROJECT / "testbed", home / "testbed",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for extra in ("README.md", "LICENSE"):
+        if (PROJECT / extra).exists():
+            shutil.copy(PROJECT / extra, home / extra)
+    _chroot(root, f"cd {VENV_HOME} && python3 -m venv --system-site-packages .venv && "
+                  ".venv/bin/python -m pip install -q -e '.[dev]' && "
+                  f"touch .venv/.installed-{recipe.pyproject}", "pre-building the venv")
+    for child in home.iterdir():  # the checkout arrives with `vagrant up`; keep the venv
+        if child.name != ".venv":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    _chroot(root, f"chown -R root:root {VENV_HOME}", "owning the venv")
+
+
 def add_to_vagrant(box: Path, recipe: Recipe, name: str = BOX_NAME) -> None:
     """`vagrant box add --force`, then mark the box with its recipe's digest."""
     _run(["vagrant", "box", "add", "--force", "--name", name, str(box)], "vagrant box add")
     marker = vagrant_home() / "boxes" / name.replace("/", "-VAGRANTSLASH-") / "0" / "libvirt" \
         / "netkv-recipe"
     marker.write_text(recipe.digest() + "\n")
+
+
+def remove_stale_builds(cache: Path = CACHE) -> list[Path]:
+    """What a killed build left in the cache: mounts under its work folder, the loop
+    device on its image, the folder itself. Returns the folders removed."""
+    gone = []
+    for work in sorted(cache.glob("netkv-box-*")):
+        mounts = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True,
+                                text=True).stdout.split()
+        for target in sorted((m for m in mounts if m.startswith(str(work))), reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True)
+        loops = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"],
+                               capture_output=True, text=True).stdout.splitlines()
+        for line in loops:
+            dev, _, backing = line.partition(" ")
+            if backing.strip().startswith(str(work)):
+                subprocess.run(["losetup", "-d", dev], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+        gone.append(work)
+    return gone
 
 
 def ensure(recipe: Recipe | None = None, rebuild: bool = False, cache: Path = CACHE,
@@ -318,6 +370,8 @@ def ensure(recipe: Recipe | None = None, rebuild: bool = False, cache: Path = CA
     box = cached_box(recipe, cache)
     built = False
     if rebuild or not box.exists():
+        for stale in remove_stale_builds(cache):
+            on_step(f"removed an interrupted build's leftovers: {stale}")
         for step in ("debootstrap", "qemu-img", "extlinux", "sfdisk", "losetup", "vagrant"):
             if not shutil.which(step) and not Path(f"/usr/sbin/{step}").exists():
                 raise BoxError(f"{step} is missing: ./run.sh setup installs the VM tools")

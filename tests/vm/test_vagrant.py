@@ -1,0 +1,220 @@
+"""`vagrant up` for real: two VMs from the local box, provisioned by the playbook
+(ansible_local), the flow model and a packet-level run inside, the oracle and Prometheus
+reached from this machine through the forwarded ports, the fabric tests on the kernel
+datapath inside a VM, `testbed remote` with strict host keys, and one fabric spread over
+both VMs. Every VM and network is destroyed at the end, and the test checks it.
+
+The VMs run under software emulation here (this host's nested KVM cannot boot a Debian
+kernel: `testbed vm box` measures it), so every figure inside them is CPU-bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from testbed.vm.vagrant import Vagrant
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
+
+NET = "192.168.58"  # the VMs' host-only network (the Vagrantfile's NETKV_VM_NET)
+VM1_IP, VM2_IP = f"{NET}.11", f"{NET}.12"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _virsh(*args: str) -> set[str]:
+    out = subprocess.run(["virsh", "--connect", "qemu:///system", *args, "--name"],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def _checkout(dest: Path) -> Path:
+    """A clean copy of this working tree (tracked and new files, nothing ignored): what
+    a fresh clone holds, without the developer's .venv, results or .vagrant."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / name.decode()
+        if src.is_file():
+            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name.decode())
+    return dest
+
+
+@pytest.fixture(scope="module")
+def vms(vm_box, tmp_path_factory):
+    """Two VMs (vagrant up, both provisioned), destroyed afterwards."""
+    folder = _checkout(tmp_path_factory.mktemp("checkout"))
+    ports = {"PROMETHEUS": _free_port(), "ORACLE": _free_port(), "METRICS": _free_port()}
+    name = f"netkv-t{os.getpid()}"
+    vagrant = Vagrant(folder, {"NETKV_VM_NAME": name, "NETKV_VM_COUNT": "2",
+                               "NETKV_VM_NET": NET, "NETKV_VM_CPUS": "2",
+                               "NETKV_VM_MEMORY": "3072",
+                               **{f"NETKV_PORT_{k}": str(v) for k, v in ports.items()}})
+    domains, networks = _virsh("list", "--all"), _virsh("net-list", "--all")
+    started = time.monotonic()
+    try:
+        output = vagrant.up(on_line=lambda line: print(line, flush=True)
+                            if "Progress" not in line else None)
+        print(f"vagrant up (2 VMs, provisioned): {time.monotonic() - started:.0f} s")
+        yield vagrant, [f"{name}-1", f"{name}-2"], ports, output
+    finally:
+        vagrant.destroy()
+        # vagrant-libvirt keeps its management network for other projects' VMs; the
+        # private network it made for ours goes with the last VM on it
+        assert _virsh("list", "--all") == domains
+        left = _virsh("net-list", "--all") - networks - {"vagrant-libvirt"}
+        assert not left, f"networks left behind: {left}"
+
+
+def test_vagrant_up_provisions_both_vms_with_the_playbook(vms):
+    vagrant, names, _, output = vms
+    recaps = [line for line in output.splitlines() if "ok=" in line and "failed=" in line]
+    assert len(recaps) == 2, recaps
+    assert all("failed=0" in r and "unreachable=0" in r for r in recaps), recaps
+    for name in names:
+        shown = vagrant.ssh(name, "systemctl is-active openvswitch-switch prometheus; "
+                                  "lsmod | grep -c ^openvswitch; "
+                                  "/vagrant/.venv/bin/testbed --help | head -1")
+        assert shown.count("active") >= 2 and "Usage:" in shown, shown
+
+
+def test_the_flow_model_runs_inside_the_vm(vms):
+    vagrant, names, _, _ = vms
+    out = vagrant.ssh(names[0], "cd /vagrant && .venv/bin/testbed simulate "
+                                "scenarios/default.yaml --seeds 1 --set workload.warmup_s=1 "
+                                "--set workload.measure_s=4 "
+                                "--out /tmp/results")
+    assert "netkv-full" in out.lower(), out
+
+
+def test_a_packet_run_in_the_vm_serves_the_oracle_and_prometheus_to_the_host(vms):
+    vagrant, names, ports, _ = vms
+    token = secrets.token_hex(16)
+    vagrant.ssh(names[0], "cd /vagrant && (sudo nohup .venv/bin/testbed net up "
+                f"scenarios/default.yaml --hold 240 --set emulation.bind=0.0.0.0 "
+                f"--set emulation.token={token} --set emulation.datapath=kernel "
+                "--out /tmp/results > /tmp/net.log 2>&1 &)")
+    try:
+        deadline = time.monotonic() + 300
+        while "READY" not in vagrant.ssh(names[0], "cat /tmp/net.log"):
+            assert time.monotonic() < deadline, vagrant.ssh(names[0], "cat /tmp/net.log")
+            time.sleep(5)
+        assert "datapath kernel" in vagrant.ssh(names[0], "cat /tmp/net.log")
+        req = urllib.request.Request(f"http://127.0.0.1:{ports['ORACLE']}/oracle",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            oracle = json.loads(resp.read())
+        assert {"1", "2", "3"} <= set(oracle["congestion"]), oracle
+        query = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?query=netkv_tier_congestion"
+        deadline = time.monotonic() + 120
+        while True:
+            with urllib.request.urlopen(query, timeout=20) as resp:
+                result = json.loads(resp.read())["data"]["result"]
+            if result or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert {r["metric"]["tier"] for r in result} >= {"1", "2", "3"}, result
+    finally:
+        vagrant.ssh(names[0], "sudo pkill -TERM -f 'testbed net up' || true")
+    deadline = time.monotonic() + 120
+    while "nothing to clean" not in vagrant.ssh(
+            names[0], "sudo /vagrant/.venv/bin/testbed clean --dry-run"):
+        assert time.monotonic() < deadline, "the fabric did not tear down on SIGTERM"
+        time.sleep(3)
+
+
+def _inside(vagrant: Vagrant, name: str, command: str, timeout: float = 1800) -> str:
+    """Run a command in the VM's checkout as root; the output is printed (the test's log)
+    and returned, and a non-zero exit fails with its last lines."""
+    return vagrant.ssh(name, f"cd /vagrant && sudo {command}", timeout=timeout,
+                       on_line=lambda line: print(line, flush=True))
+
+
+def test_the_fabric_tests_pass_on_the_kernel_datapath_inside_the_vm(vms):
+    vagrant, names, _, _ = vms
+    out = _inside(vagrant, names[0], "NETKV_TEST_DATAPATH=kernel CI=true .venv/bin/python -m "
+                  "pytest -q -p no:cacheprovider tests/emulation/test_fabric.py "
+                  "tests/emulation/test_cleanup.py -k 'not two-ovs-daemons and not chromium'")
+    assert " passed" in out and " failed" not in out, out
+
+
+@pytest.fixture(scope="module")
+def inventory(vms, tmp_path_factory):
+    """An inventory of both VMs for `testbed remote`, with their host keys (learned
+    through Vagrant's authenticated channel) in its known-hosts file."""
+    vagrant, names, _, _ = vms
+    tmp = tmp_path_factory.mktemp("remote")
+    known = tmp / "known_hosts"
+    known.write_text("".join(f"{ip} {vagrant.host_key(n)}\n"
+                             for n, ip in zip(names, (VM1_IP, VM2_IP), strict=True)))
+    hosts = {}
+    for label, n, ip in (("vm1", names[0], VM1_IP), ("vm2", names[1], VM2_IP)):
+        key = vagrant.folder / ".vagrant" / "machines" / n / "libvirt" / "private_key"
+        hosts[label] = {"ansible_host": ip, "ansible_user": "vagrant",
+                        "ansible_ssh_private_key_file": str(key)}
+    inv = tmp / "hosts.yml"
+    inv.write_text(json.dumps({"all": {"vars": {"netkv_known_hosts": str(known)},
+                                       "hosts": hosts}}))
+    stranger = tmp / "unknown.yml"  # the same hosts, no known-hosts file
+    stranger.write_text(json.dumps({"all": {"hosts": hosts}}))
+    return inv, stranger
+
+
+def _testbed(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "testbed"), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_testbed_remote_runs_and_collects_on_the_vms_with_strict_host_keys(inventory, tmp_path):
+    inv, stranger = inventory
+    refused = _testbed("remote", "run", "-i", str(stranger), "vm1", "--", "true")
+    assert refused.returncode != 0 and "host key" in refused.stderr.lower(), refused.stderr
+    for host in ("vm1", "vm2"):
+        done = _testbed("remote", "run", "-i", str(inv), host, "--", "sh", "-c",
+                        "lsmod | grep -c ^openvswitch; exit 3")
+        assert done.returncode == 3 and done.stdout.strip() == "1", (done.stdout, done.stderr)
+    made = _testbed("remote", "run", "-i", str(inv), "vm2", "--", "sh", "-c",
+                    "mkdir -p /tmp/netkv-run/sub && echo hello > /tmp/netkv-run/sub/a.txt")
+    assert made.returncode == 0, made.stderr
+    got = _testbed("remote", "collect", "-i", str(inv), "vm2", "/tmp/netkv-run",
+                   "--to", str(tmp_path))
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "vm2" / "netkv-run" / "sub" / "a.txt").read_text() == "hello\n"
+
+
+def test_one_fabric_spread_over_both_vms_passes_pingall_and_a_shaped_stream(vms):
+    """Mininet's cluster edition from the first VM (its controller there), the second
+    VM's switches and hosts joined by GRE over the private network."""
+    vagrant, names, _, _ = vms
+    # root on VM1 reaches VM2 as vagrant, with a key of its own and VM2's known host key
+    vagrant.ssh(names[0], "sudo test -f /root/.ssh/id_ed25519 || sudo ssh-keygen -q -t "
+                          "ed25519 -N '' -f /root/.ssh/id_ed25519")
+    public = vagrant.ssh(names[0], "sudo cat /root/.ssh/id_ed25519.pub").strip().splitlines()[-1]
+    vagrant.ssh(names[1], f"echo '{public}' >> ~/.ssh/authorized_keys")
+    vagrant.ssh(names[0], f"echo '{VM2_IP} {vagrant.host_key(names[1])}' | sudo tee -a "
+                          "/root/.ssh/known_hosts >/dev/null")
+    vagrant.ssh(names[0], "printf 'all:\\n  vars: {netkv_project_dir: /vagrant}\\n  hosts:\\n"
+                          "    localhost: {ansible_connection: local}\\n"
+                          f"    vm2: {{ansible_host: {VM2_IP}, ansible_user: vagrant}}\\n'"
+                          " > /tmp/cluster.yml")
+    out = _inside(vagrant, names[0], f"NETKV_TEST_CLUSTER=/tmp/cluster.yml NETKV_TEST_TUNNEL=gre "
+                  f"NETKV_TEST_BIND={VM1_IP} CI=true .venv/bin/python -m pytest -q -s "
+                  "-p no:cacheprovider tests/emulation/test_cluster.py")
+    assert "1 passed" in out, out
+    assert "@vm2" in out and "@localhost" in out, out  # the stream crossed the servers
