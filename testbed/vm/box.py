@@ -334,8 +334,26 @@ def _prebuild_venv(recipe: Recipe, root: Path, on_step: Step) -> None:
     _chroot(root, f"chown -R root:root {VENV_HOME}", "owning the venv")
 
 
+def _drop_old_copies(box: Path, name: str) -> None:
+    """Older recipes' box files, and the base volumes vagrant-libvirt uploaded from them
+    (named after the box and its time stamp): each is a gigabyte."""
+    for old in box.parent.glob("debian12-*"):
+        if old.stem != box.stem:
+            old.unlink()
+    prefix = name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+    listed = subprocess.run(["virsh", "--connect", "qemu:///system", "vol-list", "default"],
+                            capture_output=True, text=True).stdout.splitlines()
+    for vol in (line.split()[0] for line in listed if line.strip()):
+        if vol.startswith(prefix):
+            subprocess.run(["virsh", "--connect", "qemu:///system", "vol-delete", vol,
+                            "--pool", "default"], capture_output=True)
+
+
 def add_to_vagrant(box: Path, recipe: Recipe, name: str = BOX_NAME) -> None:
-    """`vagrant box add --force`, then mark the box with its recipe's digest."""
+    """`vagrant box add --force`, then mark the box with its recipe's digest; older
+    copies go (a VM still running from one keeps its own disk, a snapshot's backing
+    file, so only its base volume's deletion fails, silently)."""
+    _drop_old_copies(box, name)
     _run(["vagrant", "box", "add", "--force", "--name", name, str(box)], "vagrant box add")
     marker = vagrant_home() / "boxes" / name.replace("/", "-VAGRANTSLASH-") / "0" / "libvirt" \
         / "netkv-recipe"
