@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -138,6 +139,19 @@ def oracle_figures(seconds: float) -> None:
               "requests")
 
 
+def virtualisation() -> str:
+    """How this machine runs: figures from a VM under software emulation (TCG) are
+    CPU-bound far below what the same datapath does on hardware or under KVM."""
+    try:
+        kind = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        kind = "unknown"
+    if kind == "qemu":
+        return "a QEMU VM under software emulation (TCG): every figure is CPU-bound"
+    return f"virtualisation: {kind}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +162,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["throughput", "oracle"])
     args = parser.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
+    print(f"machine: {os.cpu_count()} CPUs, {virtualisation()}")
     if args.only in (None, "throughput"):
         throughput_sweep(scales, "user", args.seconds,
                          [int(x) for x in args.ovs_instances.split(",")])

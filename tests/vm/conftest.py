@@ -1,9 +1,12 @@
 """Virtual machines for real: the local box, `vagrant up` with libvirt, tests inside them.
 
+Opt-in for now: NETKV_VM_TESTS=1 runs them (two software-emulated VMs take most of half
+an hour here, and the whole module has not yet passed end to end; see docs/status.md).
 Needs root, libvirt with QEMU and vagrant-libvirt (./run.sh setup installs them). A
 developer without them sees every test here skipped with the reason; under CI (CI=true)
-a missing prerequisite fails instead. The box is built once per machine (cached under
-/var/cache/netkv-testbed/box); VMs and networks are destroyed when the module ends.
+with NETKV_VM_TESTS=1 a missing prerequisite fails instead. The box is built once per
+machine (cached under /var/cache/netkv-testbed/box); VMs and networks are destroyed when
+the module ends.
 """
 
 from __future__ import annotations
@@ -35,13 +38,18 @@ def missing_prerequisite() -> str | None:
     return None
 
 
+OPT_IN = ("set NETKV_VM_TESTS=1 to boot the VMs (about 30 minutes under software "
+          "emulation; not yet part of ./run.sh test)")
+
+
 def pytest_collection_modifyitems(config, items):
-    reason = missing_prerequisite()
+    opted_in = os.environ.get("NETKV_VM_TESTS") == "1"
+    reason = missing_prerequisite() if opted_in else OPT_IN
     if reason is None:
         return
     for item in items:
         if Path(str(item.fspath)).is_relative_to(HERE):
-            if os.environ.get("CI"):
+            if opted_in and os.environ.get("CI"):
                 item.add_marker(pytest.mark.usefixtures("_ci_missing_vm_prerequisite"))
             else:
                 item.add_marker(pytest.mark.skip(reason=f"vm test: {reason}"))
