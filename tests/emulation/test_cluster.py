@@ -55,7 +55,7 @@ def test_cluster_edition_fabric_passes_pingall_and_a_shaped_tcp_stream(tmp_path)
         def server(node):
             return getattr(network.net.get(node), "server", None) or "localhost"
 
-        placed = {server(n) for n in network.fabric.switches + network.fabric.hosts}
+        placed = {server(n) for n in [*network.fabric.switches, *network.fabric.hosts]}
         assert placed == set(servers.names), placed  # Mininet's placer used every server
         assert network.net.pingAll(timeout=2) == 0.0
         # a stream between hosts on different servers when there are two (through a
