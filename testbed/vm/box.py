@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -93,17 +94,16 @@ def cached_box(recipe: Recipe, cache: Path = CACHE) -> Path:
     return cache / f"debian12-{recipe.digest()}.box"
 
 
+def _recipe_marker(name: str) -> Path:
+    """A file beside the box Vagrant holds under `name`, naming the recipe it came from."""
+    home = Path(os.environ.get("VAGRANT_HOME", Path.home() / ".vagrant.d"))
+    return home / "boxes" / name.replace("/", "-VAGRANTSLASH-") / "0" / "libvirt" / "netkv-recipe"
+
+
 def installed_digest(name: str = BOX_NAME) -> str | None:
     """The recipe digest of the box Vagrant holds under `name`, or None."""
-    marker = vagrant_home() / "boxes" / name.replace("/", "-VAGRANTSLASH-") / "0" / "libvirt" \
-        / "netkv-recipe"
+    marker = _recipe_marker(name)
     return marker.read_text().strip() if marker.exists() else None
-
-
-def vagrant_home() -> Path:
-    import os
-
-    return Path(os.environ.get("VAGRANT_HOME", Path.home() / ".vagrant.d"))
 
 
 Step = Callable[[str], None]
@@ -124,9 +124,9 @@ def _chroot(root: Path, script: str, step: str) -> str:
 
 
 @contextlib.contextmanager
-def _attached(image: Path) -> Iterator[str]:
+def _attached(image: Path, disk_gib: int) -> Iterator[str]:
     """The image's partition as a loop device (at its offset, no partition scanning)."""
-    size = DISK_GIB * (1 << 30) - OFFSET
+    size = disk_gib * (1 << 30) - OFFSET
     dev = _run(["losetup", "--find", "--show", "--offset", str(OFFSET), "--sizelimit",
                 str(size), str(image)], "attaching the image").strip()
     try:
@@ -209,7 +209,7 @@ def build(recipe: Recipe, out: Path, on_step: Step = lambda _s: None,
         with image.open("wb") as f:
             f.truncate(recipe.disk_gib * (1 << 30))
         _run(["sfdisk", "--quiet", str(image)], "partitioning", input="start=2048, type=83, bootable\n")
-        with _attached(image) as dev:
+        with _attached(image, recipe.disk_gib) as dev:
             _run(["mkfs.ext4", "-q", "-L", "root", "-O", "^64bit,^metadata_csum", dev],
                  "making the file system")
             uuid = _run(["blkid", "-s", "UUID", "-o", "value", dev], "reading the UUID").strip()
@@ -355,9 +355,7 @@ def add_to_vagrant(box: Path, recipe: Recipe, name: str = BOX_NAME) -> None:
     file, so only its base volume's deletion fails, silently)."""
     _drop_old_copies(box, name)
     _run(["vagrant", "box", "add", "--force", "--name", name, str(box)], "vagrant box add")
-    marker = vagrant_home() / "boxes" / name.replace("/", "-VAGRANTSLASH-") / "0" / "libvirt" \
-        / "netkv-recipe"
-    marker.write_text(recipe.digest() + "\n")
+    _recipe_marker(name).write_text(recipe.digest() + "\n")
 
 
 def remove_stale_builds(cache: Path = CACHE) -> list[Path]:

@@ -8,7 +8,6 @@ are the same thing.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,14 +16,6 @@ from pathlib import Path
 
 class VagrantError(RuntimeError):
     """A vagrant command failed: names the command and its last lines."""
-
-
-@dataclass(frozen=True)
-class SshConfig:
-    host: str
-    port: int
-    user: str
-    key: str
 
 
 @dataclass
@@ -70,12 +61,6 @@ class Vagrant:
         return self.run("ssh", name, "-c", command, "--", "-q", timeout=timeout,
                         on_line=on_line)
 
-    def ssh_config(self, name: str) -> SshConfig:
-        text = self.run("ssh-config", name)
-        fields = dict(re.findall(r"^\s*(\w+)\s+(.+?)\s*$", text, re.M))
-        return SshConfig(fields["HostName"], int(fields["Port"]), fields["User"],
-                         fields["IdentityFile"].strip('"'))
-
     def host_key(self, name: str, kind: str = "ed25519") -> str:
         """The VM's SSH host public key, read through Vagrant's own connection (which
         authenticates with the key Vagrant put there): the way to learn a host key
@@ -84,8 +69,3 @@ class Vagrant:
 
     def destroy(self) -> str:
         return self.run("destroy", "--force", timeout=900)
-
-    def status(self) -> dict[str, str]:
-        text = self.run("status", "--machine-readable")
-        return {m.group(1): m.group(2) for m in
-                re.finditer(r"^\d+,([^,]+),state,(.+)$", text, re.M)}

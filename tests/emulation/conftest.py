@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from testbed.scenario import load_scenario
+from tests.conftest import skip_or_fail_without
 
 SMALL = """
 name: fabric-test
@@ -40,21 +41,7 @@ def missing_prerequisite() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = missing_prerequisite()
-    if reason is None:
-        return
-    here = Path(__file__).parent
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(here):
-            if os.environ.get("CI"):
-                item.add_marker(pytest.mark.usefixtures("_ci_missing_prerequisite"))
-            else:
-                item.add_marker(pytest.mark.skip(reason=f"emulation test: {reason}"))
-
-
-@pytest.fixture
-def _ci_missing_prerequisite():
-    pytest.fail(f"CI must run the emulation tests but {missing_prerequisite()}")
+    skip_or_fail_without(items, Path(__file__).parent, "emulation test", missing_prerequisite())
 
 
 def write_small(tmp: Path, trace: Path, extra: dict | None = None) -> Path:

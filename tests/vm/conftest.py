@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from testbed.vm import box as boxes
+from tests.conftest import skip_or_fail_without
 
 HERE = Path(__file__).parent
 
@@ -44,20 +45,8 @@ OPT_IN = ("set NETKV_VM_TESTS=1 to boot the VMs (about 30 minutes under software
 
 def pytest_collection_modifyitems(config, items):
     opted_in = os.environ.get("NETKV_VM_TESTS") == "1"
-    reason = missing_prerequisite() if opted_in else OPT_IN
-    if reason is None:
-        return
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(HERE):
-            if opted_in and os.environ.get("CI"):
-                item.add_marker(pytest.mark.usefixtures("_ci_missing_vm_prerequisite"))
-            else:
-                item.add_marker(pytest.mark.skip(reason=f"vm test: {reason}"))
-
-
-@pytest.fixture
-def _ci_missing_vm_prerequisite():
-    pytest.fail(f"CI must run the vm tests but {missing_prerequisite()}")
+    skip_or_fail_without(items, HERE, "vm test", missing_prerequisite() if opted_in else OPT_IN,
+                         fail_under_ci=opted_in)
 
 
 @pytest.fixture(scope="session")
