@@ -113,7 +113,9 @@ def test_two_flows_on_the_oversubscribed_core_share_it_fairly(fabric):
 
 def test_ecmp_spreads_flows_over_both_core_paths(fabric):
     before = egress_bytes(fabric, {"core0", "core1"})
-    iperf(fabric, "i0", "i4", seconds=3, extra="-P 8")
+    # per-flow hashing on random source ports: 8 flows all took one path once in ~128
+    # runs (CI saw it); with 16, one path gets at most one flow in ~1 in 2,000
+    iperf(fabric, "i0", "i4", seconds=3, extra="-P 16")
     after = egress_bytes(fabric, {"core0", "core1"})
     per_core = {c: sum(after[i] - before[i] for i in after if i.startswith(c + "-"))
                 for c in ("core0", "core1")}
