@@ -135,16 +135,26 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
 
 
 def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,
-            progress: Progress = False, verbose: bool = False) -> RunResult:
+            progress: Progress = False, verbose: bool = False,
+            cluster: str | Path | None = None, placement: str = "switchbin",
+            tunnel: str = "ssh") -> RunResult:
     """Run every cell on packets: Mininet fat-tree, SDN controller, worker processes.
     Needs root and Open vSwitch. Writes OUT/<name>-emulation-<stamp>/ (the flow
     simulator's format plus fidelity.json) and returns its RunResult. The fabric and the
-    workers are torn down on every way out (an error, Ctrl-C, SIGTERM)."""
+    workers are torn down on every way out (an error, Ctrl-C, SIGTERM). `cluster`: an
+    inventory whose servers share the fabric and the workers (Mininet's cluster edition;
+    placement and tunnel as `testbed net up --cluster`)."""
+    from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.runner import count_runs, preflight
 
     check_size(scenario, force)
     preflight(scenario)
+    network = EmulatedNetwork
+    if cluster is not None:
+        from testbed.emulation.cluster import cluster_network
+
+        network = cluster_network(cluster, placement, tunnel)
     with _bar(f"{scenario.name} (packets)", count_runs(scenario), progress) as bar, \
             _sigterm_tears_down():
         def step(label: str, wall_s: float) -> None:
@@ -153,7 +163,8 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
-        outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live)
+        outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
+                                network=network)
     return RunResult(outcome.folder, scenario, outcome)
 
 

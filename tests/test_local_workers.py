@@ -6,7 +6,14 @@ tests/emulation/."""
 from __future__ import annotations
 
 import os
+import queue
+import secrets
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -17,9 +24,11 @@ from testbed.emulation.processes import LocalLauncher, WorkerSet, local_hosts
 from testbed.model.kv import kv_bytes_per_token
 from testbed.runner import check_conservation
 from testbed.scenario import load_scenario
+from testbed.workers.channel import Listener, connect
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 from tests.conftest import TRACE
+from tests.sshd import free_port
 
 SMALL = {
     "name": "local-workers",
@@ -203,3 +212,84 @@ def test_flowkv_switches_an_idle_prefill_worker_to_decode_work(tmp_path, oracle)
     assert on_prefill, "some request was decoded by a switched prefill worker"
     assert result["counters"]["role_switches"] > 0
     assert not result["wire_mismatches"] and not result["errors"]
+
+
+class OverSsh(LocalLauncher):
+    """Workers as a cluster run starts them on other servers: standard input held open,
+    its end their signal to stop (--exit-on-eof)."""
+
+    stdin = subprocess.PIPE
+
+    def command(self, instance, cmd):
+        return cmd if instance is None else [*cmd, "--exit-on-eof"]
+
+
+@pytest.mark.slow
+def test_workers_reach_the_router_over_tcp_with_its_token(tmp_path, oracle):
+    sc = load_scenario_from(SMALL, tmp_path)
+    cfg = replace(local_config(tmp_path, sc, "netkv-full", oracle, 20100 + os.getpid() % 20000),
+                  router_socket=f"tcp:127.0.0.1:{free_port()}", control_token=secrets.token_hex(16))
+    with WorkerSet(cfg, cfg.save(tmp_path / "workers.json"), sc.cluster.spec(), OverSsh(),
+                   tmp_path / "logs") as workers:
+        intruder = connect(cfg.router_socket, "intruder")
+        intruder.send({"type": "hello", "role": "decode", "instance": "i3", "token": "guess"})
+        result = workers.wait(180)
+        intruder.close()
+    assert result["outcome"] == "finished"
+    check_conservation(result["requests"], len(build_workload(sc, 1).requests))
+    assert {r["state"] for r in result["requests"]} == {"completed"}
+    assert result["wire_bytes_sent"] == result["wire_bytes_expected"] > 0
+    assert result["errors"] == ["refused a hello for 'i3': wrong control token"]
+    assert result["clock_offsets_s"] == {}  # every worker on this machine: no correction
+
+
+def test_a_worker_started_over_ssh_stops_when_its_session_ends(tmp_path):
+    sc = load_scenario_from(SMALL, tmp_path)
+    address = f"tcp:127.0.0.1:{free_port()}"
+    cfg = replace(local_config(tmp_path, sc, "rr", "http://127.0.0.1:9", 20200),
+                  router_socket=address)
+    hellos = queue.Queue()
+    listener = Listener(address, lambda c: c.read_forever(lambda _c, m: hellos.put(m),
+                                                          lambda *_: None)).start()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.workers", "decode",
+                             str(cfg.save(tmp_path / "workers.json")), "i3", "--exit-on-eof"],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        hello = hellos.get(timeout=60)  # connected, waiting for a start that never comes
+        assert hello["instance"] == "i3" and hello["machine"] == socket.gethostname()
+        assert abs(hello["wall"] - time.time()) < 60
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 143, proc.stderr.read()
+    finally:
+        proc.kill()
+        listener.close()
+
+
+def test_the_router_starts_another_machines_worker_on_that_machines_clock(tmp_path, oracle):
+    from testbed.workers.router import Router
+
+    sc = load_scenario_from(SMALL, tmp_path)
+    cfg = local_config(tmp_path, sc, "rr", oracle, 20300)
+    router = Router(cfg)
+
+    class Sent:
+        def __init__(self, name):
+            self.name, self.got = name, []
+
+        def send(self, msg):
+            self.got.append(msg)
+
+    conns = {}
+    for name in sorted(router.expected_workers):
+        conns[name] = Sent("?")
+        away = name == "i3"
+        router._dispatch(conns[name], {
+            "type": "hello", "role": "x", "instance": name, "token": None,
+            "wall": time.time() + (7.5 if away else 0.0),
+            "machine": "elsewhere" if away else socket.gethostname()})
+    router._stop.set()
+    starts = {name: c.got[-1]["t0"] for name, c in conns.items()}
+    assert set(router.clock_offsets) == {"i3"}
+    assert router.clock_offsets["i3"] == pytest.approx(7.5, abs=0.5)
+    assert starts["i3"] - starts["i0"] == pytest.approx(router.clock_offsets["i3"])
+    assert len(set(starts.values()) - {starts["i3"]}) == 1  # the rest share the router's t0

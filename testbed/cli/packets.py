@@ -28,7 +28,10 @@ from testbed.workloads.mooncake import TraceError
 @click.option("--openflow-socket", "openflow_sockets", type=click.Path(dir_okay=False),
               multiple=True, help="also accept OpenFlow on this unix socket (switches of OVS "
               "daemons in other network namespaces: emulation.ovs_instances > 1); repeatable")
-def controller(scenario, openflow_sockets) -> None:
+@click.option("--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
+              metavar="INVENTORY", help="The fabric is spread over this inventory's servers: "
+              "read their switches' tc counters over SSH too.")
+def controller(scenario, openflow_sockets, cluster) -> None:
     """Run the SDN controller for SCENARIO's fabric (os-ken, OpenFlow 1.3).
 
     Serves the congestion oracle (GET /oracle, POST /intent, GET /status) and Prometheus
@@ -40,9 +43,31 @@ def controller(scenario, openflow_sockets) -> None:
     from testbed.topologies.routing import packet_ecmp
 
     emu = sc.emulation
+    read = None
+    if cluster:
+        from testbed.remote.counters import cluster_counters
+        from testbed.remote.inventory import InventoryError
+
+        try:
+            read = cluster_counters(cluster)
+        except InventoryError as exc:
+            _fail(str(exc))
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
         packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets,
-        emu.token)
+        emu.token, read)
+
+def cluster_options(fn):
+    """--cluster INVENTORY, --placement, --tunnel: one fabric over several machines."""
+    fn = click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
+                      show_default=True, help="With --cluster: how links cross servers.")(fn)
+    fn = click.option("--placement", type=click.Choice(["switchbin", "roundrobin"]),
+                      default="switchbin", show_default=True,
+                      help="With --cluster: node placement.")(fn)
+    return click.option(
+        "--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
+        metavar="INVENTORY", help="Spread the fabric over the inventory's servers (Mininet "
+        "cluster edition; see docs/provisioning.md 'Run across machines').")(fn)
+
 
 @main.group()
 def net() -> None:
@@ -55,13 +80,7 @@ def net() -> None:
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=click.Path(file_okay=False), help="Where the run's logs go.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
-@click.option("--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
-              metavar="INVENTORY", help="Spread the fabric over the inventory's servers "
-              "(Mininet cluster edition; see README 'Run across machines').")
-@click.option("--placement", type=click.Choice(["switchbin", "roundrobin"]),
-              default="switchbin", show_default=True, help="With --cluster: node placement.")
-@click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
-              show_default=True, help="With --cluster: how links cross servers.")
+@cluster_options
 def net_up(scenario, hold: float | None, out_dir: str,
            verbose: bool, cluster: str | None, placement: str, tunnel: str) -> None:
     """Build SCENARIO's fat-tree and open the Mininet CLI on it.
@@ -108,8 +127,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
         from testbed.emulation.fidelity import FidelityMonitor
 
         monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
-                                  datapath=network.datapath,
-                                  netns=network.interface_netns).start()
+                                  datapath=network.datapath, netns=network.interface_netns,
+                                  read=network.read_counters).start()
         click.echo(f"READY {workdir}", err=True)  # scripts wait for this line
         if hold is not None:
             deadline = time.monotonic() + hold
@@ -137,9 +156,10 @@ def net_up(scenario, hold: float | None, out_dir: str,
         network.stop()
         console.print("fabric down, nothing left behind")
 
-def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool):
+def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluster):
     """The API's emulate with a progress bar and its live line (per-tier congestion,
-    transfers in flight); every exit path tears the fabric down."""
+    transfers in flight); every exit path tears the fabric down. `cluster`: the
+    --cluster, --placement and --tunnel options."""
     from testbed.api import emulate as run_emulation
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
@@ -147,7 +167,8 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool):
 
     handle_signals()
     try:
-        return run_emulation(sc, out_dir, force=force, progress=not quiet, verbose=verbose)
+        return run_emulation(sc, out_dir, force=force, progress=not quiet, verbose=verbose,
+                             **cluster)
     except (EmulationError, WorkerError, TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
@@ -164,8 +185,9 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool):
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
 @force_option
-def emulate(scenario, out_dir: str,
-            verbose: bool, quiet: bool, force: bool) -> None:
+@cluster_options
+def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
+            cluster: str | None, placement: str, tunnel: str) -> None:
     """Run SCENARIO on packets: Mininet fat-tree, SDN controller, real worker processes.
 
     Per sweep point the fabric is built once; each scheduler x seed then runs with fresh
@@ -174,10 +196,13 @@ def emulate(scenario, out_dir: str,
     real KV byte streams (one TCP stream per TP shard, AF41). Records go to
     OUT/<name>-emulation-<stamp>/ in the flow simulator's format plus fidelity.json.
     Needs root and Open Vswitch (./run.sh setup). Keep runs short: time is real, and
-    warm-up + measurement + drain per run x schedulers x seeds adds up.
+    warm-up + measurement + drain per run x schedulers x seeds adds up. With --cluster
+    the fabric and the workers spread over the inventory's servers; set emulation.bind
+    to this machine's address on their network (and emulation.token).
     """
     sc = scenario
-    run = _emulate(sc, out_dir, verbose, quiet, force)
+    run = _emulate(sc, out_dir, verbose, quiet, force, cluster=cluster, placement=placement,
+                   tunnel=tunnel)
     report_scheduler_faults(run)
     if quiet:
         click.echo(str(run.folder))

@@ -18,6 +18,7 @@ Mininet's TCLink is not used for shaping (it would fight this tree: mininet #243
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import sys
@@ -70,6 +71,18 @@ def netlink():
         handle.close()
 
 
+def enter_namespace(netns: str) -> None:
+    """Move the calling thread into the network namespace at path `netns` (setns(2);
+    os.setns needs Python 3.12, Debian 12 has 3.11)."""
+    fd = os.open(netns, os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({netns}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def in_namespace(netns: str | None, fn):
     """Run fn(ipr) with a netlink socket in the namespace at path `netns` (or here).
 
@@ -84,13 +97,7 @@ def in_namespace(netns: str | None, fn):
 
     def target() -> None:
         try:
-            fd = os.open(netns, os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
+            enter_namespace(netns)
             with netlink() as ipr:
                 box["value"] = fn(ipr)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
@@ -234,10 +241,30 @@ def _counters(ipr, ifnames: list[str], include_link: bool, levels: bool) -> dict
             for name in ifnames if name in index}
 
 
+def serve_counters(lines, write) -> None:
+    """Answer counter requests, one JSON line each, until the input ends: a request is
+    {"names": [...], "link": bool, "levels": bool}, the answer all_counters' mapping for
+    the names this machine has. The cluster edition keeps one running on every other
+    server (over SSH) so the poller and the fidelity monitor read their switches."""
+    for line in lines:
+        if not line.strip():
+            continue
+        ask = json.loads(line)
+        write(json.dumps(all_counters(list(ask["names"]), include_link=bool(ask.get("link")),
+                                      levels=bool(ask.get("levels")))) + "\n")
+
+
 def main(argv: list[str]) -> int:
     """`python -m testbed.datapath.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS
     [bytes|packets]]`: the same HTB tree, applied in the caller's own namespace; the
-    cluster edition runs it on other machines through each node's shell."""
+    cluster edition runs it on other machines through each node's shell.
+    `python -m testbed.datapath.tc serve`: answer counter requests on stdin (serve_counters)."""
+    if argv == ["serve"]:
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        serve_counters(sys.stdin, write)
+        return 0
     if len(argv) not in (4, 5, 6) or argv[0] != "install" or \
             (len(argv) == 6 and argv[5] not in ("bytes", "packets")):
         print(main.__doc__, file=sys.stderr)

@@ -11,11 +11,18 @@ kernel's ip_gre). Each node's HTB tree is built by this project's own tc code, r
 the node's server (`python -m testbed.datapath.tc` from `netkv_project_dir`, where the
 playbooks put the project). The controller must listen where every server can reach
 it: set emulation.bind to this machine's address on the servers' network.
+
+Telemetry and the fidelity monitor read every server's switch counters through the
+remote layer (remote.counters). `testbed emulate` runs its workers where their hosts
+are: over SSH on other servers, each connecting to the router by TCP on emulation.bind
+before it enters its host's namespace (so the control plane stays off the fabric).
 """
 
 from __future__ import annotations
 
 import shlex
+import socket
+import subprocess
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,7 +30,9 @@ from pathlib import Path
 from testbed.datapath import tc
 from testbed.emulation.cleanup import TAG
 from testbed.emulation.net import EmulatedNetwork, EmulationError
-from testbed.remote.inventory import InventoryError, load_hostvars, load_inventory
+from testbed.emulation.processes import LocalLauncher
+from testbed.remote.counters import cluster_counters
+from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
 
 PLACEMENTS = ("switchbin", "roundrobin")
 TUNNELS = ("ssh", "gre")
@@ -35,6 +44,7 @@ class Servers:
     ips: dict[str, str]
     user: str | None
     project_dir: dict[str, str]
+    inventory: Path | None = None
 
 
 def servers_from_inventory(path: str | Path) -> Servers:
@@ -43,7 +53,7 @@ def servers_from_inventory(path: str | Path) -> Servers:
     hostvars = load_hostvars(path)
     names, ips, dirs, users = [], {}, {}, set()
     for name, spec in specs.items():
-        local = name == "localhost" or hostvars[name].get("ansible_connection") == "local"
+        local = is_local(name, hostvars[name])
         server = "localhost" if local else name
         names.append(server)
         ips[server] = "127.0.0.1" if local else spec.host
@@ -53,7 +63,7 @@ def servers_from_inventory(path: str | Path) -> Servers:
     if len(users) > 1:
         raise InventoryError(f"{path}: the cluster edition uses one SSH user for every "
                              f"server; the inventory names {sorted(users)}")
-    return Servers(names, ips, users.pop() if users else None, dirs)
+    return Servers(names, ips, users.pop() if users else None, dirs, Path(path).resolve())
 
 
 def _run_on(node, command: str, **_kwargs) -> str:
@@ -100,6 +110,29 @@ class ClusterNetwork(EmulatedNetwork):
             raise EmulationError(f"placement must be one of {PLACEMENTS}, tunnel one of "
                                  f"{TUNNELS}")
         self.servers, self.placement, self.tunnel = servers, placement, tunnel
+        if servers.inventory is not None:
+            self.read_counters = cluster_counters(servers.inventory)
+
+    def _controller_args(self) -> list[str]:
+        inv = self.servers.inventory
+        return ["--cluster", str(inv)] if inv is not None else []
+
+    def control_address(self, tag: str) -> str:
+        """TCP on emulation.bind, which every server reaches (a free port there)."""
+        bind = self.scenario.emulation.bind
+        with socket.socket() as s:
+            s.bind((bind, 0))
+            return f"tcp:{bind}:{s.getsockname()[1]}"
+
+    def launcher(self):
+        return ClusterLauncher(self)
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            if self.read_counters is not None:
+                self.read_counters.close()
 
     def _start_mininet(self) -> None:
         from mininet.examples.cluster import (
@@ -157,3 +190,61 @@ class ClusterNetwork(EmulatedNetwork):
                         self.scenario.emulation.queue_limit, ";", "echo", "rc=$?")
             if "rc=0" not in out:
                 raise EmulationError(f"{node} on {server}: HTB on {intf} failed: {out[-400:]}")
+
+
+def cluster_network(inventory: str | Path, placement: str = "switchbin", tunnel: str = "ssh"):
+    """What run_emulation builds each point's fabric with, spread over an inventory."""
+    servers = servers_from_inventory(inventory)
+    return lambda cell, cell_file, workdir, quiet=True: ClusterNetwork(
+        cell, cell_file, workdir, servers, placement, tunnel, quiet=quiet)
+
+
+def _ssh(node) -> list[str]:
+    """Mininet's ssh command line to the node's server, without a terminal (-tt)."""
+    return [arg for arg in node.sshcmd if arg != "-tt"]
+
+
+class ClusterLauncher(LocalLauncher):
+    """Workers where their hosts are. Each prefill/decode worker starts in its server's
+    root namespace (over SSH on another server), connects to the router by TCP, then
+    enters its host's namespace (--netns). A remote worker stops when its SSH session
+    ends (--exit-on-eof): there is no parent-death signal across machines."""
+
+    stdin = subprocess.PIPE  # held open: its end is a remote worker's signal to stop
+
+    def __init__(self, network: ClusterNetwork):
+        self.network = network
+
+    def _remote_nodes(self) -> dict[str, object]:
+        """One host per other server, to reach that server by."""
+        out = {}
+        for name in self.network.fabric.hosts:
+            node = self.network.host(name)
+            if getattr(node, "isRemote", False):
+                out.setdefault(node.server, node)
+        return out
+
+    def prepare(self, files: list[Path]) -> None:
+        """The run's worker config and scenario, at the same paths on every server."""
+        for server, node in self._remote_nodes().items():
+            for path in files:
+                path = Path(path).resolve()
+                script = (f"mkdir -p {shlex.quote(str(path.parent))} && umask 077 && "
+                          f"cat > {shlex.quote(str(path))}")
+                done = subprocess.run([*_ssh(node), "sudo", "sh", "-c", shlex.quote(script)],
+                                      input=path.read_bytes(), capture_output=True, timeout=60)
+                if done.returncode != 0:
+                    raise EmulationError(f"cannot copy {path} to {server}: "
+                                         f"{done.stderr.decode(errors='replace')[-300:]}")
+
+    def command(self, instance: str | None, cmd: list[str]) -> list[str]:
+        if instance is None:
+            return cmd
+        node = self.network.host(instance)
+        args = [*cmd[1:], "--netns", f"/proc/{node.pid}/ns/net"]
+        if not getattr(node, "isRemote", False):
+            return [cmd[0], *args]
+        folder = self.network.servers.project_dir[node.server]
+        script = (f"cd {shlex.quote(folder)} && exec " +
+                  shlex.join([f"{folder}/.venv/bin/python", *args, "--exit-on-eof"]))
+        return [*_ssh(node), "sudo", "sh", "-c", shlex.quote(script)]

@@ -24,6 +24,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from testbed.datapath import tc
@@ -224,6 +225,9 @@ class FidelityMonitor:
     min_queue_packets: int = tc.MIN_QUEUE_PACKETS  # as the HTB leaves were built
     datapath: str | None = None  # kernel | user, for the advice
     netns: dict[str, str] = field(default_factory=dict)  # switch ports outside the root ns
+    # (names, include_link=) -> counters, like tc.all_counters; a cluster run's reads
+    # every server (remote.counters); this machine's by default
+    read: object = None
     # () -> {name: pid} of the worker processes, sampled per thread with the datapath
     workers: object = None
     _samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -248,11 +252,12 @@ class FidelityMonitor:
 
     def _loop(self) -> None:
         self._threads = ThreadSampler(lambda: self.workers() if self.workers else {})
-        prev = tc.all_counters(list(self._egress), include_link=True, netns=self.netns)
+        read = self.read or partial(tc.all_counters, netns=self.netns)
+        prev = read(list(self._egress), include_link=True)
         prev_cpu, prev_t = _read_cpu(), time.monotonic()
         self._threads.sample(0.0)
         while not self._stop.wait(self.interval_s):
-            cur = tc.all_counters(list(self._egress), include_link=True, netns=self.netns)
+            cur = read(list(self._egress), include_link=True)
             cur_cpu, now = _read_cpu(), time.monotonic()
             dt = now - prev_t
             self._cpu.append(cpu_busy_fraction(prev_cpu, cur_cpu))

@@ -108,6 +108,9 @@ class EmulatedNetwork:
                                  "emulation.datapath: user, or ovs_instances: 1)")
         self.daemons: list[OvsDaemon] = []
         self._stopped = False
+        # how telemetry reads switch-port counters: tc.all_counters' signature, or None
+        # for this machine's (a fabric over several machines reads every server's)
+        self.read_counters = None
 
     # -- helpers -----------------------------------------------------------------------
     @property
@@ -122,6 +125,20 @@ class EmulatedNetwork:
 
     def status(self) -> dict:
         return _http_json(f"{self.base_url}/status")
+
+    def control_address(self, tag: str) -> str:
+        """Where a run's router listens for its workers: a socket file on this machine."""
+        return str(STATE_DIR / f"{self.run_id}-{tag}.sock")
+
+    def launcher(self):
+        """Starts a run's workers: each prefill/decode worker inside its host."""
+        from testbed.emulation.processes import NamespaceLauncher
+
+        return NamespaceLauncher(self)
+
+    def _controller_args(self) -> list[str]:
+        return [arg for daemon in self.daemons
+                for arg in ("--openflow-socket", str(daemon.openflow_socket))]
 
     def oracle(self) -> dict:
         return _http_json(f"{self.base_url}/oracle")
@@ -182,9 +199,8 @@ class EmulatedNetwork:
 
     def _start_controller(self) -> None:
         log = (self.workdir / "controller.log").open("w")
-        cmd = [sys.executable, "-m", "testbed", "controller", str(self.scenario_file)]
-        for daemon in self.daemons:
-            cmd += ["--openflow-socket", str(daemon.openflow_socket)]
+        cmd = [sys.executable, "-m", "testbed", "controller", str(self.scenario_file),
+               *self._controller_args()]
         self.controller = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL,
                                            preexec_fn=die_with_parent)

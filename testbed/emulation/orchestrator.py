@@ -10,6 +10,8 @@ torn down on every path out; an interrupted run leaves a folder marked PARTIAL.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.net import EmulatedNetwork, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
-from testbed.emulation.processes import NamespaceLauncher, WorkerError, WorkerSet
+from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.metrics import aggregate, run_summary
 from testbed.records import atomic_write, write_json
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
@@ -83,21 +85,24 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     emu = cell.emulation
     fabric = network.fabric
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    rundir = rundir.resolve()  # absolute: a cluster run copies files to the same paths
     cfg = RunConfig(
-        scenario=str(cell_file), scheduler=key, seed=seed, t0=0.0,
+        scenario=str(cell_file.resolve()), scheduler=key, seed=seed, t0=0.0,
         dilation=emu.time_dilation, scale=emu.scale,
-        router_socket=str(STATE_DIR / f"{network.run_id}-{tag}.sock"), out=str(rundir),
+        router_socket=network.control_address(tag), out=str(rundir),
         oracle_url=network.base_url, kv_port=emu.kv_port,
         bg_port=emu.kv_port + KV_PORT_BG_OFFSET,
         hosts={name: h.ip for name, h in fabric.hosts.items()},
-        controller_pid=network.controller.pid if network.controller else None)
+        controller_pid=network.controller.pid if network.controller else None,
+        control_token=secrets.token_hex(16))
     rundir.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.save(rundir / "workers.json")
+    os.chmod(cfg_path, 0o600)  # it holds the control token
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
-                              datapath=network.datapath,
-                              netns=network.interface_netns).start()
+                              datapath=network.datapath, netns=network.interface_netns,
+                              read=network.read_counters).start()
     try:
-        with WorkerSet(cfg, cfg_path, fabric.spec, NamespaceLauncher(network),
+        with WorkerSet(cfg, cfg_path, fabric.spec, network.launcher(),
                        rundir / "logs") as workers:
             monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
             with LiveWatch(rundir / "live.json", on_live or (lambda _doc: None)):
@@ -116,13 +121,15 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
                   verbose: bool = False,
                   on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None,
-                  on_live: Callable[[dict], None] | None = None) -> RunOutcome:
+                  on_live: Callable[[dict], None] | None = None,
+                  network: Callable[..., EmulatedNetwork] = EmulatedNetwork) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
     table rows.
 
     `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
     the point's runs (validate calibrates there); `on_live(doc)` about once a second
-    during a run (LiveWatch)."""
+    during a run (LiveWatch); `network(cell, cell_file, workdir, quiet=)` builds each
+    point's fabric (a ClusterNetwork partial spreads it over several machines)."""
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         net_preflight(cell)
@@ -138,7 +145,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
             atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
             if on_step:
                 on_step(f"{slug(point)}: building the fabric", 0.0)
-            with EmulatedNetwork(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
+            with network(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
                 if on_fabric is not None:
                     on_fabric(net, celldir)
                 built: tuple[int, object] | None = None  # (seed, its workload)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.emulation.child import die_with_parent
+from testbed.workers.channel import listening, tcp_address
 from testbed.workers.config import RunConfig
 
 
@@ -30,11 +31,16 @@ class WorkerError(RuntimeError):
 class LocalLauncher:
     """Workers as plain processes; instance hosts must be loopback addresses."""
 
+    stdin = subprocess.DEVNULL
+
+    def prepare(self, files: list[Path]) -> None:
+        """Make the run's files readable wherever workers start (here: they are)."""
+
     def command(self, instance: str | None, cmd: list[str]) -> list[str]:
         return cmd
 
 
-class NamespaceLauncher:
+class NamespaceLauncher(LocalLauncher):
     """Workers inside Mininet hosts: the host shell's network namespace."""
 
     def __init__(self, network):
@@ -67,7 +73,7 @@ class WorkerSet:
         log = (self.logdir / f"{name}.log").open("w")
         self.procs[name] = subprocess.Popen(
             self.launcher.command(instance if role in ("prefill", "decode") else None, cmd),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, stdin=self.launcher.stdin,
             preexec_fn=die_with_parent)
         log.close()
 
@@ -82,11 +88,11 @@ class WorkerSet:
 
     def _start(self) -> WorkerSet:
         self.logdir.mkdir(parents=True, exist_ok=True)
-        sock = Path(self.cfg.router_socket)
-        sock.unlink(missing_ok=True)
+        self.launcher.prepare([self.cfg_path, Path(self.cfg.scenario)])
+        self._unlink_socket()
         self._spawn("router", "router", None)
         deadline = time.monotonic() + 60
-        while not sock.exists():
+        while not listening(self.cfg.router_socket):
             if self.procs["router"].poll() is not None:
                 raise WorkerError(f"the router exited at start:\n{self.tail('router')}")
             if time.monotonic() > deadline:
@@ -145,7 +151,11 @@ class WorkerSet:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
-        Path(self.cfg.router_socket).unlink(missing_ok=True)
+        self._unlink_socket()
+
+    def _unlink_socket(self) -> None:
+        if tcp_address(self.cfg.router_socket) is None:
+            Path(self.cfg.router_socket).unlink(missing_ok=True)
 
     def __enter__(self) -> WorkerSet:
         return self.start()

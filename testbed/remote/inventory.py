@@ -72,6 +72,11 @@ def load_inventory(path: str | Path) -> dict[str, HostSpec]:
     return out
 
 
+def is_local(name: str, hostvars: dict) -> bool:
+    """This machine: an inventory host named localhost or with ansible_connection local."""
+    return name == "localhost" or hostvars.get("ansible_connection") == "local"
+
+
 def host_of(path: str | Path, name: str) -> HostSpec:
     hosts = load_inventory(path)
     if name not in hosts:

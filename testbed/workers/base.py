@@ -5,6 +5,7 @@ run's start, hand messages to one RealTimeLoop, leave when told (or when the rou
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 import traceback
@@ -65,10 +66,14 @@ class Worker:
             self.handle(msg)
 
     def run(self) -> int:
+        """Serve the run; `self.conn` may already be open (a worker that connected before
+        entering its host's namespace)."""
         try:
-            self.conn = connect(self.cfg.router_socket, self.instance)
+            self.conn = self.conn or connect(self.cfg.router_socket, self.instance)
+            # the router corrects "start" for this machine's clock (wall, machine)
             self.conn.send({"type": "hello", "role": self.role, "instance": self.instance,
-                            "pid": os.getpid()})
+                            "pid": os.getpid(), "token": self.cfg.control_token,
+                            "wall": time.time(), "machine": socket.gethostname()})
             for msg in self.hello_extra():
                 self.conn.send(msg)
             self.conn.read_forever(lambda _c, m: self.loop.post(lambda: self._dispatch(m)),

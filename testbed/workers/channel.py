@@ -1,11 +1,14 @@
-"""Control channels between the router and workers: Unix stream sockets, framed messages.
+"""Control channels between the router and workers: stream sockets, framed messages.
 
-The router listens on a socket file in the run folder. Worker processes live in the
-emulated hosts' network namespaces, but those share the file system, so every worker
-reaches the router without touching the emulated fabric: the fabric carries KV and
+On one machine the router listens on a socket file in the run folder. Worker processes
+live in the emulated hosts' network namespaces, but those share the file system, so every
+worker reaches the router without touching the emulated fabric: the fabric carries KV and
 background bytes only, which keeps the control plane (a few hundred bytes per request)
-out of the measurement, like a real cluster's separate front-end network. Each
-connection gets a reader thread that hands messages to the owner's RealTimeLoop.
+out of the measurement, like a real cluster's separate front-end network. A run spread
+over several machines uses TCP on their management network instead (an address
+`tcp:HOST:PORT`); its workers connect before they enter their host's namespace, so the
+connection stays on the management network. Each connection gets a reader thread that
+hands messages to the owner's RealTimeLoop.
 """
 
 from __future__ import annotations
@@ -59,26 +62,60 @@ class Connection:
         self.sock.close()
 
 
-def connect(path: Path, name: str, timeout: float = 30.0) -> Connection:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def tcp_address(address: str | Path) -> tuple[str, int] | None:
+    """(host, port) of a `tcp:HOST:PORT` address; None for a socket file's path."""
+    text = str(address)
+    if not text.startswith("tcp:"):
+        return None
+    host, _, port = text[4:].rpartition(":")
+    return host, int(port)
+
+
+def _socket(address: str | Path) -> tuple[socket.socket, object]:
+    tcp = tcp_address(address)
+    if tcp is None:
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), str(address)
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM), tcp
+
+
+def connect(address: str | Path, name: str, timeout: float = 30.0) -> Connection:
+    """A connection to the router at a socket file or `tcp:HOST:PORT`."""
+    sock, where = _socket(address)
     sock.settimeout(timeout)
     try:
-        sock.connect(str(path))
+        sock.connect(where)
     except OSError as exc:
         sock.close()
-        raise ConnectionError(f"cannot reach the router at {path}: {exc}") from None
+        raise ConnectionError(f"cannot reach the router at {address}: {exc}") from None
     sock.settimeout(None)
+    if tcp_address(address):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return Connection(sock, name)
 
 
-class Listener:
-    """Accepts connections on a socket file; each gets on_connect(Connection)."""
+def listening(address: str | Path) -> bool:
+    """Whether a router accepts connections there yet."""
+    if tcp_address(address) is None:
+        return Path(address).exists()
+    try:
+        connect(address, "probe", timeout=1.0).close()
+    except ConnectionError:
+        return False
+    return True
 
-    def __init__(self, path: Path, on_connect: Callable[[Connection], None]):
-        self.path = Path(path)
-        self.path.unlink(missing_ok=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(self.path))
+
+class Listener:
+    """Accepts connections on a socket file or `tcp:HOST:PORT`; each gets
+    on_connect(Connection)."""
+
+    def __init__(self, address: str | Path, on_connect: Callable[[Connection], None]):
+        self.sock, where = _socket(address)
+        self.path = None if tcp_address(address) else Path(address)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(where)
         self.sock.listen(128)
         self.on_connect = on_connect
         self._thread = threading.Thread(target=self._accept, name="accept", daemon=True)
@@ -97,4 +134,5 @@ class Listener:
 
     def close(self) -> None:
         self.sock.close()
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)

@@ -18,13 +18,14 @@ class RunConfig:
     t0: float  # wall-clock epoch of modelled time zero
     dilation: float
     scale: float
-    router_socket: str
+    router_socket: str  # a socket file, or tcp:HOST:PORT when workers run on other machines
     out: str  # where the router writes the run's records
     oracle_url: str
     kv_port: int
     bg_port: int
     hosts: dict[str, str] = field(default_factory=dict)  # instance -> IP on the fabric
     controller_pid: int | None = None  # for controller_down faults
+    control_token: str | None = None  # a worker's hello must carry it (TCP control plane)
 
     def save(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))

@@ -20,6 +20,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -120,6 +121,8 @@ class Router:
                       for i in self.spec.decode_pool}
         self.expected_workers = set(self.prefill) | set(self.views) | {"loadgen"}
         self.conns: dict[str, Connection] = {}
+        self.machine = socket.gethostname()
+        self.clock_offsets: dict[str, float] = {}  # worker -> its clock minus ours (s)
         self.states: dict[str, RequestState] = {}
         self.transfers: list[dict] = []
         self.ledger = Ledger()
@@ -199,8 +202,17 @@ class Router:
     def _dispatch(self, conn: Connection, msg: dict) -> None:
         kind = msg["type"]
         if kind == "hello":
+            if msg.get("token") != self.cfg.control_token:
+                self.ledger.errors.append(f"refused a hello for {msg.get('instance')!r}: "
+                                          "wrong control token")
+                conn.close()
+                return
             conn.name = msg["instance"]
             self.conns[conn.name] = conn
+            if msg.get("machine", self.machine) != self.machine:
+                # another machine's clock: its offset from ours, to within the hello's
+                # one-way delay (the management network's, well under a millisecond)
+                self.clock_offsets[conn.name] = float(msg["wall"]) - time.time()
             if msg.get("pid"):
                 self.pids[conn.name] = int(msg["pid"])
             if set(self.conns) >= self.expected_workers:
@@ -229,7 +241,9 @@ class Router:
         self.t0 = t0
         threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
         threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
-        self._broadcast({"type": "start", "t0": t0})
+        for name, conn in self.conns.items():  # t0 on each worker's own clock
+            with contextlib.suppress(OSError):
+                conn.send({"type": "start", "t0": t0 + self.clock_offsets.get(name, 0.0)})
         self.loop.at(self.sc.recovery.heartbeat_s, self._check_heartbeats)
         for fault in self.sc.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
@@ -555,6 +569,7 @@ class Router:
             "intents_posted": self.intents_posted,
             "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
             "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
+            "clock_offsets_s": self.clock_offsets,
             "counters": self.plane.counters(
                 faults_injected=sum(f["event"] != "declared dead" for f in self.faults.log),
                 level_bytes=self.level_bytes, reuse_bytes=self.reuse_bytes,
@@ -564,7 +579,7 @@ class Router:
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict:
-        listener = Listener(Path(self.cfg.router_socket), self._on_connect).start()
+        listener = Listener(self.cfg.router_socket, self._on_connect).start()
         deadline_timer = threading.Timer(HELLO_TIMEOUT_S, lambda: self.loop.post(self._hello_timeout))
         deadline_timer.daemon = True
         deadline_timer.start()

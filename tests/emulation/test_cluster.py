@@ -6,15 +6,19 @@ over two kernels joined by GRE (NETKV_TEST_TUNNEL), the controller on the first 
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import secrets
 import subprocess
+import sys
 
 import pytest
 
 from testbed.emulation import cleanup
+from testbed.emulation.cluster import servers_from_inventory
 from testbed.scenario import load_scenario
-from tests.conftest import TRACE
+from tests.conftest import ROOT, TRACE
 from tests.emulation.conftest import write_small
 from tests.emulation.helpers import iperf
 
@@ -42,7 +46,7 @@ def _remote_leftovers(servers, name: str) -> str:
 
 
 def test_cluster_edition_fabric_passes_pingall_and_a_shaped_tcp_stream(tmp_path):
-    from testbed.emulation.cluster import ClusterNetwork, servers_from_inventory
+    from testbed.emulation.cluster import ClusterNetwork
 
     inv, tunnel, extra = _inventory(tmp_path)
     servers = servers_from_inventory(inv)
@@ -73,4 +77,39 @@ def test_cluster_edition_fabric_passes_pingall_and_a_shaped_tcp_stream(tmp_path)
         network.stop()
     assert cleanup.find_leftovers().empty
     for name in servers.names[1:]:
+        assert "nothing to clean" in _remote_leftovers(servers, name), name
+
+
+def test_emulate_runs_its_workers_on_every_server_and_reads_every_servers_counters(tmp_path):
+    """`testbed emulate --cluster`: each prefill/decode worker runs on its host's server
+    (over SSH there), reaching the router by TCP on emulation.bind; telemetry and the
+    fidelity monitor read the tc counters of every server's switches."""
+    inv, tunnel, extra = _inventory(tmp_path)
+    path = write_small(tmp_path, TRACE, {**extra, "schedulers": ["netkv-full"], "seeds": 1,
+                                         "drain_s": 60, "workload.profile": "rag",
+                                         "workload.warmup_s": 1, "workload.measure_s": 3})
+    sc = load_scenario(path)
+    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                           str(tmp_path / "results"), "--quiet", "--cluster", str(inv),
+                           "--tunnel", tunnel], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+    (run,) = (tmp_path / "results").glob("*/cells/*/netkv-full/seed1")
+    result = json.loads((run / "router.json").read_text())
+    assert result["outcome"] == "finished" and not result["errors"], result["errors"]
+    assert {r["state"] for r in result["requests"]} == {"completed"}
+    assert result["wire_bytes_received"] == result["wire_bytes_expected"] > 0
+    servers = servers_from_inventory(inv)
+    remote = servers.names[1:]
+    # another machine's workers had their clock measured (and a start on it)
+    assert bool(result["clock_offsets_s"]) == bool(remote), result["clock_offsets_s"]
+    print("clock offsets (s):", result["clock_offsets_s"])
+    with (run / "links.csv").open() as fh:
+        seen = {row["link"] for row in csv.DictReader(fh)}
+    fabric = sc.fabric()
+    every = {f"{n}>{link.peer_of(n)}" for n, _, link in fabric.egress_interfaces()
+             if n in fabric.switches}
+    assert seen == every, sorted(every - seen)  # remote switches' ports were read too
+    for name in remote:
         assert "nothing to clean" in _remote_leftovers(servers, name), name
