@@ -19,13 +19,18 @@ import yaml
 from testbed.scenario import load_scenario
 from tests.conftest import skip_or_fail_without
 
+# A machine much slower than this one (a VM under software emulation) runs the same
+# tests at a lower scale (every link rate in proportion) and with longer waits:
+# NETKV_TEST_SCALE (default 0.0002), NETKV_TEST_SLOWDOWN (wait_for limits x this).
+SCALE = float(os.environ.get("NETKV_TEST_SCALE", "0.0002"))
+SLOWDOWN = float(os.environ.get("NETKV_TEST_SLOWDOWN", "1"))
 SMALL = """
 name: fabric-test
 workload: {{trace: {trace}}}
 cluster: {{gpus_per_server: 4, aggs_per_pod: 2, cores_per_agg: 1}}
 network: {{ecmp: per-flow}}
-emulation: {{scale: 0.0002, poll_s: 0.5}}
-"""
+emulation: {{scale: SCALE, poll_s: 0.5}}
+""".replace("SCALE", f"{SCALE:g}")
 
 
 def missing_prerequisite() -> str | None:
@@ -79,6 +84,7 @@ def fabric(tmp_path_factory):
 
 
 def wait_for(check, timeout: float, what: str, interval: float = 0.2):
+    timeout *= SLOWDOWN
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
