@@ -20,6 +20,7 @@ before it enters its host's namespace (so the control plane stays off the fabric
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import socket
 import subprocess
@@ -106,6 +107,12 @@ class ClusterNetwork(EmulatedNetwork):
             raise EmulationError("emulation.ovs_instances splits one machine's userspace "
                                  "datapath; a cluster run uses each server's own Open "
                                  "vSwitch (set ovs_instances: 1)")
+        remote = [name for name in servers.names if name != "localhost"]
+        if remote and ipaddress.ip_address(scenario.emulation.bind).is_loopback:
+            raise EmulationError(
+                f"emulation.bind is {scenario.emulation.bind}, which {', '.join(remote)} "
+                "cannot reach: set it to this machine's address on the servers' network "
+                "(the controller and the router listen there), with emulation.token")
         if placement not in PLACEMENTS or tunnel not in TUNNELS:
             raise EmulationError(f"placement must be one of {PLACEMENTS}, tunnel one of "
                                  f"{TUNNELS}")
