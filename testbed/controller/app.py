@@ -65,9 +65,15 @@ class FabricController(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _features(self, ev):
         dp = ev.msg.datapath
-        name = self.fabric.dpid_to_switch.get(dp.id)
+        # the id from the message: os-ken's own handler sets dp.id from it in another
+        # app's thread, which on a slow machine (a VM under software emulation) had not
+        # run yet, and the switch was ignored for good
+        dpid = ev.msg.datapath_id
+        if dp.id is None:
+            dp.id = dpid
+        name = self.fabric.dpid_to_switch.get(dpid)
         if name is None:
-            log.warning("unknown datapath %016x connected; ignoring it", dp.id)
+            log.warning("unknown datapath %016x connected; ignoring it", dpid)
             return
         self.datapaths[name] = dp
         with self.state.lock:

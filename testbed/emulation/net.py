@@ -155,9 +155,12 @@ class EmulatedNetwork:
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.manifest)
 
-    def _wait(self, what: str, check, timeout: float) -> None:
+    def _wait(self, what: str, check, timeout: float, progress=None) -> None:
+        """Until check() is true; `timeout` seconds, counted again from every change of
+        progress() (a slow machine, e.g. a VM under software emulation, brings a fabric
+        up switch by switch: it is given up on when it stops moving, not when it is slow)."""
         deadline = time.monotonic() + timeout
-        last_error = None
+        last_error, seen = None, None
         while time.monotonic() < deadline:
             if self.controller is not None and self.controller.poll() is not None:
                 raise EmulationError(f"the controller exited while waiting for {what}; "
@@ -166,12 +169,21 @@ class EmulatedNetwork:
             try:
                 if check():
                     return
+                if progress is not None and (now := progress()) != seen:
+                    seen, deadline = now, time.monotonic() + timeout
             except OSError as exc:
                 last_error = exc
             time.sleep(0.2)
-        raise EmulationError(f"timed out after {timeout:.0f} s waiting for {what}"
+        raise EmulationError(f"timed out after {timeout:.0f} s "
+                             f"{'without progress ' if progress else ''}waiting for {what}"
+                             + (f" (last seen: {seen})" if seen is not None else "")
                              + (f" (last error: {last_error})" if last_error else "")
                              + f"; controller log: {self.workdir / 'controller.log'}")
+
+    def _progress(self) -> str:
+        st = self.status()
+        return (f"{st['switches_connected']} of {st['switches_expected']} switches connected, "
+                f"{st['switches_ready']} with their routes, {min(st['polls'], 1)} poll")
 
     def _controller_tail(self) -> str:
         try:
@@ -191,7 +203,7 @@ class EmulatedNetwork:
             self._shape()
             self._tune_hosts()
             self._wait("every switch to get its routes and a first telemetry poll",
-                       lambda: self.status()["ready"], timeout=90)
+                       lambda: self.status()["ready"], timeout=90, progress=self._progress)
         except BaseException:
             self.stop()
             raise
