@@ -39,8 +39,8 @@ def missing_prerequisite() -> str | None:
     return None
 
 
-OPT_IN = ("set NETKV_VM_TESTS=1 to boot the VMs (about 30 minutes under software "
-          "emulation; not yet part of ./run.sh test)")
+OPT_IN = ("set NETKV_VM_TESTS=1 to boot the VMs (about an hour under software "
+          "emulation here; not part of ./run.sh test)")
 
 
 def pytest_collection_modifyitems(config, items):
