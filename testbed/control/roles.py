@@ -33,6 +33,42 @@ class RoleEngine(Protocol):
         engine has nobody to tell."""
 
 
+class RoleCycle:
+    """An engine's side of role switching, the part both engines share: build the
+    switching, run its cycle every flowkv.cycle_s on the engine's loop, choose prefill
+    nodes. A subclass samples its nodes (`sample`) and acts on switches (RoleEngine)."""
+
+    def __init__(self, cfg, loop, prefill: Mapping, decode: Mapping):
+        """`prefill`, `decode`: the engine's live maps of prefill queues and decode
+        instances (or the router's views of them); a switch adds to them in place."""
+        self.cfg, self.loop, self.prefill, self.decode = cfg, loop, prefill, decode
+        self.roles = RoleSwitching(cfg, prefill, cfg.controller(prefill, decode))
+
+    def start(self) -> None:
+        self.loop.after(self.cfg.cycle_s, self.cycle)
+
+    def choose_prefill(self, tokens: int, now: float):
+        return self.roles.choose_prefill(self.prefill, tokens, now)
+
+    def sample(self) -> tuple[dict, list[str]] | None:
+        """(node -> sampled state, live decode nodes) now; None ends the cycle."""
+        raise NotImplementedError
+
+    def cycle(self) -> None:
+        sampled = self.sample()
+        if sampled is None:
+            return
+        samples, live = sampled
+        self.roles.cycle(self.loop.now, samples, live, self)
+        self.loop.after(self.cfg.cycle_s, self.cycle)
+
+    def closed_decoders(self) -> set[str]:
+        return self.roles.closed_decoders(self.decode)
+
+    def counters(self) -> dict:
+        return self.roles.counters()
+
+
 class RoleSwitching:
     def __init__(self, cfg, prefill_pool: Iterable[str], controller: flowkv.Controller):
         self.cfg = cfg

@@ -9,26 +9,18 @@ decode engine (empty cache) on the same GPU, its prefills still first.
 
 from __future__ import annotations
 
-from testbed.control.roles import RoleSwitching, sending_counts
+from testbed.control.roles import RoleCycle, sending_counts
 from testbed.model import flowkv
 from testbed.serving import PrefillInstance
 
 
-class FlowKVControl:
+class FlowKVControl(RoleCycle):
     def __init__(self, sim):
         self.sim = sim
-        self.cfg = sim.scenario.flowkv
-        self.roles = RoleSwitching(self.cfg, sim.prefill, self.cfg.controller(sim.prefill,
-                                                                              sim.decode))
+        super().__init__(sim.scenario.flowkv, sim.loop, sim.prefill, sim.decode)
 
-    def start(self) -> None:
-        self.sim.loop.after(self.cfg.cycle_s, self.cycle)
-
-    def choose_prefill(self, tokens: int, now: float) -> PrefillInstance:
-        return self.roles.choose_prefill(self.sim.prefill, tokens, now)
-
-    def cycle(self) -> None:
-        sim, now = self.sim, self.sim.loop.now
+    def sample(self) -> tuple[dict, list[str]]:
+        sim = self.sim
         sending = sending_counts(sim.states)
         samples = {name: flowkv.prefill_node_state(
             p.busy is not None, len(p.queue), sending[name],
@@ -39,8 +31,7 @@ class FlowKVControl:
             d = sim.decode[name]
             samples[name] = flowkv.decode_node_state(d.batch_size, d.beta_max, d.queued,
                                                      d.free_memory, d.capacity)
-        self.roles.cycle(now, samples, live, self)
-        sim.loop.after(self.cfg.cycle_s, self.cycle)
+        return samples, live
 
     # -- the role engine ---------------------------------------------------------------
     def hybrid(self, name: str) -> PrefillInstance:
@@ -57,9 +48,3 @@ class FlowKVControl:
 
     def role(self, name: str, role: str) -> None:
         pass  # nobody to tell: the simulator's instances are the nodes
-
-    def closed_decoders(self) -> set[str]:
-        return self.roles.closed_decoders(self.sim.decode)
-
-    def counters(self) -> dict:
-        return self.roles.counters()

@@ -12,28 +12,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.control.roles import RoleSwitching, sending_counts
+from testbed.control.roles import RoleCycle, sending_counts
 from testbed.model import flowkv
 from testbed.serving import PrefillInstance
 
 
-class RouterFlowKV:
+class RouterFlowKV(RoleCycle):
     def __init__(self, router):
         self.r = router
-        self.cfg = router.sc.flowkv
-        self.roles = RoleSwitching(self.cfg, router.prefill,
-                                   self.cfg.controller(router.prefill, router.views))
+        super().__init__(router.sc.flowkv, router.loop, router.prefill, router.views)
         self.held: dict[str, dict[str, int]] = defaultdict(dict)  # node -> request -> tokens
         names = [i.name for i in router.spec.instances]
         self.all_tiers = {(a, b): router.spec.tier(a, b) for a in names for b in names
                           if a != b}
         self.decode_pool = [i.name for i in router.spec.decode_pool]
-
-    def start(self) -> None:
-        self.r.loop.after(self.cfg.cycle_s, self.cycle)
-
-    def choose_prefill(self, tokens: int, now: float) -> PrefillInstance:
-        return self.roles.choose_prefill(self.r.prefill, tokens, now)
 
     def dispatched(self, node: str, request: str, tokens: int) -> None:
         self.held[node][request] = tokens
@@ -41,10 +33,10 @@ class RouterFlowKV:
     def prefilled(self, node: str, request: str) -> None:
         self.held[node].pop(request, None)
 
-    def cycle(self) -> None:
-        r, now = self.r, self.r.loop.now
+    def sample(self) -> tuple[dict, list[str]] | None:
+        r = self.r
         if r.finished:
-            return
+            return None
         sending = sending_counts(r.states.values())
         samples = {}
         for name in r.prefill:
@@ -59,8 +51,7 @@ class RouterFlowKV:
             samples[name] = flowkv.decode_node_state(
                 v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
                 v.free_memory - sum(v.pending.values()), capacity)
-        self.roles.cycle(now, samples, live, self)
-        r.loop.after(self.cfg.cycle_s, self.cycle)
+        return samples, live
 
     # -- the role engine ---------------------------------------------------------------
     def hybrid(self, name: str) -> PrefillInstance:
@@ -74,9 +65,3 @@ class RouterFlowKV:
 
     def role(self, name: str, role: str) -> None:
         self.r.send(name, {"type": "role", "instance": name, "role": role})
-
-    def closed_decoders(self) -> set[str]:
-        return self.roles.closed_decoders(self.r.views)
-
-    def counters(self) -> dict:
-        return self.roles.counters()
