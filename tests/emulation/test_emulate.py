@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import signal
+import statistics
 import subprocess
 import sys
 from collections import defaultdict
@@ -69,10 +70,19 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     fit = doc["calibration"]["tcp"]
     assert len(fit["residuals"]) == 3 * 6 and 0 <= fit["serialisation"] <= 1
     # the shard spread from the lone transfers of >= 0.5 GB (3 sizes and 6 repeats of
-    # 0.5 GB, every tier), each ratio slowest / fastest shard >= 1
+    # 0.5 GB, every tier) whose first shard ended after the tier's fitted fixed cost (on a
+    # loaded machine that cost can exceed a fast transfer's first shard), each ratio
+    # slowest / fastest shard >= 1
+    tiers = doc["calibration"]["tiers"]
+    lone = [(d, tiers[t]["overhead_s"]) for t in ("1", "2", "3")
+            for d in tiers[t]["samples"] + tiers[t]["spread_samples"] if d["bytes"] >= 0.5e9]
+    assert len(lone) == 3 * (3 + 6)
+    usable = [d for d, fixed in lone
+              if len(d["shards"]) > 1 and min(d["shards"]) > max(fixed, 0.0)]
     ratios = sorted(fit["shard_ratios"])
-    assert len(ratios) == 3 * (3 + 6) and ratios[0] >= 1.0
-    assert fit["shard_spread"] == pytest.approx(min(ratios[13] - 1.0, 0.9), abs=1e-4)
+    assert len(ratios) == len(usable) >= 3 * (3 + 6) // 2 and ratios[0] >= 1.0
+    assert fit["shard_spread"] == pytest.approx(
+        min(statistics.median(ratios) - 1.0, 0.9), abs=1e-4)
     assert sorted((c["tier"], c["competing"]) for c in doc["calibration"]["competing"]) == \
         [(t, n) for t in (1, 2, 3) for n in (1, 2, 4)]
     whole = doc["whole_transfers"]["replay_tcp"]

@@ -298,6 +298,11 @@ def test_the_console_renders_the_live_fabric_in_chromium(fabric, tmp_path, recor
                      "Prometheus to see the loaded path", 0.5)
             wait_for(lambda: promql(base, "netkv_transfer_intents_total > 0"), 20,
                      "Prometheus to see the intent", 0.5)
+            # the drops and bytes tables are rates: they need two scrapes of each counter
+            for counter in ("netkv_class_drops_total", "netkv_class_bytes_total"):
+                query = f"sum by (class) (rate({counter}[30s]))"
+                wait_for(lambda q=query: promql(base, q), 20,
+                         f"Prometheus to have a rate of {counter}", 0.5)
             page = f"{base}/consoles/netkv.html"
             flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
             dom = subprocess.run([chromium, *flags, "--dump-dom", page], capture_output=True,
