@@ -164,3 +164,22 @@ def test_an_unreachable_host_fails_naming_the_host_and_task(tmp_path):
     assert not outcome.ok
     assert any(line.startswith("ghost: task 'Gathering Facts' unreachable")
                for line in outcome.failures), outcome.failures
+
+
+def test_the_local_box_carries_every_package_the_playbook_installs():
+    """A VM from the local box skips the package-list refresh (its netkv_box fact lists
+    what it holds): that is only safe while the box's recipe has every package the
+    playbook's roles install."""
+    import yaml
+
+    from testbed.vm.box import BASE_PACKAGES, PLAYBOOK_PACKAGES
+
+    wanted = set(yaml.safe_load((PLAYBOOKS / "roles/packages/defaults/main.yml").read_text())
+                 ["packages_list"])
+    for role in ("openvswitch", "prometheus"):
+        for task in yaml.safe_load((PLAYBOOKS / f"roles/{role}/tasks/main.yml").read_text()):
+            names = task.get("ansible.builtin.apt", {}).get("name", [])
+            wanted |= {names} if isinstance(names, str) else set(names)
+    assert "prometheus" in wanted and "mininet" in wanted
+    assert wanted <= set(BASE_PACKAGES + PLAYBOOK_PACKAGES), \
+        wanted - set(BASE_PACKAGES + PLAYBOOK_PACKAGES)

@@ -43,7 +43,7 @@ PLAYBOOK_PACKAGES = [
     "ethtool", "tcpdump", "iputils-ping", "procps", "openssh-client", "prometheus",
     "ansible", "python3-apt", "git",
 ]
-RECIPE_VERSION = 2  # bump when the steps below change what the box contains
+RECIPE_VERSION = 3  # bump when the steps below change what the box contains
 PROJECT = Path(__file__).resolve().parents[2]  # the checkout whose venv the box carries
 VENV_HOME = "/vagrant"  # where the Vagrantfile puts the project in the VM
 
@@ -288,6 +288,13 @@ def _populate(recipe: Recipe, root: Path, uuid: str, on_step: Step, kernel_out: 
     _prebuild_venv(recipe, root, on_step)
     manifest = _chroot(root, "dpkg-query -W -f '${Package} ${Version}\\n'", "listing packages")
     (root / "etc/netkv-box-manifest").write_text(manifest)
+    # an Ansible local fact: the packages role skips the list refresh when the box already
+    # holds every package it would install (lists from the build would be stale anyway)
+    facts = root / "etc/ansible/facts.d"
+    facts.mkdir(parents=True, exist_ok=True)
+    (facts / "netkv_box.fact").write_text(json.dumps(
+        {"recipe": recipe.digest(), "packages": sorted(line.split()[0]
+                                                        for line in manifest.splitlines())}))
     on_step(f"{len(manifest.splitlines())} packages installed")
 
 
