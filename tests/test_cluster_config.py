@@ -33,3 +33,23 @@ def test_the_controller_reads_every_servers_counters_and_workers_use_tcp(tmp_pat
     assert [s.spec.name for s in net.read_counters.servers] == ["node2"]
     assert net.read_counters.servers[0].project_dir == "/srv/netkv"
     net.read_counters.close()
+
+
+def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
+    """Another server's switch ports are shaped by one Python start there, not one each."""
+    from testbed.datapath import tc
+
+    calls = []
+    monkeypatch.setattr(tc, "install_htb", lambda intf, rate, **kw: calls.append((intf, rate, kw)))
+    assert tc.main(["install", "s1-eth1", "1e6", "10", "2", "bytes",
+                    "s1-eth2", "2e6", "5", "0", "packets"]) == 0
+    assert calls == [("s1-eth1", 1e6, {"min_packets": 10, "kv_levels": 2, "byte_limit": True}),
+                     ("s1-eth2", 2e6, {"min_packets": 5, "kv_levels": 0, "byte_limit": False})]
+    calls.clear()
+    assert tc.main(["install", "h1-eth0", "3e6", "8"]) == 0  # the short form
+    assert calls == [("h1-eth0", 3e6, {"min_packets": 8, "kv_levels": 0, "byte_limit": False})]
+    calls.clear()
+    for bad in (["install", "a", "1", "2", "3", "maybe"], ["install", "a", "1", "2", "3",
+                                                           "bytes", "b"], ["install"], []):
+        assert tc.main(bad) == 2, bad
+    assert calls == [] and "IFNAME RATE_BPS" in capsys.readouterr().err

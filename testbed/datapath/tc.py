@@ -255,9 +255,12 @@ def serve_counters(lines, write) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.datapath.tc install IFNAME RATE_BPS MIN_PACKETS [KV_LEVELS
-    [bytes|packets]]`: the same HTB tree, applied in the caller's own namespace; the
-    cluster edition runs it on other machines through each node's shell.
+    """`python -m testbed.datapath.tc install IFNAME RATE_BPS MIN_PACKETS KV_LEVELS
+    bytes|packets [IFNAME RATE_BPS MIN_PACKETS KV_LEVELS bytes|packets ...]`: the same HTB
+    tree on each interface, applied in the caller's own namespace; the cluster edition runs
+    it on other machines through a node's shell, once per machine (a Python start costs
+    seconds in a slow VM). The short form `install IFNAME RATE_BPS MIN_PACKETS
+    [KV_LEVELS]` shapes one interface with packet-limited queues.
     `python -m testbed.datapath.tc serve`: answer counter requests on stdin (serve_counters)."""
     if argv == ["serve"]:
         def write(text: str) -> None:
@@ -265,13 +268,19 @@ def main(argv: list[str]) -> int:
             sys.stdout.flush()
         serve_counters(sys.stdin, write)
         return 0
-    if len(argv) not in (4, 5, 6) or argv[0] != "install" or \
-            (len(argv) == 6 and argv[5] not in ("bytes", "packets")):
+    args = argv[1:]
+    if argv[:1] != ["install"] or not args:
         print(main.__doc__, file=sys.stderr)
         return 2
-    levels = int(argv[4]) if len(argv) >= 5 else 0
-    install_htb(argv[1], float(argv[2]), min_packets=int(argv[3]), kv_levels=levels,
-                byte_limit=len(argv) == 6 and argv[5] == "bytes")
+    if len(args) in (3, 4):
+        args = [*args, *(["0"] if len(args) == 3 else []), "packets"]
+    groups = [args[i:i + 5] for i in range(0, len(args), 5)]
+    if len(args) % 5 or any(g[4] not in ("bytes", "packets") for g in groups):
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    for ifname, rate, min_packets, levels, limit in groups:
+        install_htb(ifname, float(rate), min_packets=int(min_packets), kv_levels=int(levels),
+                    byte_limit=limit == "bytes")
     return 0
 
 

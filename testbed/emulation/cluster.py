@@ -37,6 +37,8 @@ from testbed.remote.inventory import InventoryError, is_local, load_hostvars, lo
 
 PLACEMENTS = ("switchbin", "roundrobin")
 TUNNELS = ("ssh", "gre")
+# ssh's %C: a hash of this machine, the server, port and user (short enough for a socket)
+CONTROL_PATH = "/tmp/netkv-mn-%C"
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class ClusterNetwork(EmulatedNetwork):
         from mininet.examples.cluster import (
             MininetCluster,
             RemoteGRELink,
+            RemoteHost,
             RemoteLink,
             RoundRobinPlacer,
             SwitchBinPlacer,
@@ -156,14 +159,19 @@ class ClusterNetwork(EmulatedNetwork):
 
         setLogLevel("warning" if self.quiet else "info")
         emu = self.scenario.emulation
+        # every node's commands to a server share one SSH connection (Mininet's
+        # controlPath): a new connection per command cost seconds in a slow VM
+        shared = {"controlPath": CONTROL_PATH}
         kwargs = {"servers": self.servers.names, "serverIP": self.servers.ips,
+                  "host": partial(RemoteHost, **shared),
                   "placement": SwitchBinPlacer if self.placement == "switchbin"
                   else RoundRobinPlacer}
         if self.servers.user:
             kwargs["user"] = self.servers.user
         self.net = MininetCluster(
             topo=FatTreeTopo(self.fabric), controller=None, autoSetMacs=False, build=False,
-            switch=partial(_switch_class(), datapath=self.datapath, protocols="OpenFlow13"),
+            switch=partial(_switch_class(), datapath=self.datapath, protocols="OpenFlow13",
+                           **shared),
             link=RemoteGRELink if self.tunnel == "gre" else RemoteLink, **kwargs)
         self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
         self.net.build()
@@ -180,23 +188,31 @@ class ClusterNetwork(EmulatedNetwork):
         q = self.scenario.emulation.queue_min_packets
         bytes_ = self.scenario.emulation.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
+        # other servers: one tc run per host (its namespace) and one for all of a server's
+        # switch ports (root namespace), through a node's shell there
+        remote: dict[object, list[str]] = {}
         for node, intf, link in self.fabric.egress_interfaces():
             n = self.net.get(node)
-            server = getattr(n, "server", "localhost") or "localhost"
-            if server == "localhost":
-                if node in self.fabric.switches:
-                    tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
-                                   byte_limit=bytes_)
-                else:
-                    tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
-                                   min_packets=q, kv_levels=levels, byte_limit=bytes_)
-                continue
-            python = f"{self.servers.project_dir[server]}/.venv/bin/python"
-            out = n.cmd(python, "-m", "testbed.datapath.tc", "install", intf,
-                        str(link.rate_bps), str(q), str(levels),
-                        self.scenario.emulation.queue_limit, ";", "echo", "rc=$?")
+            if (getattr(n, "server", "localhost") or "localhost") != "localhost":
+                shell = n if node in self.fabric.hosts else next(
+                    self.net.get(s) for s in self.fabric.switches
+                    if getattr(self.net.get(s), "server", None) == n.server)
+                remote.setdefault(shell, []).extend(
+                    [intf, str(link.rate_bps), str(q), str(levels),
+                     self.scenario.emulation.queue_limit])
+            elif node in self.fabric.switches:
+                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
+                               byte_limit=bytes_)
+            else:
+                tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
+                               min_packets=q, kv_levels=levels, byte_limit=bytes_)
+        for shell, args in remote.items():
+            python = f"{self.servers.project_dir[shell.server]}/.venv/bin/python"
+            out = shell.cmd(python, "-m", "testbed.datapath.tc", "install", *args, ";",
+                            "echo", "rc=$?")
             if "rc=0" not in out:
-                raise EmulationError(f"{node} on {server}: HTB on {intf} failed: {out[-400:]}")
+                raise EmulationError(f"{shell.name} on {shell.server}: HTB on "
+                                     f"{', '.join(args[::5])} failed: {out[-400:]}")
 
 
 def cluster_network(inventory: str | Path, placement: str = "switchbin", tunnel: str = "ssh"):
