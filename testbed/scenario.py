@@ -332,6 +332,10 @@ class EmulationCfg(_Strict):
     time_dilation: float = Field(1.0, ge=1, le=1000,
                                  description="slows bandwidth down when CPU-bound")
     datapath: Literal["auto", "kernel", "user"] = "auto"
+    start_timeout_s: float = Field(
+        120.0, ge=5, le=3600, description="wall seconds every worker has to start and "
+        "connect to the router before the run fails: raise it for slow or software-emulated "
+        "servers (a cluster run starts each remote worker over SSH)")
     ovs_instances: int = Field(
         1, ge=1, le=64, description="Open vSwitch daemons the userspace datapath is split "
         "over, each in its own network namespace, switches shared out round-robin per "

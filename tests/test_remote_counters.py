@@ -51,6 +51,24 @@ def test_a_server_is_read_over_one_ssh_session(sshd):
         server.close()
 
 
+def test_a_slow_server_is_waited_for_once_then_read_with_the_usual_timeout(sshd, tmp_path):
+    """A server whose Python takes longer to start than the read timeout (a software-
+    emulated VM) is still read: the first answer has FIRST_ANSWER_S."""
+    import sys
+
+    project = tmp_path / "slow"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    python = project / ".venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\nsleep 2\ncd {ROOT}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    server = CounterServer(_spec(sshd), str(project), timeout_s=0.5)
+    try:
+        assert set(server.read(["lo"], False, False)) == {"lo"} and server.errors == 0
+        assert server._channel.gettimeout() == 0.5  # later answers: the usual timeout
+    finally:
+        server.close()
+
+
 def test_a_server_that_cannot_answer_is_absent_not_fatal(sshd, monkeypatch):
     server = CounterServer(_spec(sshd), "/nonexistent/netkv")
     assert server.read(["lo"], False, False) == {} and server.errors == 1

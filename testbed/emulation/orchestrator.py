@@ -43,9 +43,11 @@ class Progress:
 
 
 def run_timeout_s(cell) -> float:
-    """How long one run may take, wall clock: its whole window, the drain limit, margin."""
+    """How long one run may take, wall clock: the workers' start, its whole window, the
+    drain limit."""
     wl = cell.workload
-    return (wl.warmup_s + wl.measure_s + cell.drain_s) * cell.emulation.time_dilation + 120.0
+    return ((wl.warmup_s + wl.measure_s + cell.drain_s) * cell.emulation.time_dilation
+            + cell.emulation.start_timeout_s)
 
 
 class LiveWatch:

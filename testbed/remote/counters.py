@@ -24,6 +24,9 @@ from testbed.remote.ssh import HostSpec, RemoteError, RemoteHost
 
 log = logging.getLogger("testbed.counters")
 RETRY_S = 5.0  # how soon a server that failed is asked again
+# the first answer waits for the server's Python to start, which takes tens of seconds in
+# a software-emulated VM: with the usual timeout a slow server would never be read
+FIRST_ANSWER_S = 90.0
 
 
 class CounterServer:
@@ -43,7 +46,7 @@ class CounterServer:
         python = f"{self.project_dir}/.venv/bin/python"
         channel.exec_command(f"cd {shlex.quote(self.project_dir)} && exec "
                              f"{shlex.quote(python)} -m testbed.datapath.tc serve")
-        channel.settimeout(self.timeout_s)
+        channel.settimeout(FIRST_ANSWER_S)
         self._channel, self._buf = channel, b""
 
     def read(self, names: list[str], include_link: bool, levels: bool) -> dict:
@@ -63,12 +66,14 @@ class CounterServer:
                                       f"{why[-300:] or 'no output'}")
                 self._buf += chunk
             line, self._buf = self._buf.split(b"\n", 1)
+            self._channel.settimeout(self.timeout_s)
             self._failed_at = None
             return json.loads(line)
         except (OSError, ValueError, RemoteError) as exc:
             self.errors += 1
             if self._failed_at is None:
-                log.warning("cannot read tc counters on %s: %s", self.spec.where, exc)
+                log.warning("cannot read tc counters on %s: %s", self.spec.where,
+                            exc or type(exc).__name__)
             self._failed_at = time.monotonic()
             self.close()
             return {}

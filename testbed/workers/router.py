@@ -49,7 +49,6 @@ from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
 
 START_MARGIN_S = 0.5  # wall seconds between "start" and modelled time zero
-HELLO_TIMEOUT_S = 120.0
 
 
 class RouterError(RuntimeError):
@@ -580,7 +579,8 @@ class Router:
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict:
         listener = Listener(self.cfg.router_socket, self._on_connect).start()
-        deadline_timer = threading.Timer(HELLO_TIMEOUT_S, lambda: self.loop.post(self._hello_timeout))
+        deadline_timer = threading.Timer(self.sc.emulation.start_timeout_s,
+                                         lambda: self.loop.post(self._hello_timeout))
         deadline_timer.daemon = True
         deadline_timer.start()
         try:

@@ -21,7 +21,8 @@ from tests.conftest import skip_or_fail_without
 
 # A machine much slower than this one (a VM under software emulation) runs the same
 # tests at a lower scale (every link rate in proportion) and with longer waits:
-# NETKV_TEST_SCALE (default 0.0002), NETKV_TEST_SLOWDOWN (wait_for limits x this).
+# NETKV_TEST_SCALE (default 0.0002), NETKV_TEST_SLOWDOWN (wait_for limits and the
+# workers' start timeout x this).
 SCALE = float(os.environ.get("NETKV_TEST_SCALE", "0.0002"))
 SLOWDOWN = float(os.environ.get("NETKV_TEST_SLOWDOWN", "1"))
 SMALL = """
@@ -29,8 +30,8 @@ name: fabric-test
 workload: {{trace: {trace}}}
 cluster: {{gpus_per_server: 4, aggs_per_pod: 2, cores_per_agg: 1}}
 network: {{ecmp: per-flow}}
-emulation: {{scale: SCALE, poll_s: 0.5}}
-""".replace("SCALE", f"{SCALE:g}")
+emulation: {{scale: SCALE, poll_s: 0.5, start_timeout_s: START}}
+""".replace("SCALE", f"{SCALE:g}").replace("START", f"{120 * SLOWDOWN:g}")
 
 
 def missing_prerequisite() -> str | None:

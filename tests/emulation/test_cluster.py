@@ -62,16 +62,26 @@ def test_cluster_edition_fabric_passes_pingall_and_a_shaped_tcp_stream(tmp_path)
         placed = {server(n) for n in [*network.fabric.switches, *network.fabric.hosts]}
         assert placed == set(servers.names), placed  # Mininet's placer used every server
         assert network.net.pingAll(timeout=2) == 0.0
-        # a stream between hosts on different servers when there are two (through a
-        # tunnel), else cross-pod (through a core switch)
+        # a stream whose every path crosses servers when there are two (through a
+        # tunnel): hosts on different servers, else hosts whose switches are not all on
+        # one server; with one server, cross-pod (through a core switch)
         hosts = sorted(network.fabric.hosts, key=lambda h: int(h[1:]))
         src = hosts[0]
-        dst = next((h for h in reversed(hosts) if server(h) != server(src)), hosts[-1])
+
+        def crossings(dst):  # the servers on each equal-cost path src -> dst
+            return [{server(n) for hop in p for n in hop}
+                    for p in network.fabric.spec.paths(src, dst)]
+
+        dst = next((h for h in reversed(hosts) if server(h) != server(src)), None) or next(
+            (h for h in reversed(hosts) if all(len(c) > 1 for c in crossings(h))), hosts[-1])
         tier = network.fabric.spec.tier(src, dst)
+        on_paths = set().union(*crossings(dst))
+        if len(servers.names) > 1:
+            assert all(len(c) > 1 for c in crossings(dst)), crossings(dst)
         bps = iperf(network, src, dst, seconds=4, extra="-O 1")
         expected = network.fabric.rate_bps(sc.cluster.spec().tier_bandwidth_gbps[tier])
-        print(f"{src}@{server(src)} -> {dst}@{server(dst)} tier {tier}: "
-              f"{bps / 1e6:.2f} of {expected / 1e6:.2f} Mbit/s")
+        print(f"{src}@{server(src)} -> {dst}@{server(dst)} tier {tier} through "
+              f"{'+'.join(sorted(on_paths))}: {bps / 1e6:.2f} of {expected / 1e6:.2f} Mbit/s")
         assert 0.85 * expected <= bps <= 1.05 * expected, (bps, expected)
     finally:
         network.stop()
