@@ -53,3 +53,13 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
                                                            "bytes", "b"], ["install"], []):
         assert tc.main(bad) == 2, bad
     assert calls == [] and "IFNAME RATE_BPS" in capsys.readouterr().err
+
+
+def test_a_servers_shaping_is_cut_into_lines_a_node_shell_takes():
+    from testbed.emulation.cluster import _lines_of
+
+    groups = [w for k in range(200) for w in (f"agg{k}-eth1", "20000000", "16", "2", "packets")]
+    lines = _lines_of(groups)
+    assert len(lines) > 1 and sum(lines, []) == groups  # every group once, in order
+    assert all(len(line) % 5 == 0 and len(" ".join(line)) <= 2000 for line in lines)
+    assert _lines_of(groups[:10]) == [groups[:10]]

@@ -206,13 +206,26 @@ class ClusterNetwork(EmulatedNetwork):
             else:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
                                min_packets=q, kv_levels=levels, byte_limit=bytes_)
-        for shell, args in remote.items():
+        for shell, groups in remote.items():
             python = f"{self.servers.project_dir[shell.server]}/.venv/bin/python"
-            out = shell.cmd(python, "-m", "testbed.datapath.tc", "install", *args, ";",
-                            "echo", "rc=$?")
-            if "rc=0" not in out:
-                raise EmulationError(f"{shell.name} on {shell.server}: HTB on "
-                                     f"{', '.join(args[::5])} failed: {out[-400:]}")
+            for args in _lines_of(groups):
+                out = shell.cmd(python, "-m", "testbed.datapath.tc", "install", *args, ";",
+                                "echo", "rc=$?")
+                if "rc=0" not in out:
+                    raise EmulationError(f"{shell.name} on {shell.server}: HTB on "
+                                         f"{', '.join(args[::5])} failed: {out[-400:]}")
+
+
+def _lines_of(args: list[str], limit: int = 2000) -> list[list[str]]:
+    """tc install's interface groups (five words each) cut into command lines a node's
+    shell takes: a terminal line holds 4096 bytes, and a longer one hangs."""
+    lines: list[list[str]] = [[]]
+    for i in range(0, len(args), 5):
+        group = args[i:i + 5]
+        if lines[-1] and len(" ".join(lines[-1] + group)) > limit:
+            lines.append([])
+        lines[-1].extend(group)
+    return lines
 
 
 def cluster_network(inventory: str | Path, placement: str = "switchbin", tunnel: str = "ssh"):
