@@ -36,7 +36,8 @@ class RoleEngine(Protocol):
 class RoleCycle:
     """An engine's side of role switching, the part both engines share: build the
     switching, run its cycle every flowkv.cycle_s on the engine's loop, choose prefill
-    nodes. A subclass samples its nodes (`sample`) and acts on switches (RoleEngine)."""
+    nodes, sample every node the same way. A subclass gives its readings (what the
+    engine knows of its requests and nodes) and acts on switches (RoleEngine)."""
 
     def __init__(self, cfg, loop, prefill: Mapping, decode: Mapping):
         """`prefill`, `decode`: the engine's live maps of prefill queues and decode
@@ -52,6 +53,38 @@ class RoleCycle:
 
     def sample(self) -> tuple[dict, list[str]] | None:
         """(node -> sampled state, live decode nodes) now; None ends the cycle."""
+        states = self.request_states()
+        if states is None:
+            return None
+        sending = sending_counts(states)
+        samples = {}
+        for name in self.prefill:
+            busy, queued, queued_tokens = self.prefill_reading(name)
+            samples[name] = flowkv.prefill_node_state(busy, queued, sending[name],
+                                                      queued_tokens, self.cfg.token_budget)
+        live = self.live_decoders()
+        for name in live:
+            samples[name] = flowkv.decode_node_state(*self.decode_reading(name))
+        return samples, live
+
+    # -- the engine's readings -----------------------------------------------------------
+    def request_states(self) -> Iterable | None:
+        """The open requests' states (transfer_start/end, prefill, state); None once the
+        engine is finished, which ends the cycle."""
+        raise NotImplementedError
+
+    def prefill_reading(self, name: str) -> tuple[bool, int, int]:
+        """Prefill node `name`: (busy, requests queued behind the running one, tokens
+        queued)."""
+        raise NotImplementedError
+
+    def live_decoders(self) -> list[str]:
+        """The decode nodes alive now."""
+        raise NotImplementedError
+
+    def decode_reading(self, name: str) -> tuple[int, int, int, float, float]:
+        """Decode node `name`: (batch size, beta_max, requests queued, free memory bytes,
+        memory capacity bytes)."""
         raise NotImplementedError
 
     def cycle(self) -> None:

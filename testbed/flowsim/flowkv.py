@@ -9,8 +9,7 @@ decode engine (empty cache) on the same GPU, its prefills still first.
 
 from __future__ import annotations
 
-from testbed.control.roles import RoleCycle, sending_counts
-from testbed.model import flowkv
+from testbed.control.roles import RoleCycle
 from testbed.serving import PrefillInstance
 
 
@@ -19,19 +18,20 @@ class FlowKVControl(RoleCycle):
         self.sim = sim
         super().__init__(sim.scenario.flowkv, sim.loop, sim.prefill, sim.decode)
 
-    def sample(self) -> tuple[dict, list[str]]:
+    def request_states(self):
+        return self.sim.states
+
+    def prefill_reading(self, name: str) -> tuple[bool, int, int]:
+        p = self.sim.prefill[name]
+        return p.busy is not None, len(p.queue), sum(j.rs.req.input_len for j in p.queue)
+
+    def live_decoders(self) -> list[str]:
         sim = self.sim
-        sending = sending_counts(sim.states)
-        samples = {name: flowkv.prefill_node_state(
-            p.busy is not None, len(p.queue), sending[name],
-            sum(j.rs.req.input_len for j in p.queue), self.cfg.token_budget)
-            for name, p in sim.prefill.items()}
-        live = [n for n in sim.decode if n not in sim.failed and n not in sim.prefill]
-        for name in live:
-            d = sim.decode[name]
-            samples[name] = flowkv.decode_node_state(d.batch_size, d.beta_max, d.queued,
-                                                     d.free_memory, d.capacity)
-        return samples, live
+        return [n for n in sim.decode if n not in sim.failed and n not in sim.prefill]
+
+    def decode_reading(self, name: str) -> tuple[int, int, int, float, float]:
+        d = self.sim.decode[name]
+        return d.batch_size, d.beta_max, d.queued, d.free_memory, d.capacity
 
     # -- the role engine ---------------------------------------------------------------
     def hybrid(self, name: str) -> PrefillInstance:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from testbed.control.roles import RoleCycle, sending_counts
-from testbed.model import flowkv
+from testbed.control.roles import RoleCycle
 from testbed.serving import PrefillInstance
 
 
@@ -33,25 +32,20 @@ class RouterFlowKV(RoleCycle):
     def prefilled(self, node: str, request: str) -> None:
         self.held[node].pop(request, None)
 
-    def sample(self) -> tuple[dict, list[str]] | None:
-        r = self.r
-        if r.finished:
-            return None
-        sending = sending_counts(r.states.values())
-        samples = {}
-        for name in r.prefill:
-            held = self.held[name]
-            samples[name] = flowkv.prefill_node_state(
-                bool(held), max(len(held) - 1, 0), sending[name], sum(held.values()),
-                self.cfg.token_budget)
-        live = [n for n in self.decode_pool if n not in r.plane.dead]
-        capacity = r.sc.cluster.memory_gb * 1e9
-        for name in live:
-            v = r.views[name]
-            samples[name] = flowkv.decode_node_state(
-                v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
-                v.free_memory - sum(v.pending.values()), capacity)
-        return samples, live
+    def request_states(self):
+        return None if self.r.finished else self.r.states.values()
+
+    def prefill_reading(self, name: str) -> tuple[bool, int, int]:
+        held = self.held[name]
+        return bool(held), max(len(held) - 1, 0), sum(held.values())
+
+    def live_decoders(self) -> list[str]:
+        return [n for n in self.decode_pool if n not in self.r.plane.dead]
+
+    def decode_reading(self, name: str) -> tuple[int, int, int, float, float]:
+        r, v = self.r, self.r.views[name]
+        return (v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
+                v.free_memory - sum(v.pending.values()), r.sc.cluster.memory_gb * 1e9)
 
     # -- the role engine ---------------------------------------------------------------
     def hybrid(self, name: str) -> PrefillInstance:
