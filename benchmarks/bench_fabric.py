@@ -32,27 +32,50 @@ from testbed.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
-PAIRS = [("i0", "i4"), ("i1", "i5"), ("i2", "i6"), ("i3", "i7"),  # tier 2
-         ("i0", "i8"), ("i1", "i10"), ("i2", "i12"), ("i3", "i14")]  # tier 3
+# the fabric tests' fat-tree (8 hosts, 10 switches): what a slow machine (a VM under
+# software emulation) brings up in minutes instead of the paper's 20 switches
+SMALL = {"gpus_per_server": 4, "aggs_per_pod": 2, "cores_per_agg": 1}
 
 
-def scenario_file(tmp: Path, scale: float, datapath: str, ovs_instances: int = 1) -> Path:
+def scenario_file(tmp: Path, scale: float, datapath: str, ovs_instances: int = 1,
+                  small: bool = False) -> Path:
     path = tmp / f"bench-{scale:g}-{ovs_instances}.yaml"
     path.write_text(yaml.safe_dump({
         "name": "bench-fabric", "workload": {"trace": str(TRACE)},
         "emulation": {"scale": scale, "datapath": datapath, "poll_s": 1.0,
                       "ovs_instances": ovs_instances},
+        **({"cluster": SMALL} if small else {}),
     }))
     return path
 
 
-def offered_load(network: EmulatedNetwork, seconds: float) -> float:
-    """Run all PAIRS at once; return the aggregate received bits/s."""
+def load_pairs(spec) -> list[tuple[str, str]]:
+    """Every prefill host sends to a tier-2 and a tier-3 decode host at once, no decode
+    host receiving twice and the receivers spread over racks (the paper's fabric: 4
+    prefill hosts, 8 flows)."""
+    taken: set[str] = set()
+    per_rack: dict[int, int] = {}
+    pairs = []
+    for tier in (2, 3):
+        for p in spec.prefill_pool:
+            free = [d for d in spec.decode_pool
+                    if d.name not in taken and spec.tier(p.name, d.name) == tier]
+            if free:
+                dst = min(free, key=lambda d: per_rack.get(d.rack, 0))
+                taken.add(dst.name)
+                per_rack[dst.rack] = per_rack.get(dst.rack, 0) + 1
+                pairs.append((p.name, dst.name))
+    return pairs
+
+
+def offered_load(network: EmulatedNetwork, pairs: list[tuple[str, str]],
+                 seconds: float) -> float:
+    """Run all pairs at once; return the aggregate received bits/s."""
     procs = []
-    for k, (_, dst) in enumerate(PAIRS):
+    for k, (_, dst) in enumerate(pairs):
         network.host(dst).cmd(f"iperf3 -s -D -1 -p {5201 + k}")
     time.sleep(0.5)
-    for k, (src, dst) in enumerate(PAIRS):
+    for k, (src, dst) in enumerate(pairs):
         ip = network.host(dst).IP()
         procs.append(network.host(src).popen(
             f"iperf3 -c {ip} -p {5201 + k} -t {seconds} -O 1 -J".split()))
@@ -65,9 +88,10 @@ def offered_load(network: EmulatedNetwork, seconds: float) -> float:
 
 
 def throughput_sweep(scales: list[float], datapath: str, seconds: float,
-                     instances: list[int] = (1,)) -> None:
-    print(f"datapath {datapath}: aggregate throughput vs scale (paper fabric, "
-          f"{len(PAIRS)} concurrent flows), {os.cpu_count()} cores")
+                     instances: list[int] = (1,), small: bool = False) -> None:
+    fabric = "small fat-tree, 10 switches" if small else "paper fabric, 20 switches"
+    print(f"datapath {datapath}: aggregate throughput vs scale ({fabric}), "
+          f"{os.cpu_count()} cores")
     base = None  # aggregate per unit of scale at the smallest scale: the linear reference
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -75,23 +99,24 @@ def throughput_sweep(scales: list[float], datapath: str, seconds: float,
         # machine whose speed drifts compares them under the same conditions
         for scale in sorted(scales):
             for n in instances:
-                base = _one(tmp, scale, datapath, n, seconds, base)
+                base = _one(tmp, scale, datapath, n, seconds, base, small)
 
 
-def _one(tmp: Path, scale: float, datapath: str, n: int, seconds: float, base: float | None
-         ) -> float:
-        path = scenario_file(tmp, scale, datapath, n)
+def _one(tmp: Path, scale: float, datapath: str, n: int, seconds: float, base: float | None,
+         small: bool) -> float:
+        path = scenario_file(tmp, scale, datapath, n, small)
         sc = load_scenario(path)
+        pairs = load_pairs(sc.cluster.spec())
         with EmulatedNetwork(sc, path, tmp / f"run-{scale:g}-{n}") as net:
             monitor = FidelityMonitor(net.fabric, datapath=net.datapath,
                                       netns=net.interface_netns).start()
-            total = offered_load(net, seconds)
+            total = offered_load(net, pairs, seconds)
             report = monitor.stop()
         host_rate = net.fabric.rate_bps(100.0)
         base = base or total / scale
         linear = total / (base * scale)
         print(f"  scale {scale:g}, {n} OVS daemon{'s' if n > 1 else ''} (host link "
-              f"{host_rate / 1e6:.0f} Mbit/s): aggregate "
+              f"{host_rate / 1e6:.0f} Mbit/s, {len(pairs)} flows): aggregate "
               f"{total / 1e6:.1f} Mbit/s = {linear:.1%} of linear scaling "
               f"({'faithful' if linear >= 0.95 else 'NOT faithful'}), worst saturated link "
               f"{(report['worst_ratio'] or 0) * 100:.1f}% of its rate over "
@@ -160,14 +185,17 @@ def main() -> None:
     parser.add_argument("--ovs-instances", default="1,2", help="userspace datapath split "
                         "over this many OVS daemons, each measured at every scale")
     parser.add_argument("--only", choices=["throughput", "oracle"])
+    parser.add_argument("--small", action="store_true", help="the fabric tests' small "
+                        "fat-tree (8 hosts, 10 switches) instead of the paper's (16, 20): "
+                        "for a slow machine such as a VM under software emulation")
     args = parser.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
     print(f"machine: {os.cpu_count()} CPUs, {virtualisation()}")
     if args.only in (None, "throughput"):
         throughput_sweep(scales, "user", args.seconds,
-                         [int(x) for x in args.ovs_instances.split(",")])
+                         [int(x) for x in args.ovs_instances.split(",")], args.small)
         if kernel_datapath_available():
-            throughput_sweep(scales, "kernel", args.seconds)
+            throughput_sweep(scales, "kernel", args.seconds, small=args.small)
         else:
             print("datapath kernel: not measured: this kernel has no openvswitch module")
     if args.only in (None, "oracle"):
