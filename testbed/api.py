@@ -136,14 +136,16 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
 
 def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,
             progress: Progress = False, verbose: bool = False,
-            cluster: str | Path | None = None, placement: str = "switchbin",
-            tunnel: str = "ssh") -> RunResult:
+            cluster: str | Path | None = None, placement: str = "pod",
+            tunnel: str = "ssh", on_fabric: Callable | None = None) -> RunResult:
     """Run every cell on packets: Mininet fat-tree, SDN controller, worker processes.
     Needs root and Open vSwitch. Writes OUT/<name>-emulation-<stamp>/ (the flow
     simulator's format plus fidelity.json) and returns its RunResult. The fabric and the
     workers are torn down on every way out (an error, Ctrl-C, SIGTERM). `cluster`: an
     inventory whose servers share the fabric and the workers (Mininet's cluster edition;
-    placement and tunnel as `testbed net up --cluster`)."""
+    placement and tunnel as `testbed net up --cluster`). `on_fabric(network, celldir)`:
+    called once per sweep point with its fabric up, before its runs (to ping or measure
+    it: `network.host("i0").cmd(...)`); what it raises ends the run, torn down."""
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.runner import count_runs, preflight
@@ -164,7 +166,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
-                                network=network)
+                                network=network, on_fabric=on_fabric)
     return RunResult(outcome.folder, scenario, outcome)
 
 

@@ -60,9 +60,13 @@ def cluster_options(fn):
     """--cluster INVENTORY, --placement, --tunnel: one fabric over several machines."""
     fn = click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
                       show_default=True, help="With --cluster: how links cross servers.")(fn)
-    fn = click.option("--placement", type=click.Choice(["switchbin", "roundrobin"]),
-                      default="switchbin", show_default=True,
-                      help="With --cluster: node placement.")(fn)
+    fn = click.option("--placement", type=click.Choice(["pod", "switchbin", "roundrobin"]),
+                      default="pod",
+                      show_default=True,
+                      help="With --cluster: node placement. pod: each pod on one server, "
+                      "core switches dealt out (only aggregation-core links cross servers); "
+                      "switchbin: switches in even bins by name, hosts with their ToR; "
+                      "roundrobin: every node in turn.")(fn)
     return click.option(
         "--cluster", "cluster", type=click.Path(dir_okay=False), default=None,
         metavar="INVENTORY", help="Spread the fabric over the inventory's servers (Mininet "

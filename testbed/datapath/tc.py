@@ -255,12 +255,12 @@ def serve_counters(lines, write) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.datapath.tc install IFNAME RATE_BPS MIN_PACKETS KV_LEVELS
-    bytes|packets [IFNAME RATE_BPS MIN_PACKETS KV_LEVELS bytes|packets ...]`: the same HTB
-    tree on each interface, applied in the caller's own namespace; the cluster edition runs
-    it on other machines through a node's shell, once per machine (a Python start costs
-    seconds in a slow VM). The short form `install IFNAME RATE_BPS MIN_PACKETS
-    [KV_LEVELS]` shapes one interface with packet-limited queues.
+    """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS MIN_PACKETS
+    KV_LEVELS bytes|packets [[--netns PATH] IFNAME ...]`: the same HTB tree on each
+    interface, in the namespace of the `--netns` before it (else the caller's own); the
+    cluster edition runs it on other machines, once per machine for all of its switches
+    and hosts (a Python start costs seconds in a slow VM). The short form `install IFNAME
+    RATE_BPS MIN_PACKETS [KV_LEVELS]` shapes one interface with packet-limited queues.
     `python -m testbed.datapath.tc serve`: answer counter requests on stdin (serve_counters)."""
     if argv == ["serve"]:
         def write(text: str) -> None:
@@ -274,13 +274,19 @@ def main(argv: list[str]) -> int:
         return 2
     if len(args) in (3, 4):
         args = [*args, *(["0"] if len(args) == 3 else []), "packets"]
-    groups = [args[i:i + 5] for i in range(0, len(args), 5)]
-    if len(args) % 5 or any(g[4] not in ("bytes", "packets") for g in groups):
-        print(main.__doc__, file=sys.stderr)
-        return 2
-    for ifname, rate, min_packets, levels, limit in groups:
-        install_htb(ifname, float(rate), min_packets=int(min_packets), kv_levels=int(levels),
-                    byte_limit=limit == "bytes")
+    groups, netns = [], None
+    while args:
+        if args[0] == "--netns" and len(args) > 1:
+            netns, args = args[1], args[2:]
+            continue
+        group, args = args[:5], args[5:]
+        if len(group) < 5 or group[4] not in ("bytes", "packets") or "--netns" in group:
+            print(main.__doc__, file=sys.stderr)
+            return 2
+        groups.append((netns, group))
+    for netns, (ifname, rate, min_packets, levels, limit) in groups:
+        install_htb(ifname, float(rate), netns=netns, min_packets=int(min_packets),
+                    kv_levels=int(levels), byte_limit=limit == "bytes")
     return 0
 
 

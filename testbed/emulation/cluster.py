@@ -2,7 +2,9 @@
 
 The inventory's hosts are the servers (an inventory host named `localhost`, or with
 `ansible_connection: local`, is this machine). Mininet places switches and hosts on
-them (`switchbin`: switches in bins, each host with its ToR; `roundrobin`), runs remote
+them (`pod`: each pod whole on one server, the core switches dealt out, so only
+aggregation-core links cross servers; Mininet's `switchbin`: switches in bins in name
+order, each host with its ToR; `roundrobin`), runs remote
 nodes through SSH (`ssh -o BatchMode=yes`: passwordless keys and passwordless sudo on
 every server, the same user everywhere), and joins links that cross servers with a
 tunnel: `ssh` (Mininet's RemoteLink: an Ethernet tunnel over SSH between tap devices;
@@ -35,7 +37,7 @@ from testbed.emulation.processes import LocalLauncher
 from testbed.remote.counters import cluster_counters
 from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
 
-PLACEMENTS = ("switchbin", "roundrobin")
+PLACEMENTS = ("pod", "switchbin", "roundrobin")
 TUNNELS = ("ssh", "gre")
 # ssh's %C: a hash of this machine, the server, port and user (short enough for a socket)
 CONTROL_PATH = "/tmp/netkv-mn-%C"
@@ -79,6 +81,33 @@ def _run_on(node, command: str, **_kwargs) -> str:
     return out + err
 
 
+def _pod_placer(spec):
+    """A Mininet Placer for a fat-tree: pod k (its hosts, ToRs and aggregation switches) on
+    server k mod n, core switch c on server c mod n. Every link inside a pod stays on one
+    server, and only aggregation-core links become tunnels; a worker runs where its host
+    is, so the workers are spread as the pods are. (Mininet's switchbin fills bins in
+    name order, which put every ToR, and so every host and worker, on the last server.)"""
+    from mininet.examples.cluster import Placer
+
+    cores = spec.switches["core"]
+
+    class PodPlacer(Placer):
+        def place(self, node):
+            pod = spec.pod_of.get(node)
+            k = pod if pod is not None else cores.index(node)
+            return self.servers[k % len(self.servers)]
+
+    return PodPlacer
+
+
+def _run_in_root_namespace(node, command: str) -> str:
+    """A shell command line in the root namespace of the node's server: for a node on
+    another server, typed into its shell (already connected) through nsenter."""
+    if getattr(node, "isRemote", False):
+        return node.cmd("nsenter", "--net=/proc/1/ns/net", "sh", "-c", shlex.quote(command))
+    return _run_on(node, command)
+
+
 def _switch_class():
     """Mininet's RemoteOVSSwitch, but each server's batch of ovs-vsctl commands runs as a
     process (ssh for remote servers) instead of being typed into a node's shell: a
@@ -101,9 +130,46 @@ def _switch_class():
     return BatchedRemoteOVSSwitch
 
 
+def _gre_link_class():
+    """Mininet's RemoteGRELink, but each end of a tunnel is made by one command line
+    (add the gretap, set its address, MTU and state, move it into the node) typed into
+    its node's shell, in the server's root namespace (nsenter), instead of five or six
+    new SSH sessions (rcmd): on another server each of those cost 4-7 s in a VM under
+    software emulation, most of a two-server fabric's start."""
+    from mininet.examples.cluster import RemoteGRELink
+
+    class BatchedGRELink(RemoteGRELink):
+        def makeTunnel(self, node1, node2, intfname1, intfname2,  # noqa: N802 - Mininet's
+                       addr1=None, addr2=None):
+            assert node1.server != node2.server
+            if node2.server == "localhost":  # this machine's address names the tunnel
+                node1, node2 = node2, node1
+                intfname1, intfname2, addr1, addr2 = intfname2, intfname1, addr2, addr1
+            ip1, ip2 = node1.serverIP, node2.serverIP
+            if node1.server == "localhost":
+                from mininet.util import quietRun
+
+                ip1 = quietRun(f"ip route get {ip2}").split(" src ")[1].split()[0]
+            RemoteGRELink.GRE_KEY += 1
+            for node, name, addr, local, remote in ((node1, intfname1, addr1, ip1, ip2),
+                                                    (node2, intfname2, addr2, ip2, ip1)):
+                steps = [f"ip link delete {name} 2>/dev/null; "
+                         f"ip link add name {name} type gretap local {local} "
+                         f"remote {remote} ttl 64 key {RemoteGRELink.GRE_KEY}",
+                         *([f"ip link set {name} address {addr}"] if addr else []),
+                         f"ip link set dev {name} up", f"ip link set dev {name} mtu 1450",
+                         f"ip link set {name} netns {node.pid}"]
+                out = _run_in_root_namespace(node, " && ".join(steps) + " && echo tunnel-ok")
+                if "tunnel-ok" not in out:
+                    raise EmulationError(f"cannot make the GRE tunnel end {name} on "
+                                         f"{node.server} for {node.name}: {out[-300:]}")
+
+    return BatchedGRELink
+
+
 class ClusterNetwork(EmulatedNetwork):
     def __init__(self, scenario, scenario_file: Path, workdir: Path, servers: Servers,
-                 placement: str = "switchbin", tunnel: str = "ssh", quiet: bool = True):
+                 placement: str = "pod", tunnel: str = "ssh", quiet: bool = True):
         super().__init__(scenario, scenario_file, workdir, quiet)
         if self.ovs_instances > 1:
             raise EmulationError("emulation.ovs_instances splits one machine's userspace "
@@ -146,7 +212,6 @@ class ClusterNetwork(EmulatedNetwork):
     def _start_mininet(self) -> None:
         from mininet.examples.cluster import (
             MininetCluster,
-            RemoteGRELink,
             RemoteHost,
             RemoteLink,
             RoundRobinPlacer,
@@ -164,15 +229,16 @@ class ClusterNetwork(EmulatedNetwork):
         shared = {"controlPath": CONTROL_PATH}
         kwargs = {"servers": self.servers.names, "serverIP": self.servers.ips,
                   "host": partial(RemoteHost, **shared),
-                  "placement": SwitchBinPlacer if self.placement == "switchbin"
-                  else RoundRobinPlacer}
+                  "placement": {"pod": _pod_placer(self.fabric.spec),
+                                "switchbin": SwitchBinPlacer,
+                                "roundrobin": RoundRobinPlacer}[self.placement]}
         if self.servers.user:
             kwargs["user"] = self.servers.user
         self.net = MininetCluster(
             topo=FatTreeTopo(self.fabric), controller=None, autoSetMacs=False, build=False,
             switch=partial(_switch_class(), datapath=self.datapath, protocols="OpenFlow13",
                            **shared),
-            link=RemoteGRELink if self.tunnel == "gre" else RemoteLink, **kwargs)
+            link=_gre_link_class() if self.tunnel == "gre" else RemoteLink, **kwargs)
         self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
         self.net.build()
         self.net.start()
@@ -186,49 +252,48 @@ class ClusterNetwork(EmulatedNetwork):
 
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
-        bytes_ = self.scenario.emulation.queue_limit == "bytes"
+        limit = self.scenario.emulation.queue_limit
         levels = self.scenario.kv_levels()
-        # other servers: one tc run per host (its namespace) and one for all of a server's
-        # switch ports (root namespace), through a node's shell there
-        remote: dict[object, list[str]] = {}
+        # another server's switch ports and hosts: one tc run there for all of them (each
+        # interface in its node's namespace), through a node's shell on that server
+        remote: dict[str, list[list[str]]] = {}
+        shells: dict[str, object] = {}
         for node, intf, link in self.fabric.egress_interfaces():
             n = self.net.get(node)
-            if (getattr(n, "server", "localhost") or "localhost") != "localhost":
-                shell = n if node in self.fabric.hosts else next(
-                    self.net.get(s) for s in self.fabric.switches
-                    if getattr(self.net.get(s), "server", None) == n.server)
-                remote.setdefault(shell, []).extend(
-                    [intf, str(link.rate_bps), str(q), str(levels),
-                     self.scenario.emulation.queue_limit])
+            server = getattr(n, "server", None) or "localhost"
+            if server != "localhost":
+                shells.setdefault(server, n)
+                remote.setdefault(server, []).append(
+                    ["--netns", f"/proc/{n.pid}/ns/net", intf, str(link.rate_bps), str(q),
+                     str(levels), limit])
             elif node in self.fabric.switches:
                 tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
-                               byte_limit=bytes_)
+                               byte_limit=limit == "bytes")
             else:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
-                               min_packets=q, kv_levels=levels, byte_limit=bytes_)
-        for shell, groups in remote.items():
-            python = f"{self.servers.project_dir[shell.server]}/.venv/bin/python"
+                               min_packets=q, kv_levels=levels, byte_limit=limit == "bytes")
+        for server, groups in remote.items():
+            python = f"{self.servers.project_dir[server]}/.venv/bin/python"
             for args in _lines_of(groups):
-                out = shell.cmd(python, "-m", "testbed.datapath.tc", "install", *args, ";",
-                                "echo", "rc=$?")
+                out = shells[server].cmd(python, "-m", "testbed.datapath.tc", "install",
+                                         *args, ";", "echo", "rc=$?")
                 if "rc=0" not in out:
-                    raise EmulationError(f"{shell.name} on {shell.server}: HTB on "
-                                         f"{', '.join(args[::5])} failed: {out[-400:]}")
+                    raise EmulationError(f"{server}: HTB on {', '.join(args[2::7])} "
+                                         f"failed: {out[-400:]}")
 
 
-def _lines_of(args: list[str], limit: int = 2000) -> list[list[str]]:
-    """tc install's interface groups (five words each) cut into command lines a node's
-    shell takes: a terminal line holds 4096 bytes, and a longer one hangs."""
+def _lines_of(groups: list[list[str]], limit: int = 2000) -> list[list[str]]:
+    """tc install's interface groups cut into command lines a node's shell takes: a
+    terminal line holds 4096 bytes, and a longer one hangs."""
     lines: list[list[str]] = [[]]
-    for i in range(0, len(args), 5):
-        group = args[i:i + 5]
+    for group in groups:
         if lines[-1] and len(" ".join(lines[-1] + group)) > limit:
             lines.append([])
         lines[-1].extend(group)
     return lines
 
 
-def cluster_network(inventory: str | Path, placement: str = "switchbin", tunnel: str = "ssh"):
+def cluster_network(inventory: str | Path, placement: str = "pod", tunnel: str = "ssh"):
     """What run_emulation builds each point's fabric with, spread over an inventory."""
     servers = servers_from_inventory(inventory)
     return lambda cell, cell_file, workdir, quiet=True: ClusterNetwork(

@@ -256,6 +256,14 @@ class FatTreeSpec:
         return range(j * m, (j + 1) * m)
 
     @cached_property
+    def pod_of(self) -> dict[str, int]:
+        """The pod of every instance, ToR and aggregation switch (core switches have none)."""
+        out = {i.name: i.pod for i in self.instances}
+        out.update({self.tor(r): r // self.racks_per_pod for r in range(self.n_racks)})
+        out.update({self.agg(p, j): p for p in range(self.pods) for j in range(self.n_aggs)})
+        return out
+
+    @cached_property
     def switches(self) -> dict[str, list[str]]:
         """Switch names by layer (servers' NVLink buses are not switches)."""
         return {
