@@ -11,14 +11,13 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 
 import pytest
 
 from testbed.emulation import cleanup
-from testbed.emulation.cluster import servers_from_inventory
+from testbed.emulation.cluster import _pod_placer, servers_from_inventory
 from testbed.scenario import load_scenario
-from tests.conftest import ROOT, TRACE
+from tests.conftest import TRACE
 from tests.emulation.conftest import write_small
 from tests.emulation.helpers import iperf
 
@@ -45,81 +44,77 @@ def _remote_leftovers(servers, name: str) -> str:
         capture_output=True, text=True, timeout=120).stdout
 
 
-def test_cluster_edition_fabric_passes_pingall_and_a_shaped_tcp_stream(tmp_path):
-    from testbed.emulation.cluster import ClusterNetwork
+def _check_the_fabric(network, sc, servers) -> str:
+    """With the fabric up: every server holds nodes, every host pings every other, and a
+    stream whose every path crosses servers (with one server: a cross-pod stream) runs at
+    its shaped rate. Returns the stream's line for the log."""
+    def server(node):
+        return getattr(network.net.get(node), "server", None) or "localhost"
+
+    placed = {server(n) for n in [*network.fabric.switches, *network.fabric.hosts]}
+    assert placed == set(servers.names), placed  # the placement used every server
+    assert network.net.pingAll(timeout=2) == 0.0
+    hosts = sorted(network.fabric.hosts, key=lambda h: int(h[1:]))
+    src = hosts[0]
+
+    def crossings(dst):  # the servers on each equal-cost path src -> dst
+        return [{server(n) for hop in p for n in hop if n in network.net}
+                for p in network.fabric.spec.paths(src, dst)]
+
+    dst = next((h for h in reversed(hosts) if server(h) != server(src)), None) or next(
+        (h for h in reversed(hosts) if all(len(c) > 1 for c in crossings(h))), hosts[-1])
+    tier = network.fabric.spec.tier(src, dst)
+    on_paths = set().union(*crossings(dst))
+    if len(servers.names) > 1:
+        assert all(len(c) > 1 for c in crossings(dst)), crossings(dst)
+    bps = iperf(network, src, dst, seconds=4, extra="-O 1")
+    expected = network.fabric.rate_bps(sc.cluster.spec().tier_bandwidth_gbps[tier])
+    line = (f"{src}@{server(src)} -> {dst}@{server(dst)} tier {tier} through "
+            f"{'+'.join(sorted(on_paths))}: {bps / 1e6:.2f} of {expected / 1e6:.2f} Mbit/s")
+    print(line)
+    assert 0.85 * expected <= bps <= 1.05 * expected, line
+    return line
+
+
+def test_one_fabric_over_the_servers_passes_pingall_a_shaped_stream_and_a_run(tmp_path):
+    """`testbed.emulate(..., cluster=INVENTORY)` builds one fabric over the servers (a pod
+    on each, by default). With it up (on_fabric): pingall and a stream across servers at
+    its shaped rate. Then a run: each prefill/decode worker on its host's server (over
+    SSH there), reaching the router by TCP on emulation.bind; telemetry and the fidelity
+    monitor read the tc counters of every server's switches. Nothing is left anywhere."""
+    from testbed.api import emulate
 
     inv, tunnel, extra = _inventory(tmp_path)
     servers = servers_from_inventory(inv)
     assert servers.names[0] == "localhost"
-    path = write_small(tmp_path, TRACE, extra)
-    sc = load_scenario(path)
-    network = ClusterNetwork(sc, path, tmp_path / "run", servers, tunnel=tunnel)
-    network.start()
-    try:
-        def server(node):
-            return getattr(network.net.get(node), "server", None) or "localhost"
-
-        placed = {server(n) for n in [*network.fabric.switches, *network.fabric.hosts]}
-        assert placed == set(servers.names), placed  # Mininet's placer used every server
-        assert network.net.pingAll(timeout=2) == 0.0
-        # a stream whose every path crosses servers when there are two (through a
-        # tunnel): hosts on different servers, else hosts whose switches are not all on
-        # one server; with one server, cross-pod (through a core switch)
-        hosts = sorted(network.fabric.hosts, key=lambda h: int(h[1:]))
-        src = hosts[0]
-
-        def crossings(dst):  # the servers on each equal-cost path src -> dst
-            return [{server(n) for hop in p for n in hop if n in network.net}
-                    for p in network.fabric.spec.paths(src, dst)]
-
-        dst = next((h for h in reversed(hosts) if server(h) != server(src)), None) or next(
-            (h for h in reversed(hosts) if all(len(c) > 1 for c in crossings(h))), hosts[-1])
-        tier = network.fabric.spec.tier(src, dst)
-        on_paths = set().union(*crossings(dst))
-        if len(servers.names) > 1:
-            assert all(len(c) > 1 for c in crossings(dst)), crossings(dst)
-        bps = iperf(network, src, dst, seconds=4, extra="-O 1")
-        expected = network.fabric.rate_bps(sc.cluster.spec().tier_bandwidth_gbps[tier])
-        print(f"{src}@{server(src)} -> {dst}@{server(dst)} tier {tier} through "
-              f"{'+'.join(sorted(on_paths))}: {bps / 1e6:.2f} of {expected / 1e6:.2f} Mbit/s")
-        assert 0.85 * expected <= bps <= 1.05 * expected, (bps, expected)
-    finally:
-        network.stop()
-    assert cleanup.find_leftovers().empty
-    for name in servers.names[1:]:
-        assert "nothing to clean" in _remote_leftovers(servers, name), name
-
-
-def test_emulate_runs_its_workers_on_every_server_and_reads_every_servers_counters(tmp_path):
-    """`testbed emulate --cluster`: each prefill/decode worker runs on its host's server
-    (over SSH there), reaching the router by TCP on emulation.bind; telemetry and the
-    fidelity monitor read the tc counters of every server's switches."""
-    inv, tunnel, extra = _inventory(tmp_path)
     path = write_small(tmp_path, TRACE, {**extra, "schedulers": ["netkv-full"], "seeds": 1,
                                          "drain_s": 60, "workload.profile": "rag",
                                          "workload.warmup_s": 1, "workload.measure_s": 3})
     sc = load_scenario(path)
-    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                           str(tmp_path / "results"), "--quiet", "--cluster", str(inv),
-                           "--tunnel", tunnel], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
+    checked = []
+    run = emulate(sc, tmp_path / "results", cluster=inv, tunnel=tunnel,
+                  on_fabric=lambda network, _: checked.append(
+                      _check_the_fabric(network, sc, servers)))
+    assert len(checked) == 1  # one sweep point, one fabric
     assert cleanup.find_leftovers().empty
-    (run,) = (tmp_path / "results").glob("*/cells/*/netkv-full/seed1")
-    result = json.loads((run / "router.json").read_text())
+    remote = servers.names[1:]
+    for name in remote:
+        assert "nothing to clean" in _remote_leftovers(servers, name), name
+    (seed1,) = run.cells  # cells/<point>/netkv-full/seed1
+    result = json.loads((seed1 / "router.json").read_text())
     assert result["outcome"] == "finished" and not result["errors"], result["errors"]
     assert {r["state"] for r in result["requests"]} == {"completed"}
     assert result["wire_bytes_received"] == result["wire_bytes_expected"] > 0
-    servers = servers_from_inventory(inv)
-    remote = servers.names[1:]
-    # another machine's workers had their clock measured (and a start on it)
-    assert bool(result["clock_offsets_s"]) == bool(remote), result["clock_offsets_s"]
+    # the workers of the hosts placed on another machine had their clock measured there
+    # (and a start on it); this machine's did not
+    placer = _pod_placer(sc.fabric().spec)(servers=servers.names)
+    elsewhere = {h for h in sc.fabric().hosts if placer.place(h) != "localhost"}
+    assert bool(elsewhere) == bool(remote)
+    assert set(result["clock_offsets_s"]) == elsewhere, result["clock_offsets_s"]
     print("clock offsets (s):", result["clock_offsets_s"])
-    with (run / "links.csv").open() as fh:
+    with (seed1 / "links.csv").open() as fh:
         seen = {row["link"] for row in csv.DictReader(fh)}
     fabric = sc.fabric()
     every = {f"{n}>{link.peer_of(n)}" for n, _, link in fabric.egress_interfaces()
              if n in fabric.switches}
     assert seen == every, sorted(every - seen)  # remote switches' ports were read too
-    for name in remote:
-        assert "nothing to clean" in _remote_leftovers(servers, name), name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -220,21 +221,26 @@ def test_testbed_remote_runs_and_collects_on_the_vms_with_strict_host_keys(inven
 def _trust_vm2_from_vm1(vagrant: Vagrant, names: list[str]) -> None:
     """VM1 reaches VM2 as vagrant with keys of its own and VM2's known host key: as the
     vagrant user (Mininet runs `sudo -u vagrant ssh`) and as root (the remote layer's
-    paramiko in the controller and the fidelity monitor)."""
+    paramiko in the controller and the fidelity monitor). Three SSH sessions, not one per
+    step: each costs seconds under software emulation."""
     key = vagrant.host_key(names[1])
-    for home, sudo in (("/root", "sudo "), ("/home/vagrant", "")):
-        vagrant.ssh(names[0], f"{sudo}test -f {home}/.ssh/id_ed25519 || {sudo}ssh-keygen "
-                              f"-q -t ed25519 -N '' -f {home}/.ssh/id_ed25519")
-        public = vagrant.ssh(names[0], f"{sudo}cat {home}/.ssh/id_ed25519.pub").strip()
-        vagrant.ssh(names[1], f"echo '{public.splitlines()[-1]}' >> ~/.ssh/authorized_keys")
-        vagrant.ssh(names[0], f"echo '{VM2_IP} {key}' | {sudo}tee -a {home}/.ssh/known_hosts "
-                              ">/dev/null")
+    homes = ("/root", "/home/vagrant")
+    made = vagrant.ssh(names[0], " && ".join(
+        f"(sudo test -f {h}/.ssh/id_ed25519 || sudo -u {'root' if h == '/root' else 'vagrant'}"
+        f" ssh-keygen -q -t ed25519 -N '' -f {h}/.ssh/id_ed25519) && "
+        f"sudo cat {h}/.ssh/id_ed25519.pub" for h in homes))
+    public = [line for line in made.splitlines() if line.startswith("ssh-ed25519 ")]
+    assert len(public) == 2, made
+    vagrant.ssh(names[1], f"printf '%s\\n' {shlex.join(public)} >> ~/.ssh/authorized_keys")
+    vagrant.ssh(names[0], " && ".join(  # each file its owner's (tee as root or vagrant)
+        f"echo '{VM2_IP} {key}' | {'sudo ' if h == '/root' else ''}tee -a "
+        f"{h}/.ssh/known_hosts >/dev/null" for h in homes))
 
 
 def test_one_fabric_and_one_emulated_run_spread_over_both_vms(vms):
-    """Mininet's cluster edition from the first VM (its controller there), the second
-    VM's switches and hosts joined by GRE over the private network: pingall and a shaped
-    stream across, then `testbed emulate --cluster` with workers on both VMs."""
+    """Mininet's cluster edition from the first VM (its controller there), a pod on each
+    VM, joined by GRE over the private network: pingall and a shaped stream across, then
+    an emulated run on the same fabric with workers on both VMs."""
     vagrant, names, _, _ = vms
     _trust_vm2_from_vm1(vagrant, names)
     vagrant.ssh(names[0], "printf 'all:\\n  vars: {netkv_project_dir: /vagrant}\\n  hosts:\\n"
@@ -245,7 +251,7 @@ def test_one_fabric_and_one_emulated_run_spread_over_both_vms(vms):
                   "NETKV_TEST_TUNNEL=gre "
                   f"NETKV_TEST_BIND={VM1_IP} CI=true .venv/bin/python -m pytest -q -s "
                   "-p no:cacheprovider --durations=0 tests/emulation/test_cluster.py")
-    assert "2 passed" in out and "failed" not in out, out
+    assert "1 passed" in out and "failed" not in out, out
     assert "through localhost+vm2" in out, out  # every path of the stream crossed servers
 
 
