@@ -243,29 +243,46 @@ def test_workers_reach_the_router_over_tcp_with_its_token(tmp_path, oracle):
     assert result["clock_offsets_s"] == {}  # every worker on this machine: no correction
 
 
-def test_a_worker_started_over_ssh_stops_when_its_session_ends(tmp_path):
+@pytest.mark.parametrize("end", ["session", "run"])
+def test_a_worker_started_over_ssh_stops_when_its_session_ends(tmp_path, end):
+    """--exit-on-eof: the SSH session's end stops the worker (SIGTERM's 143); a run that
+    ends first (the router's stop) exits 0 with its session still open."""
     sc = load_scenario_from(SMALL, tmp_path)
     address = f"tcp:127.0.0.1:{free_port()}"
     cfg = replace(local_config(tmp_path, sc, "rr", "http://127.0.0.1:9", 20200),
                   router_socket=address)
-    hellos = queue.Queue()
-    listener = Listener(address, lambda c: c.read_forever(lambda _c, m: hellos.put(m),
+    got = queue.Queue()
+    listener = Listener(address, lambda c: c.read_forever(lambda c, m: got.put((c, m)),
                                                           lambda *_: None)).start()
     proc = subprocess.Popen([sys.executable, "-m", "testbed.workers", "decode",
                              str(cfg.save(tmp_path / "workers.json")), "i3", "--exit-on-eof"],
                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        hello = hellos.get(timeout=60)  # connected, waiting for a start that never comes
+        conn, hello = got.get(timeout=60)  # connected, waiting for a start that never comes
         assert hello["instance"] == "i3" and hello["machine"] == socket.gethostname()
-        assert abs(hello["wall"] - time.time()) < 60
-        proc.stdin.close()
-        assert proc.wait(timeout=30) == 143, proc.stderr.read()
+        while hello["type"] != "hello":
+            conn, hello = got.get(timeout=60)
+        conn.send({"type": "clock", "sent": 12.5})  # it answers a clock probe with its clock
+        answer = {}
+        while answer.get("type") != "clock":
+            _, answer = got.get(timeout=60)
+        assert answer["sent"] == 12.5 and answer["instance"] == "i3"
+        assert abs(answer["wall"] - time.time()) < 60
+        if end == "session":
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 143, proc.stderr.read()
+        else:
+            conn.send({"type": "stop"})
+            assert proc.wait(timeout=30) == 0, proc.stderr.read()
     finally:
         proc.kill()
         listener.close()
 
 
 def test_the_router_starts_another_machines_worker_on_that_machines_clock(tmp_path, oracle):
+    """A worker on another machine has its clock measured by round trips before the
+    start (the fastest of CLOCK_PROBES counts), and gets t0 on its own clock."""
+    from testbed.workers.clock import CLOCK_PROBES
     from testbed.workers.router import Router
 
     sc = load_scenario_from(SMALL, tmp_path)
@@ -285,11 +302,21 @@ def test_the_router_starts_another_machines_worker_on_that_machines_clock(tmp_pa
         away = name == "i3"
         router._dispatch(conns[name], {
             "type": "hello", "role": "x", "instance": name, "token": None,
-            "wall": time.time() + (7.5 if away else 0.0),
             "machine": "elsewhere" if away else socket.gethostname()})
+    assert all(c.got == [] for n, c in conns.items() if n != "i3")  # no start yet
+    delays = [0.4, 0.05, *[0.2] * (CLOCK_PROBES - 2)]  # round trips; the second is fastest
+    for delay in delays:
+        (probe,) = [m for m in conns["i3"].got if m["type"] == "clock"][-1:]
+        # i3's clock is 7.5 s ahead; its answer reads it `delay` after the probe was sent,
+        # and the answer is back at once: an asymmetric delay, so the estimate errs by
+        # delay / 2, and the fastest probe errs least
+        router._dispatch(conns["i3"], {"type": "clock", "instance": "i3",
+                                       "sent": probe["sent"] - delay,
+                                       "wall": probe["sent"] + 7.5})
     router._stop.set()
+    assert set(router.clock_offsets) == set(router.clock_rtt) == {"i3"}
+    assert router.clock_rtt["i3"] == pytest.approx(0.05, abs=0.04)
+    assert router.clock_offsets["i3"] == pytest.approx(7.5 + 0.05 / 2, abs=0.03)
     starts = {name: c.got[-1]["t0"] for name, c in conns.items()}
-    assert set(router.clock_offsets) == {"i3"}
-    assert router.clock_offsets["i3"] == pytest.approx(7.5, abs=0.5)
     assert starts["i3"] - starts["i0"] == pytest.approx(router.clock_offsets["i3"])
     assert len(set(starts.values()) - {starts["i3"]}) == 1  # the rest share the router's t0

@@ -29,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         import threading
 
         def watch() -> None:
-            while sys.stdin.buffer.read(4096):
+            # the raw descriptor, not sys.stdin: a daemon thread blocked in a buffered
+            # read holds its lock, and the interpreter's exit after a normal end of the
+            # run then aborts (exit 255, "could not acquire lock for <stdin>")
+            while os.read(0, 4096):
                 pass
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -60,6 +60,9 @@ class Worker:
             self.loop.clock = RunClock(float(msg["t0"]), self.cfg.dilation)
             self.started = True
             self.on_start()
+        elif kind == "clock":  # the router measures this machine's clock against its own
+            self.send({"type": "clock", "instance": self.instance, "sent": msg["sent"],
+                       "wall": time.time()})
         elif kind == "stop":
             self.loop.stop()
         else:
@@ -70,10 +73,11 @@ class Worker:
         entering its host's namespace)."""
         try:
             self.conn = self.conn or connect(self.cfg.router_socket, self.instance)
-            # the router corrects "start" for this machine's clock (wall, machine)
+            # from another machine, the router measures its clock (probes) and corrects
+            # "start" for it
             self.conn.send({"type": "hello", "role": self.role, "instance": self.instance,
                             "pid": os.getpid(), "token": self.cfg.control_token,
-                            "wall": time.time(), "machine": socket.gethostname()})
+                            "machine": socket.gethostname()})
             for msg in self.hello_extra():
                 self.conn.send(msg)
             self.conn.read_forever(lambda _c, m: self.loop.post(lambda: self._dispatch(m)),

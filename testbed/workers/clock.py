@@ -18,6 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
 
+CLOCK_PROBES = 5  # round trips per worker on another machine; the fastest one counts
+
+
+def clock_sample(sent: float, their_wall: float, received: float) -> tuple[float, float]:
+    """One round trip to another machine's worker: (round-trip time, its clock minus
+    ours), taking its reading as made halfway (NTP's estimate). The error is at most half
+    the round trip, whatever delays a loaded machine adds, so the fastest of a few
+    probes is kept; a one-way stamp (a hello's) would carry the whole delay instead."""
+    return received - sent, their_wall - (sent + received) / 2
+
 
 @dataclass(frozen=True)
 class RunClock:

@@ -48,6 +48,9 @@ REQUIRED = {
     "complete": ("request", "time"),
     "failed": ("request", "reason"),
     "heartbeat": ("instance", "time"),
+    # router -> a worker on another machine: a clock probe, answered with the same
+    # `sent` plus the worker's `instance` and `wall` (clock.clock_sample)
+    "clock": ("sent",),
     # router -> every worker: modelled time zero is wall clock t0; the run is over
     "start": ("t0",),
     "stop": (),

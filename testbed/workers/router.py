@@ -40,7 +40,7 @@ from testbed.serving import PrefillInstance
 from testbed.topologies.placement import interface_netns
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
-from testbed.workers.clock import RealTimeLoop, RunClock
+from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, RunClock, clock_sample
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState, fault_interfaces, set_links
 from testbed.workers.kvstream import scaled_bytes
@@ -122,6 +122,9 @@ class Router:
         self.conns: dict[str, Connection] = {}
         self.machine = socket.gethostname()
         self.clock_offsets: dict[str, float] = {}  # worker -> its clock minus ours (s)
+        self.clock_rtt: dict[str, float] = {}  # the round trip its offset came from (s)
+        self.clock_samples: dict[str, list[tuple[float, float]]] = {}  # other machines'
+        self.t0: float | None = None
         self.states: dict[str, RequestState] = {}
         self.transfers: list[dict] = []
         self.ledger = Ledger()
@@ -208,14 +211,13 @@ class Router:
                 return
             conn.name = msg["instance"]
             self.conns[conn.name] = conn
-            if msg.get("machine", self.machine) != self.machine:
-                # another machine's clock: its offset from ours, to within the hello's
-                # one-way delay (the management network's, well under a millisecond)
-                self.clock_offsets[conn.name] = float(msg["wall"]) - time.time()
             if msg.get("pid"):
                 self.pids[conn.name] = int(msg["pid"])
-            if set(self.conns) >= self.expected_workers:
-                self._start()
+            if msg.get("machine", self.machine) != self.machine:
+                # another machine's clock: measured by round trips before the start
+                self.clock_samples[conn.name] = []
+                self._probe_clock(conn.name)
+            self._start_when_ready()
             return
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
@@ -233,6 +235,28 @@ class Router:
             self.conns[name].send(msg)
         except (OSError, KeyError) as exc:
             self.ledger.errors.append(f"cannot reach {name}: {exc}")
+
+    def _probe_clock(self, name: str) -> None:
+        self.send(name, {"type": "clock", "sent": time.time()})
+
+    def _on_clock(self, msg: dict) -> None:
+        """A worker on another machine answered a probe with its wall clock."""
+        name = msg["instance"]
+        samples = self.clock_samples.get(name)
+        if samples is None or name in self.clock_offsets:
+            return
+        samples.append(clock_sample(float(msg["sent"]), float(msg["wall"]), time.time()))
+        if len(samples) < CLOCK_PROBES:
+            self._probe_clock(name)
+            return
+        self.clock_rtt[name], self.clock_offsets[name] = min(samples)
+        self._start_when_ready()
+
+    def _start_when_ready(self) -> None:
+        """Every worker connected, and every other machine's clock measured."""
+        if (self.t0 is None and set(self.conns) >= self.expected_workers
+                and set(self.clock_offsets) >= set(self.clock_samples)):
+            self._start()
 
     def _start(self) -> None:
         t0 = time.time() + START_MARGIN_S * self.cfg.dilation
@@ -554,7 +578,7 @@ class Router:
                       if self.ledger.wire_sent.get(rid) != self.ledger.wire_received[rid]}
         return {
             "outcome": self.outcome, "scheduler": self.cfg.scheduler, "seed": self.cfg.seed,
-            "t0": getattr(self, "t0", None), "expected": self.expected,
+            "t0": self.t0, "expected": self.expected,
             "requests": [request_row(rs, self.slo(rs.req.request_id))
                          for rs in self.states.values()],
             "transfers": sorted(self.transfers, key=lambda t: (t["start"], t["request"],
@@ -568,7 +592,7 @@ class Router:
             "intents_posted": self.intents_posted,
             "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
             "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
-            "clock_offsets_s": self.clock_offsets,
+            "clock_offsets_s": self.clock_offsets, "clock_rtt_s": self.clock_rtt,
             "counters": self.plane.counters(
                 faults_injected=sum(f["event"] != "declared dead" for f in self.faults.log),
                 level_bytes=self.level_bytes, reuse_bytes=self.reuse_bytes,
