@@ -1,6 +1,6 @@
 """Virtual machines for real: the local box, `vagrant up` with libvirt, tests inside them.
 
-Part of ./run.sh test (about 40 minutes here: two software-emulated VMs); NETKV_VM_TESTS=0
+Part of ./run.sh test (about 25 minutes here: two software-emulated VMs); NETKV_VM_TESTS=0
 leaves them out with that reason. Needs root, libvirt with QEMU and vagrant-libvirt
 (./run.sh setup installs them). A developer without them sees every test here skipped
 with the reason; under CI (CI=true) a missing prerequisite fails instead. The box is
@@ -38,7 +38,7 @@ def missing_prerequisite() -> str | None:
     return None
 
 
-OPTED_OUT = "NETKV_VM_TESTS=0 leaves out the VM tests (about 40 minutes here)"
+OPTED_OUT = "NETKV_VM_TESTS=0 leaves out the VM tests (about 25 minutes here)"
 
 
 def pytest_collection_modifyitems(config, items):
