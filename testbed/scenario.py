@@ -181,6 +181,14 @@ class WorkloadCfg(_Strict):
         60.0, ge=0, le=1e8,
         description="trace second where the run starts (the paper measures 60-75 s)"
     )
+    seed_segments: bool = Field(
+        False,
+        description="each seed replays its own segment of the trace (seed k of a run starting "
+        "at seed s starts (k - s) windows after trace_offset_s), so seeds are independent "
+        "samples of the trace; without it seeds share the trace's arrivals and lengths "
+        "and differ only in prefix sharing. Synthetic workloads ignore it (their seeds "
+        "are independent already)",
+    )
     trace_loop: bool = Field(
         False,
         description="when a run needs more trace than exists, replay it again with shifted "

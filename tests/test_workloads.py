@@ -140,3 +140,32 @@ def test_a_looped_trace_is_the_eager_replay_made_lazily(trace_path):
     looped = LoopedTrace(trace, until)
     assert len(looped) == len(eager) and list(looped) == eager
     assert looped[-1] == eager[-1] and looped[0] == eager[0] and looped[77] == eager[77]
+
+
+def test_seed_segments_give_each_seed_its_own_stretch_of_the_trace(trace_path):
+    from testbed.scenario import Scenario
+    from testbed.workloads.build import build_workload
+
+    def arrivals(sc, seed):
+        return [(r.request_id, r.input_len) for r in build_workload(sc, seed).requests]
+
+    base = {"name": "s", "seed": 1, "workload": {"trace": str(trace_path), "warmup_s": 2,
+                                                  "measure_s": 8}}
+    plain = Scenario.model_validate(base)
+    seg = plain.with_overrides({"workload.seed_segments": True})
+    # without it, seeds share the trace's requests; with it the first seed is unchanged
+    # and the next starts where the first window ended
+    assert [i for i, _ in arrivals(plain, 2)] == [i for i, _ in arrivals(plain, 1)]
+    assert arrivals(seg, 1) == arrivals(plain, 1)
+    one, two = arrivals(seg, 1), arrivals(seg, 2)
+    assert not {i for i, _ in one} & {i for i, _ in two}
+    later = plain.with_overrides({"workload.trace_offset_s": plain.workload.trace_offset_s
+                                  + (build_workload(plain, 1).rate_rps * 10
+                                     / _trace_rate(plain))})
+    assert [i for i, _ in two] == [i for i, _ in arrivals(later, 1)]
+
+
+def _trace_rate(sc):
+    from testbed.workloads.build import _profile_trace, _rate
+
+    return _rate(_profile_trace(sc), sc.workload.trace)

@@ -119,20 +119,32 @@ def build_workload(scenario, seed: int) -> Workload:
     p_share = scenario.p_share()
     if p_share is not None:
         trace = apply_sharing(trace, p_share, rng)
-    span_needed = wl.trace_offset_s + duration * rate / _rate(trace, wl.trace)
+    offset = trace_offset(scenario, seed, trace, rate)
+    span_needed = offset + duration * rate / _rate(trace, wl.trace)
     if span_needed > trace[-1].arrival_s:
         if not wl.trace_loop:
             raise ValueError(
                 f"{wl.trace}: the trace ends at {trace[-1].arrival_s:.0f} s but this run needs "
-                f"trace seconds up to {span_needed:.0f} s at {rate:.2f} req/s; lower the load, "
-                f"the duration or trace_offset_s, set workload.trace_loop, or use a synthetic "
-                f"workload"
+                f"trace seconds up to {span_needed:.0f} s at {rate:.2f} req/s"
+                + (f" (seed {seed}'s segment)" if wl.seed_segments else "")
+                + "; lower the load, the duration, trace_offset_s or the seeds, set "
+                "workload.trace_loop, or use a synthetic workload"
             )
         trace = loop_trace(trace, span_needed)
-    reqs = compress(trace, rate, wl.trace_offset_s, duration)
-    history = [r for r in trace if r.arrival_s < wl.trace_offset_s] if wl.prewarm else []
+    reqs = compress(trace, rate, offset, duration)
+    history = [r for r in trace if r.arrival_s < offset] if wl.prewarm else []
     return Workload(reqs, history, rate, capacity, wl.warmup_s, wl.measure_s, scenario.slo_s(),
                     _mix(wl.slo_mix))
+
+
+def trace_offset(scenario, seed: int, trace: list[Request], rate: float) -> float:
+    """Where seed `seed` starts in the trace: trace_offset_s, or with seed_segments one
+    window (warm-up + measurement, in trace seconds) further per seed after the first."""
+    wl = scenario.workload
+    if not wl.seed_segments:
+        return wl.trace_offset_s
+    window = (wl.warmup_s + wl.measure_s) * rate / _rate(trace, wl.trace)
+    return wl.trace_offset_s + max(0, seed - scenario.seed) * window
 
 
 def _mix(mix) -> tuple[tuple[float, float], ...] | None:
