@@ -71,26 +71,72 @@ def error_slices(doc: dict, out: Path) -> Path:
     return _save(fig, out / "transfer_error_slices.png")
 
 
+def _level(doc: dict) -> str:
+    return f"{100 * (doc.get('sequential') or {}).get('level', 0.95):.1f}%"
+
+
+def _errbar(e: dict, scale: float) -> tuple[float, list[float]]:
+    """Bar height and its (below, above) error from an Estimate dict."""
+    point = scale * e["point"]
+    if e["low"] is None or e["low"] != e["low"]:
+        return point, [0.0, 0.0]
+    return point, [max(0.0, point - scale * e["low"]), max(0.0, scale * e["high"] - point)]
+
+
 def ttft_bars(doc: dict, out: Path) -> list[Path]:
+    """What the verdict judged: packets vs the flow model with its TCP terms, on the
+    requests paired across every run of the point (faithful runs), with the claims'
+    intervals as error bars."""
     paths = []
-    for point, data in doc["calibrated"].items():
-        metrics = data["metrics"]
-        names = [display_name(m["scheduler"]) for m in metrics]
-        fig, axes = plt.subplots(1, 4, figsize=(14, 4))
-        for ax, key, title in ((axes[0], "ttft_mean_ms", "TTFT mean"),
-                               (axes[1], "ttft_p50_ms", "TTFT P50"),
-                               (axes[2], "ttft_p99_ms", "TTFT P99"),
-                               (axes[3], "transfer_mean_ms", "transfer mean")):
+    for point, data in doc.get("claims", {}).items():
+        values = data.get("values") or {}
+        if not values:
+            continue
+        names = list(values["ttft_mean"]["packets"])
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+        for ax, key, title, scale in ((axes[0], "ttft_mean", "TTFT mean (ms)", 1e3),
+                                      (axes[1], "ttft_p99", "TTFT P99 (ms)", 1e3),
+                                      (axes[2], "slo", "SLO attainment (%)", 100.0)):
             xs = range(len(names))
-            ax.bar([x - 0.2 for x in xs], [m[f"{key}_reference"] or 0 for m in metrics], 0.4,
-                   label="packets")
-            ax.bar([x + 0.2 for x in xs], [m[f"{key}_model"] or 0 for m in metrics], 0.4,
-                   label="flow (calibrated)")
-            ax.set_xticks(list(xs), names, rotation=20)
-            ax.set_title(f"{title} (ms)")
+            for shift, engine, label in ((-0.2, "packets", "packets"),
+                                         (0.2, "flow", "flow (TCP terms)")):
+                bars = [_errbar(values[key][engine][s], scale) for s in names]
+                ax.bar([x + shift for x in xs], [b[0] for b in bars], 0.4, label=label,
+                       yerr=[[b[1][0] for b in bars], [b[1][1] for b in bars]], capsize=4)
+            ax.set_xticks(list(xs), [display_name(s) for s in names], rotation=20)
+            ax.set_title(title)
         axes[0].legend()
-        fig.suptitle(f"{doc['scenario']} {point}")
+        fig.suptitle(f"{doc['scenario']} {point}: {data['n']} requests paired across "
+                     f"schedulers and engines ({_level(doc)} intervals)")
         paths.append(_save(fig, out / f"ttft_{point}.png"))
+    return paths
+
+
+def gain_bars(doc: dict, out: Path) -> list[Path]:
+    """Each claim's gain on packets and in the flow model, with intervals."""
+    paths = []
+    for point, data in doc.get("claims", {}).items():
+        if not data.get("claims"):
+            continue
+        metrics = ("ttft_mean", "ttft_p99", "slo")
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+        for ax, metric in zip(axes, metrics, strict=True):
+            rows = [c for c in data["claims"] if c["metric"] == metric]
+            xs = range(len(rows))
+            for shift, engine in ((-0.2, "packets"), (0.2, "flow")):
+                bars = [_errbar(c[engine], 100.0) for c in rows]
+                ax.bar([x + shift for x in xs], [b[0] for b in bars], 0.4, label=engine,
+                       yerr=[[b[1][0] for b in bars], [b[1][1] for b in bars]], capsize=4)
+            ax.axhline(0, color="k", lw=0.6)
+            ax.set_xticks(list(xs), [f"{display_name(c['scheduler'])}\nvs "
+                                     f"{display_name(c['baseline'])}\n{c['verdict']}"
+                                     for c in rows], fontsize=8)
+            unit = "points" if metric == "slo" else "%"
+            ax.set_title(f"gain in {metric.replace('_', ' ')} ({unit})")
+        axes[0].legend()
+        fig.suptitle(f"{doc['scenario']} {point}: gains, packets vs flow model "
+                     f"({_level(doc)} intervals)")
+        paths.append(_save(fig, out / f"gains_{point}.png"))
     return paths
 
 
@@ -149,4 +195,4 @@ def calibration_fit(cal: dict, out: Path) -> Path | None:
 def write_plots(doc: dict, out: Path) -> list[Path]:
     cal = calibration_fit(doc["calibration"], out)
     return [transfer_scatter(doc, out), error_distribution(doc, out), error_slices(doc, out),
-            *ttft_bars(doc, out), *tier_bars(doc, out), *([cal] if cal else [])]
+            *ttft_bars(doc, out), *gain_bars(doc, out), *tier_bars(doc, out), *([cal] if cal else [])]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.model.plugins import display_name
+from testbed.validate.render_claims import claim_lines
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 
@@ -84,6 +85,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
         f"{100 * PAPER_TTFT_OVERESTIMATE[0]:.0f}-{100 * PAPER_TTFT_OVERESTIMATE[1]:.0f}% | |",
         "",
     ]
+    lines += claim_lines(doc)
     lines += _verdict_lines(doc)
     lines += _validity_lines(doc)
     unfaithful = [f"{p}/{s}" for p, by in doc["fidelity"].items() for s, v in by.items()

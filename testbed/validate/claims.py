@@ -1,0 +1,354 @@
+"""The paper's claims, judged on both engines (pure): each scheduler's gain over RR and
+CLA*, with intervals, and whether the flow model's gain is the packets' gain.
+
+A claim is "scheduler S cuts metric M against baseline B". Its gain is measured on the
+*same requests* in every run of a sweep point: both engines replay one workload per seed,
+so request r has a TTFT under each scheduler in each engine. Pairing by request removes
+the variance that comes from which requests arrived (long prompts, bursts): what is left
+is how the schedulers and engines treat the same request. Every statistic of a resample
+(mean and P99 TTFT, SLO attainment; per scheduler and engine; gains; the difference of
+gains across engines; the ranking) is computed on one resampled set of requests, so all
+pairings hold inside every resample.
+
+Requests of one run are not independent: a burst or a backlog touches its neighbours. So
+the resampling unit is a block of requests consecutive in arrival order (a
+non-overlapping block bootstrap, Carlstein 1986; Kuensch 1989 for the moving-block
+variant; block length n^(1/3), Hall, Horowitz & Jing 1995), drawn within each seed so
+every seed keeps its share. Intervals are percentile intervals at 95%, or, at an interim
+look of a sequential validation, normal intervals from the bootstrap standard error at
+the look's own level (`testbed/validate/sequential.py`).
+
+Verdicts, per claim:
+- on packets: the gain *holds* (interval entirely on the better side of 0), is
+  *reversed* (entirely on the worse side), or is *unresolved*;
+- across engines (the claim's verdict): the flow model's gain minus the packets' gain,
+  *agree* when the whole interval lies within +-GAIN_TOLERANCE (an equivalence test: two
+  one-sided tests at the interval's level), *disagree* when it lies entirely outside it,
+  *inconclusive* otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import permutations
+from statistics import NormalDist
+
+import numpy as np
+
+from testbed.lifecycle import SERVED_STATES
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+SEED = 20261124
+GAIN_TOLERANCE = 0.05  # |flow gain - packet gain| within which the engines agree
+BASELINES = ("rr", "cla")
+METRICS = ("ttft_mean", "ttft_p99", "slo")
+PRIMARY = "ttft_mean"  # the claims a sequential validation must resolve
+METRIC_NAMES = {"ttft_mean": "mean TTFT", "ttft_p99": "P99 TTFT", "slo": "SLO attainment"}
+HIGHER_IS_BETTER = {"ttft_mean": False, "ttft_p99": False, "slo": True}
+ENGINES = ("packets", "flow")
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Requests measured in every run of one sweep point, in arrival order per seed:
+    ttft[i, e, s] (seconds; NaN if not served) and met[i, e, s] (the SLO met) for engine e
+    of ENGINES and scheduler s of `schedulers`."""
+
+    schedulers: tuple[str, ...]
+    ids: tuple[str, ...]
+    seeds: np.ndarray  # (n,) the seed of each request
+    ttft: np.ndarray  # (n, 2, S)
+    met: np.ndarray  # (n, 2, S)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+
+def _served(row: dict) -> bool:
+    return row.get("state") in SERVED_STATES and row.get("ttft") not in (None, "")
+
+
+def _truthy(value) -> bool:
+    return str(value).lower() in ("true", "1")
+
+
+def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
+    """runs[(engine, scheduler, seed)] = requests.csv rows of one sweep point. Keeps the
+    measured requests that every engine x scheduler run of their seed recorded."""
+    schedulers = tuple(sorted({s for _, s, _ in runs}))
+    seeds = sorted({k for _, _, k in runs})
+    ids, seed_of, ttft, met = [], [], [], []
+    for seed in seeds:
+        tables = {}
+        for e in ENGINES:
+            for s in schedulers:
+                rows = runs.get((e, s, seed))
+                if rows is None:
+                    break
+                tables[(e, s)] = {str(r["id"]): r for r in rows if _truthy(r.get("measured"))}
+        if len(tables) != len(ENGINES) * len(schedulers):
+            continue  # a seed some run lacks: nothing to pair
+        common = set.intersection(*(set(t) for t in tables.values()))
+        first = tables[(ENGINES[0], schedulers[0])]
+        for rid in sorted(common, key=lambda r: (float(first[r]["arrival"]), r)):
+            ids.append(rid)
+            seed_of.append(seed)
+            ttft.append([[float(tables[(e, s)][rid]["ttft"]) if _served(tables[(e, s)][rid])
+                          else math.nan for s in schedulers] for e in ENGINES])
+            met.append([[1.0 if _truthy(tables[(e, s)][rid].get("slo_met")) else 0.0
+                         for s in schedulers] for e in ENGINES])
+    shape = (0, len(ENGINES), len(schedulers))
+    return Paired(schedulers, tuple(ids), np.asarray(seed_of, dtype=int),
+                  np.asarray(ttft, dtype=float).reshape(shape) if not ttft else np.asarray(ttft),
+                  np.asarray(met, dtype=float).reshape(shape) if not met else np.asarray(met))
+
+
+def block_length(n: int) -> int:
+    return max(1, round(n ** (1 / 3)))
+
+
+def block_weights(seeds: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED
+                  ) -> np.ndarray:
+    """(resamples, n) counts: how often each request is drawn in each resample, blocks of
+    consecutive requests drawn with replacement within each seed."""
+    n = len(seeds)
+    weights = np.zeros((resamples, n))
+    rng = np.random.default_rng(seed)
+    for k in np.unique(seeds):
+        idx = np.flatnonzero(seeds == k)
+        size = block_length(len(idx))
+        blocks = [idx[i:i + size] for i in range(0, len(idx), size)]
+        picks = rng.integers(0, len(blocks), size=(resamples, len(blocks)))
+        for b, members in enumerate(blocks):
+            weights[:, members] += (picks == b).sum(axis=1)[:, None]
+    return weights
+
+
+def _weighted_mean(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """w (R, n), x (n, ...) -> (R, ...), ignoring NaN rows of x."""
+    ok = ~np.isnan(x)
+    num = np.tensordot(w, np.where(ok, x, 0.0), axes=(1, 0))
+    den = np.tensordot(w, ok.astype(float), axes=(1, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den
+
+
+def _weighted_quantile(w: np.ndarray, x: np.ndarray, q: float) -> np.ndarray:
+    """The q-quantile (inverted CDF) of column x (n,) under each row of weights (R, n)."""
+    ok = ~np.isnan(x)
+    order = np.argsort(x[ok], kind="stable")
+    xs = x[ok][order]
+    if len(xs) == 0:
+        return np.full(w.shape[0], math.nan)
+    cum = np.cumsum(w[:, ok][:, order], axis=1)
+    total = cum[:, -1:]
+    pos = np.argmax(cum >= q * total - 1e-9, axis=1)
+    return xs[pos]
+
+
+def statistics(p: Paired, w: np.ndarray) -> dict[str, np.ndarray]:
+    """Per resample (rows of w): metric -> (R, engines, schedulers)."""
+    out = {"ttft_mean": _weighted_mean(w, p.ttft), "slo": _weighted_mean(w, p.met)}
+    p99 = np.empty((w.shape[0], len(ENGINES), len(p.schedulers)))
+    for e in range(len(ENGINES)):
+        for s in range(len(p.schedulers)):
+            p99[:, e, s] = _weighted_quantile(w, p.ttft[:, e, s], 0.99)
+    out["ttft_p99"] = p99
+    return out
+
+
+def gain(metric: str, value: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """TTFT: relative change (negative = faster); SLO attainment: change in points."""
+    if HIGHER_IS_BETTER[metric]:
+        return value - base
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return value / base - 1.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    point: float
+    low: float
+    high: float
+    se: float
+
+    def as_dict(self) -> dict:
+        return {"point": self.point, "low": self.low, "high": self.high, "se": self.se}
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2.0
+
+
+def estimate(point: float, draws: np.ndarray, level: float = CONFIDENCE,
+             normal: bool = False) -> Estimate:
+    """Percentile interval of the draws, or point +- z * bootstrap SE (`normal`)."""
+    draws = draws[~np.isnan(draws)]
+    if len(draws) < 2 or math.isnan(point):
+        return Estimate(point, math.nan, math.nan, math.nan)
+    se = float(np.std(draws, ddof=1))
+    if normal:
+        z = float(_z(1.0 - (1.0 - level) / 2.0))
+        return Estimate(point, point - z * se, point + z * se, se)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    return Estimate(point, float(low), float(high), se)
+
+
+def _z(p: float) -> float:
+    return NormalDist().inv_cdf(p)
+
+
+@dataclass
+class Claim:
+    scheduler: str
+    baseline: str
+    metric: str
+    packets: Estimate
+    flow: Estimate
+    difference: Estimate  # flow gain - packet gain
+    n: int
+    on_packets: str = ""  # holds | reversed | unresolved
+    verdict: str = ""  # agree | disagree | inconclusive
+    sentence: str = ""
+
+    def as_dict(self) -> dict:
+        return {"scheduler": self.scheduler, "baseline": self.baseline,
+                "metric": self.metric, "n": self.n, "packets": self.packets.as_dict(),
+                "flow": self.flow.as_dict(), "difference": self.difference.as_dict(),
+                "on_packets": self.on_packets, "verdict": self.verdict,
+                "sentence": self.sentence}
+
+
+def _better(metric: str, est: Estimate) -> str:
+    if math.isnan(est.low):
+        return "unresolved"
+    better_low = est.low > 0 if HIGHER_IS_BETTER[metric] else est.high < 0
+    worse = est.high < 0 if HIGHER_IS_BETTER[metric] else est.low > 0
+    return "holds" if better_low else ("reversed" if worse else "unresolved")
+
+
+def agreement(diff: Estimate, tolerance: float = GAIN_TOLERANCE) -> str:
+    if math.isnan(diff.low):
+        return "inconclusive"
+    if -tolerance <= diff.low and diff.high <= tolerance:
+        return "agree"
+    if diff.low > tolerance or diff.high < -tolerance:
+        return "disagree"
+    return "inconclusive"
+
+
+def _fmt_gain(metric: str, e: Estimate) -> str:
+    unit = " pts" if HIGHER_IS_BETTER[metric] else "%"
+    if math.isnan(e.low):
+        return f"{100 * e.point:+.1f}{unit}"
+    return f"{100 * e.point:+.1f}{unit} [{100 * e.low:+.1f}, {100 * e.high:+.1f}]"
+
+
+def describe(c: Claim) -> str:
+    from testbed.model.plugins import display_name
+
+    name = f"{display_name(c.scheduler)} vs {display_name(c.baseline)}, {METRIC_NAMES[c.metric]}"
+    return (f"{name}: packets {_fmt_gain(c.metric, c.packets)} ({c.on_packets}), flow "
+            f"{_fmt_gain(c.metric, c.flow)}; flow - packets "
+            f"{100 * c.difference.point:+.1f} pts"
+            + ("" if math.isnan(c.difference.low) else
+               f" [{100 * c.difference.low:+.1f}, {100 * c.difference.high:+.1f}]")
+            + f", n={c.n}: {c.verdict}")
+
+
+@dataclass
+class PointClaims:
+    claims: list[Claim] = field(default_factory=list)
+    ranking: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)  # metric -> engine -> scheduler -> Estimate
+    n: int = 0
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "claims": [c.as_dict() for c in self.claims],
+                "ranking": self.ranking,
+                "values": {m: {e: {s: v.as_dict() for s, v in by.items()}
+                               for e, by in d.items()} for m, d in self.values.items()}}
+
+
+def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
+                resamples: int = RESAMPLES, tolerance: float = GAIN_TOLERANCE) -> PointClaims:
+    """Every claim of one sweep point: each non-baseline scheduler (and CLA* against RR)
+    against each baseline present, on every metric; the ranking by mean TTFT."""
+    out = PointClaims(n=p.n)
+    if p.n == 0:
+        return out
+    ones = np.ones((1, p.n))
+    w = block_weights(p.seeds, resamples)
+    at = statistics(p, ones)
+    draws = statistics(p, w)
+    idx = {s: i for i, s in enumerate(p.schedulers)}
+    for m in METRICS:
+        out.values[m] = {e: {s: estimate(float(at[m][0, ei, si]), draws[m][:, ei, si], level,
+                                         normal)
+                             for s, si in idx.items()} for ei, e in enumerate(ENGINES)}
+    for base in BASELINES:
+        if base not in idx:
+            continue
+        for s in p.schedulers:
+            if s == base or (s in BASELINES and BASELINES.index(s) < BASELINES.index(base)):
+                continue  # RR vs CLA* is CLA* vs RR read backwards
+            for m in METRICS:
+                g_at = gain(m, at[m][0, :, idx[s]], at[m][0, :, idx[base]])
+                g = gain(m, draws[m][:, :, idx[s]], draws[m][:, :, idx[base]])
+                pk = estimate(float(g_at[0]), g[:, 0], level, normal)
+                fl = estimate(float(g_at[1]), g[:, 1], level, normal)
+                diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
+                c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
+                          agreement(diff, tolerance))
+                c.sentence = describe(c)
+                out.claims.append(c)
+    out.ranking = ranking_probability(p.schedulers, at["ttft_mean"][0], draws["ttft_mean"])
+    return out
+
+
+def _order(scores: np.ndarray, names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(names[i] for i in np.lexsort((np.arange(len(names)), scores)))
+
+
+def ranking_probability(names: Sequence[str], point: np.ndarray, draws: np.ndarray) -> dict:
+    """Ranking by mean TTFT (best first) per engine, and how often the resamples give
+    it: the share where each engine keeps its order, and where both engines' orders are
+    the same."""
+    names = tuple(names)
+    if len(names) < 2:
+        return {}
+    orders = {e: _order(point[ei], names) for ei, e in enumerate(ENGINES)}
+    ok = ~np.isnan(draws).any(axis=(1, 2))
+    ranks = np.argsort(np.argsort(draws[ok], axis=2, kind="stable"), axis=2, kind="stable")
+    same = {}
+    for ei, e in enumerate(ENGINES):
+        want = np.array([orders[e].index(s) for s in names])
+        same[e] = float((ranks[:, ei, :] == want).all(axis=1).mean()) if ok.any() else math.nan
+    both = float((ranks[:, 0, :] == ranks[:, 1, :]).all(axis=1).mean()) if ok.any() else math.nan
+    agree = orders["packets"] == orders["flow"]
+    top = {}
+    for perm in permutations(range(len(names))):
+        if len(names) > 4:
+            break  # 120+ orders: only the point orders are reported
+        hits = float((ranks[:, 0, :] == np.array(perm)).all(axis=1).mean()) if ok.any() else 0.0
+        if hits > 0:
+            top[" < ".join(names[i] for i in np.argsort(perm))] = hits
+    return {"packets": list(orders["packets"]), "flow": list(orders["flow"]),
+            "same_order": agree, "p_packets_order": same["packets"],
+            "p_flow_order": same["flow"], "p_same_order": both,
+            "packet_orders": dict(sorted(top.items(), key=lambda kv: -kv[1])[:3])}
+
+
+def primary(claims: Sequence[Claim]) -> list[Claim]:
+    """The claims a sequential validation must resolve: mean TTFT gains."""
+    return [c for c in claims if c.metric == PRIMARY]
+
+
+def counts(claims: Sequence[Claim]) -> dict[str, int]:
+    kinds = [c.verdict for c in claims]
+    return {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")}

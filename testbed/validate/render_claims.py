@@ -1,0 +1,91 @@
+"""The report's section on the paper's claims: gains per scheduler on both engines, the
+ranking's probability, and for a sequential validation its plan, looks and stop."""
+
+from __future__ import annotations
+
+from testbed.model.plugins import display_name
+from testbed.validate.claims import GAIN_TOLERANCE, HIGHER_IS_BETTER, METRIC_NAMES
+
+
+def _est(metric: str, e: dict) -> str:
+    unit = " pts" if HIGHER_IS_BETTER[metric] else "%"
+    if e["point"] is None or e["point"] != e["point"]:
+        return "-"
+    if e["low"] is None or e["low"] != e["low"]:
+        return f"{100 * e['point']:+.1f}{unit}"
+    return f"{100 * e['point']:+.1f}{unit} [{100 * e['low']:+.1f}, {100 * e['high']:+.1f}]"
+
+
+def _diff(e: dict) -> str:
+    if e["low"] is None or e["low"] != e["low"]:
+        return f"{100 * e['point']:+.1f} pts"
+    return f"{100 * e['point']:+.1f} pts [{100 * e['low']:+.1f}, {100 * e['high']:+.1f}]"
+
+
+def claim_lines(doc: dict) -> list[str]:
+    gains = doc.get("claims") or {}
+    seq = doc.get("sequential")
+    level = 100 * (seq["level"] if seq else 0.95)
+    lines = ["## The paper's claims: each scheduler's gain, on packets and in the flow model",
+             "",
+             "A gain is measured on the *same requests* in every run of a point (requests "
+             "paired across schedulers and engines; faithful packet runs only; the flow "
+             "model with its TCP terms). TTFT gains are relative (negative: faster than the "
+             "baseline); SLO gains are in points of attainment. *On packets*: the gain "
+             "holds (its interval is entirely on the better side), is reversed, or is "
+             "unresolved. *Verdict*: the flow model's gain minus the packets' agrees when its "
+             f"whole interval lies within +-{100 * GAIN_TOLERANCE:.0f} points, disagrees when "
+             "it lies entirely outside, and is inconclusive otherwise. Intervals: block "
+             f"bootstrap over requests in arrival order, {level:.1f}% "
+             + ("(the last look's level of the sequential plan below)." if seq else "(percentile).")
+             + " [How the statistics work](../../docs/validation.md#the-statistics-of-a-verdict)"
+             " explains each step.", ""]
+    if not gains or not any(by["claims"] for by in gains.values()):
+        return lines + ["No claim could be judged: no seed has a faithful packet run of every "
+                        "scheduler (see the fidelity section); more seeds, or a higher "
+                        "emulation.time_dilation, would give one.", ""]
+    for point, by in gains.items():
+        lines += [f"### {point}: {by['n']} paired requests", "",
+                  "| claim | metric | packets | on packets | flow model | flow - packets | "
+                  "verdict |", "|---|---|---|---|---|---|---|"]
+        for c in by["claims"]:
+            verdict = f"**{c['verdict']}**" if c["metric"] == "ttft_mean" else c["verdict"]
+            lines.append(f"| {display_name(c['scheduler'])} vs {display_name(c['baseline'])} | "
+                         f"{METRIC_NAMES[c['metric']]} | {_est(c['metric'], c['packets'])} | "
+                         f"{c['on_packets']} | {_est(c['metric'], c['flow'])} | "
+                         f"{_diff(c['difference'])} | {verdict} |")
+        r = by.get("ranking")
+        if r:
+            lines += ["", f"Ranking by mean TTFT: packets "
+                      f"{' < '.join(display_name(s) for s in r['packets'])} (kept in "
+                      f"{100 * r['p_packets_order']:.0f}% of resamples), flow model "
+                      f"{' < '.join(display_name(s) for s in r['flow'])} (kept in "
+                      f"{100 * r['p_flow_order']:.0f}%); both engines give the same order in "
+                      f"{100 * r['p_same_order']:.0f}% of resamples."]
+        lines.append("")
+    return lines + _sequential_lines(seq)
+
+
+def _sequential_lines(seq: dict | None) -> list[str]:
+    if not seq:
+        return []
+    p = seq["plan"]
+    lines = ["### Plan and stop", "",
+             f"Asked: half-width {100 * p['target_half_width']:.1f} points on each primary "
+             f"claim within {p['budget_s']:.0f} s. Plan ({p['limited_by']}): up to "
+             f"{p['rounds']} round(s) of {p['window_s']:.0f} s measurement each (the target "
+             f"needs {p['needed_window_s']:.0f} s in all, from the flow-model pilot); expected "
+             f"{p['expected_wall_s']:.0f} s wall. Stopped after {len(seq['looks'])} round(s): "
+             f"{seq['reason']}. Took {seq['wall_s']:.0f} s"
+             + (f" ({100 * (seq['wall_s'] / seq['predicted_wall_s'] - 1):+.0f}% against the "
+                f"{seq['predicted_wall_s']:.0f} s predicted for the rounds run)."
+                if seq.get("predicted_wall_s") else "."), "",
+             "| look | seed | paired requests | level | primary claims: flow - packets | "
+             "verdicts |", "|---|---|---|---|---|---|"]
+    for look in seq["looks"]:
+        diffs = "; ".join(f"{display_name(c['scheduler'])} vs {display_name(c['baseline'])} "
+                          f"{_diff(c['difference'])}" for c in look["claims"])
+        lines.append(f"| {look['look']} | {look['seed']} | {look['n']} | "
+                     f"{100 * look['level']:.2f}% | {diffs or '-'} | "
+                     f"{', '.join(c['verdict'] for c in look['claims']) or '-'} |")
+    return lines + [""]

@@ -1,0 +1,187 @@
+"""The paper's claims judged on both engines: pairing, block bootstrap, verdicts,
+ranking probability, and the sequential plan's arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from testbed.validate import claims, sequential
+
+
+def rows(ttfts, slo=5.0, measured=True, arrivals=None):
+    return [{"id": f"r{i}", "arrival": arrivals[i] if arrivals else float(i),
+             "measured": measured, "state": "completed", "ttft": t,
+             "slo_met": t <= slo} for i, t in enumerate(ttfts)]
+
+
+def runs_of(base, factors: dict, seed=1, engines=claims.ENGINES):
+    """base TTFTs per request; factors[(engine, sched)] scales them."""
+    return {(e, s, seed): rows([t * factors[(e, s)] for t in base])
+            for e in engines for s in {k[1] for k in factors}}
+
+
+def test_pairing_keeps_the_requests_every_run_measured_in_arrival_order():
+    runs = runs_of([1.0, 2.0, 3.0], {(e, s): 1.0 for e in claims.ENGINES for s in ("rr", "cla")})
+    runs[("flow", "cla", 1)][1]["measured"] = False  # r1 left out of one run only
+    runs[("packets", "rr", 1)][2]["state"] = "failed"  # served nowhere: NaN, kept for SLO
+    runs[("packets", "rr", 1)][2]["ttft"] = None
+    runs[("packets", "rr", 1)][0]["arrival"] = 9.0  # arrival order from the first run
+    p = claims.pair_requests(runs)
+    assert p.schedulers == ("cla", "rr")
+    assert p.ids == ("r0", "r2")  # r1 dropped; cla's packet run orders them
+    assert math.isnan(p.ttft[1, 0, 1]) and p.ttft.shape == (2, 2, 2)
+    # a seed some run lacks pairs nothing
+    more = {**runs, ("packets", "rr", 2): rows([1.0])}
+    assert claims.pair_requests(more).n == 2
+
+
+def test_block_weights_keep_each_seeds_size_and_draw_whole_blocks():
+    seeds = np.array([1] * 27 + [2] * 8)
+    w = claims.block_weights(seeds, resamples=200)
+    assert w.shape == (200, 35)
+    assert np.all(w[:, :27].sum(axis=1) == 27) and np.all(w[:, 27:].sum(axis=1) == 8)
+    size = claims.block_length(27)
+    assert size == 3
+    for start in range(0, 27, size):  # a block is drawn whole: equal counts inside it
+        assert np.all(w[:, start:start + size] == w[:, start:start + 1])
+    assert len(np.unique(w[:, 0])) > 1  # and it is a real resample
+
+
+def test_weighted_quantile_with_unit_weights_is_the_inverted_cdf():
+    x = np.array([5.0, 1.0, 3.0, 2.0, 4.0, np.nan])
+    got = claims._weighted_quantile(np.ones((1, 6)), x, 0.5)[0]
+    assert got == np.quantile(x[:5], 0.5, method="inverted_cdf")
+    assert claims._weighted_quantile(np.array([[0, 0, 0, 0, 5, 0.0]]), x, 0.99)[0] == 4.0
+
+
+def _spread_base(n=200, seed=3):
+    # requests differ ten-fold (prompt lengths, bursts): an unpaired comparison drowns
+    return list(np.random.default_rng(seed).lognormal(0.0, 1.0, n))
+
+
+def test_a_gain_the_engines_share_agrees_and_pairing_makes_it_tight():
+    base = _spread_base()
+    f = {("packets", "rr"): 1.0, ("packets", "netkv-full"): 0.8,
+         ("flow", "rr"): 1.1, ("flow", "netkv-full"): 0.88}  # both -20%, flow 10% slower
+    pc = claims.judge_point(claims.pair_requests(runs_of(base, f)))
+    (c,) = [c for c in pc.claims if c.metric == "ttft_mean"]
+    assert (c.scheduler, c.baseline) == ("netkv-full", "rr")
+    assert c.packets.point == pytest.approx(-0.2) and c.flow.point == pytest.approx(-0.2)
+    assert c.on_packets == "holds" and c.verdict == "agree"
+    assert c.difference.half_width < 1e-9  # same ratio on every request: no spread at all
+    # the absolute TTFT of one scheduler is not tight: requests vary ten-fold
+    rr = pc.values["ttft_mean"]["packets"]["rr"]
+    assert (rr.high - rr.low) / rr.point > 0.1
+    assert "agree" in c.sentence and "NetKV-Full vs RR, mean TTFT" in c.sentence
+
+
+def test_a_flow_model_that_doubles_the_gain_disagrees():
+    base = _spread_base()
+    rng = np.random.default_rng(4)
+    noise = rng.normal(1.0, 0.05, len(base))
+    runs = {("packets", "rr", 1): rows(base), ("flow", "rr", 1): rows(base),
+            ("packets", "netkv-full", 1): rows(list(np.array(base) * 0.9 * noise)),
+            ("flow", "netkv-full", 1): rows(list(np.array(base) * 0.7 * noise))}
+    (c,) = [c for c in claims.judge_point(claims.pair_requests(runs)).claims
+            if c.metric == "ttft_mean"]
+    assert c.difference.point == pytest.approx(-0.2, abs=0.02)
+    assert c.difference.high < -claims.GAIN_TOLERANCE and c.verdict == "disagree"
+
+
+def test_few_noisy_requests_are_inconclusive_and_a_reversal_is_named():
+    rng = np.random.default_rng(5)
+    base = list(rng.lognormal(0.0, 1.0, 12))
+    runs = {(e, s, 1): rows(list(np.array(base) * rng.lognormal(0.0, 0.5, 12)))
+            for e in claims.ENGINES for s in ("rr", "cla")}
+    (c,) = [c for c in claims.judge_point(claims.pair_requests(runs)).claims
+            if c.metric == "ttft_mean"]
+    assert c.verdict == "inconclusive"
+    worse = claims.Estimate(0.3, 0.1, 0.5, 0.1)
+    assert claims._better("ttft_mean", worse) == "reversed"
+    assert claims._better("slo", worse) == "holds"
+
+
+def test_every_baseline_pair_is_claimed_once_on_every_metric():
+    base = _spread_base(60)
+    f = {(e, s): k for e in claims.ENGINES
+         for s, k in (("rr", 1.0), ("cla", 0.9), ("netkv-full", 0.8))}
+    pc = claims.judge_point(claims.pair_requests(runs_of(base, f)))
+    pairs = {(c.scheduler, c.baseline) for c in pc.claims}
+    assert pairs == {("cla", "rr"), ("netkv-full", "rr"), ("netkv-full", "cla")}
+    assert len(pc.claims) == 3 * len(claims.METRICS)
+    slo = [c for c in pc.claims if c.metric == "slo"]
+    assert all(c.packets.point >= 0 for c in slo)  # faster never misses more SLOs here
+    r = pc.ranking
+    assert r["packets"] == r["flow"] == ["netkv-full", "cla", "rr"]
+    assert r["p_packets_order"] == r["p_same_order"] == 1.0
+    doc = pc.as_dict()
+    assert doc["n"] == 60 and doc["values"]["ttft_mean"]["flow"]["rr"]["point"] > 0
+
+
+def test_ranking_probability_falls_when_two_schedulers_tie():
+    rng = np.random.default_rng(6)
+    base = _spread_base(80)
+    runs = {(e, s, 1): rows(list(np.array(base) * rng.lognormal(0.0, 0.3, 80)))
+            for e in claims.ENGINES for s in ("rr", "cla")}
+    r = claims.judge_point(claims.pair_requests(runs)).ranking
+    assert 0.0 < r["p_packets_order"] < 1.0 and 0.0 < r["p_same_order"] < 1.0
+
+
+def test_normal_intervals_at_a_look_level_widen_with_the_level():
+    draws = np.random.default_rng(7).normal(0.0, 1.0, 4000)
+    e95 = claims.estimate(0.0, draws, 0.95, normal=True)
+    e999 = claims.estimate(0.0, draws, 0.999, normal=True)
+    assert e95.half_width == pytest.approx(1.96 * e95.se, rel=1e-3)
+    assert e999.half_width > 1.6 * e95.half_width
+
+
+def test_alpha_spending_spends_exactly_alpha_over_the_looks():
+    for planned in (1, 2, 3, 5):
+        spent = sum(1 - sequential.look_level(k, planned) for k in range(1, planned + 1))
+        assert spent == pytest.approx(sequential.ALPHA)
+    levels = [sequential.look_level(k, 4) for k in range(1, 5)]
+    assert levels == sorted(levels, reverse=True)  # early looks demand more
+    assert sequential.look_level(1, 1) == pytest.approx(0.95)
+    with pytest.raises(ValueError):
+        sequential.look_level(3, 2)
+
+
+def _round_wall(window):  # 3 schedulers, 5 s start/stop, dilation 2, 13 s warm-up + drain
+    return 3 * (5 + 2 * (13 + window))
+
+
+def test_the_plan_reaches_the_target_in_the_fewest_rounds_that_fit():
+    p = sequential.plan(12, 0.05, 0.05, 3600, _round_wall, 30, 10, 120)
+    assert p.limited_by == "target" and p.rounds == 2
+    assert p.rounds * p.window_s >= p.needed_window_s
+    # se halves -> a quarter of the measurement
+    q = sequential.plan(12, 0.025, 0.05, 3600, _round_wall, 30, 10, 120)
+    assert q.needed_window_s == pytest.approx(p.needed_window_s / 4)
+    assert p.expected_wall_s == pytest.approx(30 + 2 * _round_wall(p.window_s))
+    # a window over the maximum takes more rounds
+    wide = sequential.plan(12, 0.15, 0.05, 1e9, _round_wall, 30, 10, 120)
+    assert wide.limited_by == "target" and 2 < wide.rounds <= 8 and wide.window_s <= 120
+    # beyond what the rounds can hold: all of them, at the longest window
+    most = sequential.plan(12, 0.5, 0.05, 1e9, _round_wall, 30, 10, 120, max_rounds=6)
+    assert (most.limited_by, most.rounds, most.window_s) == ("rounds", 6, 120)
+
+
+def test_a_budget_too_small_for_the_target_buys_what_it_can():
+    p = sequential.plan(12, 0.2, 0.02, 600, _round_wall, 30, 10, 120)
+    assert p.limited_by == "budget" and p.expected_wall_s <= 600 + 1e-6
+    assert p.expected_wall_s > 600 - 3 * 2 * 1.0  # the window is as long as fits
+    assert p.rounds == 1  # every round costs a warm-up and a drain: one long one buys most
+    tiny = sequential.plan(12, 0.2, 0.02, 100, _round_wall, 30, 10, 120)
+    assert tiny.rounds == 1 and tiny.window_s == 10
+
+
+def test_stop_reasons():
+    stop = sequential.stop_reason
+    assert stop(True, False, 1, 3, 10, 100, 1000).startswith("conclusive")
+    assert stop(False, True, 1, 3, 10, 100, 1000).startswith("target width")
+    assert stop(False, False, 3, 3, 10, 100, 1000) == "planned rounds done"
+    assert stop(False, False, 1, 3, 950, 100, 1000).startswith("budget")
+    assert stop(False, False, 1, 3, 10, 100, 1000) is None
