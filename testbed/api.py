@@ -83,7 +83,7 @@ def _bar(title: str, total: int, progress: Progress):
 
     if callable(progress):
         class Calls:
-            show = step = staticmethod(progress)
+            show = step = note = staticmethod(progress)
 
             @staticmethod
             def live(doc: dict) -> None:
@@ -172,10 +172,17 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
 
 def validate(scenario: Scenario, out: str | Path = "results", *,
              calibration: str | Path | Mapping | None = None, force: bool = False,
-             progress: Progress = False, verbose: bool = False) -> ValidationResult:
+             progress: Progress = False, verbose: bool = False,
+             target_ci: float | None = None, budget_s: float | None = None,
+             reuse_calibration: bool = True,
+             calibration_max_age_s: float = 24 * 3600.0) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
-    --help`); calibration: a calibration.json (path or its contents) instead of measuring.
-    Needs root and Open vSwitch."""
+    --help`); calibration: a calibration.json (path or its contents) instead of measuring;
+    otherwise this machine's cached calibration of the fabric is reused while younger
+    than calibration_max_age_s (reuse_calibration=False measures anew). target_ci (gain
+    interval half-width, a fraction: 0.03 is 3 points) and budget_s (wall seconds) make it
+    sequential: planned first, stopped once every primary claim is resolved. Needs root
+    and Open vSwitch."""
     from testbed.runner import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
@@ -197,7 +204,9 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     with _bar(f"{scenario.name} (validate)", 1, progress) as bar, _sigterm_tears_down():
         folder = run_validation(scenario, Path(out), dict(cal) if cal else None,
                                 lambda label, _wall: bar.show(label), verbose=verbose,
-                                on_live=bar.live)
+                                on_live=bar.live, target_ci=target_ci, budget_s=budget_s,
+                                use_cache=reuse_calibration,
+                                cache_max_age_s=calibration_max_age_s, on_note=bar.note)
     return ValidationResult(folder)
 
 
@@ -394,4 +403,5 @@ class ValidationResult:
     def summary_lines(self) -> list[str]:
         from testbed.validate.pipeline import summary_lines
 
-        return summary_lines(self.targets)
+        seq = self.folder / "sequential.json"
+        return summary_lines(self.targets, json.loads(seq.read_text()) if seq.exists() else None)

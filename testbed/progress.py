@@ -24,11 +24,18 @@ def live_line(doc: dict) -> str:
 @dataclass
 class Bar:
     """show(label): a label without a step; step(label): the previous cell is done and
-    `label` runs now; live(doc): the live line (router's live.json)."""
+    `label` runs now; live(doc): the live line (router's live.json); note(line): a line
+    printed above the bar."""
 
     progress: Progress
     task: int
     seen: int = 0
+    quiet: bool = False
+
+    def note(self, line: str) -> None:
+        """A line above the bar that stays (a plan, a look's verdicts)."""
+        if not self.quiet:
+            self.progress.console.print(line, highlight=False, markup=False)
 
     def show(self, label: str) -> None:
         self.progress.update(self.task, step=label)
@@ -52,5 +59,5 @@ def progress_bar(title: str, total: int, disable: bool = False, console: Console
     with Progress(*columns, console=console or Console(stderr=True),
                   disable=disable) as progress:
         task = progress.add_task(title, total=total, step="", live="")
-        yield Bar(progress, task)
+        yield Bar(progress, task, quiet=disable)
         progress.update(task, completed=total, step="done", live="")

@@ -76,3 +76,12 @@ def pytest_runtest_setup(item):
     missing = dict(item.user_properties).get("missing")
     if missing:
         pytest.fail(f"CI must run this test but {missing}", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory) -> Path:
+    """The testbed's cache (calibrations, phase timings) in a folder of the session's,
+    shared by the processes the tests start: the developer's own cache is left alone."""
+    path = tmp_path_factory.mktemp("netkv-cache")
+    os.environ["NETKV_CACHE_DIR"] = str(path)
+    return path

@@ -56,6 +56,44 @@ def controller(scenario, openflow_sockets, cluster) -> None:
         packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets,
         emu.token, read)
 
+class Fraction(click.ParamType):
+    """4% or 0.04: a fraction in (0, 1)."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            x = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a fraction (give 4% or 0.04)", param, ctx)
+        if not 0 < x < 1:
+            self.fail(f"{value!r} must lie between 0 and 1 (4% or 0.04)", param, ctx)
+        return x
+
+
+class Duration(click.ParamType):
+    """540, 540s, 9m, 1.5h: seconds."""
+
+    name = "duration"
+    UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        unit = self.UNITS.get(text[-1:], None)
+        try:
+            x = float(text[:-1] if unit else text) * (unit or 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (give 540, 540s, 9m or 1.5h)", param, ctx)
+        if x <= 0:
+            self.fail(f"{value!r} must be positive", param, ctx)
+        return x
+
+
 def cluster_options(fn):
     """--cluster INVENTORY, --placement, --tunnel: one fabric over several machines."""
     fn = click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
@@ -288,9 +326,24 @@ def calibrate(scenario, out_file: str | None) -> None:
               type=click.Path(file_okay=False), help="Where the validation folder goes.")
 @click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this calibration.json (from testbed calibrate) instead of measuring.")
+@click.option("--target-ci", "target_ci", type=Fraction(), default=None, metavar="W",
+              help="Sequential: aim for a 95%-style interval of half-width W (e.g. 4% or "
+              "0.04: 4 points) on every primary claim (each scheduler's mean-TTFT gain, flow "
+              "model minus packets); plan rounds x window from a flow-model pilot, print the "
+              "expected time, stop once every primary claim is resolved.")
+@click.option("--budget", "budget", type=Duration(), default=None, metavar="T",
+              help="Sequential: wall-time budget (e.g. 9m, 540s, 1h); the plan fits in it and "
+              "no round starts that would not.")
+@click.option("--calibration-max-age", "max_age_h", type=click.FloatRange(min=0), default=24.0,
+              show_default=True, metavar="HOURS",
+              help="Reuse this machine's cached calibration of the same fabric (scale, "
+              "dilation, datapath, code version) while younger than this.")
+@click.option("--recalibrate", is_flag=True,
+              help="Measure the fabric anew (and refresh the cache) instead of reusing it.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
 @force_option
-def validate(scenario, out_dir: str, calibration: str | None,
+def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
+             budget: float | None, max_age_h: float, recalibrate: bool,
              verbose: bool, force: bool) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
@@ -306,6 +359,19 @@ def validate(scenario, out_dir: str, calibration: str | None,
     out of the TTFT verdicts and named; transfers below the replica's validity floor
     (where TCP start-up at emulated rates swamps the transfer) are reported apart. The
     last lines say whether every run was faithful. Needs root and Open vSwitch.
+
+    The paper's claims: each scheduler's gain over RR and CLA* (mean and P99 TTFT, SLO
+    attainment) on packets and in the flow model, paired by request across schedulers
+    and engines, with block-bootstrap intervals; "agree" when flow minus packets lies
+    within +-5 points, "disagree" when entirely outside; the ranking with its
+    probability. With --target-ci and/or --budget the run is sequential: e.g.
+
+      testbed validate scenarios/validate.yaml --target-ci 4% --budget 9m
+
+    prints its plan and expected time before the fabric starts, judges after every
+    round (one more trace segment per scheduler) at an alpha-spending level, and stops
+    when every mean-TTFT claim is resolved, the width is reached or the budget is spent
+    (docs/validation.md, "The statistics of a verdict").
     """
     from testbed.api import validate as run_validation
     from testbed.emulation.net import EmulationError
@@ -315,7 +381,9 @@ def validate(scenario, out_dir: str, calibration: str | None,
     handle_signals()
     try:
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
-                                progress=True, verbose=verbose)
+                                progress=True, verbose=verbose, target_ci=target_ci,
+                                budget_s=budget, reuse_calibration=not recalibrate,
+                                calibration_max_age_s=3600.0 * max_age_h)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

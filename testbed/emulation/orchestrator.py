@@ -124,14 +124,18 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                   verbose: bool = False,
                   on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None,
                   on_live: Callable[[dict], None] | None = None,
-                  network: Callable[..., EmulatedNetwork] = EmulatedNetwork) -> RunOutcome:
+                  network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
+                  after_round: Callable[[int, int, Path], bool] | None = None) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
     table rows.
 
     `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
     the point's runs (validate calibrates there); `on_live(doc)` about once a second
     during a run (LiveWatch); `network(cell, cell_file, workdir, quiet=)` builds each
-    point's fabric (a ClusterNetwork partial spreads it over several machines)."""
+    point's fabric (a ClusterNetwork partial spreads it over several machines);
+    `after_round(index, seed, folder)`, once every scheduler of a point has run a seed
+    (its records written under the run folder), says whether to run the point's next
+    seed (a sequential validation stops early there)."""
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         net_preflight(cell)
@@ -152,6 +156,9 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                     on_fabric(net, celldir)
                 built: tuple[int, object] | None = None  # (seed, its workload)
                 for task in mine:
+                    if built is not None and built[0] != task.seed and after_round is not None \
+                            and not after_round(index, built[0], root):
+                        break
                     if built is None or built[0] != task.seed:
                         built = (task.seed, build_workload(cell, task.seed))
                     workload = built[1]
@@ -173,6 +180,9 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                     yield task, {"requests": result["requests"],
                                  "transfers": result["transfers"], "links": links,
                                  "summary": summary, "files": {"fidelity.json": fidelity}}
+                else:  # every seed ran: the last look is still taken (and recorded)
+                    if built is not None and after_round is not None:
+                        after_round(index, built[0], root)
 
     def all_faithful() -> bool:
         return all(v["verdict"] == "faithful" for v in verdicts)

@@ -19,6 +19,8 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,32 +30,14 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import compare, stats, validity
+from testbed.validate import cache, claims, compare, stats, validity
 from testbed.validate.replay import replay_transfers
+from testbed.validate.twin import flow_twin
 
 TARGET_TRANSFER_ERROR = 0.05  # median |error| per whole transfer, replay
 TARGET_TRANSFER_P90 = 0.15
 TARGET_TTFT_ERROR = stats.TTFT_TARGET
 TARGET_TTFT_CI = stats.TTFT_CI_BOUND
-
-
-def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
-              tcp_fit: dict | None = None):
-    """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
-    calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
-    the replica."""
-    over: dict = {}
-    if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
-        over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
-    if capacity_factor is not None:
-        over["network.capacity_factor"] = {int(k): float(v) for k, v in capacity_factor.items()}
-    if tcp_fit is not None:
-        over["network.flow_model"] = "tcp"
-        over["network.tcp.replica"] = True
-        over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
-        over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
-        over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
-    return scenario.with_overrides(over) if over else scenario
 
 
 def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
@@ -151,30 +135,111 @@ def engine_comparison(emu: dict, flow: dict) -> dict:
 
 def validate(scenario, out_root: Path, calibration: dict | None = None,
              on_step: Callable[[str, float], None] | None = None, verbose: bool = False,
-             on_live: Callable[[dict], None] | None = None) -> Path:
+             on_live: Callable[[dict], None] | None = None, target_ci: float | None = None,
+             budget_s: float | None = None, use_cache: bool = True,
+             cache_max_age_s: float = cache.DEFAULT_MAX_AGE_S,
+             on_note: Callable[[str], None] | None = None) -> Path:
+    """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
+    sequential (testbed/validate/rounds.py): planned from a flow-model pilot before the
+    fabric starts, and stopped after the round where every primary claim is resolved.
+    `on_note(line)` gets the plan, the calibration's source and a line per look."""
     from testbed.emulation.orchestrator import run_emulation
+    from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
 
+    note = on_note or (lambda _line: None)
+    started = time.monotonic()
     if calibration is not None:
         check_calibration(calibration, scenario)
+    elif use_cache:
+        calibration, why = cache.load_calibration(scenario, cache_max_age_s)
+        note(why)
+    looks = basis = None
+    if target_ci is not None or budget_s is not None:
+        plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
+                                       calibrated=calibration is not None)
+        note(rounds.describe_plan(plan, basis))
+        scenario = rounds.planned_scenario(scenario, plan.rounds, plan.window_s)
+        looks = rounds.Looks(scenario, plan, started, basis["timings"]["judge_s"],
+                             on_look=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
     atomic_write(folder / PARTIAL, "validation started; not finished\n")
     atomic_write(folder / "scenario.yaml",
                  yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     measured: list[dict] = []
+    phases: dict[str, float] = {}
 
     def on_fabric(network, _celldir) -> None:
+        phases.setdefault("fabric_s", time.monotonic() - started)
         if calibration is None and not measured:
+            t = time.monotonic()
             measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
+            phases["calibration_s"] = time.monotonic() - t
+            if use_cache:
+                cache.save_calibration(scenario, measured[0])
+        if looks is not None:
+            cal = calibration or measured[0]
+            looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
 
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=on_fabric,
-                        on_live=on_live)
+                        on_live=on_live, after_round=looks)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
-    judge(scenario, folder, emu.folder, cal, on_step)
+    judged = scenario
+    if looks is not None:
+        judged = scenario.with_overrides({"seeds": max(1, len(looks.looks))})
+        atomic_write(folder / "scenario.yaml",
+                     yaml.safe_dump(judged.model_dump(mode="json"), sort_keys=False))
+    t = time.monotonic()
+    if looks is not None:  # judge() reads it: the level, and the report's plan and looks
+        write_json(folder / "sequential.json", looks.record(t - started))
+    judge(judged, folder, emu.folder, cal, on_step)
+    phases["judge_s"] = time.monotonic() - t
+    if looks is not None:
+        write_json(folder / "sequential.json",
+                   {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
+    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
+    cache.record_timings(phases)
     (folder / PARTIAL).unlink(missing_ok=True)
     return folder
+
+
+def _factors(cal: dict) -> dict[int, float]:
+    return {int(k): float(v) for k, v in cal["capacity_factor"].items()}
+
+
+def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | None
+                  ) -> dict[str, float]:
+    """From the runs' records: the median worker start (workers.json written -> the run's
+    t0) and stop (the last request done -> router.json written), wall seconds; with the
+    pilot's drain per scheduler, the median ratio of the packets' drain (last request done
+    after the window, modelled) to the pilot's: the planner's drain_factor."""
+    dilation = scenario.emulation.time_dilation
+    end = scenario.workload.warmup_s + scenario.workload.measure_s
+    starts, stops, ratios = [], [], []
+    for key, cell in cells_of(emu_folder).items():
+        try:
+            router = json.loads((cell / "router.json").read_text())
+            done = [float(r["done"]) for r in read_csv(cell / "requests.csv")
+                    if r.get("done") not in (None, "")]
+        except (OSError, ValueError, KeyError):
+            continue
+        t0 = float(router["t0"])
+        starts.append(t0 - (cell / "workers.json").stat().st_mtime)
+        if done:
+            stops.append((cell / "router.json").stat().st_mtime - (t0 + dilation * max(done)))
+            want = (pilot_drain or {}).get(key.split("/")[1])
+            if want and want > 0.5:
+                ratios.append(max(0.0, max(done) - end) / want)
+    out = {}
+    if starts:
+        out["worker_start_s"] = percentile(starts, 50)
+    if stops:
+        out["worker_stop_s"] = max(0.0, percentile(stops, 50))
+    if ratios:
+        out["drain_factor"] = percentile(ratios, 50)
+    return out
 
 
 def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
@@ -188,7 +253,9 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder).folder,
              "calibrated": run_flowsim(flow_twin(scenario, factors), folder).folder,
              "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder).folder}
-    doc = build_document(scenario, emu_folder, flows, cal, factors)
+    seq_file = folder / "sequential.json"
+    sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
+    doc = build_document(scenario, emu_folder, flows, cal, factors, sequential)
     write_json(folder / "comparison.json", doc)
     from testbed.validate.plots import write_plots
     from testbed.validate.render import render_validation
@@ -268,8 +335,22 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
     return {point: stats.seed_agreement(o) for point, o in orders.items()}
 
 
+def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
+                 level: float = claims.CONFIDENCE, normal: bool = False) -> dict:
+    """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
+    a seed enters only if every scheduler's packet run of it is in `emu_cells`."""
+    runs: dict[str, dict] = {}
+    for engine, cells in (("packets", emu_cells), ("flow", flow_cells)):
+        for key, cell in cells.items():
+            point, sched, seed = key.split("/")
+            runs.setdefault(point, {})[(engine, sched, int(seed.removeprefix("seed")))] = \
+                read_csv(cell / "requests.csv")
+    return {point: claims.judge_point(claims.pair_requests(r), level, normal).as_dict()
+            for point, r in sorted(runs.items())}
+
+
 def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
-                   factors: dict[int, float]) -> dict:
+                   factors: dict[int, float], sequential: dict | None = None) -> dict:
     all_emu = cells_of(emu_folder)
     emu_cells, flagged = faithful_cells(all_emu)
     flow_cells = {name: cells_of(f) for name, f in flows.items()}
@@ -308,6 +389,10 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     faithful_pts = per_point(emu_cells)
     pts = {name: per_point(cells) for name, cells in flow_cells.items()}
     asked = scenario.network.ecmp
+    # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
+    # level of a sequential validation's last look when it stopped early
+    level = sequential["level"] if sequential else claims.CONFIDENCE
+    gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential))
     return {
         "scenario": scenario.name,
         "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
@@ -347,11 +432,22 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                           for sched in emu_pts[point]} for point in emu_pts},
         "fidelity": {point: {sched: s.get("fidelity", "unknown") for sched, s in by.items()}
                      for point, by in per_point(all_emu).items()},
-        "targets": targets(above["replay_tcp"], whole["engines_tcp"],
-                           engine_comparison(faithful_pts, pts["tcp"]),
-                           ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
-                           len(flagged)),
+        "claims": gains,
+        "sequential": sequential,
+        "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
+                              engine_comparison(faithful_pts, pts["tcp"]),
+                              ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
+                              len(flagged)), **claim_targets(gains)},
     }
+
+
+def _sequential_line(seq: dict) -> str:
+    total = seq.get("total_wall_s", seq["wall_s"])
+    expected = seq["predicted_wall_s"] + seq["predicted_judge_s"]
+    return (f"stopped after {seq['rounds_run']} of {seq['plan']['rounds']} planned round(s): "
+            f"{seq['reason']}; took {total / 60:.1f} min, {100 * (total / expected - 1):+.0f}% "
+            f"against the {expected / 60:.1f} min expected for those rounds (planned at most "
+            f"{seq['plan']['expected_wall_s'] / 60:.1f} min)")
 
 
 def _spread(rows: list[dict]) -> dict:
@@ -388,7 +484,17 @@ def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: 
     }
 
 
-def summary_lines(t: dict) -> list[str]:
+def claim_targets(gains: dict) -> dict:
+    """The primary claims' verdicts (mean-TTFT gains), counted and in words."""
+    primary = [c for by in gains.values() for c in by["claims"] if c["metric"] == claims.PRIMARY]
+    kinds = [c["verdict"] for c in primary]
+    return {"gain_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
+            "gain_lines": [c["sentence"] for c in primary],
+            "ranking_probability": {p: by["ranking"] for p, by in gains.items()
+                                    if by["ranking"]}}
+
+
+def summary_lines(t: dict, sequential: dict | None = None) -> list[str]:
     """What `testbed validate` prints last: the figures, and whether to trust them."""
     def pct(x) -> str:
         return "-" if x is None or x != x else f"{100 * x:.1f}%"
@@ -401,6 +507,22 @@ def summary_lines(t: dict) -> list[str]:
         f"mean TTFT: {v['agree']} agree, {v['disagree']} disagree, {v['inconclusive']} "
         f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
         f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
+    g = t.get("gain_verdicts")
+    if g is not None and not any(g.values()):
+        lines.append("gains: no claim judged (no seed with a faithful packet run of every "
+                     "scheduler; more seeds or a higher emulation.time_dilation would give one)")
+    elif g is not None:
+        lines.append(f"gains (mean TTFT, flow model vs packets within "
+                     f"{100 * claims.GAIN_TOLERANCE:.0f} points): {g['agree']} agree, "
+                     f"{g['disagree']} disagree, {g['inconclusive']} inconclusive")
+        lines += [f"  {line}" for line in t["gain_lines"]]
+        for point, r in t["ranking_probability"].items():
+            lines.append(f"  ranking ({point}): packets {' < '.join(r['packets'])} "
+                         f"(P={r['p_packets_order']:.2f}), flow {' < '.join(r['flow'])} "
+                         f"(P={r['p_flow_order']:.2f}); same order in "
+                         f"{100 * r['p_same_order']:.0f}% of resamples")
+    if sequential:
+        lines.append(_sequential_line(sequential))
     bad = t["unfaithful_runs"]
     if bad:
         lines.append(f"UNFAITHFUL: {bad} of {t['runs']} emulated runs were flagged by the "

@@ -38,6 +38,46 @@ def emulate_quietly(path, tmp_path) -> None:
     assert cleanup.find_leftovers().empty
 
 
+def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_path):
+    # RR vs NetKV-Full; the fabric settings of the test above (its cached calibration
+    # fits). A 90-point target width is met at the first look, so of the two planned
+    # rounds (two trace segments) only the first runs, unless its runs were unfaithful
+    from testbed.validate.sequential import look_level
+
+    path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
+                                         "emulation.queue_limit": "bytes",
+                                         "emulation.rto_min_ms": 10})
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
+                           str(out), "--target-ci", "90%", "--budget", "20m"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+    assert "plan: up to 2 round(s)" in done.stderr.replace("\n", " ")
+    (folder,) = out.glob("fabric-test-validate-*")
+    seq = json.loads((folder / "sequential.json").read_text())
+    assert seq["plan"]["rounds"] == 2 and seq["plan"]["limited_by"] == "target"
+    first = seq["looks"][0]
+    assert first["level"] == pytest.approx(look_level(1, 2))
+    (emu,) = folder.glob("fabric-test-emulation-*")
+    ran = sorted(p.name for p in (emu / "cells" / "000-base" / "rr").iterdir())
+    if first["faithful"]:
+        assert seq["rounds_run"] == 1 and ran == ["seed1"]
+        assert seq["reason"].startswith(("conclusive", "target width"))
+        assert f"stopped after 1 of 2 planned round(s): {seq['reason']}" in done.stdout
+    else:  # nothing judged at the first look: the second round ran
+        assert seq["rounds_run"] == 2 and ran == ["seed1", "seed2"]
+    doc = json.loads((folder / "comparison.json").read_text())
+    point = doc["claims"]["000-base"]
+    if point["n"]:
+        got = {(c["scheduler"], c["baseline"], c["metric"]) for c in point["claims"]}
+        assert got == {("netkv-full", "rr", m) for m in ("ttft_mean", "ttft_p99", "slo")}
+        assert doc["sequential"]["level"] == seq["looks"][-1]["level"]
+        assert (folder / "plots" / "gains_000-base.png").stat().st_size > 1000
+    report = (folder / "report.md").read_text()
+    assert "## The paper's claims" in report and "### Plan and stop" in report
+
+
 def rows(path):
     with path.open() as fh:
         return list(csv.DictReader(fh))

@@ -1,0 +1,24 @@
+"""The flow model's twin of a packet run: the same scenario as the packets ran it."""
+
+from __future__ import annotations
+
+from testbed.topologies.routing import packet_ecmp
+
+
+def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
+              tcp_fit: dict | None = None):
+    """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
+    calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
+    the replica."""
+    over: dict = {}
+    if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
+        over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
+    if capacity_factor is not None:
+        over["network.capacity_factor"] = {int(k): float(v) for k, v in capacity_factor.items()}
+    if tcp_fit is not None:
+        over["network.flow_model"] = "tcp"
+        over["network.tcp.replica"] = True
+        over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
+        over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
+        over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
+    return scenario.with_overrides(over) if over else scenario

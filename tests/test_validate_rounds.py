@@ -1,0 +1,89 @@
+"""A sequential validation's looks, on flow-model runs standing in for packets (no root):
+what each look judges, when it stops, and what it records."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from testbed.runner import run_flowsim
+from testbed.scenario import load_scenario
+from testbed.validate import rounds, sequential
+from testbed.validate.twin import flow_twin
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    base = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                         overrides={"schedulers": ["rr", "netkv-full"]})
+    sc = rounds.planned_scenario(base, 2, 10.0)
+    folder = run_flowsim(sc, tmp_path_factory.mktemp("packets")).folder
+    for summary in folder.glob("cells/*/*/seed*/summary.json"):  # as the packets mark them
+        doc = json.loads(summary.read_text())
+        summary.write_text(json.dumps({**doc, "fidelity": "faithful"}))
+    return sc, folder
+
+
+def looks_for(sc, half_width: float, budget_s: float = 1e6) -> rounds.Looks:
+    plan = sequential.Plan(2, 10.0, 20.0, 30.0, 10.0, budget_s, half_width, "target")
+    looks = rounds.Looks(sc, plan, time.monotonic(), judge_s=1.0)
+    looks.flow_scenario = flow_twin(sc, None, {})
+    return looks
+
+
+def test_the_planned_scenario_runs_trace_segments_of_the_planned_window(planned):
+    sc, _ = planned
+    assert sc.seeds == 2 and sc.workload.measure_s == 10.0 and sc.workload.seed_segments
+
+
+def test_a_look_judges_what_is_in_and_stops_once_the_width_is_reached(planned):
+    sc, folder = planned
+    wide = looks_for(sc, half_width=0.9)
+    assert wide(0, 1, folder) is False  # stop: every primary interval is 90 points narrow
+    (look,) = wide.looks
+    assert look["n"] > 10 and look["faithful"]
+    assert look["level"] == pytest.approx(sequential.look_level(1, 2))
+    assert [(c["scheduler"], c["baseline"]) for c in look["claims"]] == [("netkv-full", "rr")]
+    assert wide.reason.startswith(("conclusive", "target width"))
+    record = wide.record(12.0)
+    assert record["rounds_run"] == 1 and record["predicted_wall_s"] == pytest.approx(10 - 1 + 30)
+
+
+def test_a_look_goes_on_while_unresolved_and_pools_the_rounds(planned):
+    sc, folder = planned
+    narrow = looks_for(sc, half_width=1e-4)
+    first = narrow(0, 1, folder)
+    if narrow.looks[0]["claims"][0]["verdict"] == "inconclusive":
+        assert first is True  # unresolved, width not reached, budget left: next round
+    assert narrow(0, 2, folder) is False  # the planned rounds are done
+    one, two = narrow.looks
+    assert two["n"] > one["n"]  # the second segment's requests joined the first's
+    assert two["level"] == pytest.approx(sequential.look_level(2, 2))
+    assert narrow.record(5.0)["reason"] in ("planned rounds done",) or \
+        narrow.reason.startswith("conclusive")
+
+
+def test_an_unfaithful_round_is_left_out_and_said(planned, tmp_path):
+    sc, folder = planned
+    import shutil
+
+    copy = tmp_path / "packets"
+    shutil.copytree(folder, copy)
+    bad = copy / "cells" / "000-base" / "rr" / "seed1" / "summary.json"
+    bad.write_text(json.dumps({**json.loads(bad.read_text()), "fidelity": "unfaithful"}))
+    lines = []
+    looks = looks_for(sc, half_width=0.9)
+    looks.on_look = lines.append
+    assert looks(0, 1, copy) is True  # nothing judged yet: go on
+    assert looks.looks[0]["n"] == 0 and looks.unfaithful == ["000-base seed 1"]
+    assert "not faithful" in lines[0]
+
+
+def test_a_round_that_would_overrun_the_budget_is_not_started(planned):
+    sc, folder = planned
+    looks = looks_for(sc, half_width=1e-4, budget_s=5.0)  # 30 s rounds, 5 s budget
+    assert looks(0, 1, folder) is False
+    assert looks.reason.startswith(("budget", "conclusive"))
