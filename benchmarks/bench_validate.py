@@ -6,12 +6,14 @@ chatbot, RAG and long-context slices, the synthetic generator, and the two adver
 scenarios (ToR-uplink hash collisions, a burst of tiny transfers). Per row: the replay's
 median and p90 |error| per whole transfer above the validity floor with the flow model's
 TCP terms (bootstrap 95% CI), how many transfers fell below the floor, the mean-TTFT
-verdict per scheduler with its CI, ranking agreement per seed, and the faithful runs.
+verdict per scheduler with its CI, ranking agreement per seed, the faithful runs, the
+gain verdicts (flow minus packets within 5 points: agree / disagree / inconclusive) and
+the requests judged per wall-minute (measured on faithful packet runs).
 Targets: median <= 5%, p90 <= 15%, TTFT within 5% with the CI inside +-10%, same ranking,
-every run faithful.
+every run faithful, every gain verdict conclusive.
 
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
-     [--measure 12] [--set FIELD=VALUE ...]
+     [--measure 12] [--target-ci 0.05 --budget 540] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def pct(x) -> str:
 
 def row(name: str, doc: dict, wall: float) -> str:
     t = doc["targets"]
+    g = t.get("gain_verdicts") or {}
+    judged = doc.get("judged", {}).get("measured_requests", 0)
     below = doc["whole_below_floor"]["replay_tcp"]["n"]
     above = doc["whole_above_floor"]["replay_tcp"]["n"]
     ttft = "; ".join(f"{s}: {v['sentence']}" for by in doc["ttft_verdicts"]["tcp"].values()
@@ -58,7 +62,9 @@ def row(name: str, doc: dict, wall: float) -> str:
             f"[{pct(t['replay_p90_ci'][0])}, {pct(t['replay_p90_ci'][1])}] | "
             f"{pct(fluid['median_abs_error'])} / {pct(fluid['p90_abs_error'])} | "
             f"{above} / {below} | {ttft or '-'} | {ranks or '-'} | "
-            f"{t['runs'] - t['unfaithful_runs']}/{t['runs']} | {wall:.0f} s |")
+            f"{t['runs'] - t['unfaithful_runs']}/{t['runs']} | "
+            f"{g.get('agree', 0)} / {g.get('disagree', 0)} / {g.get('inconclusive', 0)} | "
+            f"{judged} ({60 * judged / wall:.0f}/min) | {wall:.0f} s |")
 
 
 def main() -> None:
@@ -66,12 +72,15 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--measure", type=float, default=None, help="measurement seconds")
+    ap.add_argument("--target-ci", type=float, default=None, help="sequential: half-width")
+    ap.add_argument("--budget", type=float, default=None, help="sequential: wall seconds")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out", default="/tmp/netkv-bench-validate")
     args = ap.parse_args()
     lines = ["| row | replay median (TCP, above floor) [CI] | p90 [CI] | fluid median / p90 "
              "(all) | transfers above / below floor | mean TTFT per scheduler | same ranking "
-             "(seeds) | faithful | wall |", "|---|---|---|---|---|---|---|---|---|"]
+             "(seeds) | faithful | gains a/d/i | judged (per wall-minute) | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in args.rows.split(","):
         path, over = ROWS[name]
         over = {**over, "seeds": args.seeds}
@@ -82,7 +91,7 @@ def main() -> None:
             over[key] = yaml.safe_load(value)
         sc = load_scenario(path, over)
         t0 = time.perf_counter()
-        folder = validate(sc, Path(args.out))
+        folder = validate(sc, Path(args.out), target_ci=args.target_ci, budget_s=args.budget)
         wall = time.perf_counter() - t0
         doc = json.loads((folder / "comparison.json").read_text())
         lines.append(row(name, doc, wall))

@@ -381,6 +381,26 @@ class ValidationResult:
     def report(self) -> Path:
         return self.folder / "report.md"
 
+    @cached_property
+    def claims(self):
+        """The paper's claims as a DataFrame: one row per point x claim x metric, each
+        gain (packets, flow) and their difference with its interval, and the verdicts."""
+        import pandas as pd
+
+        from testbed.model.plugins import display_name
+
+        rows = []
+        for point, by in (self.comparison.get("claims") or {}).items():
+            for c in by["claims"]:
+                row = {"point": point, "scheduler": display_name(c["scheduler"]),
+                       "baseline": display_name(c["baseline"]), "metric": c["metric"],
+                       "n": c["n"], "on_packets": c["on_packets"], "verdict": c["verdict"]}
+                for part in ("packets", "flow", "difference"):
+                    for k in ("point", "low", "high"):
+                        row[part if k == "point" else f"{part}_{k}"] = c[part][k]
+                rows.append(row)
+        return pd.DataFrame(rows)
+
     def _folder(self, key: str) -> Path:
         """A run inside this folder, by its comparison.json key (found by name, so a
         moved or copied validation folder still opens)."""
@@ -403,5 +423,10 @@ class ValidationResult:
     def summary_lines(self) -> list[str]:
         from testbed.validate.pipeline import summary_lines
 
-        seq = self.folder / "sequential.json"
-        return summary_lines(self.targets, json.loads(seq.read_text()) if seq.exists() else None)
+        def read(name: str):
+            path = self.folder / name
+            return json.loads(path.read_text()) if path.exists() else None
+
+        wall = read("wall.json")
+        return summary_lines(self.targets, read("sequential.json"),
+                             self.comparison.get("judged"), wall and wall["total_s"])

@@ -201,6 +201,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
                    {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
     phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
     cache.record_timings(phases)
+    write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
     (folder / PARTIAL).unlink(missing_ok=True)
     return folder
 
@@ -434,6 +435,10 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                      for point, by in per_point(all_emu).items()},
         "claims": gains,
         "sequential": sequential,
+        "judged": {"measured_requests": sum(
+            json.loads((c / "summary.json").read_text()).get("requests", 0)
+            for c in emu_cells.values()),
+            "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values())},
         "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
                               engine_comparison(faithful_pts, pts["tcp"]),
                               ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
@@ -494,7 +499,8 @@ def claim_targets(gains: dict) -> dict:
                                     if by["ranking"]}}
 
 
-def summary_lines(t: dict, sequential: dict | None = None) -> list[str]:
+def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None = None,
+                  wall_s: float | None = None) -> list[str]:
     """What `testbed validate` prints last: the figures, and whether to trust them."""
     def pct(x) -> str:
         return "-" if x is None or x != x else f"{100 * x:.1f}%"
@@ -523,6 +529,11 @@ def summary_lines(t: dict, sequential: dict | None = None) -> list[str]:
                          f"{100 * r['p_same_order']:.0f}% of resamples")
     if sequential:
         lines.append(_sequential_line(sequential))
+    if judged and wall_s:
+        lines.append(f"judged {judged['measured_requests']} requests measured on faithful "
+                     f"packet runs ({judged['paired_requests']} paired into the claims) in "
+                     f"{wall_s / 60:.1f} min: {60 * judged['measured_requests'] / wall_s:.0f} "
+                     "per wall-minute")
     bad = t["unfaithful_runs"]
     if bad:
         lines.append(f"UNFAITHFUL: {bad} of {t['runs']} emulated runs were flagged by the "
