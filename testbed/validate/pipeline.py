@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from testbed.metrics import aggregate, percentile
+from testbed.model.plugins import display_name
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
@@ -523,8 +524,10 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
                      f"{g['disagree']} disagree, {g['inconclusive']} inconclusive")
         lines += [f"  {line}" for line in t["gain_lines"]]
         for point, r in t["ranking_probability"].items():
-            lines.append(f"  ranking ({point}): packets {' < '.join(r['packets'])} "
-                         f"(P={r['p_packets_order']:.2f}), flow {' < '.join(r['flow'])} "
+            lines.append(f"  ranking ({point}): packets "
+                         f"{' < '.join(display_name(s) for s in r['packets'])} "
+                         f"(P={r['p_packets_order']:.2f}), flow "
+                         f"{' < '.join(display_name(s) for s in r['flow'])} "
                          f"(P={r['p_flow_order']:.2f}); same order in "
                          f"{100 * r['p_same_order']:.0f}% of resamples")
     if sequential:
