@@ -38,12 +38,11 @@ def claim_lines(doc: dict) -> list[str]:
              "it lies entirely outside, and is inconclusive otherwise. Intervals: block "
              f"bootstrap over requests in arrival order, {level:.1f}% "
              + ("(the last look's level of the sequential plan below)." if seq else "(percentile).")
-             + " [How the statistics work](../../docs/validation.md#the-statistics-of-a-verdict)"
-             " explains each step.", ""]
+             + " docs/validation.md (\"The statistics of a verdict\") explains each step.", ""]
     if not gains or not any(by["claims"] for by in gains.values()):
         return lines + ["No claim could be judged: no seed has a faithful packet run of every "
                         "scheduler (see the fidelity section); more seeds, or a higher "
-                        "emulation.time_dilation, would give one.", ""]
+                        "emulation.time_dilation, would give one.", ""] + _sequential_lines(seq)
     for point, by in gains.items():
         lines += [f"### {point}: {by['n']} paired requests", "",
                   "| claim | metric | packets | on packets | flow model | flow - packets | "
