@@ -162,7 +162,7 @@ def test_the_plan_reaches_the_target_in_the_fewest_rounds_that_fit():
     assert q.needed_window_s == pytest.approx(p.needed_window_s / 4)
     assert p.expected_wall_s == pytest.approx(30 + 2 * _round_wall(p.window_s))
     # a window over the maximum takes more rounds
-    wide = sequential.plan(12, 0.15, 0.05, 1e9, _round_wall, 30, 10, 120)
+    wide = sequential.plan(12, 0.1, 0.05, 1e9, _round_wall, 30, 10, 120)
     assert wide.limited_by == "target" and 2 < wide.rounds <= 8 and wide.window_s <= 120
     # beyond what the rounds can hold: all of them, at the longest window
     most = sequential.plan(12, 0.5, 0.05, 1e9, _round_wall, 30, 10, 120, max_rounds=6)
