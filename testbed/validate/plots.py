@@ -88,9 +88,11 @@ def ttft_bars(doc: dict, out: Path) -> list[Path]:
     requests paired across every run of the point (faithful runs), with the claims'
     intervals as error bars."""
     paths = []
-    for point, data in doc.get("claims", {}).items():
+    for point in doc.get("tcp", {}):
+        data = doc.get("claims", {}).get(point) or {}
         values = data.get("values") or {}
         if not values:
+            paths.append(_ttft_unpaired(doc, point, out))
             continue
         names = list(values["ttft_mean"]["packets"])
         fig, axes = plt.subplots(1, 3, figsize=(13, 4))
@@ -110,6 +112,27 @@ def ttft_bars(doc: dict, out: Path) -> list[Path]:
                      f"schedulers and engines ({_level(doc)} intervals)")
         paths.append(_save(fig, out / f"ttft_{point}.png"))
     return paths
+
+
+def _ttft_unpaired(doc: dict, point: str, out: Path) -> Path:
+    """No faithful seed to pair: every run's own figures (TCP model), without intervals,
+    and a title that says so."""
+    metrics = doc["tcp"][point]["metrics"]
+    names = [display_name(m["scheduler"]) for m in metrics]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "ttft_mean_ms", "TTFT mean (ms)"),
+                           (axes[1], "ttft_p99_ms", "TTFT P99 (ms)")):
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], [m[f"{key}_reference"] or 0 for m in metrics], 0.4,
+               label="packets (every run, faithful or not)")
+        ax.bar([x + 0.2 for x in xs], [m[f"{key}_model"] or 0 for m in metrics], 0.4,
+               label="flow (TCP terms)")
+        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{doc['scenario']} {point}: no faithful seed to pair, so no intervals "
+                 "and no verdict")
+    return _save(fig, out / f"ttft_{point}.png")
 
 
 def gain_bars(doc: dict, out: Path) -> list[Path]:

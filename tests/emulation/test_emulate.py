@@ -136,6 +136,7 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     sc = load_scenario(path)
     spec = sc.cluster.spec()
     expected = len(build_workload(sc, sc.seed).requests)
+    worker_busy = []
     for sched in SCHEDULERS:
         cell = emu / "cells" / "000-base" / sched / f"seed{sc.seed}"
         requests = rows(cell / "requests.csv")
@@ -153,7 +154,7 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
         assert report["datapath_thread"]["process"] == "ovs-vswitchd"
         assert report["datapath_thread"]["busy_median"] > 0
         assert report["worker_thread"]["role"] == "worker"
-        assert any(t["role"] == "worker" and t["busy_p95"] > 0 for t in report["threads"])
+        worker_busy.extend(t["busy_p95"] for t in report["threads"] if t["role"] == "worker")
         assert summary["datapath_bound"] == report["datapath_bound"]
         shards = defaultdict(list)
         for t in rows(cell / "transfers.csv"):
@@ -170,6 +171,9 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
         assert any(float(x["kv_util"]) > 0 for x in links)  # tc saw the KV class move
         core = [float(x["bg_util"]) for x in links if x["tier"] == "3"]
         assert max(core) > 0.05  # the background generators' best-effort flows were real
+    # the workers' threads were sampled busy in some run (a 5-second run's workers can be
+    # idle in 95% of one run's samples)
+    assert max(worker_busy) > 0
 
 
 def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_path):
