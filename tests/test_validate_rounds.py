@@ -87,3 +87,22 @@ def test_a_round_that_would_overrun_the_budget_is_not_started(planned):
     looks = looks_for(sc, half_width=1e-4, budget_s=5.0)  # 30 s rounds, 5 s budget
     assert looks(0, 1, folder) is False
     assert looks.reason.startswith(("budget", "conclusive"))
+
+
+def test_each_sweep_point_has_its_own_looks(tmp_path):
+    base = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                         overrides={"schedulers": ["rr", "netkv-full"],
+                                    "sweep": {"workload.load": [0.5, 1.0]}})
+    sc = rounds.planned_scenario(base, 2, 10.0)
+    folder = run_flowsim(sc, tmp_path).folder
+    for summary in folder.glob("cells/*/*/seed*/summary.json"):
+        doc = json.loads(summary.read_text())
+        summary.write_text(json.dumps({**doc, "fidelity": "faithful"}))
+    looks = looks_for(sc, half_width=1e-4)
+    for index in (0, 1):
+        for seed in (1, 2):
+            looks(index, seed, folder)
+    assert [(x["point"][:3], x["look"]) for x in looks.looks] == \
+        [("000", 1), ("000", 2), ("001", 1), ("001", 2)]
+    assert looks.rounds_run() == 2
+    assert looks.final_level() == pytest.approx(sequential.look_level(2, 2))

@@ -189,7 +189,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     write_json(folder / "calibration.json", cal)
     judged = scenario
     if looks is not None:
-        judged = scenario.with_overrides({"seeds": max(1, len(looks.looks))})
+        judged = scenario.with_overrides({"seeds": max(1, looks.rounds_run())})
         atomic_write(folder / "scenario.yaml",
                      yaml.safe_dump(judged.model_dump(mode="json"), sort_keys=False))
     t = time.monotonic()

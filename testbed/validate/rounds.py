@@ -153,7 +153,7 @@ class Looks:
                     "requests"]
         else:
             self.unfaithful.append(f"{key} seed {seed}")
-        look = len(self.looks) + 1
+        look = 1 + sum(x["point"] == key for x in self.looks)  # each point has its looks
         level = sequential.look_level(min(look, self.plan.rounds), self.plan.rounds)
         judged = claims.judge_point(claims.pair_requests(mine), level, normal=True) \
             if mine else claims.PointClaims()
@@ -180,13 +180,22 @@ class Looks:
             self.reason = reason
         return reason is None
 
+    def rounds_run(self) -> int:
+        return max((x["look"] for x in self.looks), default=0)
+
+    def final_level(self) -> float:
+        """The level the final claims are stated at: each point's last look's, the widest
+        of them when points stopped at different looks."""
+        last = {x["point"]: x["level"] for x in self.looks}
+        return max(last.values(), default=claims.CONFIDENCE)
+
     def record(self, wall_s: float) -> dict:
         """What sequential.json holds; wall_s and predicted_wall_s run up to the judging
-        of the packets (the report is written by it)."""
-        rounds = len(self.looks)
+        of the packets (the report is written by it). round_wall_s covers every point."""
+        rounds = self.rounds_run()
         return {"plan": self.plan.as_dict(), "looks": self.looks,
                 "reason": self.reason or "planned rounds done",
-                "level": self.looks[-1]["level"] if self.looks else claims.CONFIDENCE,
+                "level": self.final_level(),
                 "rounds_run": rounds, "unfaithful_rounds": self.unfaithful,
                 "wall_s": wall_s,
                 "predicted_wall_s": (self.plan.setup_wall_s - self.judge_s
