@@ -421,7 +421,7 @@ class ValidationResult:
         return {k.removeprefix("flow_"): RunResult(self._folder(k)) for k in keys}
 
     def summary_lines(self) -> list[str]:
-        from testbed.validate.pipeline import summary_lines
+        from testbed.validate.summary import summary_lines
 
         def read(name: str):
             path = self.folder / name

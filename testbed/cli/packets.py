@@ -433,7 +433,8 @@ def judge(folder: str) -> None:
     report.md and plots/. Use it after changing the flow model or its network.tcp
     settings to see how the verdict moves, without emulating again.
     """
-    from testbed.validate.pipeline import judge_again, summary_lines
+    from testbed.validate.pipeline import judge_again
+    from testbed.validate.summary import summary_lines
 
     try:
         doc = judge_again(Path(folder))

@@ -12,8 +12,13 @@
 4. Judge with confidence: bootstrap 95% intervals on every error, per-scheduler TTFT
    verdicts from the requests both engines served, ranking agreement per seed; runs the
    fidelity monitor flagged are left out of the verdict and listed; transfers below the
-   validity floor (testbed/validate/validity.py) are reported apart.
-5. Write report.md, comparison.json and plots/*.png.
+   validity floor (testbed/validate/validity.py) are reported apart; the paper's claims
+   (gains over RR and CLA*) on both engines (claims.py).
+5. Write report.md, comparison.json and plots/*.png; summary.py says the last lines.
+
+With a target width or a budget the packets run in planned rounds and stop early
+(rounds.py, sequential.py); the calibration and this machine's phase times are cached
+(cache.py).
 """
 
 from __future__ import annotations
@@ -27,18 +32,13 @@ from pathlib import Path
 import yaml
 
 from testbed.metrics import aggregate, percentile
-from testbed.model.plugins import display_name
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
 from testbed.validate import cache, claims, compare, stats, validity
 from testbed.validate.replay import replay_transfers
+from testbed.validate.summary import claim_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin
-
-TARGET_TRANSFER_ERROR = 0.05  # median |error| per whole transfer, replay
-TARGET_TRANSFER_P90 = 0.15
-TARGET_TTFT_ERROR = stats.TTFT_TARGET
-TARGET_TTFT_CI = stats.TTFT_CI_BOUND
 
 
 def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
@@ -100,12 +100,6 @@ def whole_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]) -
                 compare.whole_transfers(model_rows[key]))
             pairs.extend(got)
     return pairs
-
-
-def with_intervals(pairs) -> dict:
-    out = compare.error_summary(pairs)
-    out["ci"] = stats.error_intervals([p.error for p in pairs])
-    return out
 
 
 def per_point(cells: dict[str, Path]) -> dict[str, dict[str, dict]]:
@@ -248,7 +242,7 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
           on_step: Callable[[str, float], None] | None = None) -> dict:
     """Everything after the packets: the flow model's runs, the comparisons, the report.
     Needs no root, so a validation can be judged again under a changed flow model."""
-    factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
+    factors = _factors(cal)
     fit = cal.get("tcp", {})
     if on_step:
         on_step("flow model (uncalibrated, calibrated, with TCP terms) and replays", 0.0)
@@ -447,101 +441,6 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     }
 
 
-def _sequential_line(seq: dict) -> str:
-    total = seq.get("total_wall_s", seq["wall_s"])
-    expected = seq["predicted_wall_s"] + seq["predicted_judge_s"]
-    return (f"stopped after {seq['rounds_run']} of {seq['plan']['rounds']} planned round(s): "
-            f"{seq['reason']}; took {total / 60:.1f} min, {100 * (total / expected - 1):+.0f}% "
-            f"against the {expected / 60:.1f} min expected for those rounds (planned at most "
-            f"{seq['plan']['expected_wall_s'] / 60:.1f} min)")
-
-
 def _spread(rows: list[dict]) -> dict:
     spread = compare.shard_spread(rows)
     return {"n": len(spread), "p50": percentile(spread, 50), "p90": percentile(spread, 90)}
-
-
-def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: int,
-            unfaithful: int) -> dict:
-    """The acceptance figures, measured (never asserted here): the TCP flow model on whole
-    transfers above the validity floor, TTFT verdicts from faithful runs."""
-    replay = with_intervals(replay_pairs)
-    engines = compare.error_summary(engine_pairs)
-    worst_ttft = max((abs(m["ttft_mean_ms_error"]) for d in calibrated.values()
-                      for m in d["metrics"] if m["ttft_mean_ms_error"] is not None), default=None)
-    # a ranking needs two schedulers compared (faithful runs of both) at every point
-    ranked = [d for d in calibrated.values() if len(d["ranking"]["reference"]) >= 2]
-    same_rank = all(d["ranking"]["same_order"] for d in ranked) if ranked else None
-    kinds = [v["verdict"] for by in verdicts.values() for v in by.values()]
-    return {
-        "replay_median_abs_transfer_error": replay["median_abs_error"],
-        "replay_median_ci": [replay["ci"]["median_abs_error"]["low"],
-                             replay["ci"]["median_abs_error"]["high"]],
-        "replay_p90_abs_transfer_error": replay["p90_abs_error"],
-        "replay_p90_ci": [replay["ci"]["p90_abs_error"]["low"],
-                          replay["ci"]["p90_abs_error"]["high"]],
-        "engines_median_abs_transfer_error": engines["median_abs_error"],
-        "worst_mean_ttft_error": worst_ttft,
-        "ttft_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
-        "same_ranking": same_rank,
-        "runs": runs, "unfaithful_runs": unfaithful,
-        "transfer_target": TARGET_TRANSFER_ERROR, "transfer_p90_target": TARGET_TRANSFER_P90,
-        "ttft_target": TARGET_TTFT_ERROR, "ttft_ci_target": TARGET_TTFT_CI,
-    }
-
-
-def claim_targets(gains: dict) -> dict:
-    """The primary claims' verdicts (mean-TTFT gains), counted and in words."""
-    primary = [c for by in gains.values() for c in by["claims"] if c["metric"] == claims.PRIMARY]
-    kinds = [c["verdict"] for c in primary]
-    return {"gain_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
-            "gain_lines": [c["sentence"] for c in primary],
-            "ranking_probability": {p: by["ranking"] for p, by in gains.items()
-                                    if by["ranking"]}}
-
-
-def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None = None,
-                  wall_s: float | None = None) -> list[str]:
-    """What `testbed validate` prints last: the figures, and whether to trust them."""
-    def pct(x) -> str:
-        return "-" if x is None or x != x else f"{100 * x:.1f}%"
-
-    v = t["ttft_verdicts"]
-    lines = [
-        f"per-transfer median |error| (replay, TCP terms, above the validity floor): "
-        f"{pct(t['replay_median_abs_transfer_error'])} (95% CI {pct(t['replay_median_ci'][0])}"
-        f"-{pct(t['replay_median_ci'][1])}), p90 {pct(t['replay_p90_abs_transfer_error'])}; "
-        f"mean TTFT: {v['agree']} agree, {v['disagree']} disagree, {v['inconclusive']} "
-        f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
-        f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
-    g = t.get("gain_verdicts")
-    if g is not None and not any(g.values()):
-        lines.append("gains: no claim judged (no seed with a faithful packet run of every "
-                     "scheduler; more seeds or a higher emulation.time_dilation would give one)")
-    elif g is not None:
-        lines.append(f"gains (mean TTFT, flow model vs packets within "
-                     f"{100 * claims.GAIN_TOLERANCE:.0f} points): {g['agree']} agree, "
-                     f"{g['disagree']} disagree, {g['inconclusive']} inconclusive")
-        lines += [f"  {line}" for line in t["gain_lines"]]
-        for point, r in t["ranking_probability"].items():
-            lines.append(f"  ranking ({point}): packets "
-                         f"{' < '.join(display_name(s) for s in r['packets'])} "
-                         f"(P={r['p_packets_order']:.2f}), flow "
-                         f"{' < '.join(display_name(s) for s in r['flow'])} "
-                         f"(P={r['p_flow_order']:.2f}); same order in "
-                         f"{100 * r['p_same_order']:.0f}% of resamples")
-    if sequential:
-        lines.append(_sequential_line(sequential))
-    if judged and wall_s:
-        lines.append(f"judged {judged['measured_requests']} requests measured on faithful "
-                     f"packet runs ({judged['paired_requests']} paired into the claims) in "
-                     f"{wall_s / 60:.1f} min: {60 * judged['measured_requests'] / wall_s:.0f} "
-                     "per wall-minute")
-    bad = t["unfaithful_runs"]
-    if bad:
-        lines.append(f"UNFAITHFUL: {bad} of {t['runs']} emulated runs were flagged by the "
-                     "fidelity monitor and left out of the TTFT verdicts (see the report); "
-                     "re-run at a higher emulation.time_dilation")
-    else:
-        lines.append(f"all {t['runs']} emulated runs faithful")
-    return lines
