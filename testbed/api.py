@@ -137,7 +137,8 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
 def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,
             progress: Progress = False, verbose: bool = False,
             cluster: str | Path | None = None, placement: str = "pod",
-            tunnel: str = "ssh", on_fabric: Callable | None = None) -> RunResult:
+            tunnel: str = "ssh", on_fabric: Callable | None = None,
+            fabrics: int | str = "auto") -> RunResult:
     """Run every cell on packets: Mininet fat-tree, SDN controller, worker processes.
     Needs root and Open vSwitch. Writes OUT/<name>-emulation-<stamp>/ (the flow
     simulator's format plus fidelity.json) and returns its RunResult. The fabric and the
@@ -145,7 +146,9 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     inventory whose servers share the fabric and the workers (Mininet's cluster edition;
     placement and tunnel as `testbed net up --cluster`). `on_fabric(network, celldir)`:
     called once per sweep point with its fabric up, before its runs (to ping or measure
-    it: `network.host("i0").cmd(...)`); what it raises ends the run, torn down."""
+    it: `network.host("i0").cmd(...)`); what it raises ends the run, torn down.
+    `fabrics`: a point's seeds on that many fabrics side by side, each in its own network
+    namespace (userspace datapath), or "auto" (from the cores; `testbed emulate --help`)."""
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.runner import count_runs, preflight
@@ -157,6 +160,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
         from testbed.emulation.cluster import cluster_network
 
         network = cluster_network(cluster, placement, tunnel)
+        fabrics = 1 if fabrics == "auto" else fabrics  # the cluster is the fabric
     with _bar(f"{scenario.name} (packets)", count_runs(scenario), progress) as bar, \
             _sigterm_tears_down():
         def step(label: str, wall_s: float) -> None:
@@ -165,8 +169,12 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
+        from testbed.validate.cache import load_timings
+
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
-                                network=network, on_fabric=on_fabric)
+                                network=network, on_fabric=on_fabric, fabrics=fabrics,
+                                fabric_cores=load_timings()[0].get("fabric_cores"),
+                                on_note=bar.note)
     return RunResult(outcome.folder, scenario, outcome)
 
 
@@ -175,13 +183,15 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              progress: Progress = False, verbose: bool = False,
              target_ci: float | None = None, budget_s: float | None = None,
              reuse_calibration: bool = True,
-             calibration_max_age_s: float = 24 * 3600.0) -> ValidationResult:
+             calibration_max_age_s: float = 24 * 3600.0,
+             fabrics: int | str = "auto") -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
     than calibration_max_age_s (reuse_calibration=False measures anew). target_ci (gain
     interval half-width, a fraction: 0.03 is 3 points) and budget_s (wall seconds) make it
-    sequential: planned first, stopped once every primary claim is resolved. Needs root
+    sequential: planned first, stopped once every primary claim is resolved. fabrics: seeds
+    on that many fabrics side by side, or "auto" (`testbed validate --help`). Needs root
     and Open vSwitch."""
     from testbed.runner import preflight
     from testbed.validate.pipeline import check_calibration
@@ -206,7 +216,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 lambda label, _wall: bar.show(label), verbose=verbose,
                                 on_live=bar.live, target_ci=target_ci, budget_s=budget_s,
                                 use_cache=reuse_calibration,
-                                cache_max_age_s=calibration_max_age_s, on_note=bar.note)
+                                cache_max_age_s=calibration_max_age_s, on_note=bar.note,
+                                fabrics=fabrics)
     return ValidationResult(folder)
 
 

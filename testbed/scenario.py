@@ -350,6 +350,10 @@ class EmulationCfg(_Strict):
         "layer: the userspace datapath forwards every port in one thread, so one daemon "
         "is one core. 1 (the system's OVS) is right on 2 cores; about cores/4 on a server "
         "(README, Fidelity)")
+    private_ovs: bool = Field(
+        False, description="carry the switches on the run's own OVS daemon(s) in their own "
+        "namespaces even with ovs_instances 1, not the system's Open vSwitch (userspace "
+        "datapath); fabrics run side by side (--fabrics) set it for you")
     bind: str = Field("127.0.0.1", description="controller, oracle and metrics address: "
                       "loopback unless switches or schedulers on other machines need them")
     token: str | None = Field(
@@ -536,6 +540,9 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _ovs_instances_fit(self) -> Scenario:
         emu = self.emulation
+        if emu.private_ovs and emu.datapath == "kernel":
+            raise ValueError("emulation.private_ovs runs the switches on private userspace "
+                             "daemons; set emulation.datapath: user (or auto)")
         if emu.ovs_instances > 1:
             if emu.datapath == "kernel":
                 raise ValueError("emulation.ovs_instances splits the userspace datapath; the "

@@ -7,7 +7,12 @@ from collections import Counter
 import pytest
 
 from testbed.scenario import ScenarioError, load_scenario
-from testbed.topologies.placement import interface_netns, netns_path, switch_daemons
+from testbed.topologies.placement import (
+    interface_netns,
+    netns_path,
+    private_daemons,
+    switch_daemons,
+)
 
 
 @pytest.fixture
@@ -30,7 +35,9 @@ def test_every_layer_is_spread_evenly_over_the_daemons(fabric, n):
 
 
 def test_every_switch_port_lives_in_its_switchs_daemon_namespace(fabric):
-    assert interface_netns(fabric, 1) == {}  # one daemon: the system's, root namespace
+    assert interface_netns(fabric, 0) == {}  # no private daemon: the system's, root namespace
+    one = interface_netns(fabric, 1)  # one private daemon (emulation.private_ovs)
+    assert set(one.values()) == {netns_path(0)}
     placed = switch_daemons(fabric.switches, 3)
     where = interface_netns(fabric, 3)
     ports = [(node, intf) for node, intf, _ in fabric.egress_interfaces()
@@ -50,8 +57,18 @@ def test_more_daemons_than_switches_is_refused(fabric):
     ("{ovs_instances: 2, datapath: kernel}", "kernel datapath forwards on every core"),
     ("{ovs_instances: 21}", "exceeds the fabric's 20 switches"),
     ("{ovs_instances: 0}", "emulation.ovs_instances"),
+    ("{private_ovs: true, datapath: kernel}", "private_ovs runs the switches on private"),
 ])
 def test_scenarios_that_cannot_be_split_are_refused(write_scenario, emulation, message):
     with pytest.raises(ScenarioError, match=message):
         load_scenario(write_scenario(f"name: x\nworkload: {{trace: TRACE}}\n"
                                      f"emulation: {emulation}\n"))
+
+
+def test_private_daemons_counts_what_a_run_starts():
+    from testbed.scenario import EmulationCfg
+
+    assert private_daemons(EmulationCfg()) == 0  # the system's Open vSwitch
+    assert private_daemons(EmulationCfg(private_ovs=True)) == 1
+    assert private_daemons(EmulationCfg(ovs_instances=3)) == 3
+

@@ -42,7 +42,7 @@ def test_the_planned_scenario_runs_trace_segments_of_the_planned_window(planned)
 def test_a_look_judges_what_is_in_and_stops_once_the_width_is_reached(planned):
     sc, folder = planned
     wide = looks_for(sc, half_width=0.9)
-    assert wide(0, 1, folder) is False  # stop: every primary interval is 90 points narrow
+    assert wide(0, [1], folder) is False  # stop: every primary interval is 90 points narrow
     (look,) = wide.looks
     assert look["n"] > 10 and look["faithful"]
     assert look["level"] == pytest.approx(sequential.look_level(1, 2))
@@ -55,15 +55,27 @@ def test_a_look_judges_what_is_in_and_stops_once_the_width_is_reached(planned):
 def test_a_look_goes_on_while_unresolved_and_pools_the_rounds(planned):
     sc, folder = planned
     narrow = looks_for(sc, half_width=1e-4)
-    first = narrow(0, 1, folder)
+    first = narrow(0, [1], folder)
     if narrow.looks[0]["claims"][0]["verdict"] == "inconclusive":
         assert first is True  # unresolved, width not reached, budget left: next round
-    assert narrow(0, 2, folder) is False  # the planned rounds are done
+    assert narrow(0, [2], folder) is False  # the planned rounds are done
     one, two = narrow.looks
     assert two["n"] > one["n"]  # the second segment's requests joined the first's
     assert two["level"] == pytest.approx(sequential.look_level(2, 2))
     assert narrow.record(5.0)["reason"] in ("planned rounds done",) or \
         narrow.reason.startswith("conclusive")
+
+
+def test_a_round_of_fabrics_side_by_side_is_one_look_at_all_its_seeds(planned):
+    sc, folder = planned
+    both = looks_for(sc, half_width=1e-4)
+    both(0, [1, 2], folder)
+    (look,) = both.looks
+    one = looks_for(sc, half_width=1e-4)
+    one(0, [1], folder)
+    assert look["seed"] == "1, 2" and look["n"] > one.looks[0]["n"]
+    assert both.rounds_run() == 1 and both.seeds_run() == 2
+    assert look["level"] == pytest.approx(sequential.look_level(1, 2))
 
 
 def test_an_unfaithful_round_is_left_out_and_said(planned, tmp_path):
@@ -77,7 +89,7 @@ def test_an_unfaithful_round_is_left_out_and_said(planned, tmp_path):
     lines = []
     looks = looks_for(sc, half_width=0.9)
     looks.on_look = lines.append
-    assert looks(0, 1, copy) is True  # nothing judged yet: go on
+    assert looks(0, [1], copy) is True  # nothing judged yet: go on
     assert looks.looks[0]["n"] == 0 and looks.unfaithful == ["000-base seed 1"]
     assert "not faithful" in lines[0]
 
@@ -85,7 +97,7 @@ def test_an_unfaithful_round_is_left_out_and_said(planned, tmp_path):
 def test_a_round_that_would_overrun_the_budget_is_not_started(planned):
     sc, folder = planned
     looks = looks_for(sc, half_width=1e-4, budget_s=5.0)  # 30 s rounds, 5 s budget
-    assert looks(0, 1, folder) is False
+    assert looks(0, [1], folder) is False
     assert looks.reason.startswith(("budget", "conclusive"))
 
 
@@ -101,7 +113,7 @@ def test_each_sweep_point_has_its_own_looks(tmp_path):
     looks = looks_for(sc, half_width=1e-4)
     for index in (0, 1):
         for seed in (1, 2):
-            looks(index, seed, folder)
+            looks(index, [seed], folder)
     assert [(x["point"][:3], x["look"]) for x in looks.looks] == \
         [("000", 1), ("000", 2), ("001", 1), ("001", 2)]
     assert looks.rounds_run() == 2

@@ -40,6 +40,7 @@ def controller(scenario, openflow_sockets, cluster) -> None:
     """
     sc = scenario
     from testbed.controller.main import run
+    from testbed.topologies.placement import private_daemons
     from testbed.topologies.routing import packet_ecmp
 
     emu = sc.emulation
@@ -53,7 +54,7 @@ def controller(scenario, openflow_sockets, cluster) -> None:
         except InventoryError as exc:
             _fail(str(exc))
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(sc.network.ecmp), emu.kv_port, emu.ovs_instances, openflow_sockets,
+        packet_ecmp(sc.network.ecmp), emu.kv_port, private_daemons(emu), openflow_sockets,
         emu.token, read)
 
 class Fraction(click.ParamType):
@@ -92,6 +93,38 @@ class Duration(click.ParamType):
         if x <= 0:
             self.fail(f"{value!r} must be positive", param, ctx)
         return x
+
+
+class FabricCount(click.ParamType):
+    """A number of fabrics side by side, or auto."""
+
+    name = "K|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            k = int(text)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number of fabrics nor 'auto'", param, ctx)
+        if not 1 <= k <= 64:
+            self.fail(f"{value!r}: give 1 to 64 fabrics, or auto", param, ctx)
+        return k
+
+
+def fabrics_option(fn):
+    """--fabrics K|auto: a point's seeds on K fabrics side by side on this machine."""
+    return click.option(
+        "--fabrics", "fabrics", type=FabricCount(), default="auto", show_default=True,
+        help="Run a sweep point's seeds on K fabrics side by side, each in its own network "
+        "namespace with its own OVS daemon(s), controller and ports (userspace datapath). "
+        "auto: as many as the cores carry with a quarter spare (one fabric needs a core per "
+        "OVS daemon plus one, or what a run here was seen to use), never more than the "
+        "seeds, 1 on the kernel datapath or 2 cores; a round with a run flagged CPU- or "
+        "datapath-bound costs a fabric.")(fn)
 
 
 def cluster_options(fn):
@@ -228,8 +261,9 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluste
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
 @force_option
 @cluster_options
+@fabrics_option
 def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
-            cluster: str | None, placement: str, tunnel: str) -> None:
+            cluster: str | None, placement: str, tunnel: str, fabrics: int | str) -> None:
     """Run SCENARIO on packets: Mininet fat-tree, SDN controller, real worker processes.
 
     Per sweep point the fabric is built once; each scheduler x seed then runs with fresh
@@ -244,7 +278,7 @@ def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
     """
     sc = scenario
     run = _emulate(sc, out_dir, verbose, quiet, force, cluster=cluster, placement=placement,
-                   tunnel=tunnel)
+                   tunnel=tunnel, fabrics=fabrics)
     report_scheduler_faults(run)
     if quiet:
         click.echo(str(run.folder))
@@ -342,9 +376,10 @@ def calibrate(scenario, out_file: str | None) -> None:
               help="Measure the fabric anew (and refresh the cache) instead of reusing it.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
 @force_option
+@fabrics_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
              budget: float | None, max_age_h: float, recalibrate: bool,
-             verbose: bool, force: bool) -> None:
+             verbose: bool, force: bool, fabrics: int | str) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -383,7 +418,7 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
-                                calibration_max_age_s=3600.0 * max_age_h)
+                                calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

@@ -36,7 +36,7 @@ class Runtime:
     ecmp: str = "per-flow"
     kv_port: int = 7000
     control_ports: tuple[int, ...] = ()
-    ovs_instances: int = 1
+    daemons: int = 0  # private OVS daemons (placement.private_daemons)
     read_counters: object = None  # the poller's counter reader; None: this machine's
 
 
@@ -57,7 +57,7 @@ class FabricController(app_manager.OSKenApp):
         self.down_ends: set[tuple[str, int]] = set()
         self.groups: dict[str, dict[int, tuple[int, ...]]] = {}
         self.pending_barrier: dict[str, int] = {}
-        self.telemetry = Poller(self.fabric, self.state, RUNTIME.metrics, RUNTIME.ovs_instances,
+        self.telemetry = Poller(self.fabric, self.state, RUNTIME.metrics, RUNTIME.daemons,
                                 RUNTIME.read_counters)
         self.poller = hub.spawn(self._poll_loop)
 

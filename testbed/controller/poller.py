@@ -14,13 +14,13 @@ CLASS_NAMES = ("control", "kv", "background")
 
 
 class Poller:
-    def __init__(self, fabric, state, metrics, ovs_instances: int = 1, read=None):
+    def __init__(self, fabric, state, metrics, daemons: int = 0, read=None):
         """`read(names)`: the counters of those switch ports, tc.all_counters' mapping;
         this machine's by default (a cluster run passes one that asks every server)."""
         self.state, self.metrics = state, metrics
         self.egress = [(n, i, link) for n, i, link in fabric.egress_interfaces()
                        if n in fabric.switches]
-        netns = interface_netns(fabric, ovs_instances)
+        netns = interface_netns(fabric, daemons)
         self.read = read or (lambda names: tc.all_counters(names, netns=netns))
         self._prev: dict[str, dict[str, dict[str, int]]] = {}
         self._prev_t: float | None = None

@@ -20,15 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.emulation import ovs_daemons
-from testbed.topologies.placement import NETNS_PREFIX
+from testbed.topologies.placement import LANE_NETNS_RE, LANE_OVS_NETNS_RE, NETNS_PREFIX
 
 STATE_DIR = Path(os.environ.get("NETKV_STATE_DIR", "/run/netkv-testbed"))
 TAG = "netkv-testbed"
 NODE = r"(?:i\d+|tor\d+|agg\d+|core\d+)"
 INTF_RE = re.compile(rf"^{NODE}-eth\d+$")
 SHELL_RE = re.compile(rf"mininet:{NODE}$")
-WORKER_RE = re.compile(r"-m testbed\.workers (?:router|loadgen|prefill|decode) ")
-NETNS_RE = re.compile(rf"^{NETNS_PREFIX}\d+$")
+WORKER_RE = re.compile(r"-m testbed\.workers (?:router|loadgen|prefill|decode) "
+                       r"|-m testbed\.emulation\.lane ")
+NETNS_RE = re.compile(rf"^{re.escape(NETNS_PREFIX)}\d+$|{LANE_NETNS_RE.pattern}"
+                      rf"|{LANE_OVS_NETNS_RE.pattern}")
+# a fabric side by side with others (testbed.emulation.lanes) is started by a parent that
+# checked for leftovers once: its siblings' processes are not leftovers
+IN_LANE = bool(os.environ.get("NETKV_LANE"))
 
 
 @dataclass
@@ -104,16 +109,18 @@ def _cmdline(pid: int) -> str:
 
 
 def our_processes() -> list[int]:
-    """Mininet node shells named like ours, worker processes, controllers in manifests,
-    private OVS daemons (their files live under STATE_DIR/ovs<k>)."""
-    daemon_dir = f"{STATE_DIR}/ovs"
+    """Mininet node shells named like ours, worker processes, side-by-side fabrics,
+    controllers in manifests, private OVS daemons (their files live under STATE_DIR/ovs<k>,
+    or STATE_DIR/lane<j>/ovs<k> for a fabric side by side)."""
+    daemon_dir = re.compile(rf"{re.escape(str(STATE_DIR))}/(?:lane\d+/)?ovs\d")
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         cmdline = _cmdline(int(entry.name))  # empty for zombies: dead, nothing to remove
         if SHELL_RE.search(cmdline) or WORKER_RE.search(cmdline) or (
-                cmdline.startswith(("ovsdb-server ", "ovs-vswitchd ")) and daemon_dir in cmdline):
+                cmdline.startswith(("ovsdb-server ", "ovs-vswitchd "))
+                and daemon_dir.search(cmdline)):
             pids.append(int(entry.name))
     for manifest in manifests():
         pid = _manifest(manifest).get("controller_pid")
@@ -123,10 +130,28 @@ def our_processes() -> list[int]:
 
 
 def manifests() -> list[Path]:
-    """Run manifests and the routers' control sockets."""
+    """Run manifests and the routers' control sockets (side-by-side fabrics' too)."""
     if not STATE_DIR.is_dir():
         return []
-    return sorted([*STATE_DIR.glob("*.json"), *STATE_DIR.glob("*.sock")])
+    return sorted(p for pattern in ("*.json", "*.sock", "lane*/*.json", "lane*/*.sock")
+                  for p in STATE_DIR.glob(pattern))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, their children, ...)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
 
 
 def _manifest(path: Path) -> dict:
@@ -161,11 +186,21 @@ def remove(left: Leftovers) -> None:
             cmd += ["--", "--if-exists", "del-br", b]
         _run(cmd, timeout=20)
     for netns in left.namespaces:  # takes every veth end inside, and so its peer
-        ovs_daemons.remove(netns, ovs_daemons.rundir(STATE_DIR, int(netns[len(NETNS_PREFIX):])))
+        ovs_daemons.remove(netns, namespace_files(netns))
     for intf in our_interfaces():
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:
         manifest.unlink(missing_ok=True)
+
+
+def namespace_files(netns: str) -> Path:
+    """The state a namespace of ours comes with: a private daemon's run directory, or a
+    side-by-side fabric's whole state directory."""
+    if (m := LANE_NETNS_RE.match(netns)) is not None:
+        return STATE_DIR / f"lane{m[1]}"
+    if (m := LANE_OVS_NETNS_RE.match(netns)) is not None and not netns.startswith(NETNS_PREFIX):
+        return STATE_DIR / f"lane{m[1]}" / f"ovs{m[2]}"
+    return ovs_daemons.rundir(STATE_DIR, int(netns[len(NETNS_PREFIX):]))
 
 
 def clean() -> Leftovers:

@@ -171,10 +171,11 @@ class ClusterNetwork(EmulatedNetwork):
     def __init__(self, scenario, scenario_file: Path, workdir: Path, servers: Servers,
                  placement: str = "pod", tunnel: str = "ssh", quiet: bool = True):
         super().__init__(scenario, scenario_file, workdir, quiet)
-        if self.ovs_instances > 1:
-            raise EmulationError("emulation.ovs_instances splits one machine's userspace "
-                                 "datapath; a cluster run uses each server's own Open "
-                                 "vSwitch (set ovs_instances: 1)")
+        if self.private:
+            raise EmulationError("emulation.ovs_instances > 1 and private_ovs split one "
+                                 "machine's userspace datapath; a cluster run uses each "
+                                 "server's own Open vSwitch (set ovs_instances: 1, "
+                                 "private_ovs: false)")
         remote = [name for name in servers.names if name != "localhost"]
         if remote and ipaddress.ip_address(scenario.emulation.bind).is_loopback:
             raise EmulationError(

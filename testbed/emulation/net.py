@@ -27,7 +27,7 @@ from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
 from testbed.topologies.fabric import Fabric
-from testbed.topologies.placement import interface_netns, switch_daemons
+from testbed.topologies.placement import interface_netns, private_daemons, switch_daemons
 
 
 class EmulationError(RuntimeError):
@@ -78,7 +78,7 @@ def preflight(scenario) -> None:
         if not _port_free(emu.bind, port):
             raise EmulationError(f"emulation.{label} {port} on {emu.bind} is in use; another "
                                  "run may be up (testbed clean) or choose another port")
-    left = cleanup.find_leftovers()
+    left = cleanup.Leftovers() if cleanup.IN_LANE else cleanup.find_leftovers()
     if not left.empty:
         raise EmulationError(f"leftovers of an earlier run exist ({left.describe()}); "
                              "run `testbed clean` first")
@@ -102,10 +102,11 @@ class EmulatedNetwork:
         self.manifest = STATE_DIR / f"{self.run_id}.json"
         self.datapath = choose_datapath(scenario.emulation.datapath)
         self.ovs_instances = scenario.emulation.ovs_instances
-        if self.ovs_instances > 1 and self.datapath != "user":
-            raise EmulationError("emulation.ovs_instances > 1 splits the userspace datapath, "
-                                 f"but this run uses the {self.datapath} datapath (set "
-                                 "emulation.datapath: user, or ovs_instances: 1)")
+        self.private = private_daemons(scenario.emulation)  # 0: the system's OVS
+        if self.private and self.datapath != "user":
+            raise EmulationError("private OVS daemons (emulation.ovs_instances > 1 or "
+                                 "private_ovs) run the userspace datapath, but this run uses "
+                                 f"the {self.datapath} datapath (set emulation.datapath: user)")
         self.daemons: list[OvsDaemon] = []
         self._stopped = False
         # how telemetry reads switch-port counters: tc.all_counters' signature, or None
@@ -121,7 +122,7 @@ class EmulatedNetwork:
     @property
     def interface_netns(self) -> dict[str, str]:
         """Switch port -> namespace path, for ports outside the root namespace."""
-        return interface_netns(self.fabric, self.ovs_instances)
+        return interface_netns(self.fabric, self.private)
 
     def status(self) -> dict:
         return _http_json(f"{self.base_url}/status")
@@ -220,9 +221,7 @@ class EmulatedNetwork:
         self._wait("the controller's HTTP status", lambda: "ready" in self.status(), timeout=30)
 
     def _start_daemons(self) -> None:
-        if self.ovs_instances <= 1:
-            return
-        for k in range(self.ovs_instances):
+        for k in range(self.private):
             self.daemons.append(OvsDaemon(k, STATE_DIR))
             self._write_manifest()  # before it exists: a SIGKILL mid-start leaves it named
             try:
@@ -377,7 +376,9 @@ class EmulatedNetwork:
         worker.start()
         worker.join(timeout)
         if worker.is_alive():
-            cleanup.remove(cleanup.Leftovers(processes=cleanup.our_processes()))
+            mine = cleanup.descendants(os.getpid())  # not a side-by-side sibling's
+            cleanup.remove(cleanup.Leftovers(
+                processes=[p for p in cleanup.our_processes() if p in mine]))
             worker.join(10)
 
     def __enter__(self) -> EmulatedNetwork:

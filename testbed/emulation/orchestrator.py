@@ -21,12 +21,14 @@ import yaml
 
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
-from testbed.emulation.net import EmulatedNetwork, choose_datapath
+from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_count
+from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.metrics import aggregate, run_summary
 from testbed.records import atomic_write, write_json
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
+from testbed.topologies.placement import private_daemons
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -120,22 +122,45 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     return result, links, fidelity
 
 
+def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int,
+             rundir: Path, tag: str, workload, on_live: Callable[[dict], None] | None = None
+             ) -> tuple[dict, dict]:
+    """One scheduler x seed, checked and summarised: its records (a run_cells result) and
+    its fidelity verdict."""
+    result, links, fidelity = run_one(network, cell, cell_file, key, seed, rundir, tag, on_live)
+    check_conservation(result["requests"], len(workload.requests))
+    summary = run_summary(result["requests"], links, workload, result["decision_us"],
+                          result["counters"])
+    summary.update(packet_counters(result, fidelity))
+    verdict = {"verdict": fidelity["verdict"], "reasons": fidelity["reasons"],
+               "warnings": fidelity["warnings"], "advice": fidelity["advice"]}
+    return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
+            "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
+
+
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
                   verbose: bool = False,
                   on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None,
                   on_live: Callable[[dict], None] | None = None,
                   network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
-                  after_round: Callable[[int, int, Path], bool] | None = None) -> RunOutcome:
+                  after_round: Callable[[int, list[int], Path], bool] | None = None,
+                  fabrics: int | str = 1, fabric_cores: float | None = None,
+                  on_note: Callable[[str], None] | None = None) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
     table rows.
 
     `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
-    the point's runs (validate calibrates there); `on_live(doc)` about once a second
+    the point's runs (validate calibrates there; with fabrics side by side, on a fabric
+    of their kind built for it); `on_live(doc)` about once a second
     during a run (LiveWatch); `network(cell, cell_file, workdir, quiet=)` builds each
     point's fabric (a ClusterNetwork partial spreads it over several machines);
-    `after_round(index, seed, folder)`, once every scheduler of a point has run a seed
-    (its records written under the run folder), says whether to run the point's next
-    seed (a sequential validation stops early there)."""
+    `after_round(index, seeds, folder)`, once every scheduler of a point has run a round
+    (a seed, or one per fabric side by side; records written under the run folder), says
+    whether to run the point's next round (a sequential validation stops early there).
+
+    `fabrics`: how many fabrics a point's seeds run on side by side (lanes.py), or
+    "auto" (lanes.lane_count, from the cores and `fabric_cores`, what one fabric was seen
+    to keep busy here); `on_note(line)` hears how many and why, and when they shrink."""
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         net_preflight(cell)
@@ -149,15 +174,36 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
             celldir = root / "cells" / f"{index:03d}-{slug(point)}"
             cell_file = celldir / "scenario.yaml"
             atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+            seeds = sorted({t.seed for t in mine})
+            count, why = lane_count(fabrics, os.cpu_count() or 1, len(seeds),
+                                    fabric_cores or lanes_default(cell),
+                                    choose_datapath(cell.emulation.datapath))
+            if count > 1 and network is not EmulatedNetwork:
+                raise ValueError("a fabric over a cluster runs one at a time: fabrics=1")
+            if on_note and fabrics != 1:
+                on_note(f"{slug(point)}: {count} fabric(s) side by side ({why})")
             if on_step:
-                on_step(f"{slug(point)}: building the fabric", 0.0)
+                on_step(f"{slug(point)}: building the fabric"
+                        + (f"s ({count} side by side)" if count > 1 else ""), 0.0)
+            if count > 1:
+                if on_fabric is not None:  # its own fabric, as the lanes build theirs
+                    setup = lane_cell(cell)
+                    setup_file = celldir / "setup" / "scenario.yaml"
+                    atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"),
+                                                            sort_keys=False))
+                    with EmulatedNetwork(setup, setup_file, celldir / "setup",
+                                         quiet=not verbose) as net:
+                        on_fabric(net, celldir)
+                yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
+                                    on_step, after_round, on_note, verdicts)
+                continue
             with network(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
                 if on_fabric is not None:
                     on_fabric(net, celldir)
                 built: tuple[int, object] | None = None  # (seed, its workload)
                 for task in mine:
                     if built is not None and built[0] != task.seed and after_round is not None \
-                            and not after_round(index, built[0], root):
+                            and not after_round(index, [built[0]], root):
                         break
                     if built is None or built[0] != task.seed:
                         built = (task.seed, build_workload(cell, task.seed))
@@ -166,23 +212,14 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                         wl = cell.workload
                         on_step(f"{slug(point)} {task.scheduler} seed {task.seed}",
                                 (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation)
-                    result, links, fidelity = run_one(
+                    records, verdict = run_task(
                         net, cell, cell_file, task.scheduler, task.seed, root / task.rel,
-                        f"{index}-{task.scheduler}-{task.seed}", on_live)
-                    check_conservation(result["requests"], len(workload.requests))
-                    summary = run_summary(result["requests"], links, workload,
-                                          result["decision_us"], result["counters"])
-                    summary.update(packet_counters(result, fidelity))
-                    verdicts.append({"cell": task.rel, "verdict": fidelity["verdict"],
-                                     "reasons": fidelity["reasons"],
-                                     "warnings": fidelity["warnings"],
-                                     "advice": fidelity["advice"]})
-                    yield task, {"requests": result["requests"],
-                                 "transfers": result["transfers"], "links": links,
-                                 "summary": summary, "files": {"fidelity.json": fidelity}}
+                        f"{index}-{task.scheduler}-{task.seed}", workload, on_live)
+                    verdicts.append({"cell": task.rel, **verdict})
+                    yield task, records
                 else:  # every seed ran: the last look is still taken (and recorded)
                     if built is not None and after_round is not None:
-                        after_round(index, built[0], root)
+                        after_round(index, [built[0]], root)
 
     def all_faithful() -> bool:
         return all(v["verdict"] == "faithful" for v in verdicts)
@@ -194,6 +231,60 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     write_json(folder.path / "fidelity.json", {"all_faithful": all_faithful(), "runs": verdicts})
     folder.finish()
     return outcome
+
+
+def lanes_default(cell) -> float:
+    return fabric_cores(private_daemons(cell.emulation) or 1)
+
+
+def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldir: Path,
+             verbose: bool, on_step, after_round, on_note, verdicts: list[dict]):
+    """A point's seeds on `count` fabrics side by side: each round gives every lane one
+    seed (all its schedulers, in order); after a round the look decides whether to go on,
+    and a round with a run flagged CPU- or datapath-bound costs a lane."""
+    by_seed: dict[int, list] = {}
+    for task in mine:
+        by_seed.setdefault(task.seed, []).append(task)
+    pending = sorted(by_seed)
+    wl = cell.workload
+    run_wall = (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation
+    with LanePool(count, cell, celldir / "lanes", verbose,
+                  start_timeout_s=300.0 + cell.emulation.start_timeout_s) as pool:
+        while pending:
+            batch, pending = pending[:pool.size], pending[pool.size:]
+            jobs, tasks, n = {}, {}, 0
+            for lane, seed in zip(pool.lanes, batch, strict=False):
+                for task in by_seed[seed]:
+                    tasks[n] = task
+                    jobs.setdefault(lane.index, []).append(
+                        {"id": n, "scheduler": task.scheduler, "seed": seed,
+                         "rundir": str((root / task.rel).resolve()),
+                         "tag": f"{index}-{task.scheduler}-{seed}"})
+                    n += 1
+            if on_step:
+                on_step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
+                        f"{len(batch)} fabrics", run_wall)
+            bound = False
+            longest = max(len(v) for v in jobs.values())
+            for job, reply in pool.run(jobs, longest * (run_timeout_s(cell) + 60.0)):
+                if job is None or "error" in reply:
+                    raise (WorkerError if reply.get("kind") else EmulationError)(
+                        f"side-by-side fabric: {reply.get('error')}")
+                path = Path(reply["path"])
+                doc = json.loads(path.read_text())
+                path.unlink()
+                task = tasks[job]
+                verdicts.append({"cell": task.rel, **doc["verdict"]})
+                fid = doc["records"]["files"]["fidelity.json"]
+                bound |= bool(fid.get("cpu_bound") or fid.get("datapath_bound"))
+                yield task, doc["records"]
+            if after_round is not None and not after_round(index, batch, root):
+                break
+            if bound and pool.size > 1 and pending:
+                pool.shrink(pool.size - 1)
+                if on_note:
+                    on_note(f"{slug(point)}: a run side by side was CPU- or datapath-bound: "
+                            f"{pool.size} fabric(s) from here")
 
 
 def packet_counters(result: dict, fidelity: dict) -> dict:

@@ -10,7 +10,14 @@ port's namespace with it.
 
 from __future__ import annotations
 
-NETNS_PREFIX = "netkv-ovs"
+import os
+import re
+
+# A fabric run side by side with others (testbed.emulation.lanes) names its daemons'
+# namespaces apart: `ip netns` names are machine-wide.
+NETNS_PREFIX = os.environ.get("NETKV_NETNS_PREFIX", "netkv-ovs")
+LANE_NETNS_RE = re.compile(r"^netkv-lane(\d+)$")
+LANE_OVS_NETNS_RE = re.compile(r"^netkv-l(\d+)-ovs(\d+)$")
 LAYERS = {"tor": 0, "agg": 1, "core": 2}
 
 
@@ -35,6 +42,16 @@ def _layer_order(name: str) -> tuple[int, str, int]:
     return LAYERS.get(layer, len(LAYERS)), layer, int(name[len(layer):] or 0)
 
 
+def lane_netns(lane: int) -> str:
+    """The namespace a side-by-side fabric's switches, controller and router live in."""
+    return f"netkv-lane{lane}"
+
+
+def lane_daemon_prefix(lane: int) -> str:
+    """NETNS_PREFIX inside side-by-side fabric `lane` (matches LANE_OVS_NETNS_RE)."""
+    return f"netkv-l{lane}-ovs"
+
+
 def netns_name(daemon: int) -> str:
     return f"{NETNS_PREFIX}{daemon}"
 
@@ -43,10 +60,16 @@ def netns_path(daemon: int) -> str:
     return f"/run/netns/{netns_name(daemon)}"
 
 
+def private_daemons(emu) -> int:
+    """How many private OVS daemons a run of this emulation section starts: 0 when the
+    system's Open vSwitch carries the fabric (one instance, not asked to be private)."""
+    return emu.ovs_instances if emu.ovs_instances > 1 or emu.private_ovs else 0
+
+
 def interface_netns(fabric, n: int) -> dict[str, str]:
-    """Switch egress interface -> the namespace path it lives in ({} for one daemon: all
-    switch ports are then in the root namespace)."""
-    if n <= 1:
+    """Switch egress interface -> the namespace path it lives in, for a fabric on `n`
+    private daemons ({} for none: all switch ports are then in the root namespace)."""
+    if n < 1:
         return {}
     daemon = switch_daemons(fabric.switches, n)
     return {intf: netns_path(daemon[node]) for node, intf, _ in fabric.egress_interfaces()

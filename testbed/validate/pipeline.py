@@ -23,8 +23,10 @@ With a target width or a budget the packets run in planned rounds and stop early
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,11 +135,13 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
              on_live: Callable[[dict], None] | None = None, target_ci: float | None = None,
              budget_s: float | None = None, use_cache: bool = True,
              cache_max_age_s: float = cache.DEFAULT_MAX_AGE_S,
-             on_note: Callable[[str], None] | None = None) -> Path:
+             on_note: Callable[[str], None] | None = None,
+             fabrics: int | str = "auto") -> Path:
     """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
     sequential (testbed/validate/rounds.py): planned from a flow-model pilot before the
     fabric starts, and stopped after the round where every primary claim is resolved.
-    `on_note(line)` gets the plan, the calibration's source and a line per look."""
+    `on_note(line)` gets the plan, the calibration's source and a line per look;
+    `fabrics`: how many fabrics run seeds side by side (emulation/lanes.py), or "auto"."""
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
@@ -150,11 +154,16 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         calibration, why = cache.load_calibration(scenario, cache_max_age_s)
         note(why)
     looks = basis = None
-    if target_ci is not None or budget_s is not None:
+    sequential_run = target_ci is not None or budget_s is not None
+    lanes, why = side_by_side(scenario, fabrics, rounds.MAX_ROUNDS if sequential_run else None)
+    if fabrics != 1:
+        note(f"{lanes} fabric(s) side by side ({why})")
+    if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
-                                       calibrated=calibration is not None)
+                                       calibrated=calibration is not None, lanes=lanes)
         note(rounds.describe_plan(plan, basis))
-        scenario = rounds.planned_scenario(scenario, plan.rounds, plan.window_s)
+        lanes = plan.lanes
+        scenario = rounds.planned_scenario(scenario, plan.rounds * lanes, plan.window_s)
         looks = rounds.Looks(scenario, plan, started, basis["timings"]["judge_s"],
                              on_look=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
@@ -177,13 +186,20 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
             cal = calibration or measured[0]
             looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
 
-    emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=on_fabric,
-                        on_live=on_live, after_round=looks)
+    if lanes > 1 and calibration is not None:  # no fabric in this process is needed
+        if looks is not None:
+            looks.flow_scenario = flow_twin(scenario, _factors(calibration),
+                                            calibration.get("tcp", {}))
+        hook = None
+    else:
+        hook = on_fabric
+    emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
+                        on_live=on_live, after_round=looks, fabrics=lanes, on_note=note)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
     judged = scenario
     if looks is not None:
-        judged = scenario.with_overrides({"seeds": max(1, looks.rounds_run())})
+        judged = scenario.with_overrides({"seeds": max(1, looks.seeds_run())})
         atomic_write(folder / "scenario.yaml",
                      yaml.safe_dump(judged.model_dump(mode="json"), sort_keys=False))
     t = time.monotonic()
@@ -194,7 +210,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     if looks is not None:
         write_json(folder / "sequential.json",
                    {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
-    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
+    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None,
+                                lanes))
     cache.record_timings(phases)
     write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
     (folder / PARTIAL).unlink(missing_ok=True)
@@ -205,15 +222,32 @@ def _factors(cal: dict) -> dict[int, float]:
     return {int(k): float(v) for k, v in cal["capacity_factor"].items()}
 
 
-def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | None
-                  ) -> dict[str, float]:
+def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, str]:
+    """How many fabrics run seeds side by side (lanes.lane_count) for `seeds` seeds (the
+    scenario's when None), from this machine's cores and what one fabric was measured to
+    keep busy here (cache: fabric_cores)."""
+    from testbed.emulation.lanes import fabric_cores, lane_count
+    from testbed.emulation.net import choose_datapath
+    from testbed.topologies.placement import private_daemons
+
+    cell = scenario.cells()[0][1]
+    timings, _ = cache.load_timings()
+    per = fabric_cores(private_daemons(cell.emulation) or 1, timings.get("fabric_cores"))
+    return lane_count(fabrics, os.cpu_count() or 1, seeds or cell.seeds, per,
+                      choose_datapath(cell.emulation.datapath))
+
+
+def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | None,
+                  lanes: int = 1) -> dict[str, float]:
     """From the runs' records: the median worker start (workers.json written -> the run's
     t0) and stop (the last request done -> router.json written), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
-    after the window, modelled) to the pilot's: the planner's drain_factor."""
+    after the window, modelled) to the pilot's: the planner's drain_factor; with one
+    fabric, the cores it kept busy (the fidelity monitor's CPU p95 x cores), which sizes
+    fabrics side by side."""
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
-    starts, stops, ratios = [], [], []
+    starts, stops, ratios, cores = [], [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
             router = json.loads((cell / "router.json").read_text())
@@ -223,6 +257,9 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
             continue
         t0 = float(router["t0"])
         starts.append(t0 - (cell / "workers.json").stat().st_mtime)
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            busy = json.loads((cell / "summary.json").read_text())["cpu_busy_p95"]
+            cores.append(float(busy) * (os.cpu_count() or 1))
         if done:
             stops.append((cell / "router.json").stat().st_mtime - (t0 + dilation * max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
@@ -235,6 +272,8 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         out["worker_stop_s"] = max(0.0, percentile(stops, 50))
     if ratios:
         out["drain_factor"] = percentile(ratios, 50)
+    if cores and lanes == 1:
+        out["fabric_cores"] = percentile(cores, 50)
     return out
 
 

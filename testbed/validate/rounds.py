@@ -69,8 +69,9 @@ def _pilot(scenario) -> tuple[float, Callable[[str, float], float]]:
 
 
 def make_plan(scenario, target_half_width: float, budget_s: float,
-              calibrated: bool) -> tuple[sequential.Plan, dict]:
-    """The plan, and what it rests on (pilot SE, drains, timings and their source)."""
+              calibrated: bool, lanes: int = 1) -> tuple[sequential.Plan, dict]:
+    """The plan, and what it rests on (pilot SE, drains, timings and their source);
+    `lanes` fabrics side by side run that many seeds per round."""
     se, drain = _pilot(scenario)
     timings, source = load_timings()
     emu, wl = scenario.emulation, scenario.workload
@@ -85,9 +86,11 @@ def make_plan(scenario, target_half_width: float, budget_s: float,
 
     setup = (n_points * (timings["fabric_s"] + (0.0 if calibrated else timings["calibration_s"]))
              + timings["judge_s"])
-    max_rounds = _max_rounds(scenario)
+    segments = _max_rounds(scenario)  # seeds the trace has segments for
+    lanes = max(1, min(lanes, segments))
+    max_rounds = max(1, segments // lanes)
     p = sequential.plan(wl.measure_s, se, target_half_width, budget_s, round_wall, setup,
-                        MIN_WINDOW_S, MAX_WINDOW_S, max_rounds)
+                        MIN_WINDOW_S, MAX_WINDOW_S, max_rounds, lanes)
     return p, {"pilot_se": se, "pilot_window_s": wl.measure_s,
                "drain_s": {s: drain(s, p.window_s) for s in scenario.schedulers},
                "timings": timings, "timings_source": source, "max_rounds": max_rounds}
@@ -115,7 +118,9 @@ def planned_scenario(scenario, rounds: int, window_s: float):
 
 
 def describe_plan(p: sequential.Plan, basis: dict) -> str:
-    return (f"plan: up to {p.rounds} round(s) x {p.window_s:.0f} s measurement per "
+    return (f"plan: up to {p.rounds} round(s)"
+            + (f" of {p.lanes} seeds side by side" if p.lanes > 1 else "")
+            + f" x {p.window_s:.0f} s measurement per "
             f"scheduler ({p.limited_by}: the target half-width "
             f"{100 * p.target_half_width:.1f} points needs ~{p.needed_window_s:.0f} s in all, "
             f"pilot SE {100 * basis['pilot_se']:.1f} points at {basis['pilot_window_s']:g} s); "
@@ -137,22 +142,29 @@ class Looks:
     looks: list = field(default_factory=list)
     reason: str = ""
     unfaithful: list = field(default_factory=list)
+    seeds: dict = field(default_factory=dict)  # point -> seeds run
 
-    def __call__(self, index: int, seed: int, root: Path) -> bool:
+    def __call__(self, index: int, seeds: list[int], root: Path) -> bool:
         point, cell = self.scenario.cells()[index]
         key = f"{index:03d}-{slug(point)}"
         base = root / "cells" / key
-        faithful = all(json.loads((base / s / f"seed{seed}" / "summary.json").read_text())
-                       .get("fidelity") == "faithful" for s in cell.schedulers)
         mine = self.runs.setdefault(key, {})
-        if faithful:
-            flow_cell = self.flow_scenario.cells()[index][1]
-            for s in cell.schedulers:
-                mine[("packets", s, seed)] = read_csv(base / s / f"seed{seed}" / "requests.csv")
-                mine[("flow", s, seed)] = run_task(Task(index, point, flow_cell, s, seed))[
-                    "requests"]
-        else:
-            self.unfaithful.append(f"{key} seed {seed}")
+        faithful = True
+        for seed in seeds:  # one per fabric side by side
+            ok = all(json.loads((base / s / f"seed{seed}" / "summary.json").read_text())
+                     .get("fidelity") == "faithful" for s in cell.schedulers)
+            self.seeds.setdefault(key, []).append(seed)
+            if ok:
+                flow_cell = self.flow_scenario.cells()[index][1]
+                for s in cell.schedulers:
+                    mine[("packets", s, seed)] = read_csv(base / s / f"seed{seed}"
+                                                          / "requests.csv")
+                    mine[("flow", s, seed)] = run_task(Task(index, point, flow_cell, s, seed))[
+                        "requests"]
+            else:
+                self.unfaithful.append(f"{key} seed {seed}")
+                faithful = False
+        seed = ", ".join(map(str, seeds))
         look = 1 + sum(x["point"] == key for x in self.looks)  # each point has its looks
         level = sequential.look_level(min(look, self.plan.rounds), self.plan.rounds)
         judged = claims.judge_point(claims.pair_requests(mine), level, normal=True) \
@@ -182,6 +194,10 @@ class Looks:
 
     def rounds_run(self) -> int:
         return max((x["look"] for x in self.looks), default=0)
+
+    def seeds_run(self) -> int:
+        """Seeds every point ran (rounds x fabrics side by side), the judged scenario's."""
+        return max((len(v) for v in self.seeds.values()), default=0)
 
     def final_level(self) -> float:
         """The level the final claims are stated at: each point's last look's, the widest

@@ -68,6 +68,7 @@ class Plan:
     budget_s: float
     target_half_width: float
     limited_by: str  # "target" (the plan reaches it), "budget" or "rounds"
+    lanes: int = 1  # fabrics side by side: each round runs this many seeds at once
 
     @property
     def expected_wall_s(self) -> float:
@@ -78,7 +79,7 @@ class Plan:
                 "needed_window_s": self.needed_window_s, "round_wall_s": self.round_wall_s,
                 "setup_wall_s": self.setup_wall_s, "budget_s": self.budget_s,
                 "target_half_width": self.target_half_width, "limited_by": self.limited_by,
-                "expected_wall_s": self.expected_wall_s}
+                "lanes": self.lanes, "expected_wall_s": self.expected_wall_s}
 
 
 def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
@@ -91,22 +92,23 @@ def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
 
 def plan(pilot_window_s: float, pilot_se: float, half_width: float, budget_s: float,
          round_wall: Callable[[float], float], setup_wall_s: float, min_window_s: float,
-         max_window_s: float, max_rounds: int = 8) -> Plan:
+         max_window_s: float, max_rounds: int = 8, lanes: int = 1) -> Plan:
     """Rounds x window. Each round costs a warm-up, worker start and drain per scheduler,
     so the plan takes the fewest rounds whose total window reaches the target at the last
     look's level: two when a window may be long enough (the first look can stop early),
     more only when the window would exceed max_window_s. When that does not fit in the
     budget: as much measurement as the budget buys ("budget"), or as max_rounds rounds
     of the longest window hold ("rounds": the trace has no more segments).
-    `round_wall(window_s)`, increasing, is the expected wall time of one round."""
+    `round_wall(window_s)`, increasing, is the expected wall time of one round; with
+    `lanes` fabrics side by side a round measures `lanes` seeds in that time."""
     need = math.nan
     for rounds in range(min(2, max_rounds), max_rounds + 1):
         need = needed_window(pilot_window_s, pilot_se, half_width, look_level(rounds, rounds))
-        window = min(max(need / rounds, min_window_s), max_window_s)
-        if window * rounds >= need:
+        window = min(max(need / (rounds * lanes), min_window_s), max_window_s)
+        if window * rounds * lanes >= need:
             if setup_wall_s + rounds * round_wall(window) <= budget_s:
                 return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s,
-                            half_width, "target")
+                            half_width, "target", lanes)
             break
     # out of reach: the most measurement the budget (or the rounds the trace has) buys
     best = None
@@ -118,7 +120,7 @@ def plan(pilot_window_s: float, pilot_se: float, half_width: float, budget_s: fl
     rounds, window = best or (1, min_window_s)
     why = "rounds" if window >= max_window_s and rounds == max_rounds else "budget"
     return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s, half_width,
-                why)
+                why, lanes)
 
 
 def _window_for(round_wall, wall_s: float, lo: float, hi: float) -> float | None:

@@ -37,7 +37,7 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import Candidate, switches_roles
 from testbed.serving import PrefillInstance
-from testbed.topologies.placement import interface_netns
+from testbed.topologies.placement import interface_netns, private_daemons
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, RunClock, clock_sample
@@ -533,7 +533,7 @@ class Router:
             elif fault.kind in ("link_down", "tor_down"):
                 fabric = self.sc.fabric()
                 intfs = fault_interfaces(fabric, fault)
-                where = interface_netns(fabric, self.sc.emulation.ovs_instances)
+                where = interface_netns(fabric, private_daemons(self.sc.emulation))
                 set_links(intfs, up=False, netns=where)
                 if back:
                     threading.Timer(back, set_links, (intfs, True, where)).start()

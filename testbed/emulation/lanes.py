@@ -1,0 +1,270 @@
+"""Several fabrics side by side on one machine, each in its own network namespace.
+
+A lane is one whole emulation of a sweep point: Mininet hosts and switches on its own
+private OVS daemon(s), its controller with the oracle and metrics ports on the lane's own
+loopback, its routers' sockets under its own state directory. A child process
+(`python -m testbed.emulation.lane`) builds it inside namespace netkv-lane<k> and runs the
+tasks (scheduler x seed) the parent sends it, one JSON line each, answering on a pipe
+with where each run's records are. The parent deletes the namespace when the lane ends;
+what a SIGKILL leaves `testbed clean` finds by name (cleanup.NETNS_RE, the lane's
+processes and state directory).
+
+How many lanes: `lane_count` (pure), from the cores, what one fabric was seen to use, and
+the seeds there are to run; the orchestrator drops lanes when the fidelity monitor flags
+a side-by-side run CPU- or datapath-bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed.emulation.child import die_with_parent
+from testbed.emulation.cleanup import STATE_DIR
+from testbed.emulation.net import EmulationError
+from testbed.topologies.placement import lane_daemon_prefix, lane_netns
+
+CLONE_NEWNET = 0x40000000
+# what one fabric needs besides its datapath daemons: the workers (a process per
+# instance, mostly idle), router, load generator and controller, as seen on 2 cores
+# (benchmarks/bench_lanes.py measures it on the machine at hand)
+WORKER_CORES = 1.0
+
+
+def fabric_cores(ovs_daemons: int, measured: float | None = None) -> float:
+    """Cores one fabric needs: a core per datapath daemon (its main thread forwards every
+    port) plus the workers', or what a run on this machine was measured to keep busy (the
+    fidelity monitor's CPU p95 x cores) when that is more."""
+    floor = max(1, ovs_daemons) + WORKER_CORES
+    return max(floor, measured) if measured is not None and measured > 0 else floor
+
+
+def lane_count(requested: int | str, cores: int, seeds: int, per_fabric: float,
+               datapath: str) -> tuple[int, str]:
+    """(lanes, why). `requested`: a number, or "auto": as many fabrics as the cores carry
+    with a quarter of them spare, never more than the seeds to run; auto keeps one fabric
+    on the kernel datapath (lanes run userspace daemons; the kernel's forwards on every
+    core already)."""
+    if requested != "auto":
+        k = int(requested)
+        if k < 1:
+            raise ValueError(f"fabrics must be >= 1 or 'auto', got {requested}")
+        return min(k, max(1, seeds)), f"{k} asked for"
+    if datapath == "kernel":
+        return 1, "the kernel datapath forwards on every core already"
+    fit = math.floor(0.75 * cores / per_fabric)
+    k = max(1, min(fit, seeds))
+    return k, (f"{cores} cores, ~{per_fabric:.1f} per fabric, {seeds} seed(s) to run")
+
+
+def lane_cell(cell):
+    """The scenario a lane runs: the cell on its own userspace daemon(s)."""
+    data = cell.model_dump(mode="json")
+    data["emulation"].update(private_ovs=True, datapath="user")
+    return type(cell).model_validate(data)
+
+
+def _enter_netns(path: str) -> None:
+    """Child side: into the lane's network namespace (not its mount namespace: what the
+    lane creates under /run/netns stays visible to `testbed clean`), dying with the parent."""
+    die_with_parent()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {path}")
+    finally:
+        os.close(fd)
+
+
+class Lane:
+    def __init__(self, index: int, cell, workdir: Path, verbose: bool = False):
+        self.index = index
+        self.cell = lane_cell(cell)
+        self.workdir = Path(workdir) / f"lane{index}"
+        self.netns = lane_netns(index)
+        self.state = STATE_DIR / f"lane{index}"
+        self.proc: subprocess.Popen | None = None
+        self.replies: int | None = None  # the reply pipe's read end
+        self._buf = b""
+        self.verbose = verbose
+        self.fabric_s: float | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "lane.log"
+
+    def spawn(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        cell_file = self.workdir / "scenario.yaml"
+        cell_file.write_text(yaml.safe_dump(self.cell.model_dump(mode="json"), sort_keys=False))
+        for cmd in (["ip", "netns", "add", self.netns],
+                    ["ip", "-n", self.netns, "link", "set", "lo", "up"]):
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            if done.returncode != 0:
+                raise EmulationError(f"lane {self.index}: `{' '.join(cmd)}` failed: "
+                                     f"{done.stderr.strip()} (testbed clean removes leftovers)")
+        read, write = os.pipe()
+        spec = {"cell_file": str(cell_file.resolve()), "workdir": str(self.workdir.resolve()),
+                "reply_fd": write, "verbose": self.verbose}
+        env = {**os.environ, "NETKV_STATE_DIR": str(self.state), "NETKV_LANE": str(self.index),
+               "NETKV_NETNS_PREFIX": lane_daemon_prefix(self.index)}
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "testbed.emulation.lane", json.dumps(spec)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, text=True,
+                env=env, pass_fds=(write,),
+                preexec_fn=lambda: _enter_netns(f"/run/netns/{self.netns}"))
+        os.close(write)
+        self.replies = read
+
+    def send(self, doc: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(doc) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise EmulationError(self._died()) from None
+
+    def read(self) -> list[dict]:
+        """The replies that arrived (call when the pipe is readable: it blocks otherwise)."""
+        chunk = os.read(self.replies, 1 << 16)
+        if not chunk:
+            raise EmulationError(self._died())
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def _died(self) -> str:
+        code = self.proc.poll() if self.proc else None
+        try:
+            tail = "".join(self.log.read_text().splitlines(True)[-12:])
+        except OSError:
+            tail = ""
+        return (f"side-by-side fabric {self.index} ended (exit {code}); its log {self.log}:\n"
+                + tail)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Safe to call twice: the lane tears its fabric down, then its namespace goes."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()  # end of tasks: the lane stops on EOF
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.terminate()
+                    try:
+                        self.proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        self.proc.kill()
+                        self.proc.wait(timeout=10)
+            self.proc = None
+        if self.replies is not None:
+            os.close(self.replies)
+            self.replies = None
+        if Path(f"/run/netns/{self.netns}").exists():
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=30)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+class LanePool:
+    """K lanes of one sweep point, started together; `run(jobs)` hands each lane its
+    tasks and yields (job id, reply) as runs finish, in any order."""
+
+    def __init__(self, count: int, cell, workdir: Path, verbose: bool = False,
+                 start_timeout_s: float = 300.0):
+        self.lanes = [Lane(k, cell, workdir, verbose) for k in range(count)]
+        self.start_timeout_s = start_timeout_s
+
+    def __enter__(self) -> LanePool:
+        try:
+            t = time.monotonic()
+            for lane in self.lanes:
+                lane.spawn()
+            for lane in self.lanes:  # each builds its fabric meanwhile
+                ready = self._next(lane, self.start_timeout_s)
+                if "error" in ready:
+                    raise EmulationError(f"side-by-side fabric {lane.index}: {ready['error']}")
+                lane.fabric_s = time.monotonic() - t
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for lane in self.lanes:
+            if lane.proc is not None and lane.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    lane.proc.stdin.close()  # all lanes tear down at once
+        for lane in self.lanes:
+            lane.stop()
+
+    @property
+    def size(self) -> int:
+        return len(self.lanes)
+
+    def shrink(self, to: int) -> None:
+        """Stop the lanes beyond the first `to`."""
+        for lane in self.lanes[to:]:
+            lane.stop()
+        del self.lanes[to:]
+
+    @staticmethod
+    def _next(lane: Lane, timeout: float) -> dict:
+        """The lane's first reply (it sends nothing else before it)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(lane.replies, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise EmulationError(f"side-by-side fabric {lane.index} did not answer "
+                                         f"in {timeout:.0f} s; its log: {lane.log}")
+                got = lane.read()
+                if got:
+                    return got[0]
+
+    def run(self, jobs: dict[int, list[dict]], timeout_s: float):
+        """`jobs`: lane index -> its tasks ({"id", ...} each, run in order). Yields
+        (id, reply) per finished task; a lane silent for `timeout_s` ends it all."""
+        sel = selectors.DefaultSelector()
+        waiting = {}
+        for lane in self.lanes:
+            tasks = jobs.get(lane.index, [])
+            for task in tasks:
+                lane.send(task)
+            if tasks:
+                waiting[lane.index] = len(tasks)
+                sel.register(lane.replies, selectors.EVENT_READ, lane)
+        try:
+            while waiting:
+                ready = sel.select(timeout_s)
+                if not ready:
+                    raise EmulationError(f"no side-by-side fabric finished a run in "
+                                         f"{timeout_s:.0f} s; logs under "
+                                         f"{self.lanes[0].workdir.parent}")
+                for key, _ in ready:
+                    lane = key.data
+                    for reply in lane.read():
+                        yield reply.get("id"), reply
+                        waiting[lane.index] -= 1
+                    if not waiting[lane.index]:
+                        del waiting[lane.index]
+                        sel.unregister(lane.replies)
+        finally:
+            sel.close()
