@@ -49,7 +49,8 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
                                          "emulation.rto_min_ms": 10})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
-                           str(out), "--target-ci", "90%", "--budget", "20m"], cwd=ROOT,
+                           str(out), "--target-ci", "90%", "--budget", "20m",
+                           "--fabrics", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert cleanup.find_leftovers().empty
