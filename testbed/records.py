@@ -26,6 +26,8 @@ REQUEST_FIELDS = [
     "tbt", "slo_s", "slo_met", "state", "reason", "recovery", "scheduler_fault",
 ]
 TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
+# packets only: the sender's TCP_INFO per connection (testbed/workers/tcpinfo.py)
+TCP_FIELDS = ["retrans_segs", "timeouts", "timeout_s"]
 LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]
 PARTIAL = "PARTIAL"
 
@@ -164,7 +166,8 @@ class RunFolder:
     def write_cell(self, rel: str, requests, transfers, links, summary: dict) -> Path:
         cell = self.path / rel
         write_csv(cell / "requests.csv", requests, REQUEST_FIELDS)
-        write_csv(cell / "transfers.csv", transfers, TRANSFER_FIELDS)
+        tcp = TCP_FIELDS if any("retrans_segs" in t for t in transfers) else []
+        write_csv(cell / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)
         write_csv(cell / "links.csv", links, LINK_FIELDS)
         write_json(cell / "summary.json", summary)
         return cell

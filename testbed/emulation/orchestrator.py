@@ -29,6 +29,7 @@ from testbed.metrics import aggregate, run_summary
 from testbed.records import atomic_write, write_json
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.topologies.placement import private_daemons
+from testbed.workers import tcpinfo
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -133,7 +134,8 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
                           result["counters"])
     summary.update(packet_counters(result, fidelity))
     verdict = {"verdict": fidelity["verdict"], "reasons": fidelity["reasons"],
-               "warnings": fidelity["warnings"], "advice": fidelity["advice"]}
+               "warnings": fidelity["warnings"], "advice": fidelity["advice"],
+               "tcp": tcpinfo.stalls(result["transfers"])}
     return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
             "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
 
@@ -302,6 +304,8 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         "datapath_thread_busy": (fidelity["datapath_thread"] or {}).get("busy_median"),
         "worker_errors": len(result["errors"]),
         "oracle_age_max_s": result["oracle_age_max_s"],
+        **{f"tcp_{k}": v for k, v in tcpinfo.stalls(result["transfers"]).items()
+           if k != "timeouts_known"},
     }
 
 
@@ -320,4 +324,6 @@ def fidelity_lines(verdicts: list[dict]) -> str:
         lines.append(f"- `{v['cell']}`: **{v['verdict']}** ({why})")
         lines += [f"  - warning: {w}" for w in v.get("warnings", [])]
         lines += [f"  - advice: {a}" for a in v.get("advice", [])]
+        if v.get("tcp"):
+            lines.append(f"  - TCP: {tcpinfo.describe(v['tcp'])}")
     return "\n".join(lines) + "\n"

@@ -43,6 +43,10 @@ class RunClock:
     def to_modelled(self, wall: float) -> float:
         return (wall - self.t0) / self.dilation
 
+    def span(self, wall_s: float) -> float:
+        """A wall-clock duration in modelled seconds."""
+        return wall_s / self.dilation
+
     def sleep_until(self, modelled: float, stop: threading.Event | None = None) -> bool:
         """Sleep until modelled time; False when `stop` was set first."""
         delay = self.wall(modelled) - time.time()

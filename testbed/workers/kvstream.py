@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from testbed.model.granularity import split_bytes
 from testbed.topologies.traffic_classes import KV, level_tos
+from testbed.workers import tcpinfo
 from testbed.workers.protocol import kv_header, read_exact, read_kv_header
 
 CHUNK = 256 * 1024
@@ -58,6 +59,7 @@ class ShardResult:
     end: float  # wall clock, last byte
     level_bytes: dict[int, int] | None = None  # payload bytes sent per priority level
     stage: str = "p2d"  # or "reuse": a KV-reuse fetch
+    tcp: dict | None = None  # the sender's TCP_INFO at the end (tcpinfo.parse)
 
 
 def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket:
@@ -105,7 +107,7 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
         if ack != b"\x01":
             raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
         return ShardResult(request, shard, shards, size, start, time.time(), level_bytes,
-                           stage)
+                           stage, tcpinfo.read(sock))
 
 
 def _send_zeros(sock: socket.socket, size: int) -> None:

@@ -7,6 +7,7 @@ its own thread: the KV streams must not hold up the worker's GPU loop.
 
 from __future__ import annotations
 
+from testbed.workers import tcpinfo
 from testbed.workers.kvstream import send_transfer
 
 
@@ -32,8 +33,19 @@ def push_kv(worker, msg: dict) -> None:
             levels.done(rid)
     clock = worker.loop.clock
     shards = [{"shard": r.shard, "wire_bytes": r.bytes, "start": clock.to_modelled(r.start),
-               "end": clock.to_modelled(r.end), "level_bytes": r.level_bytes or {}}
+               "end": clock.to_modelled(r.end), "level_bytes": r.level_bytes or {},
+               "tcp": _stalls(r.tcp, clock)}
               for r in results]
     pruned = levels is not None and rid in levels.pruned
     worker.loop.post(lambda: worker.send({"type": "sent", "request": rid, "shards": shards,
                                           "pruned": pruned}))
+
+
+def _stalls(tcp: dict | None, clock) -> dict:
+    """What a transfer row keeps of its connection's TCP_INFO, durations modelled."""
+    if not tcp:
+        return {}
+    out = {k: tcp.get(k) for k in tcpinfo.RECORDED}
+    if out["timeout_s"] is not None:
+        out["timeout_s"] = clock.span(out["timeout_s"])
+    return out

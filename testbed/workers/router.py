@@ -428,7 +428,7 @@ class Router:
             self.transfers.append({
                 "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
                 "dst": rs.decode, "tier": rs.tier, "path": path, "bytes": shard_bytes,
-                "start": float(s["start"]), "end": float(s["end"])})
+                "start": float(s["start"]), "end": float(s["end"]), **(s.get("tcp") or {})})
         self.ledger.wire_sent[rs.req.request_id] = total
 
     def _on_kv_done(self, msg: dict) -> None:
