@@ -33,6 +33,7 @@ class TransferPair:
     size_bytes: float
     reference_s: float
     model_s: float
+    timed_out: bool | None = None  # the packets' connection had an RTO (None: not known)
 
     @property
     def error(self) -> float:
@@ -55,8 +56,21 @@ def match_transfers(reference: Sequence[dict], model: Sequence[dict]) -> tuple[
             missing.append(key)
             continue
         pairs.append(TransferPair(key[0], key[1], int(ref["tier"]), float(ref["bytes"]),
-                                  _duration(ref), _duration(other)))
+                                  _duration(ref), _duration(other), _timed_out(ref)))
     return pairs, missing
+
+
+def _timed_out(row: dict) -> bool | None:
+    value = row.get("timeouts")
+    return None if value in (None, "") else int(float(value)) > 0
+
+
+def stall_split(pairs: Sequence[TransferPair]) -> dict:
+    """Errors of the transfers whose connection had a retransmission timeout on
+    packets, apart from the others': how much of the model's error stalls explain."""
+    return {"timed_out": _stats([p.error for p in pairs if p.timed_out]),
+            "clean": _stats([p.error for p in pairs if p.timed_out is False]),
+            "unknown": sum(p.timed_out is None for p in pairs)}
 
 
 def whole_transfers(rows: Sequence[dict]) -> list[dict]:

@@ -41,6 +41,7 @@ from testbed.validate import cache, claims, compare, stats, validity
 from testbed.validate.replay import replay_transfers
 from testbed.validate.summary import claim_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin
+from testbed.workers import tcpinfo
 
 
 def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
@@ -436,6 +437,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                     **{f"flow_{name}": str(f) for name, f in flows.items()}},
         "calibration": cal,
         "transfers": {name: compare.error_summary(p) for name, p in shard_pairs.items()},
+        "stalls": {"connections": tcpinfo.stalls(emu_rows),
+                   "replay_tcp": compare.stall_split(shard_pairs["replay_tcp"])},
         "whole_transfers": {name: with_intervals(p) for name, p in whole.items()},
         "whole_above_floor": {name: with_intervals(p) for name, p in above.items()},
         "whole_below_floor": {name: compare.error_summary(p) for name, p in below.items()},

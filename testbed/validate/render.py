@@ -6,6 +6,7 @@ from pathlib import Path
 
 from testbed.model.plugins import display_name
 from testbed.validate.render_claims import claim_lines
+from testbed.workers import tcpinfo
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 
@@ -115,6 +116,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
         for name, g in groups:
             lines.append(f"| {label} | {name} | {g['n']} | {_abs(g['median_abs_error'])} | "
                          f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
+    lines += _stall_lines(doc.get("stalls"))
     for phase in ("uncalibrated", "calibrated", "tcp"):
         for point, data in doc[phase].items():
             lines += ["", f"## TTFT and transfer time per scheduler: {point}, flow model "
@@ -150,6 +152,25 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
     lines += ["", "## Run folders", ""]
     lines += [f"- {k}: `{v}`" for k, v in doc["folders"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _stall_lines(stalls: dict | None) -> list[str]:
+    """Which transfers stalled on packets (the senders' TCP_INFO), and the TCP model's
+    replay error on them apart from the rest."""
+    if not stalls or not stalls["connections"]["transfers"]:
+        return []
+    lines = ["", "## Why transfers stalled (the senders' TCP_INFO)", "",
+             f"On packets: {tcpinfo.describe(stalls['connections'])}.", ""]
+    split = stalls["replay_tcp"]
+    if split["timed_out"]["n"] or split["clean"]["n"]:
+        lines += ["| replay, TCP model | n | median abs error | p90 abs error | mean error |",
+                  "|---|---|---|---|---|"]
+        for key, label in (("timed_out", "connections with a retransmission timeout"),
+                           ("clean", "connections without one")):
+            g = split[key]
+            lines.append(f"| {label} | {g['n']} | {_abs(g['median_abs_error'])} | "
+                         f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
+    return lines
 
 
 def _ci(pair) -> str:

@@ -168,6 +168,11 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
             assert {(t["src"], t["dst"], t["tier"]) for t in got} == \
                 {(r["prefill"], r["decode"], r["tier"])}
             assert all(t["path"].startswith(r["prefill"] + ">") for t in got)
+            # every connection's sender read its TCP_INFO: resent segments, timeouts
+            assert all(t["retrans_segs"].isdigit() for t in got)
+            assert all(t["timeouts"] == "" or t["timeouts"].isdigit() for t in got)
+        assert summary["tcp_transfers"] == sum(len(v) for v in shards.values())
+        assert "TCP: " in (emu / "table.md").read_text()
         links = rows(cell / "links.csv")
         assert any(float(x["kv_util"]) > 0 for x in links)  # tc saw the KV class move
         core = [float(x["bg_util"]) for x in links if x["tier"] == "3"]
