@@ -26,7 +26,9 @@ def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks):
     _write_thread(proc, 700, 704, "handler3", 1, 1)
     (proc / "900").mkdir(exist_ok=True)
     (proc / "900" / "comm").write_text("python3\n")
-    _write_thread(proc, 900, 900, "python3", worker_ticks, 0)
+    _write_thread(proc, 900, 900, "python3", 0, 0)  # its main thread idles ...
+    rest = " ".join(["S"] + ["0"] * 10 + [str(worker_ticks), "0"] + ["0"] * 20)
+    (proc / "900" / "stat").write_text(f"900 (python3) {rest}\n")  # ... the process works
     return proc
 
 
@@ -72,12 +74,31 @@ def test_a_busy_thread_of_this_process_is_seen_in_the_real_proc():
     worker.start()
     try:
         assert spun.wait(60)
-        seen = {t.tid: t for t in threads.read_threads({"me": os.getpid()})}
+        seen = {t.tid: t for t in threads.read_threads({threads.VSWITCHD: os.getpid()})}
     finally:
         done.set()
         worker.join()
-    assert seen[ident[0]].role == "worker"
+    assert seen[ident[0]].role == "other"  # a datapath's threads are read one by one
     assert seen[ident[0]].ticks >= 0.25 * threads.TICKS_PER_S
+
+
+def test_a_worker_counts_the_cpu_of_its_threads_that_already_exited():
+    """A KV push lives in a thread for one transfer: once it ended, the worker's reading
+    (its whole process) still holds the CPU it burnt."""
+    me = {"me": os.getpid()}
+    (before,) = threads.read_threads(me)
+
+    def spin():
+        start = time.thread_time()
+        while time.thread_time() - start < 0.3:
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    t.join()
+    (after,) = threads.read_threads(me)
+    assert after.role == "worker" and after.tid == os.getpid()
+    assert after.ticks - before.ticks >= 0.25 * threads.TICKS_PER_S
 
 
 def test_loads_count_only_the_intervals_that_carried_saturated_links():

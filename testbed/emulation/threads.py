@@ -22,7 +22,7 @@ class ThreadTimes:
     process: str  # a label: "ovs-vswitchd", or a worker's name
     tid: int
     comm: str  # the kernel's thread name (pmd-c02/id:9, handler3, ...)
-    role: str  # main | pmd | handler | revalidator | other (datapath); worker
+    role: str  # main | pmd | handler | revalidator | other (datapath); worker (a process)
     ticks: int  # user + system CPU ticks so far
 
 
@@ -72,9 +72,22 @@ def netns_of(pid: int, proc: Path = Path("/proc"), named: Path = Path("/run/netn
 
 
 def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[ThreadTimes]:
-    """Every thread of the labelled processes (a process gone meanwhile is skipped)."""
+    """Every thread of each ovs-vswitchd, and each worker as one whole process (a process
+    gone meanwhile is skipped).
+
+    A worker is read from /proc/<pid>/stat, which adds up all its threads, exited ones
+    included: its KV pushes run in threads that live for one transfer, shorter than a
+    sampling interval, so per thread they would never be seen; and Python's interpreter
+    lock keeps the whole worker near one core anyway."""
     out = []
     for label, pid in processes.items():
+        if not label.startswith(VSWITCHD):
+            try:
+                comm, ticks = parse_stat((proc / str(pid) / "stat").read_text())
+            except (OSError, IndexError, ValueError):
+                continue
+            out.append(ThreadTimes(label, pid, comm, "worker", ticks))
+            continue
         try:
             tids = [int(t.name) for t in (proc / str(pid) / "task").iterdir()]
         except OSError:
@@ -85,8 +98,7 @@ def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[
                                          .read_text())
             except (OSError, IndexError, ValueError):
                 continue
-            role = datapath_role(comm, tid == pid) if label.startswith(VSWITCHD) else "worker"
-            out.append(ThreadTimes(label, tid, comm, role, ticks))
+            out.append(ThreadTimes(label, tid, comm, datapath_role(comm, tid == pid), ticks))
     return out
 
 

@@ -93,3 +93,23 @@ def wait_for(check, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers_from_before_the_suite():
+    """An emulation killed before the suite started (a crash, a machine restart in the
+    middle of a run) leaves bridges that would make every test here refuse to start: the
+    suite removes them once, says so, and then each test proves its own cleanup."""
+    if missing_prerequisite() is not None:
+        yield
+        return
+    from testbed.emulation import cleanup
+
+    left = cleanup.find_leftovers()
+    if not left.empty:
+        import warnings
+
+        warnings.warn(f"leftovers of a run before the test suite removed: {left.describe()}",
+                      stacklevel=1)
+        cleanup.clean()
+    yield
