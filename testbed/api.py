@@ -138,7 +138,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             progress: Progress = False, verbose: bool = False,
             cluster: str | Path | None = None, placement: str = "pod",
             tunnel: str = "ssh", on_fabric: Callable | None = None,
-            fabrics: int | str = "auto") -> RunResult:
+            fabrics: int | str = "auto", dask: str | None = None) -> RunResult:
     """Run every cell on packets: Mininet fat-tree, SDN controller, worker processes.
     Needs root and Open vSwitch. Writes OUT/<name>-emulation-<stamp>/ (the flow
     simulator's format plus fidelity.json) and returns its RunResult. The fabric and the
@@ -148,7 +148,10 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     called once per sweep point with its fabric up, before its runs (to ping or measure
     it: `network.host("i0").cmd(...)`); what it raises ends the run, torn down.
     `fabrics`: a point's seeds on that many fabrics side by side, each in its own network
-    namespace (userspace datapath), or "auto" (from the cores; `testbed emulate --help`)."""
+    namespace (userspace datapath), or "auto" (from the cores; `testbed emulate --help`).
+    `dask`: a Dask scheduler's address; each seed then runs on a server whose worker
+    offers a fabric (`dask worker ADDRESS --resources fabric=1`, as root), on its own
+    fabric there, and comes back with its run folder (docs/fabric.md)."""
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.runner import count_runs, preflight
@@ -161,6 +164,9 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
 
         network = cluster_network(cluster, placement, tunnel)
         fabrics = 1 if fabrics == "auto" else fabrics  # the cluster is the fabric
+        if dask is not None:
+            raise ValueError("give a cluster (one fabric over servers) or dask (a fabric "
+                             "per server), not both")
     with _bar(f"{scenario.name} (packets)", count_runs(scenario), progress) as bar, \
             _sigterm_tears_down():
         def step(label: str, wall_s: float) -> None:
@@ -174,7 +180,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
                                 network=network, on_fabric=on_fabric, fabrics=fabrics,
                                 fabric_cores=load_timings()[0].get("fabric_cores"),
-                                on_note=bar.note)
+                                on_note=bar.note, dask=dask)
     return RunResult(outcome.folder, scenario, outcome)
 
 
@@ -184,15 +190,15 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              target_ci: float | None = None, budget_s: float | None = None,
              reuse_calibration: bool = True,
              calibration_max_age_s: float = 24 * 3600.0,
-             fabrics: int | str = "auto") -> ValidationResult:
+             fabrics: int | str = "auto", dask: str | None = None) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
     than calibration_max_age_s (reuse_calibration=False measures anew). target_ci (gain
     interval half-width, a fraction: 0.03 is 3 points) and budget_s (wall seconds) make it
     sequential: planned first, stopped once every primary claim is resolved. fabrics: seeds
-    on that many fabrics side by side, or "auto" (`testbed validate --help`). Needs root
-    and Open vSwitch."""
+    on that many fabrics side by side, or "auto" (`testbed validate --help`); dask: seeds
+    on the servers of that Dask scheduler (as `emulate`). Needs root and Open vSwitch."""
     from testbed.runner import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
@@ -217,7 +223,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 on_live=bar.live, target_ci=target_ci, budget_s=budget_s,
                                 use_cache=reuse_calibration,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
-                                fabrics=fabrics)
+                                fabrics=fabrics, dask=dask)
     return ValidationResult(folder)
 
 

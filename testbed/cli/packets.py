@@ -127,6 +127,18 @@ def fabrics_option(fn):
         "datapath-bound costs a fabric.")(fn)
 
 
+def dask_option(fn):
+    """--dask ADDRESS: a point's seeds on the servers of a Dask scheduler."""
+    return click.option(
+        "--dask", "dask_address", default=None, metavar="ADDRESS",
+        help="Run each seed on a server of this Dask scheduler (tcp://HOST:8786): every "
+        "worker started as root with `dask worker ADDRESS --nthreads 1 --resources "
+        "fabric=1` is a server that builds a fabric of its own, runs all the schedulers of "
+        "one seed at a time and sends its run folders back; a server lost mid-run has its "
+        "seed re-run on another. The servers need this project (same version), not the "
+        "trace: it travels with the work.")(fn)
+
+
 def cluster_options(fn):
     """--cluster INVENTORY, --placement, --tunnel: one fabric over several machines."""
     fn = click.option("--tunnel", type=click.Choice(["ssh", "gre"]), default="ssh",
@@ -262,8 +274,10 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluste
 @force_option
 @cluster_options
 @fabrics_option
+@dask_option
 def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
-            cluster: str | None, placement: str, tunnel: str, fabrics: int | str) -> None:
+            cluster: str | None, placement: str, tunnel: str, fabrics: int | str,
+            dask_address: str | None) -> None:
     """Run SCENARIO on packets: Mininet fat-tree, SDN controller, real worker processes.
 
     Per sweep point the fabric is built once; each scheduler x seed then runs with fresh
@@ -278,7 +292,7 @@ def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
     """
     sc = scenario
     run = _emulate(sc, out_dir, verbose, quiet, force, cluster=cluster, placement=placement,
-                   tunnel=tunnel, fabrics=fabrics)
+                   tunnel=tunnel, fabrics=fabrics, dask=dask_address)
     report_scheduler_faults(run)
     if quiet:
         click.echo(str(run.folder))
@@ -377,9 +391,10 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
 @force_option
 @fabrics_option
+@dask_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
              budget: float | None, max_age_h: float, recalibrate: bool,
-             verbose: bool, force: bool, fabrics: int | str) -> None:
+             verbose: bool, force: bool, fabrics: int | str, dask_address: str | None) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -418,7 +433,8 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
-                                calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics)
+                                calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics,
+                                dask=dask_address)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

@@ -184,8 +184,8 @@ class LanePool:
     tasks and yields (job id, reply) as runs finish, in any order."""
 
     def __init__(self, count: int, cell, workdir: Path, verbose: bool = False,
-                 start_timeout_s: float = 300.0):
-        self.lanes = [Lane(k, cell, workdir, verbose) for k in range(count)]
+                 start_timeout_s: float = 300.0, first_index: int = 0):
+        self.lanes = [Lane(first_index + k, cell, workdir, verbose) for k in range(count)]
         self.start_timeout_s = start_timeout_s
 
     def __enter__(self) -> LanePool:

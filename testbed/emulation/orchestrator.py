@@ -25,6 +25,7 @@ from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_coun
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
+from testbed.emulation.servers import ServerError, ServerPool, unpack
 from testbed.metrics import aggregate, run_summary
 from testbed.records import atomic_write, write_json
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
@@ -147,7 +148,8 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                   network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
                   after_round: Callable[[int, list[int], Path], bool] | None = None,
                   fabrics: int | str = 1, fabric_cores: float | None = None,
-                  on_note: Callable[[str], None] | None = None) -> RunOutcome:
+                  on_note: Callable[[str], None] | None = None,
+                  dask: str | None = None) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
     table rows.
 
@@ -162,12 +164,18 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
 
     `fabrics`: how many fabrics a point's seeds run on side by side (lanes.py), or
     "auto" (lanes.lane_count, from the cores and `fabric_cores`, what one fabric was seen
-    to keep busy here); `on_note(line)` hears how many and why, and when they shrink."""
+    to keep busy here); `on_note(line)` hears how many and why, and when they shrink.
+
+    `dask`: a Dask scheduler's address; each point's seeds then run on the servers whose
+    workers offer a fabric (servers.py), a seed per server at a time, and this machine
+    needs a fabric only for `on_fabric`."""
     preflight(scenario)
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
-        net_preflight(cell)
-        choose_datapath(cell.emulation.datapath)
+        if dask is None or on_fabric is not None:
+            net_preflight(cell)
+            choose_datapath(cell.emulation.datapath)
     verdicts: list[dict] = []
+    pool = ServerPool(dask) if dask else None
 
     def execute(tasks, root: Path):
         """Per sweep point: its fabric up once, then its tasks in order (seed by seed)."""
@@ -177,6 +185,14 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
             cell_file = celldir / "scenario.yaml"
             atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
             seeds = sorted({t.seed for t in mine})
+            if pool is not None:
+                if on_fabric is not None:
+                    with EmulatedNetwork(cell, cell_file, celldir / "setup",
+                                         quiet=not verbose) as net:
+                        on_fabric(net, celldir)
+                yield from on_servers(pool, index, point, cell, mine, root, on_step,
+                                      after_round, on_note, verdicts)
+                continue
             count, why = lane_count(fabrics, os.cpu_count() or 1, len(seeds),
                                     fabric_cores or lanes_default(cell),
                                     choose_datapath(cell.emulation.datapath))
@@ -226,10 +242,15 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     def all_faithful() -> bool:
         return all(v["verdict"] == "faithful" for v in verdicts)
 
-    outcome, folder = run_cells(
-        scenario, out_root, "emulation", execute, "packet-level emulation",
-        aggregate_fn=aggregate_numeric,
-        epilogue=lambda: ({"all_faithful": all_faithful()}, "\n" + fidelity_lines(verdicts)))
+    try:
+        outcome, folder = run_cells(
+            scenario, out_root, "emulation", execute, "packet-level emulation",
+            aggregate_fn=aggregate_numeric,
+            epilogue=lambda: ({"all_faithful": all_faithful()},
+                              "\n" + fidelity_lines(verdicts)))
+    finally:
+        if pool is not None:
+            pool.close()
     write_json(folder.path / "fidelity.json", {"all_faithful": all_faithful(), "runs": verdicts})
     folder.finish()
     return outcome
@@ -287,6 +308,52 @@ def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldi
                 if on_note:
                     on_note(f"{slug(point)}: a run side by side was CPU- or datapath-bound: "
                             f"{pool.size} fabric(s) from here")
+
+
+def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path, on_step,
+               after_round, on_note, verdicts: list[dict]):
+    """A point's seeds on the servers: each round gives every server one seed (all its
+    schedulers, on the server's own fabric); after a round the look decides whether to go
+    on. The servers are counted again each round: one that joined takes a seed, one that
+    left is not waited for."""
+    by_seed: dict[int, list] = {}
+    for task in mine:
+        by_seed.setdefault(task.seed, []).append(task)
+    pending = sorted(by_seed)
+    wl = cell.workload
+    while pending:
+        names = pool.servers()
+        if not names:
+            raise ServerError(f"no Dask worker at {pool.address} offers a fabric any more")
+        batch, pending = pending[:len(names)], pending[len(names):]
+        if on_note:
+            on_note(f"{slug(point)}: seed(s) {', '.join(map(str, batch))} on "
+                    f"{len(names)} server(s): {', '.join(names)}")
+        if on_step:
+            on_step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
+                    f"{len(batch)} server(s)", (wl.warmup_s + wl.measure_s)
+                    * cell.emulation.time_dilation)
+        jobs, tasks, n = [], {}, 0
+        for seed in batch:
+            runs = []
+            for task in by_seed[seed]:
+                tasks[n] = task
+                runs.append({"id": n, "scheduler": task.scheduler, "rel": task.rel,
+                             "tag": f"{index}-{task.scheduler}-{seed}"})
+                n += 1
+            jobs.append({"seed": seed, "runs": runs,
+                         "timeout_s": len(runs) * (run_timeout_s(cell) + 60.0)})
+        for job, answer in pool.run(cell, jobs, 600.0 + max(j["timeout_s"] for j in jobs)):
+            for rel, blob in answer["runs"].items():
+                unpack(blob, root / rel)
+            for run in job["runs"]:
+                doc = answer["results"][run["id"]]
+                task = tasks[run["id"]]
+                verdicts.append({"cell": task.rel, "server": answer["server"],
+                                 **doc["verdict"]})
+                yield task, doc["records"]
+        if after_round is not None and not after_round(index, batch, root):
+            break
 
 
 def packet_counters(result: dict, fidelity: dict) -> dict:

@@ -137,12 +137,14 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
              budget_s: float | None = None, use_cache: bool = True,
              cache_max_age_s: float = cache.DEFAULT_MAX_AGE_S,
              on_note: Callable[[str], None] | None = None,
-             fabrics: int | str = "auto") -> Path:
+             fabrics: int | str = "auto", dask: str | None = None) -> Path:
     """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
     sequential (testbed/validate/rounds.py): planned from a flow-model pilot before the
     fabric starts, and stopped after the round where every primary claim is resolved.
     `on_note(line)` gets the plan, the calibration's source and a line per look;
-    `fabrics`: how many fabrics run seeds side by side (emulation/lanes.py), or "auto"."""
+    `fabrics`: how many fabrics run seeds side by side (emulation/lanes.py), or "auto";
+    `dask`: a Dask scheduler whose fabric workers run the seeds, one per server at a time
+    (emulation/servers.py); this machine then calibrates only."""
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
@@ -156,9 +158,16 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         note(why)
     looks = basis = None
     sequential_run = target_ci is not None or budget_s is not None
-    lanes, why = side_by_side(scenario, fabrics, rounds.MAX_ROUNDS if sequential_run else None)
-    if fabrics != 1:
-        note(f"{lanes} fabric(s) side by side ({why})")
+    if dask is not None:
+        from testbed.emulation.servers import count_servers
+
+        lanes = count_servers(dask)
+        note(f"{lanes} server(s) at {dask}: one seed each per round")
+    else:
+        lanes, why = side_by_side(scenario, fabrics,
+                                  rounds.MAX_ROUNDS if sequential_run else None)
+        if fabrics != 1:
+            note(f"{lanes} fabric(s) side by side ({why})")
     if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
                                        calibrated=calibration is not None, lanes=lanes)
@@ -187,7 +196,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
             cal = calibration or measured[0]
             looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
 
-    if lanes > 1 and calibration is not None:  # no fabric in this process is needed
+    if (lanes > 1 or dask) and calibration is not None:  # no fabric here is needed
         if looks is not None:
             looks.flow_scenario = flow_twin(scenario, _factors(calibration),
                                             calibration.get("tcp", {}))
@@ -195,7 +204,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     else:
         hook = on_fabric
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
-                        on_live=on_live, after_round=looks, fabrics=lanes, on_note=note)
+                        on_live=on_live, after_round=looks, fabrics=lanes, on_note=note,
+                        dask=dask)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
     judged = scenario

@@ -1,0 +1,189 @@
+"""A point's seeds spread over servers through Dask, each seed on a server's own fabric.
+
+Every Dask worker that offers the resource `fabric` (started with `--resources fabric=1`,
+as root, from the same project version) is a server: it takes one seed at a time, all of
+the point's schedulers, builds a fabric of its own for it (a lane: its own network
+namespace and OVS daemon, so a server may also run other things) and sends back each
+run's records and its run folder, packed. A server lost mid-seed costs nothing but time:
+the scheduler hands the seed to another server (Dask re-runs the tasks of a lost worker),
+and a seed that failed on servers `RETRIES + 1` times ends the run with the cause.
+
+The trace travels with the work (scattered once to every server): servers need the
+project, not the client's files. Scheduler plugins must be installed on the servers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from testbed.emulation.lanes import LanePool
+from testbed.emulation.net import EmulationError
+
+RESOURCE = "fabric"
+RETRIES = 2
+
+
+class ServerError(EmulationError):
+    """No server to run on, or a seed that failed on every try."""
+
+
+def pack(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+def unpack(blob: bytes, into: Path) -> None:
+    """A packed run folder into `into`: regular files and folders only, none outside it
+    (what a server sends is checked, not trusted)."""
+    into.mkdir(parents=True, exist_ok=True)
+    base = into.resolve()
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        members = tar.getmembers()
+        for m in members:
+            target = (base / m.name).resolve()
+            if not (m.isfile() or m.isdir()) or not target.is_relative_to(base):
+                raise ServerError(f"a server sent a run folder with {m.name!r}: refused")
+        tar.extractall(base, members=members)
+
+
+def server_name() -> str:
+    """The Dask worker's name (`dask worker --name`), else this machine's."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return socket.gethostname()
+
+
+def run_seed(job: dict, trace: bytes | None) -> dict:
+    """On a server: one seed of a point, every scheduler in order, on a fabric of its own.
+    `job`: {"cell": scenario document, "seed", "runs": [{"id", "scheduler", "rel", "tag"}],
+    "timeout_s"}. Returns {"server", "results": {id: {"records", "verdict"}}, "runs": {rel:
+    packed folder}}."""
+    from testbed.scenario import Scenario
+
+    work = Path(tempfile.mkdtemp(prefix="netkv-server-"))
+    try:
+        data = dict(job["cell"])
+        if trace is not None:
+            (work / "trace.jsonl").write_bytes(trace)
+            data["workload"] = {**data["workload"], "trace": str(work / "trace.jsonl")}
+        cell = Scenario.model_validate(data)
+        tasks = [{"id": r["id"], "scheduler": r["scheduler"], "seed": job["seed"],
+                  "rundir": str(work / "runs" / r["rel"]), "tag": r["tag"]}
+                 for r in job["runs"]]
+        results = {}
+        # a lane index no other worker on this machine holds: its process id
+        with LanePool(1, cell, work / "lanes", start_timeout_s=300.0
+                      + cell.emulation.start_timeout_s, first_index=os.getpid()) as pool:
+            for job_id, reply in pool.run({pool.lanes[0].index: tasks}, job["timeout_s"]):
+                if job_id is None or "error" in reply:
+                    raise EmulationError(f"{server_name()}: {reply.get('error')}")
+                path = Path(reply["path"])
+                results[job_id] = json.loads(path.read_text())
+                path.unlink()
+        return {"server": server_name(), "results": results,
+                "runs": {r["rel"]: pack(work / "runs" / r["rel"]) for r in job["runs"]}}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def count_servers(address: str, wait_s: float = 60.0) -> int:
+    """How many servers offer a fabric at `address` now (ServerError when none)."""
+    with ServerPool(address, wait_s) as pool:
+        return pool.size
+
+
+class ServerPool:
+    """The Dask scheduler at `address` and its workers that offer a fabric."""
+
+    def __init__(self, address: str, wait_s: float = 60.0):
+        from distributed import Client
+
+        self.address = address
+        try:
+            self.client = Client(address, timeout=f"{wait_s:.0f}s")
+        except OSError as exc:
+            raise ServerError(f"Dask scheduler {address}: cannot connect ({exc}); start one "
+                              "with `dask scheduler` and workers with `dask worker ADDRESS "
+                              f"--resources {RESOURCE}=1` as root on each server") from None
+        self.trace_futures: dict[str, object] = {}
+        deadline = time.monotonic() + wait_s
+        while not self.servers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not self.servers():
+            self.close()
+            raise ServerError(f"Dask scheduler {address}: no worker offers a fabric after "
+                              f"{wait_s:.0f} s; start `dask worker {address} --nthreads 1 "
+                              f"--resources {RESOURCE}=1` as root on each server")
+
+    def servers(self) -> list[str]:
+        """The workers that offer a fabric now (their names, or addresses)."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        return sorted(w.get("name") or addr for addr, w in info.items()
+                      if w.get("resources", {}).get(RESOURCE, 0) >= 1)
+
+    @property
+    def size(self) -> int:
+        return len(self.servers())
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> ServerPool:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def _trace(self, cell):
+        path = cell.workload.trace if cell.workload.synthetic is None else None
+        if path is None:
+            return None
+        if path not in self.trace_futures:
+            [self.trace_futures[path]] = self.client.scatter(
+                [Path(path).read_bytes()], broadcast=True, hash=False)
+        return self.trace_futures[path]
+
+    def run(self, cell, jobs: list[dict], timeout_s: float) -> Iterator[tuple[dict, dict]]:
+        """Each job (one seed, see run_seed) on some server; yields (job, its answer) as
+        they finish. A lost server's seed runs again elsewhere (Dask re-runs it; a seed
+        whose tries all failed raises ServerError with the last cause)."""
+        from distributed import as_completed
+
+        doc = cell.model_dump(mode="json")
+        trace = self._trace(cell)
+        futures = {}
+        for job in jobs:
+            fut = self.client.submit(run_seed, {**job, "cell": doc}, trace, pure=False,
+                                     resources={RESOURCE: 1}, retries=RETRIES)
+            futures[fut] = job
+        try:
+            for fut in as_completed(list(futures), timeout=timeout_s * (1 + RETRIES)):
+                job = futures[fut]
+                try:
+                    answer = fut.result()
+                except Exception as exc:  # noqa: BLE001 - KilledWorker, a run's error
+                    raise ServerError(f"seed {job['seed']} failed on the servers "
+                                      f"({1 + RETRIES} tries): {type(exc).__name__}: "
+                                      f"{exc}") from None
+                yield job, answer
+        except TimeoutError:
+            raise ServerError(f"no server finished seed(s) {[j['seed'] for j in jobs]} in "
+                              f"{timeout_s * (1 + RETRIES):.0f} s; servers now: "
+                              f"{', '.join(self.servers()) or 'none'}") from None
+        finally:
+            for fut in futures:
+                fut.cancel()

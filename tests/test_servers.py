@@ -1,0 +1,42 @@
+"""What a server sends back is a packed run folder: unpacked whole, and refused when it
+would write outside the run's folder or holds anything but files and folders."""
+
+import io
+import tarfile
+
+import pytest
+
+from testbed.emulation import servers
+
+
+def test_a_run_folder_comes_back_whole(tmp_path):
+    src = tmp_path / "src"
+    (src / "logs").mkdir(parents=True)
+    (src / "requests.csv").write_text("id\n1\n")
+    (src / "logs" / "router.log").write_text("ok\n")
+    servers.unpack(servers.pack(src), tmp_path / "dst")
+    assert (tmp_path / "dst" / "requests.csv").read_text() == "id\n1\n"
+    assert (tmp_path / "dst" / "logs" / "router.log").read_text() == "ok\n"
+
+
+def _tar(*members: tarfile.TarInfo) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for m in members:
+            tar.addfile(m, io.BytesIO(b"x" * m.size) if m.isfile() else None)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name,kind", [("../escape.txt", tarfile.REGTYPE),
+                                       ("/etc/escape.txt", tarfile.REGTYPE),
+                                       ("link", tarfile.SYMTYPE)])
+def test_a_folder_that_reaches_outside_is_refused(tmp_path, name, kind):
+    m = tarfile.TarInfo(name)
+    m.type = kind
+    m.size = 1 if kind == tarfile.REGTYPE else 0
+    if kind == tarfile.SYMTYPE:
+        m.linkname = "/etc/passwd"
+    with pytest.raises(servers.ServerError, match="refused"):
+        servers.unpack(_tar(m), tmp_path / "dst")
+    assert not (tmp_path / "escape.txt").exists()
+    assert not any((tmp_path / "dst").iterdir())
