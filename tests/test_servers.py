@@ -40,3 +40,23 @@ def test_a_folder_that_reaches_outside_is_refused(tmp_path, name, kind):
         servers.unpack(_tar(m), tmp_path / "dst")
     assert not (tmp_path / "escape.txt").exists()
     assert not any((tmp_path / "dst").iterdir())
+
+
+def test_no_scheduler_at_the_address_is_a_named_error_and_starts_nothing(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with pytest.raises(servers.ServerError, match="cannot connect"):
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        servers.ServerPool(f"tcp://127.0.0.1:{port}", connect_s=1)
+    done = subprocess.run([sys.executable, "-m", "testbed", "emulate",
+                           str(ROOT / "scenarios" / "default.yaml"), "--dask", "bad::",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "Dask scheduler bad::" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

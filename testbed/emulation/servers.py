@@ -109,13 +109,13 @@ def count_servers(address: str, wait_s: float = 60.0) -> int:
 class ServerPool:
     """The Dask scheduler at `address` and its workers that offer a fabric."""
 
-    def __init__(self, address: str, wait_s: float = 60.0):
+    def __init__(self, address: str, wait_s: float = 60.0, connect_s: float = 10.0):
         from distributed import Client
 
         self.address = address
         try:
-            self.client = Client(address, timeout=f"{wait_s:.0f}s")
-        except OSError as exc:
+            self.client = Client(address, timeout=f"{connect_s:.0f}s")
+        except (OSError, ValueError) as exc:
             raise ServerError(f"Dask scheduler {address}: cannot connect ({exc}); start one "
                               "with `dask scheduler` and workers with `dask worker ADDRESS "
                               f"--resources {RESOURCE}=1` as root on each server") from None

@@ -267,3 +267,67 @@ def test_bench_fabric_compares_the_kernel_and_userspace_datapaths_inside_the_vm(
                   "--only throughput")
     assert "datapath user" in out and "datapath kernel" in out, out
     assert "CPU-bound" in out, out
+
+
+def _host_address() -> str:
+    """This machine's address on the VMs' private network (libvirt gives it the .1)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        addr = line.split()[3].split("/")[0]
+        if addr.startswith(NET + "."):
+            return addr
+    raise AssertionError(f"no address of this machine on {NET}.0/24:\n{out}")
+
+
+def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(vms, tmp_path):
+    """A Dask scheduler here, a fabric worker on each VM; `testbed emulate --dask` runs a
+    seed on each VM's own fabric; the second VM's worker is killed while its seed runs,
+    and that seed runs again on the first: every run comes back, with its folder."""
+    vagrant, names, _, _ = vms
+    host = _host_address()
+    port = _free_port()
+    sched = subprocess.Popen([str(ROOT / ".venv" / "bin" / "dask"), "scheduler", "--host",
+                              host, "--port", str(port), "--no-dashboard"],
+                             stdout=(tmp_path / "scheduler.log").open("w"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"tcp://{host}:{port}"
+    try:
+        for k, name in enumerate(names, 1):
+            vagrant.ssh(name, "cd /vagrant && sudo sh -c 'setsid nohup .venv/bin/dask worker "
+                        f"{address} --nthreads 1 --no-nanny --no-dashboard --resources "
+                        f"fabric=1 --name vm{k} > /tmp/dask-worker.log 2>&1 < /dev/null &'")
+        scenario = tmp_path / "small.yaml"
+        scenario.write_text((ROOT / "scenarios" / "default.yaml").read_text())
+        run = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "2",
+             *SMALL_FABRIC.split(), "--set", "schedulers=[rr]", "--set",
+             "workload.warmup_s=1", "--set", "workload.measure_s=3", "--set",
+             "emulation.start_timeout_s=480", "--out", str(tmp_path / "results"),
+             "--dask", address, "--quiet"],
+            cwd=ROOT, stdout=(tmp_path / "emulate.log").open("w"), stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 900
+            while "netkv-lane" not in vagrant.ssh(names[1], "ls /run/netns 2>/dev/null; true"):
+                assert run.poll() is None, (tmp_path / "emulate.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "vm2 did not start its seed"
+                time.sleep(5)
+            vagrant.ssh(names[1], "sudo pkill -KILL -f '[d]ask worker'")
+            assert run.wait(timeout=1800) == 0, (tmp_path / "emulate.log").read_text()[-3000:]
+        finally:
+            if run.poll() is None:
+                run.kill()
+    finally:
+        for name in names:
+            vagrant.ssh(name, "sudo pkill -TERM -f '[d]ask worker'; sudo /vagrant/.venv/bin/"
+                              "testbed clean > /dev/null; true")
+        sched.terminate()
+        sched.wait(timeout=60)
+    (folder,) = (tmp_path / "results").glob("*-emulation-*")
+    runs = json.loads((folder / "fidelity.json").read_text())["runs"]
+    assert len(runs) == 2, runs  # rr x 2 seeds, none lost
+    assert {r["server"] for r in runs} == {"vm1"}, runs  # vm2's seed ran again on vm1
+    for r in runs:
+        assert (folder / r["cell"] / "requests.csv").read_text().count("\n") > 1
+        assert (folder / r["cell"] / "logs" / "router.log").exists()
+    assert not (folder / "PARTIAL").exists()
