@@ -167,6 +167,9 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
         if dask is not None:
             raise ValueError("give a cluster (one fabric over servers) or dask (a fabric "
                              "per server), not both")
+        if scenario.emulation.capture:
+            raise ValueError("emulation.capture records links of a fabric on this machine; "
+                             "a fabric over a cluster's servers is not captured here")
     with _bar(f"{scenario.name} (packets)", count_runs(scenario), progress) as bar, \
             _sigterm_tears_down():
         def step(label: str, wall_s: float) -> None:

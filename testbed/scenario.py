@@ -381,6 +381,13 @@ class EmulationCfg(_Strict):
         None, gt=0, le=1000, description="minimum TCP retransmission timeout on the replica's "
         "hosts, in modelled ms (wall: x time_dilation), set on every host route (null: the "
         "kernel's 200 ms wall, 100+ modelled ms of silence after a tail loss)")
+    capture: list[str] = Field(
+        [], max_length=64, description="links whose packets every run records: 'a>b' (what "
+        "a sends toward b) or 'a-b' (both ways); a pcap per direction per run under the "
+        "run's capture/ (Wireshark reads it) and capture/flows.csv (emulate --capture)")
+    capture_snaplen: int = Field(
+        128, ge=64, le=65535, description="bytes kept of each captured packet: the headers "
+        "by default (65535 keeps the KV payload too, a file the size of the traffic)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
@@ -569,6 +576,16 @@ class Scenario(_Strict):
             if fault.kind == "link_down" and fault.target not in links:
                 raise ValueError(f"{where}: {fault.target!r} is not a link 'a-b' of the fabric "
                                  "(testbed topology SCENARIO --links lists them)")
+        switches = {n for names in spec.switches.values() for n in names}
+        for k, name in enumerate(self.emulation.capture):
+            if name.replace(">", "-", 1) not in links:
+                raise ValueError(f"emulation.capture.{k}: {name!r} is not a link of the "
+                                 "fabric: give 'a>b' (what a sends toward b) or 'a-b' (both "
+                                 "ways); testbed topology SCENARIO --links lists them")
+            if ">" in name and name.split(">")[0] not in switches:
+                a, b = name.split(">")
+                raise ValueError(f"emulation.capture.{k}: {name!r}: packets are captured "
+                                 f"where a switch sends them; {a} is a host: give '{b}>{a}'")
         return self
 
     @field_validator("model")

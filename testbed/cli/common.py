@@ -25,7 +25,7 @@ from testbed.workloads.mooncake import TraceError
 
 console = Console(stderr=True)
 out = Console()
-SETS, SEEDS = "testbed.sets", "testbed.seeds"
+SETS, SEEDS, CAPTURE = "testbed.sets", "testbed.seeds", "testbed.capture"
 
 def _parse_sets(values: tuple[str, ...]) -> dict:
     overrides = {}
@@ -134,9 +134,27 @@ class ScenarioFile(click.ParamType):
             overrides = _parse_sets(meta.get(SETS) or ())
             if meta.get(SEEDS) is not None:
                 overrides["seeds"] = meta[SEEDS]
+            if meta.get(CAPTURE):
+                overrides["emulation.capture"] = meta[CAPTURE]
             return load_scenario(value, overrides)
         except (ScenarioError, TraceError) as exc:
             self.fail(str(exc), param, ctx)
+
+
+def capture_option(fn):
+    """--capture LINK,...: emulation.capture from the command line (applied with --set)."""
+    def store(ctx: click.Context, _param, value):
+        if value:
+            ctx.meta[CAPTURE] = [x.strip() for x in value.split(",") if x.strip()]
+        return value
+
+    return click.option(
+        "--capture", metavar="LINK,...", is_eager=True, expose_value=False, callback=store,
+        help="Record the packets of these links in every run: 'a>b' (what a sends toward "
+        "b) or 'a-b' (both ways), e.g. --capture 'tor0>agg0,agg0-core0'. Each run gets "
+        "capture/<a>_<b>.pcap per direction (headers: emulation.capture_snaplen; Wireshark "
+        "reads them) and capture/flows.csv, a row per flow with its packets, bytes, DSCP "
+        "and segments resent. `testbed topology SCENARIO --links` lists the links.")(fn)
 
 
 def scenario_options(seeds: bool = False):

@@ -12,6 +12,7 @@ import yaml
 from testbed.cli.common import (
     Terminated,
     _fail,
+    capture_option,
     console,
     force_option,
     handle_signals,
@@ -275,6 +276,7 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluste
 @cluster_options
 @fabrics_option
 @dask_option
+@capture_option
 def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
             cluster: str | None, placement: str, tunnel: str, fabrics: int | str,
             dask_address: str | None) -> None:

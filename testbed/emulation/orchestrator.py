@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_count
@@ -107,9 +108,11 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
                               datapath=network.datapath, netns=network.interface_netns,
                               read=network.read_counters).start()
+    capture = Capture(fabric, emu.capture, rundir / "capture", network.interface_netns,
+                      emu.capture_snaplen)
     try:
-        with WorkerSet(cfg, cfg_path, fabric.spec, network.launcher(),
-                       rundir / "logs") as workers:
+        with capture, WorkerSet(cfg, cfg_path, fabric.spec, network.launcher(),
+                                rundir / "logs") as workers:
             monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
             with LiveWatch(rundir / "live.json", on_live or (lambda _doc: None)):
                 result = workers.wait(run_timeout_s(cell))
@@ -119,6 +122,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")
     t0 = result["t0"]
     wl = cell.workload
+    capture.summarise(lambda wall: (wall - t0) / emu.time_dilation, emu.kv_port,
+                      emu.kv_port + KV_PORT_BG_OFFSET)
     links = monitor.link_rows(lambda wall: (wall - t0) / emu.time_dilation,
                               lambda t: wl.warmup_s <= t - 0.5 and t <= wl.warmup_s + wl.measure_s)
     return result, links, fidelity

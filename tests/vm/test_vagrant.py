@@ -297,8 +297,7 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(vms
             vagrant.ssh(name, "cd /vagrant && sudo sh -c 'setsid nohup .venv/bin/dask worker "
                         f"{address} --nthreads 1 --no-nanny --no-dashboard --resources "
                         f"fabric=1 --name vm{k} > /tmp/dask-worker.log 2>&1 < /dev/null &'")
-        scenario = tmp_path / "small.yaml"
-        scenario.write_text((ROOT / "scenarios" / "default.yaml").read_text())
+        scenario = ROOT / "scenarios" / "default.yaml"
         run = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "2",
              *SMALL_FABRIC.split(), "--set", "schedulers=[rr]", "--set",
