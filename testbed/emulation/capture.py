@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.emulation.child import die_with_parent
+from testbed.emulation.net import EmulationError
 
 FLOW_FIELDS = ("link", "proto", "src", "sport", "dst", "dport", "class", "dscp", "packets",
                "bytes", "first", "last", "retransmits")
@@ -63,8 +64,8 @@ class Capture:
             for (a, b), intf in self.ports.items():
                 cmd = ["tcpdump", "-i", intf, "-Q", "out", "-n", "-U", "-s", str(self.snaplen),
                        "-w", str(self.pcap(a, b))]
-                if intf in self.netns:
-                    cmd = ["ip", "netns", "exec", self.netns[intf], *cmd]
+                if intf in self.netns:  # a private daemon's namespace (its /run/netns path)
+                    cmd = ["nsenter", f"--net={self.netns[intf]}", "--", *cmd]
                 with (self.folder / "tcpdump.log").open("a") as log:
                     self.procs.append(subprocess.Popen(
                         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -87,9 +88,9 @@ class Capture:
                 return
             dead = [p for p in self.procs if p.poll() is not None]
             if dead:
-                raise RuntimeError(f"tcpdump ended at start: {log.read_text()[-500:]}")
+                raise EmulationError(f"capture: tcpdump ended at start: {log.read_text()[-500:]}")
             time.sleep(0.05)
-        raise RuntimeError(f"tcpdump did not start within {timeout_s:.0f} s: {log}")
+        raise EmulationError(f"capture: tcpdump did not start within {timeout_s:.0f} s: {log}")
 
     def __exit__(self, *_exc) -> None:
         self.stop()

@@ -265,7 +265,7 @@ def test_a_run_on_two_ovs_daemons_ends_and_its_link_fault_reaches_their_switches
     daemons and their namespaces are gone afterwards."""
     path = write_small(tmp_path, TRACE, {
         **SHORT, "schedulers": ["rr"], "emulation.ovs_instances": 2,
-        "emulation.datapath": "user",
+        "emulation.datapath": "user", "emulation.capture": ["tor0-agg0", "tor0-agg1"],
         "faults": [{"at_s": 1.5, "kind": "link_down", "target": "agg0-core0",
                     "duration_s": 1.5}]})
     emulate_quietly(path, tmp_path)
@@ -280,6 +280,10 @@ def test_a_run_on_two_ovs_daemons_ends_and_its_link_fault_reaches_their_switches
     report = json.loads((cell / "fidelity.json").read_text())
     sampled = {t["process"] for t in report["threads"] if t["role"] == "main"}
     assert {"ovs-vswitchd@netkv-ovs0", "ovs-vswitchd@netkv-ovs1"} <= sampled, sampled
+    # tor0's ports live in a daemon's namespace: captured there, all four directions
+    assert len(list((cell / "capture").glob("*.pcap"))) == 4
+    assert sum(int(f["packets"]) for f in rows(cell / "capture" / "flows.csv")
+               if f["class"] == "kv") > 0
     (log,) = run.rglob("controller.log")
     text = log.read_text()
     assert "link agg0-core0 down" in text and "link agg0-core0 up" in text, text[-2000:]
