@@ -60,3 +60,20 @@ def test_no_scheduler_at_the_address_is_a_named_error_and_starts_nothing(tmp_pat
                           text=True, timeout=120)
     assert done.returncode == 2 and "Dask scheduler bad::" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_remote_dask_starts_a_named_root_fabric_worker_per_host(tmp_path):
+    import subprocess
+    import sys
+
+    from testbed.cli.cluster import dask_worker_argv
+    from tests.conftest import ROOT
+
+    argv = dask_worker_argv("/opt/p", "tcp://10.0.0.1:8786", "node1")
+    assert argv[:4] == ["sudo", "/opt/p/.venv/bin/dask", "worker", "tcp://10.0.0.1:8786"]
+    assert argv[argv.index("--resources") + 1] == "fabric=1"
+    assert argv[argv.index("--name") + 1] == "node1" and "--no-nanny" in argv
+    done = subprocess.run([sys.executable, "-m", "testbed", "remote", "dask", "-i",
+                           str(tmp_path / "none.yml"), "tcp://127.0.0.1:1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "inventory not found" in done.stderr, done.stderr

@@ -126,3 +126,40 @@ def remote_collect(inventory: str, host: str, remote_dir: str, local_dir: str) -
         except RemoteError as exc:
             _fail(str(exc))
     click.echo(f"{n} files -> {target}")
+
+@remote.command("dask")
+@INVENTORY
+@click.argument("scheduler")
+@click.option("--log", "log_path", default="/tmp/netkv-dask-worker.log", show_default=True,
+              help="Remote file for each worker's output.")
+def remote_dask(inventory: str, scheduler: str, log_path: str) -> None:
+    """Start a fabric worker of the Dask SCHEDULER on every host of the inventory.
+
+    Each host gets `sudo <netkv_project_dir>/.venv/bin/dask worker SCHEDULER --nthreads 1
+    --no-nanny --resources fabric=1 --name <host>` (the project as `testbed provision` installs it;
+    netkv_project_dir defaults to /opt/netkv-testbed), so `testbed emulate --dask
+    SCHEDULER` and `validate --dask` run a seed per host on its own fabric. Prints
+    `host pid` per line; stop one with `testbed remote stop -i INVENTORY HOST PID`.
+    """
+    from testbed.remote.inventory import InventoryError, load_hostvars
+    from testbed.remote.ssh import RemoteError
+
+    try:
+        hostvars = load_hostvars(inventory)
+    except InventoryError as exc:
+        _fail(str(exc))
+    for name, hv in hostvars.items():
+        folder = str(hv.get("netkv_project_dir", "/opt/netkv-testbed"))
+        with _remote_host(inventory, name) as h:
+            try:
+                pid = h.start(dask_worker_argv(folder, scheduler, name), log_path)
+            except RemoteError as exc:
+                _fail(str(exc))
+        click.echo(f"{name} {pid}")
+
+
+def dask_worker_argv(project_dir: str, scheduler: str, name: str) -> list[str]:
+    """A server's fabric worker: root (namespaces, OVS), one seed at a time, named; no
+    nanny: a worker that dies is a server lost, whose seed Dask runs elsewhere."""
+    return ["sudo", f"{project_dir}/.venv/bin/dask", "worker", scheduler, "--nthreads", "1",
+            "--no-nanny", "--no-dashboard", "--resources", "fabric=1", "--name", name]

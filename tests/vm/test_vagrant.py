@@ -189,7 +189,8 @@ def inventory(vms, tmp_path_factory):
         hosts[label] = {"ansible_host": ip, "ansible_user": "vagrant",
                         "ansible_ssh_private_key_file": str(key)}
     inv = tmp / "hosts.yml"
-    inv.write_text(json.dumps({"all": {"vars": {"netkv_known_hosts": str(known)},
+    inv.write_text(json.dumps({"all": {"vars": {"netkv_known_hosts": str(known),
+                                                "netkv_project_dir": "/vagrant"},
                                        "hosts": hosts}}))
     stranger = tmp / "unknown.yml"  # the same hosts, no known-hosts file
     stranger.write_text(json.dumps({"all": {"hosts": hosts}}))
@@ -280,11 +281,14 @@ def _host_address() -> str:
     raise AssertionError(f"no address of this machine on {NET}.0/24:\n{out}")
 
 
-def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(vms, tmp_path):
-    """A Dask scheduler here, a fabric worker on each VM; `testbed emulate --dask` runs a
-    seed on each VM's own fabric; the second VM's worker is killed while its seed runs,
-    and that seed runs again on the first: every run comes back, with its folder."""
+def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
+        vms, inventory, tmp_path):
+    """A Dask scheduler here, a fabric worker on each VM of the inventory (`testbed
+    remote dask`); `testbed emulate --dask` runs a seed on each VM's own fabric; the
+    second VM's worker is killed while its seed runs, and that seed runs again on the
+    first: every run comes back, with its folder."""
     vagrant, names, _, _ = vms
+    inv, _ = inventory
     host = _host_address()
     port = _free_port()
     sched = subprocess.Popen([str(ROOT / ".venv" / "bin" / "dask"), "scheduler", "--host",
@@ -293,10 +297,10 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(vms
                              stderr=subprocess.STDOUT, start_new_session=True)
     address = f"tcp://{host}:{port}"
     try:
-        for k, name in enumerate(names, 1):
-            vagrant.ssh(name, "cd /vagrant && sudo sh -c 'setsid nohup .venv/bin/dask worker "
-                        f"{address} --nthreads 1 --no-nanny --no-dashboard --resources "
-                        f"fabric=1 --name vm{k} > /tmp/dask-worker.log 2>&1 < /dev/null &'")
+        started = _testbed("remote", "dask", "-i", str(inv), address)
+        assert started.returncode == 0, started.stderr
+        assert sorted(line.split()[0] for line in started.stdout.splitlines()) == \
+            ["vm1", "vm2"], started.stdout
         scenario = ROOT / "scenarios" / "default.yaml"
         run = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "2",
