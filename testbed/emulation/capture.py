@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.net import EmulationError
 
@@ -104,8 +105,7 @@ class Capture:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+                child.stop(proc)
         self.procs.clear()
 
     def summarise(self, to_modelled: Callable[[float], float], kv_port: int,

@@ -13,3 +13,17 @@ def die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     os.setsid()
+
+
+def stop(proc, timeout: float = 5.0) -> None:
+    """SIGTERM a child (it tears down what it holds), SIGKILL it after `timeout`."""
+    import subprocess
+
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

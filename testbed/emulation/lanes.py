@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.net import EmulationError
@@ -164,12 +165,7 @@ class Lane:
                 try:
                     self.proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    self.proc.terminate()
-                    try:
-                        self.proc.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        self.proc.kill()
-                        self.proc.wait(timeout=10)
+                    child.stop(self.proc, timeout=30)
             self.proc = None
         if self.replies is not None:
             os.close(self.replies)

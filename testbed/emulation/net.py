@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from testbed.datapath import tc
-from testbed.emulation import cleanup
+from testbed.emulation import child, cleanup
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
@@ -350,13 +350,8 @@ class EmulatedNetwork:
         finally:
             for daemon in self.daemons:
                 daemon.stop()
-            if self.controller is not None and self.controller.poll() is None:
-                self.controller.terminate()
-                try:
-                    self.controller.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.controller.kill()
-                    self.controller.wait(timeout=5)
+            if self.controller is not None:
+                child.stop(self.controller)
             left = cleanup.find_leftovers()
             ours = cleanup.Leftovers(
                 bridges=[b for b in left.bridges if b in self.fabric.switches],

@@ -22,6 +22,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.topologies.placement import netns_name
 
@@ -115,13 +116,7 @@ class OvsDaemon:
     def stop(self) -> None:
         """Safe to call twice and after a failed start."""
         for proc in reversed(self.procs):  # ovs-vswitchd before its database
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
+            child.stop(proc)
         self.procs.clear()
         remove(self.netns, self.rundir)
 
