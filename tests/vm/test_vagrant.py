@@ -301,6 +301,10 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
         assert started.returncode == 0, started.stderr
         assert sorted(line.split()[0] for line in started.stdout.splitlines()) == \
             ["vm1", "vm2"], started.stdout
+        deadline = time.monotonic() + 300  # both servers in before the run: one seed each
+        while (tmp_path / "scheduler.log").read_text().count("Register worker") < 2:
+            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
+            time.sleep(1)
         scenario = ROOT / "scenarios" / "default.yaml"
         run = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "2",
