@@ -20,6 +20,7 @@ from testbed.cli.common import (
     report_scheduler_faults,
     scenario_options,
 )
+from testbed.cli.options import dask_option, fabrics_option
 from testbed.scenario import ScenarioError
 from testbed.workloads.mooncake import TraceError
 
@@ -94,50 +95,6 @@ class Duration(click.ParamType):
         if x <= 0:
             self.fail(f"{value!r} must be positive", param, ctx)
         return x
-
-
-class FabricCount(click.ParamType):
-    """A number of fabrics side by side, or auto."""
-
-    name = "K|auto"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) or value == "auto":
-            return value
-        text = str(value).strip().lower()
-        if text == "auto":
-            return "auto"
-        try:
-            k = int(text)
-        except ValueError:
-            self.fail(f"{value!r} is neither a number of fabrics nor 'auto'", param, ctx)
-        if not 1 <= k <= 64:
-            self.fail(f"{value!r}: give 1 to 64 fabrics, or auto", param, ctx)
-        return k
-
-
-def fabrics_option(fn):
-    """--fabrics K|auto: a point's seeds on K fabrics side by side on this machine."""
-    return click.option(
-        "--fabrics", "fabrics", type=FabricCount(), default="auto", show_default=True,
-        help="Run a sweep point's seeds on K fabrics side by side, each in its own network "
-        "namespace with its own OVS daemon(s), controller and ports (userspace datapath). "
-        "auto: as many as the cores carry with a quarter spare (one fabric needs a core per "
-        "OVS daemon plus one, or what a run here was seen to use), never more than the "
-        "seeds, 1 on the kernel datapath or 2 cores; a round with a run flagged CPU- or "
-        "datapath-bound costs a fabric.")(fn)
-
-
-def dask_option(fn):
-    """--dask ADDRESS: a point's seeds on the servers of a Dask scheduler."""
-    return click.option(
-        "--dask", "dask_address", default=None, metavar="ADDRESS",
-        help="Run each seed on a server of this Dask scheduler (tcp://HOST:8786): every "
-        "worker started as root with `dask worker ADDRESS --nthreads 1 --resources "
-        "fabric=1` is a server that builds a fabric of its own, runs all the schedulers of "
-        "one seed at a time and sends its run folders back; a server lost mid-run has its "
-        "seed re-run on another. The servers need this project (same version), not the "
-        "trace: it travels with the work.")(fn)
 
 
 def cluster_options(fn):
