@@ -185,3 +185,50 @@ def test_stop_reasons():
     assert stop(False, False, 3, 3, 10, 100, 1000) == "planned rounds done"
     assert stop(False, False, 1, 3, 950, 100, 1000).startswith("budget")
     assert stop(False, False, 1, 3, 10, 100, 1000) is None
+
+
+def test_the_replay_moves_each_ttft_by_its_own_transfer_error_and_rejudges_the_slo():
+    reqs = [{"id": "a", "arrival": 0.0, "measured": True, "state": "completed", "ttft": 4.0,
+             "slo_s": 5.0, "slo_met": True},
+            {"id": "b", "arrival": 1.0, "measured": True, "state": "completed", "ttft": 2.0,
+             "slo_s": 5.0, "slo_met": True},
+            {"id": "c", "arrival": 2.0, "measured": True, "state": "failed", "ttft": "",
+             "slo_s": 5.0, "slo_met": False}]
+    packets = [{"request": "a", "end": 3.0}, {"request": "a", "end": 3.5},
+               {"request": "c", "end": 1.0}]
+    replay = [{"request": "a", "end": 5.0}, {"request": "a", "end": 4.0},
+              {"request": "c", "end": 0.5}]
+    got = {r["id"]: r for r in claims.replayed_requests(reqs, packets, replay)}
+    assert got["a"]["ttft"] == pytest.approx(4.0 + 5.0 - 3.5)  # last shard against last
+    assert got["a"]["slo_met"] is False  # 5.5 s misses the 5 s SLO the packets met
+    assert got["b"] == reqs[1]  # no transfer (a local hit): as the packets served it
+    assert got["c"] == reqs[2]  # not served: nothing to move
+
+
+def test_the_replay_verdict_sees_past_diverging_decisions():
+    """The flow model's own decisions differ request by request (an inconclusive claim);
+    the replay of the packets' transfers errs by 1% per request: its verdict agrees."""
+    base = _spread_base(n=150, seed=6)
+    rng = np.random.default_rng(7)
+    gain = np.array(base) * 0.8
+    pk = gain * rng.lognormal(0.0, 0.4, len(base))  # the packets' own decisions
+    fl = gain * rng.lognormal(0.0, 0.4, len(base))  # the flow model's, independently
+    runs = {("packets", "rr", 1): rows(base), ("flow", "rr", 1): rows(base),
+            ("replay", "rr", 1): rows(list(np.array(base) * 1.01)),
+            ("packets", "netkv-full", 1): rows(list(pk)),
+            ("flow", "netkv-full", 1): rows(list(fl)),
+            ("replay", "netkv-full", 1): rows(list(pk * rng.normal(1.01, 0.01, len(base))))}
+    p = claims.pair_requests(runs)
+    assert p.engines == ("packets", "flow", "replay") and p.ttft.shape == (150, 3, 2)
+    pc = claims.judge_point(p)
+    (c,) = [c for c in pc.claims if c.metric == "ttft_mean"]
+    assert c.verdict == "inconclusive"
+    assert c.network_verdict == "agree" and abs(c.network.point) < 0.01
+    assert c.network.half_width < c.difference.half_width / 3
+    assert "replay - packets" in c.sentence and c.as_dict()["network_verdict"] == "agree"
+    assert set(pc.values["ttft_mean"]) == {"packets", "flow", "replay"}
+    assert set(pc.ranking["packets"]) == {"rr", "netkv-full"}  # the engines' ranking only
+    # without the replay nothing of it is claimed
+    bare = claims.judge_point(claims.pair_requests(
+        {k: v for k, v in runs.items() if k[0] != "replay"}))
+    assert all(c.network is None and "network" not in c.as_dict() for c in bare.claims)

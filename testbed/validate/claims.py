@@ -24,7 +24,13 @@ Verdicts, per claim:
 - across engines (the claim's verdict): the flow model's gain minus the packets' gain,
   *agree* when the whole interval lies within +-GAIN_TOLERANCE (an equivalence test: two
   one-sided tests at the interval's level), *disagree* when it lies entirely outside it,
-  *inconclusive* otherwise.
+  *inconclusive* otherwise;
+- at the packets' own decisions (when the replay is given): the replay's gain minus the
+  packets', judged the same way. The replay sees exactly the transfers the packets carried,
+  so the schedulers' diverging decisions (most of the engines' difference's spread) drop
+  out and what is left is the network model's error on the gain. It is a second verdict,
+  not a control variate for the first: a control variate needs a known mean, and the
+  replay exists only where packets ran.
 """
 
 from __future__ import annotations
@@ -49,19 +55,21 @@ PRIMARY = "ttft_mean"  # the claims a sequential validation must resolve
 METRIC_NAMES = {"ttft_mean": "mean TTFT", "ttft_p99": "P99 TTFT", "slo": "SLO attainment"}
 HIGHER_IS_BETTER = {"ttft_mean": False, "ttft_p99": False, "slo": True}
 ENGINES = ("packets", "flow")
+REPLAY = "replay"  # the flow model on the packets' own transfers (testbed/validate/replay.py)
 
 
 @dataclass(frozen=True)
 class Paired:
     """Requests measured in every run of one sweep point, in arrival order per seed:
     ttft[i, e, s] (seconds; NaN if not served) and met[i, e, s] (the SLO met) for engine e
-    of ENGINES and scheduler s of `schedulers`."""
+    of `engines` (ENGINES, then REPLAY when replayed) and scheduler s of `schedulers`."""
 
     schedulers: tuple[str, ...]
     ids: tuple[str, ...]
     seeds: np.ndarray  # (n,) the seed of each request
-    ttft: np.ndarray  # (n, 2, S)
-    met: np.ndarray  # (n, 2, S)
+    ttft: np.ndarray  # (n, E, S)
+    met: np.ndarray  # (n, E, S)
+    engines: tuple[str, ...] = ENGINES
 
     @property
     def n(self) -> int:
@@ -78,19 +86,21 @@ def _truthy(value) -> bool:
 
 def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
     """runs[(engine, scheduler, seed)] = requests.csv rows of one sweep point. Keeps the
-    measured requests that every engine x scheduler run of their seed recorded."""
+    measured requests that every engine x scheduler run of their seed recorded. Runs of
+    engine REPLAY (the packets' requests with the replay's transfer ends) are optional."""
     schedulers = tuple(sorted({s for _, s, _ in runs}))
     seeds = sorted({k for _, _, k in runs})
+    engines = ENGINES + ((REPLAY,) if any(e == REPLAY for e, _, _ in runs) else ())
     ids, seed_of, ttft, met = [], [], [], []
     for seed in seeds:
         tables = {}
-        for e in ENGINES:
+        for e in engines:
             for s in schedulers:
                 rows = runs.get((e, s, seed))
                 if rows is None:
                     break
                 tables[(e, s)] = {str(r["id"]): r for r in rows if _truthy(r.get("measured"))}
-        if len(tables) != len(ENGINES) * len(schedulers):
+        if len(tables) != len(engines) * len(schedulers):
             continue  # a seed some run lacks: nothing to pair
         common = set.intersection(*(set(t) for t in tables.values()))
         first = tables[(ENGINES[0], schedulers[0])]
@@ -98,13 +108,14 @@ def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
             ids.append(rid)
             seed_of.append(seed)
             ttft.append([[float(tables[(e, s)][rid]["ttft"]) if _served(tables[(e, s)][rid])
-                          else math.nan for s in schedulers] for e in ENGINES])
+                          else math.nan for s in schedulers] for e in engines])
             met.append([[1.0 if _truthy(tables[(e, s)][rid].get("slo_met")) else 0.0
-                         for s in schedulers] for e in ENGINES])
-    shape = (0, len(ENGINES), len(schedulers))
+                         for s in schedulers] for e in engines])
+    shape = (0, len(engines), len(schedulers))
     return Paired(schedulers, tuple(ids), np.asarray(seed_of, dtype=int),
                   np.asarray(ttft, dtype=float).reshape(shape) if not ttft else np.asarray(ttft),
-                  np.asarray(met, dtype=float).reshape(shape) if not met else np.asarray(met))
+                  np.asarray(met, dtype=float).reshape(shape) if not met else np.asarray(met),
+                  engines)
 
 
 def block_length(n: int) -> int:
@@ -153,8 +164,8 @@ def _weighted_quantile(w: np.ndarray, x: np.ndarray, q: float) -> np.ndarray:
 def statistics(p: Paired, w: np.ndarray) -> dict[str, np.ndarray]:
     """Per resample (rows of w): metric -> (R, engines, schedulers)."""
     out = {"ttft_mean": _weighted_mean(w, p.ttft), "slo": _weighted_mean(w, p.met)}
-    p99 = np.empty((w.shape[0], len(ENGINES), len(p.schedulers)))
-    for e in range(len(ENGINES)):
+    p99 = np.empty((w.shape[0], len(p.engines), len(p.schedulers)))
+    for e in range(len(p.engines)):
         for s in range(len(p.schedulers)):
             p99[:, e, s] = _weighted_quantile(w, p.ttft[:, e, s], 0.99)
     out["ttft_p99"] = p99
@@ -215,13 +226,21 @@ class Claim:
     on_packets: str = ""  # holds | reversed | unresolved
     verdict: str = ""  # agree | disagree | inconclusive
     sentence: str = ""
+    network: Estimate | None = None  # replay gain - packet gain (same decisions)
+    network_verdict: str = ""
+    replay: Estimate | None = None  # the replay's gain
 
     def as_dict(self) -> dict:
-        return {"scheduler": self.scheduler, "baseline": self.baseline,
-                "metric": self.metric, "n": self.n, "packets": self.packets.as_dict(),
-                "flow": self.flow.as_dict(), "difference": self.difference.as_dict(),
-                "on_packets": self.on_packets, "verdict": self.verdict,
-                "sentence": self.sentence}
+        out = {"scheduler": self.scheduler, "baseline": self.baseline,
+               "metric": self.metric, "n": self.n, "packets": self.packets.as_dict(),
+               "flow": self.flow.as_dict(), "difference": self.difference.as_dict(),
+               "on_packets": self.on_packets, "verdict": self.verdict,
+               "sentence": self.sentence}
+        if self.network is not None:
+            out["network"] = self.network.as_dict()
+            out["network_verdict"] = self.network_verdict
+            out["replay"] = self.replay.as_dict() if self.replay else None
+        return out
 
 
 def _better(metric: str, est: Estimate) -> str:
@@ -249,16 +268,21 @@ def _fmt_gain(metric: str, e: Estimate) -> str:
     return f"{100 * e.point:+.1f}{unit} [{100 * e.low:+.1f}, {100 * e.high:+.1f}]"
 
 
+def _fmt_diff(e: Estimate) -> str:
+    return (f"{100 * e.point:+.1f} pts" + ("" if math.isnan(e.low) else
+                                            f" [{100 * e.low:+.1f}, {100 * e.high:+.1f}]"))
+
+
 def describe(c: Claim) -> str:
     from testbed.model.plugins import display_name
 
     name = f"{display_name(c.scheduler)} vs {display_name(c.baseline)}, {METRIC_NAMES[c.metric]}"
     return (f"{name}: packets {_fmt_gain(c.metric, c.packets)} ({c.on_packets}), flow "
-            f"{_fmt_gain(c.metric, c.flow)}; flow - packets "
-            f"{100 * c.difference.point:+.1f} pts"
-            + ("" if math.isnan(c.difference.low) else
-               f" [{100 * c.difference.low:+.1f}, {100 * c.difference.high:+.1f}]")
-            + f", n={c.n}: {c.verdict}")
+            f"{_fmt_gain(c.metric, c.flow)}; flow - packets {_fmt_diff(c.difference)}"
+            f", n={c.n}: {c.verdict}"
+            + ("" if c.network is None else
+               f"; at the packets' decisions (replay - packets) {_fmt_diff(c.network)}: "
+               f"{c.network_verdict}"))
 
 
 @dataclass
@@ -290,7 +314,7 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
     for m in METRICS:
         out.values[m] = {e: {s: estimate(float(at[m][0, ei, si]), draws[m][:, ei, si], level,
                                          normal)
-                             for s, si in idx.items()} for ei, e in enumerate(ENGINES)}
+                             for s, si in idx.items()} for ei, e in enumerate(p.engines)}
     for base in BASELINES:
         if base not in idx:
             continue
@@ -305,9 +329,17 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
                 diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
                 c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
                           agreement(diff, tolerance))
+                if REPLAY in p.engines:
+                    r = p.engines.index(REPLAY)
+                    c.network = estimate(float(g_at[r] - g_at[0]), g[:, r] - g[:, 0], level,
+                                         normal)
+                    c.network_verdict = agreement(c.network, tolerance)
+                    c.replay = estimate(float(g_at[r]), g[:, r], level, normal)
                 c.sentence = describe(c)
                 out.claims.append(c)
-    out.ranking = ranking_probability(p.schedulers, at["ttft_mean"][0], draws["ttft_mean"])
+    two = len(ENGINES)  # the ranking compares the engines, not the replay
+    out.ranking = ranking_probability(p.schedulers, at["ttft_mean"][0][:two],
+                                      draws["ttft_mean"][:, :two])
     return out
 
 
@@ -352,3 +384,30 @@ def primary(claims: Sequence[Claim]) -> list[Claim]:
 def counts(claims: Sequence[Claim]) -> dict[str, int]:
     kinds = [c.verdict for c in claims]
     return {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")}
+
+
+def replayed_requests(requests: Sequence[dict], packet_transfers: Sequence[dict],
+                      replayed: Sequence[dict]) -> list[dict]:
+    """A packet run's requests as the replay would have served them: each TTFT moved by
+    (the replay's last shard end - the packets' last shard end) for its request, the SLO
+    judged again. Decisions, queueing before the transfer and the first decode step stay
+    the packets'; a transfer that ends sooner does not change later requests' queueing
+    (the knock-on effect is left out, so the figure is the transfers' own error)."""
+    def last_end(rows: Sequence[dict]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in rows:
+            key = str(r["request"])
+            out[key] = max(out.get(key, -math.inf), float(r["end"]))
+        return out
+
+    pk, rp = last_end(packet_transfers), last_end(replayed)
+    out = []
+    for row in requests:
+        rid = str(row["id"])
+        if rid in pk and rid in rp and _served(row):
+            ttft = float(row["ttft"]) + rp[rid] - pk[rid]
+            slo = row.get("slo_s")
+            met = ttft <= float(slo) if slo not in (None, "") else _truthy(row.get("slo_met"))
+            row = {**row, "ttft": ttft, "slo_met": met}
+        out.append(row)
+    return out

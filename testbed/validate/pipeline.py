@@ -37,10 +37,11 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import cache, claims, compare, stats, validity
+from testbed.validate import cache, claims, compare, validity
 from testbed.validate.replay import replay_transfers
 from testbed.validate.summary import claim_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin
+from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
 from testbed.workers import tcpinfo
 
 
@@ -331,70 +332,6 @@ def judge_again(folder: Path) -> dict:
     return judge(Scenario.model_validate(raw), folder, emus[-1], cal)
 
 
-def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
-    """Cells whose run the fidelity monitor passed, and the keys of those it flagged."""
-    kept, flagged = {}, []
-    for key, cell in cells.items():
-        verdict = json.loads((cell / "summary.json").read_text()).get("fidelity", "faithful")
-        (kept.__setitem__(key, cell) if verdict == "faithful" else flagged.append(key))
-    return kept, flagged
-
-
-def ttft_verdicts(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
-    """point -> scheduler -> paired TTFT interval and verdict, pooled over seeds."""
-    pooled: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-    for key, cell in emu_cells.items():
-        if key not in flow_cells:
-            continue
-        point, sched, _ = key.split("/")
-        ref, mod = compare.paired_ttft(read_csv(cell / "requests.csv"),
-                                       read_csv(flow_cells[key] / "requests.csv"))
-        acc = pooled.setdefault((point, sched), ([], []))
-        acc[0].extend(ref)
-        acc[1].extend(mod)
-    out: dict[str, dict] = {}
-    for (point, sched), (ref, mod) in sorted(pooled.items()):
-        iv = stats.paired_mean_error(ref, mod)
-        kind, sentence = stats.ttft_verdict(iv)
-        out.setdefault(point, {})[sched] = {**iv.as_dict(), "verdict": kind,
-                                            "sentence": sentence}
-    return out
-
-
-def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
-    """point -> per-seed ranking agreement by mean TTFT (seeds where all schedulers ran)."""
-    by: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
-    for key, cell in emu_cells.items():
-        if key not in flow_cells:
-            continue
-        point, sched, seed = key.split("/")
-        ref = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
-        mod = json.loads((flow_cells[key] / "summary.json").read_text()).get("ttft_mean_ms")
-        by.setdefault((point, seed), {})[sched] = (ref, mod)
-    orders: dict[str, list] = {}
-    for (point, _seed), scores in sorted(by.items()):
-        if len(scores) < 2 or any(v is None or v != v for pair in scores.values() for v in pair):
-            continue
-        orders.setdefault(point, []).append(
-            (compare.ranking({k: v[0] for k, v in scores.items()}),
-             compare.ranking({k: v[1] for k, v in scores.items()})))
-    return {point: stats.seed_agreement(o) for point, o in orders.items()}
-
-
-def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
-                 level: float = claims.CONFIDENCE, normal: bool = False) -> dict:
-    """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
-    a seed enters only if every scheduler's packet run of it is in `emu_cells`."""
-    runs: dict[str, dict] = {}
-    for engine, cells in (("packets", emu_cells), ("flow", flow_cells)):
-        for key, cell in cells.items():
-            point, sched, seed = key.split("/")
-            runs.setdefault(point, {})[(engine, sched, int(seed.removeprefix("seed")))] = \
-                read_csv(cell / "requests.csv")
-    return {point: claims.judge_point(claims.pair_requests(r), level, normal).as_dict()
-            for point, r in sorted(runs.items())}
-
-
 def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
                    factors: dict[int, float], sequential: dict | None = None) -> dict:
     all_emu = cells_of(emu_folder)
@@ -438,7 +375,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
     # level of a sequential validation's last look when it stopped early
     level = sequential["level"] if sequential else claims.CONFIDENCE
-    gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential))
+    gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
+                         replayed=replays["replay_tcp"])
     return {
         "scenario": scenario.name,
         "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),

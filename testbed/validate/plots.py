@@ -136,7 +136,8 @@ def _ttft_unpaired(doc: dict, point: str, out: Path) -> Path:
 
 
 def gain_bars(doc: dict, out: Path) -> list[Path]:
-    """Each claim's gain on packets and in the flow model, with intervals."""
+    """Each claim's gain on packets, in the flow model and (when judged) in the replay
+    of the packets' own transfers, with intervals and both verdicts."""
     paths = []
     for point, data in doc.get("claims", {}).items():
         if not data.get("claims"):
@@ -146,13 +147,20 @@ def gain_bars(doc: dict, out: Path) -> list[Path]:
         for ax, metric in zip(axes, metrics, strict=True):
             rows = [c for c in data["claims"] if c["metric"] == metric]
             xs = range(len(rows))
-            for shift, engine in ((-0.2, "packets"), (0.2, "flow")):
+            engines = ("packets", "flow") + (("replay",) if rows and rows[0].get("replay")
+                                             else ())
+            width = 0.8 / len(engines)
+            for k, engine in enumerate(engines):
+                shift = (k - (len(engines) - 1) / 2) * width
                 bars = [_errbar(c[engine], 100.0) for c in rows]
-                ax.bar([x + shift for x in xs], [b[0] for b in bars], 0.4, label=engine,
+                label = "replay (packets' decisions)" if engine == "replay" else engine
+                ax.bar([x + shift for x in xs], [b[0] for b in bars], width, label=label,
                        yerr=[[b[1][0] for b in bars], [b[1][1] for b in bars]], capsize=4)
             ax.axhline(0, color="k", lw=0.6)
             ax.set_xticks(list(xs), [f"{display_name(c['scheduler'])}\nvs "
                                      f"{display_name(c['baseline'])}\n{c['verdict']}"
+                                     + (f"\nreplay: {c['network_verdict']}"
+                                        if c.get("network_verdict") else "")
                                      for c in rows], fontsize=8)
             unit = "points" if metric == "slo" else "%"
             ax.set_title(f"gain in {metric.replace('_', ' ')} ({unit})")

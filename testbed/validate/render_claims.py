@@ -38,7 +38,11 @@ def claim_lines(doc: dict) -> list[str]:
              "it lies entirely outside, and is inconclusive otherwise. Intervals: block "
              f"bootstrap over requests in arrival order, {level:.1f}% "
              + ("(the last look's level of the sequential plan below)." if seq else "(percentile).")
-             + " docs/validation.md (\"The statistics of a verdict\") explains each step.", ""]
+             + " docs/validation.md (\"The statistics of a verdict\") explains each step. "
+             "*At the packets' decisions*: the same test on the replay's gain minus the "
+             "packets' (the flow model fed exactly the transfers the packets carried): "
+             "the network model's error on the gain, without the schedulers' diverging "
+             "decisions.", ""]
     if not gains or not any(by["claims"] for by in gains.values()):
         return lines + ["No claim could be judged: no seed has a faithful packet run of every "
                         "scheduler (see the fidelity section); more seeds, or a higher "
@@ -46,13 +50,17 @@ def claim_lines(doc: dict) -> list[str]:
     for point, by in gains.items():
         lines += [f"### {point}: {by['n']} paired requests", "",
                   "| claim | metric | packets | on packets | flow model | flow - packets | "
-                  "verdict |", "|---|---|---|---|---|---|---|"]
+                  "verdict | at the packets' decisions: replay - packets | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in by["claims"]:
             verdict = f"**{c['verdict']}**" if c["metric"] == "ttft_mean" else c["verdict"]
+            net = c.get("network")
             lines.append(f"| {display_name(c['scheduler'])} vs {display_name(c['baseline'])} | "
                          f"{METRIC_NAMES[c['metric']]} | {_est(c['metric'], c['packets'])} | "
                          f"{c['on_packets']} | {_est(c['metric'], c['flow'])} | "
-                         f"{_diff(c['difference'])} | {verdict} |")
+                         f"{_diff(c['difference'])} | {verdict} | "
+                         f"{_diff(net) if net else '-'} | "
+                         f"{c.get('network_verdict') or '-'} |")
         r = by.get("ranking")
         if r:
             lines += ["", f"Ranking by mean TTFT: packets "

@@ -60,7 +60,11 @@ def claim_targets(gains: dict) -> dict:
     """The primary claims' verdicts (mean-TTFT gains), counted and in words."""
     primary = [c for by in gains.values() for c in by["claims"] if c["metric"] == claims.PRIMARY]
     kinds = [c["verdict"] for c in primary]
+    network = [c["network_verdict"] for c in primary if c.get("network_verdict")]
     return {"gain_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
+            "network_gain_verdicts": {k: network.count(k)
+                                      for k in ("agree", "disagree", "inconclusive")}
+            if network else None,
             "gain_lines": [c["sentence"] for c in primary],
             "ranking_probability": {p: by["ranking"] for p, by in gains.items()
                                     if by["ranking"]}}
@@ -88,6 +92,11 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
         lines.append(f"gains (mean TTFT, flow model vs packets within "
                      f"{100 * claims.GAIN_TOLERANCE:.0f} points): {g['agree']} agree, "
                      f"{g['disagree']} disagree, {g['inconclusive']} inconclusive")
+        n = t.get("network_gain_verdicts")
+        if n:
+            lines.append(f"gains at the packets' own decisions (replay vs packets, same test): "
+                         f"{n['agree']} agree, {n['disagree']} disagree, "
+                         f"{n['inconclusive']} inconclusive")
         lines += [f"  {line}" for line in t["gain_lines"]]
         for point, r in t["ranking_probability"].items():
             lines.append(f"  ranking ({point}): packets "

@@ -73,6 +73,9 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
     if point["n"]:
         got = {(c["scheduler"], c["baseline"], c["metric"]) for c in point["claims"]}
         assert got == {("netkv-full", "rr", m) for m in ("ttft_mean", "ttft_p99", "slo")}
+        # and judged again at the packets' own decisions (the replay of their transfers)
+        assert all(c["network_verdict"] in ("agree", "disagree", "inconclusive")
+                   and c["replay"]["point"] is not None for c in point["claims"])
         assert doc["sequential"]["level"] == seq["looks"][-1]["level"]
         assert (folder / "plots" / "gains_000-base.png").stat().st_size > 1000
     report = (folder / "report.md").read_text()

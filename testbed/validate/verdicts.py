@@ -1,0 +1,82 @@
+"""The verdicts read from run folders: which runs were faithful, per-scheduler TTFT
+verdicts, per-seed rankings and the paper's claims (claims.py) of every sweep point.
+Cells are keyed point/scheduler/seedN, as pipeline.cells_of gives them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.records import read_csv
+from testbed.validate import claims, compare, stats
+
+
+def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
+    """Cells whose run the fidelity monitor passed, and the keys of those it flagged."""
+    kept, flagged = {}, []
+    for key, cell in cells.items():
+        verdict = json.loads((cell / "summary.json").read_text()).get("fidelity", "faithful")
+        (kept.__setitem__(key, cell) if verdict == "faithful" else flagged.append(key))
+    return kept, flagged
+
+
+def ttft_verdicts(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
+    """point -> scheduler -> paired TTFT interval and verdict, pooled over seeds."""
+    pooled: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for key, cell in emu_cells.items():
+        if key not in flow_cells:
+            continue
+        point, sched, _ = key.split("/")
+        ref, mod = compare.paired_ttft(read_csv(cell / "requests.csv"),
+                                       read_csv(flow_cells[key] / "requests.csv"))
+        acc = pooled.setdefault((point, sched), ([], []))
+        acc[0].extend(ref)
+        acc[1].extend(mod)
+    out: dict[str, dict] = {}
+    for (point, sched), (ref, mod) in sorted(pooled.items()):
+        iv = stats.paired_mean_error(ref, mod)
+        kind, sentence = stats.ttft_verdict(iv)
+        out.setdefault(point, {})[sched] = {**iv.as_dict(), "verdict": kind,
+                                            "sentence": sentence}
+    return out
+
+
+def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> dict:
+    """point -> per-seed ranking agreement by mean TTFT (seeds where all schedulers ran)."""
+    by: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    for key, cell in emu_cells.items():
+        if key not in flow_cells:
+            continue
+        point, sched, seed = key.split("/")
+        ref = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
+        mod = json.loads((flow_cells[key] / "summary.json").read_text()).get("ttft_mean_ms")
+        by.setdefault((point, seed), {})[sched] = (ref, mod)
+    orders: dict[str, list] = {}
+    for (point, _seed), scores in sorted(by.items()):
+        if len(scores) < 2 or any(v is None or v != v for pair in scores.values() for v in pair):
+            continue
+        orders.setdefault(point, []).append(
+            (compare.ranking({k: v[0] for k, v in scores.items()}),
+             compare.ranking({k: v[1] for k, v in scores.items()})))
+    return {point: stats.seed_agreement(o) for point, o in orders.items()}
+
+
+def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
+                 level: float = claims.CONFIDENCE, normal: bool = False,
+                 replayed: dict[str, list[dict]] | None = None) -> dict:
+    """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
+    a seed enters only if every scheduler's packet run of it is in `emu_cells`.
+    `replayed` (cell key -> the replay's transfer rows) adds the gains at the packets'
+    own decisions."""
+    runs: dict[str, dict] = {}
+    for engine, cells in (("packets", emu_cells), ("flow", flow_cells)):
+        for key, cell in cells.items():
+            point, sched, seed = key.split("/")
+            rows = read_csv(cell / "requests.csv")
+            runs.setdefault(point, {})[(engine, sched, int(seed.removeprefix("seed")))] = rows
+            if engine == "packets" and replayed is not None and key in replayed:
+                runs[point][(claims.REPLAY, sched, int(seed.removeprefix("seed")))] = \
+                    claims.replayed_requests(rows, read_csv(cell / "transfers.csv"),
+                                             replayed[key])
+    return {point: claims.judge_point(claims.pair_requests(r), level, normal).as_dict()
+            for point, r in sorted(runs.items())}
