@@ -315,3 +315,34 @@ def test_a_bind_beyond_loopback_needs_a_token(write_scenario):
     sc = load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\nemulation: "
                                       "{bind: 0.0.0.0, token: abcdefghijklmnop}\n"))
     assert sc.emulation.token == "abcdefghijklmnop"
+
+
+def test_a_backlog_that_stood_half_the_interval_tests_the_link_and_a_brief_one_does_not():
+    assert fidelity.standing(50, 50) == 1.0
+    assert fidelity.standing(50, 30) == 0.6
+    assert fidelity.standing(50, 20) is None  # the link idled for want of packets
+    assert fidelity.standing(5, 5) is None  # too few samples: the snapshot test decides
+    # a link judged by its rate while backlogged: 60% busy at 57% of the rate is 95%
+    lk = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 5.7e6 / 0.6, 4, 0.6)
+    doc = fidelity.verdict([lk], [0.3], backlog_hz=100.0)
+    assert doc["verdict"] == "faithful" and doc["links"][0]["backlog_share"] == 0.6
+    assert "100 Hz" in doc["saturation_test"]
+    assert "snapshot" in fidelity.verdict([lk], [0.3])["saturation_test"]
+
+
+def test_a_qdisc_reply_is_parsed_for_its_backlog():
+    import struct
+
+    from testbed.datapath import backlog
+
+    queue = struct.pack("=IIIII", 7, 10598, 2, 0, 9)  # qlen, backlog, drops, requeues, over
+    inner = struct.pack("=HH", 4 + len(queue), backlog.TCA_STATS_QUEUE) + queue
+    basic = struct.pack("=HH", 4 + 16, 1) + bytes(16)  # TCA_STATS_BASIC, skipped
+    stats2 = struct.pack("=HH", 4 + len(basic) + len(inner), backlog.TCA_STATS2 | 0x8000)
+    kind = struct.pack("=HH", 8, 1) + b"htb\0"
+    body = struct.pack("=BxxxiIII", 0, 42, 0x10000, backlog.TC_H_ROOT, 1) + kind + stats2 \
+        + basic + inner
+    msg = struct.pack("=IHHII", 16 + len(body), backlog.RTM_NEWQDISC, 0, 1, 0) + body
+    error = struct.pack("=IHHII", 36, backlog.NLMSG_ERROR, 0, 2, 0) + bytes(20)
+    assert backlog.parse_queue(msg + error) == {42: (10598, 7)}
+    assert backlog._count(msg + error) == 2
