@@ -31,6 +31,7 @@ from testbed.model import plugins
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
+from testbed.topologies.captured import capture_error
 from testbed.topologies.fattree import FatTreeSpec
 from testbed.workloads.profiles import CLA_WEIGHTS, PROFILES
 
@@ -576,16 +577,9 @@ class Scenario(_Strict):
             if fault.kind == "link_down" and fault.target not in links:
                 raise ValueError(f"{where}: {fault.target!r} is not a link 'a-b' of the fabric "
                                  "(testbed topology SCENARIO --links lists them)")
-        switches = {n for names in spec.switches.values() for n in names}
         for k, name in enumerate(self.emulation.capture):
-            if name.replace(">", "-", 1) not in links:
-                raise ValueError(f"emulation.capture.{k}: {name!r} is not a link of the "
-                                 "fabric: give 'a>b' (what a sends toward b) or 'a-b' (both "
-                                 "ways); testbed topology SCENARIO --links lists them")
-            if ">" in name and name.split(">")[0] not in switches:
-                a, b = name.split(">")
-                raise ValueError(f"emulation.capture.{k}: {name!r}: packets are captured "
-                                 f"where a switch sends them; {a} is a host: give '{b}>{a}'")
+            if (why := capture_error(spec, name)) is not None:
+                raise ValueError(f"emulation.capture.{k}: {why}")
         return self
 
     @field_validator("model")

@@ -1,6 +1,7 @@
 """Fat-tree spec: the paper's cluster, placement, tiers, links, scale."""
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,19 @@ def test_larger_clusters_build(pods):
 def test_impossible_specs_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         FatTreeSpec(**kwargs)
+
+
+def test_captured_links_are_read_once_and_checked_against_the_fabric():
+    from testbed.scenario import load_scenario
+    from testbed.topologies.captured import capture_error, directions
+
+    assert directions(["tor0>agg0", "tor0-agg0", "agg1-core0"]) == [
+        ("tor0", "agg0"), ("agg0", "tor0"), ("agg1", "core0"), ("core0", "agg1")]
+    spec = FatTreeSpec()
+    assert capture_error(spec, "tor0-agg0") is None and capture_error(spec, "agg0>tor0") is None
+    assert "not a link" in capture_error(spec, "tor0-core0")
+    assert "not a link" in capture_error(spec, "tor0")
+    assert "give 'tor0>i0'" in capture_error(spec, "i0>tor0")  # a host's end
+    with pytest.raises(ValueError, match=r"emulation\.capture\.1: 'i0>tor0'"):
+        load_scenario(Path(__file__).parent.parent / "scenarios" / "default.yaml",
+                      {"emulation.capture": ["tor0-agg0", "i0>tor0"]})

@@ -19,24 +19,10 @@ from pathlib import Path
 from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.net import EmulationError
+from testbed.topologies.captured import directions
 
 FLOW_FIELDS = ("link", "proto", "src", "sport", "dst", "dport", "class", "dscp", "packets",
                "bytes", "first", "last", "retransmits")
-
-
-def directions(names: list[str]) -> list[tuple[str, str]]:
-    """'a>b' -> [(a, b)]; 'a-b' -> both ways; each direction once, in order (Capture
-    keeps those a switch sends)."""
-    out: list[tuple[str, str]] = []
-    for name in names:
-        if ">" in name:
-            a, b = name.split(">", 1)
-            pairs = [(a, b)]
-        else:
-            a, b = name.split("-", 1)
-            pairs = [(a, b), (b, a)]
-        out += [p for p in pairs if p not in out]
-    return out
 
 
 class Capture:
