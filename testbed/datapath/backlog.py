@@ -43,24 +43,31 @@ def _attrs(data: bytes, start: int, end: int):
         start += _align(length)
 
 
-def parse_queue(data: bytes) -> dict[int, tuple[int, int]]:
-    """RTM_NEWQDISC replies in one buffer -> ifindex -> (backlog bytes, qlen packets)."""
-    out: dict[int, tuple[int, int]] = {}
+def _messages(data: bytes):
+    """(type, start, end) of each netlink message in one buffer."""
     pos = 0
     while pos + _NLMSG.size <= len(data):
         length, kind, _, _, _ = _NLMSG.unpack_from(data, pos)
         if length < _NLMSG.size:
-            break
-        if kind == RTM_NEWQDISC:
-            _, ifindex, _, _, _ = _TCMSG.unpack_from(data, pos + _NLMSG.size)
-            for a, lo, hi in _attrs(data, pos + _NLMSG.size + _TCMSG.size, pos + length):
-                if a != TCA_STATS2:
-                    continue
-                for b, qlo, qhi in _attrs(data, lo, hi):
-                    if b == TCA_STATS_QUEUE and qhi - qlo >= _QUEUE.size:
-                        qlen, backlog, _, _, _ = _QUEUE.unpack_from(data, qlo)
-                        out[ifindex] = (backlog, qlen)
+            return
+        yield kind, pos, pos + length
         pos += _align(length)
+
+
+def parse_queue(data: bytes) -> dict[int, tuple[int, int]]:
+    """RTM_NEWQDISC replies in one buffer -> ifindex -> (backlog bytes, qlen packets)."""
+    out: dict[int, tuple[int, int]] = {}
+    for kind, start, end in _messages(data):
+        if kind != RTM_NEWQDISC:
+            continue
+        _, ifindex, _, _, _ = _TCMSG.unpack_from(data, start + _NLMSG.size)
+        for a, lo, hi in _attrs(data, start + _NLMSG.size + _TCMSG.size, end):
+            if a != TCA_STATS2:
+                continue
+            for b, qlo, qhi in _attrs(data, lo, hi):
+                if b == TCA_STATS_QUEUE and qhi - qlo >= _QUEUE.size:
+                    qlen, backlog, _, _, _ = _QUEUE.unpack_from(data, qlo)
+                    out[ifindex] = (backlog, qlen)
     return out
 
 
@@ -114,14 +121,7 @@ class BacklogReader:
 
 def _count(data: bytes) -> int:
     """Replies (qdiscs or errors) in one buffer."""
-    n, pos = 0, 0
-    while pos + _NLMSG.size <= len(data):
-        length, kind, _, _, _ = _NLMSG.unpack_from(data, pos)
-        if length < _NLMSG.size:
-            break
-        n += kind in (RTM_NEWQDISC, NLMSG_ERROR)
-        pos += _align(length)
-    return n
+    return sum(kind in (RTM_NEWQDISC, NLMSG_ERROR) for kind, _, _ in _messages(data))
 
 
 def _open(names: list[str]) -> tuple[socket.socket, dict[int, str]]:
