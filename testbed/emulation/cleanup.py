@@ -1,5 +1,6 @@
 """Find and remove what emulation runs leave behind: bridges, veths, processes, manifests,
-and the namespaces and state of private OVS daemons (emulation.ovs_instances > 1).
+the namespaces and state of private OVS daemons (emulation.ovs_instances > 1) and the
+tracefs instances of the per-packet fidelity test whose run is gone.
 
 Every run writes a manifest under STATE_DIR naming what it created and its controller's
 pid, and tags its OVS bridges with external_ids:netkv-testbed=<run id>. Cleanup removes
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.datapath import departures
 from testbed.emulation import ovs_daemons
 from testbed.topologies.placement import LANE_NETNS_RE, LANE_OVS_NETNS_RE, NETNS_PREFIX
 
@@ -43,11 +45,12 @@ class Leftovers:
     processes: list[int] = field(default_factory=list)
     manifests: list[Path] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
+    traces: list[Path] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.bridges or self.interfaces or self.processes or self.manifests
-                    or self.namespaces)
+                    or self.namespaces or self.traces)
 
     def describe(self) -> str:
         if self.empty:
@@ -55,7 +58,7 @@ class Leftovers:
         parts = []
         for label, items in (("bridges", self.bridges), ("interfaces", self.interfaces),
                              ("processes", self.processes), ("manifests", self.manifests),
-                ("namespaces", self.namespaces)):
+                ("namespaces", self.namespaces), ("trace instances", self.traces)):
             if items:
                 parts.append(f"{len(items)} {label}")
         return ", ".join(parts)
@@ -167,7 +170,7 @@ def find_leftovers() -> Leftovers:
     for manifest in manifests():
         bridges.update(b for b in _manifest(manifest).get("bridges", []) if b in listed)
     return Leftovers(sorted(bridges), our_interfaces(), our_processes(), manifests(),
-                     our_namespaces())
+                     our_namespaces(), departures.leftover_instances())
 
 
 def remove(left: Leftovers) -> None:
@@ -191,6 +194,8 @@ def remove(left: Leftovers) -> None:
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:
         manifest.unlink(missing_ok=True)
+    for instance in left.traces:
+        departures.remove_instance(instance)
 
 
 def namespace_files(netns: str) -> Path:

@@ -21,7 +21,7 @@ import yaml
 
 from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
-from testbed.emulation.fidelity import FidelityMonitor
+from testbed.emulation.fidelity import FidelityMonitor, departure_summary, describe_departures
 from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_count
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
@@ -107,7 +107,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     os.chmod(cfg_path, 0o600)  # it holds the control token
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,
                               datapath=network.datapath, netns=network.interface_netns,
-                              read=network.read_counters).start()
+                              read=network.read_counters,
+                              trace_path=rundir / "departures.trace").start()
     capture = Capture(fabric, emu.capture, rundir / "capture", network.interface_netns,
                       emu.capture_snaplen)
     try:
@@ -141,7 +142,8 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
     summary.update(packet_counters(result, fidelity))
     verdict = {"verdict": fidelity["verdict"], "reasons": fidelity["reasons"],
                "warnings": fidelity["warnings"], "advice": fidelity["advice"],
-               "tcp": tcpinfo.stalls(result["transfers"])}
+               "tcp": tcpinfo.stalls(result["transfers"]),
+               "departures": departure_summary(fidelity)}
     return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
             "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
 
@@ -372,6 +374,7 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         "intents_posted": result["intents_posted"],
         "fidelity": fidelity["verdict"], "cpu_busy_p95": fidelity["cpu_busy_p95"],
         "worst_link_ratio": fidelity["worst_ratio"],
+        "departures_late_share": (departure_summary(fidelity) or {}).get("worst_late_share"),
         "datapath_bound": fidelity["datapath_bound"],
         "datapath_thread_busy": (fidelity["datapath_thread"] or {}).get("busy_median"),
         "worker_errors": len(result["errors"]),
@@ -396,6 +399,8 @@ def fidelity_lines(verdicts: list[dict]) -> str:
         lines.append(f"- `{v['cell']}`: **{v['verdict']}** ({why})")
         lines += [f"  - warning: {w}" for w in v.get("warnings", [])]
         lines += [f"  - advice: {a}" for a in v.get("advice", [])]
+        if v.get("departures"):
+            lines.append(f"  - packets: {describe_departures(v['departures'])}")
         if v.get("tcp"):
             lines.append(f"  - TCP: {tcpinfo.describe(v['tcp'])}")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
-"""The fast backlog reader on a real shaped link: two namespaces joined by a veth, HTB at
-2 Mbit/s on one end, UDP pushed through it at twice its rate, then paced under it."""
+"""The fast backlog reader and the per-packet departure trace on a real shaped link: two
+namespaces joined by a veth, HTB at 2 Mbit/s on one end, UDP pushed through it at twice
+its rate, then paced under it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import time
 
 import pytest
 
-from testbed.datapath import tc
+from testbed.datapath import departures, tc
 from testbed.datapath.backlog import BacklogReader
-from testbed.emulation import fidelity
+from testbed.emulation import cleanup, fidelity
 
 RATE = 2e6
 SENDER = """
@@ -86,3 +87,50 @@ def test_a_link_pushed_past_its_rate_holds_a_backlog_and_a_paced_one_does_not(sh
         assert fidelity.standing(n, busy) is None and busy / n < 0.3
     finally:
         reader.close()
+
+
+def test_departures_of_a_queued_link_are_on_time_and_a_link_slower_than_claimed_is_late(
+        shaped_link, tmp_path):
+    ns, dev = shaped_link
+    netns = {dev: f"/run/netns/{ns}"}
+    tracer = departures.DepartureTracer({dev: RATE}, tmp_path / "t.trace", netns).start()
+    try:
+        _send(ns, 2 * RATE, 2.0).wait(timeout=10)
+    finally:
+        got, lost = tracer.stop()
+    assert not tracer.instance.exists()  # the kernel's instance went with the trace
+    on_time = got[dev]
+    assert lost == 0 and on_time.judged >= 200  # ~170 frames/s queued for 2 s
+    assert on_time.late_share <= fidelity.MAX_LATE_SHARE
+    # the same departures against a rate 3x the real one: each 2 frame times late
+    links = {dev: (departures._ifindexes([dev], netns)[dev], 3 * RATE)}
+    with (tmp_path / "t.trace").open() as f:
+        slow = departures.spacing(f, links)[dev]
+    assert slow.judged == on_time.judged and slow.late_share > 0.9
+
+
+KILLED = """
+import os, signal, sys, time
+from pathlib import Path
+from testbed.datapath.departures import DepartureTracer
+t = DepartureTracer({sys.argv[1]: 2e6}, Path(sys.argv[2]), {sys.argv[1]: sys.argv[3]}).start()
+print(t.instance, t._cat.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_trace_left_by_a_killed_run_dies_with_it_and_clean_removes_its_instance(
+        shaped_link, tmp_path):
+    ns, dev = shaped_link
+    proc = subprocess.run([sys.executable, "-c", KILLED, dev, str(tmp_path / "t.trace"),
+                           f"/run/netns/{ns}"], capture_output=True, text=True, timeout=30)
+    instance, cat = proc.stdout.split()
+    assert proc.returncode == -9 and os.path.isdir(instance)
+    deadline = time.monotonic() + 5  # the kernel signals the reader as its parent dies
+    while os.path.exists(f"/proc/{cat}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{cat}")
+    left = cleanup.find_leftovers()
+    assert [str(p) for p in left.traces] == [instance]
+    cleanup.remove(cleanup.Leftovers(traces=left.traces))
+    assert not os.path.exists(instance) and not cleanup.find_leftovers().traces

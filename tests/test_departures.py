@@ -1,0 +1,106 @@
+"""Mininet-HiFi's per-packet test on tracepoint lines, and how its figures enter the verdict."""
+
+from __future__ import annotations
+
+from testbed.datapath.departures import Spacing, spacing
+from testbed.emulation import fidelity
+from testbed.model.tcp import WIRE_FRAME
+
+RATE = 12e6  # a 1514-byte frame takes ~1.009 ms
+FRAME = WIRE_FRAME * 8 / RATE
+
+
+def _queue(t: float, skb: str, dev: str = "tor0-eth5", length: int = WIRE_FRAME) -> str:
+    return f"  cat-1 [000] b.... {t:.6f}: net_dev_queue: dev={dev} skbaddr={skb} len={length}"
+
+
+def _enq(t: float, skb: str, ifindex: int = 7) -> str:
+    return (f"  cat-1 [000] b..1. {t:.6f}: qdisc_enqueue: enqueue ifindex={ifindex} qdisc "
+            f"handle=0x10000 parent=0xFFFFFFFF skbaddr={skb}")
+
+
+def _deq(t: float, skb: str, ifindex: int = 7, packets: int = 1) -> str:
+    return (f"  <idle>-0 [001] ..s1. {t:.6f}: qdisc_dequeue: dequeue ifindex={ifindex} qdisc "
+            f"handle=0x10000 parent=0xFFFFFFFF txq_state=0x0 packets={packets} skbaddr={skb}")
+
+
+def _burst(n: int, gaps: list[float]) -> list[str]:
+    """n packets queued at once at t=0, then dequeued: the first at once, each next one
+    `gaps[k]` after the previous."""
+    lines = []
+    for k in range(n):
+        lines += [_queue(0.0, f"{k:016x}"), _enq(0.0, f"{k:016x}")]
+    t = 0.0
+    for k in range(n):
+        t += gaps[k - 1] if k else 0.0
+        lines.append(_deq(t, f"{k:016x}"))
+    return lines
+
+
+LINKS = {"tor0-eth5": (7, RATE)}
+
+
+def test_a_link_that_sends_back_to_back_while_queued_is_on_time():
+    got = spacing(_burst(5, [FRAME] * 4), LINKS)["tor0-eth5"]
+    assert got == Spacing(judged=4, late=0, p99_late_frames=got.p99_late_frames)
+    assert abs(got.p99_late_frames) < 1e-3 and got.late_share == 0.0
+
+
+def test_a_departure_more_than_a_frame_late_with_a_queue_counts_and_one_within_does_not():
+    got = spacing(_burst(5, [FRAME, 1.5 * FRAME, 2.2 * FRAME, FRAME]), LINKS)["tor0-eth5"]
+    assert (got.judged, got.late) == (4, 1)  # 0.5 frames late is within; 1.2 is not
+    assert 1.1 < got.p99_late_frames < 1.3
+
+
+def test_an_idle_gap_after_the_queue_emptied_is_the_traffics_not_judged():
+    lines = [_queue(0.0, "a"), _enq(0.0, "a"), _deq(0.0, "a"),
+             _queue(0.5, "b"), _enq(0.5, "b"), _deq(0.5, "b")]
+    assert spacing(lines, LINKS) == {}  # nothing was ever waiting behind a departure
+
+
+def test_dropped_packets_other_devices_and_foreign_namespaces_are_not_counted():
+    lines = [_queue(0.0, "a"), _enq(0.0, "a"),
+             _queue(0.0, "b"),  # dropped: never enqueued, so no queue behind "a"
+             _queue(0.0, "c", dev="eth0"), _enq(0.0, "c"),  # not a switch egress of ours
+             _enq(0.0, "d", ifindex=9),  # same skb space, other ifindex
+             _deq(0.0, "a"), _deq(0.3, "c")]
+    assert spacing(lines, LINKS) == {}
+
+
+def test_a_bulk_dequeue_takes_its_packets_off_the_queue_and_charges_their_bytes():
+    lines = []
+    for k in range(3):
+        lines += [_queue(0.0, f"s{k}"), _enq(0.0, f"s{k}")]
+    lines += [_deq(0.0, "s0", packets=2), _deq(2 * FRAME, "s2")]  # two frames' time later
+    got = spacing(lines, LINKS)["tor0-eth5"]
+    assert (got.judged, got.late) == (1, 0)
+
+
+def test_late_departures_make_a_run_unfaithful_and_overrule_a_sampled_low_rate():
+    ok = fidelity.LinkFidelity("tor0-eth5", "tor0>agg0", 10e6, 8.6e6, 6, 0.7)
+    on_time = {"tor0-eth5": ("tor0>agg0", Spacing(5000, 3, 0.05))}
+    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=on_time)
+    assert doc["verdict"] == "faithful"  # 86% by the samples, but every packet on time
+    assert "judged on time" in doc["warnings"][0] and doc["departures"][0]["late"] == 3
+    late = {"tor0-eth5": ("tor0>agg0", Spacing(5000, 400, 3.0))}
+    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=late)
+    assert doc["verdict"] == "unfaithful"
+    assert any("sent late while queued" in r and "8.0%" in r for r in doc["reasons"])
+    assert any("below 95%" in r for r in doc["reasons"])
+    few = {"tor0-eth5": ("tor0>agg0", Spacing(50, 40, 3.0))}  # too few to judge either way
+    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=few)
+    assert doc["verdict"] == "unfaithful" and not any("late" in r for r in doc["reasons"])
+    assert fidelity.verdict([ok], [0.3])["departure_test"] is None
+
+
+def test_the_report_line_sums_the_judged_links_and_names_the_worst():
+    departures = {"a": ("tor0>agg0", Spacing(5000, 5, 0.1)),
+                  "b": ("agg0>core0", Spacing(3000, 30, 0.9)),
+                  "c": ("core0>agg4", Spacing(20, 20, 5.0))}  # too few: not counted
+    doc = fidelity.verdict([], [0.3], backlog_hz=100.0, departures=departures)
+    got = fidelity.departure_summary(doc)
+    assert got == {"links": 2, "judged": 8000, "late": 35, "worst_link": "agg0>core0",
+                   "worst_late_share": 0.01}
+    assert fidelity.describe_departures(got) == (
+        "35 of 8000 queued departures late on 2 links (worst agg0>core0: 1.00%)")
+    assert fidelity.departure_summary(fidelity.verdict([], [0.3])) is None
