@@ -42,8 +42,12 @@ LINKS = {"tor0-eth5": (7, RATE)}
 
 def test_a_link_that_sends_back_to_back_while_queued_is_on_time():
     got = spacing(_burst(5, [FRAME] * 4), LINKS)["tor0-eth5"]
-    assert got == Spacing(judged=4, late=0, p99_late_frames=got.p99_late_frames)
+    assert (got.judged, got.late, got.sent_bytes) == (4, 0, 5 * WIRE_FRAME)
     assert abs(got.p99_late_frames) < 1e-3 and got.late_share == 0.0
+    # 5 frames sent over 4 frame times of first..last departure: busy throughout
+    assert got.idle_share(RATE) == 0.0
+    idle = spacing(_burst(3, [FRAME, 5 * FRAME]), LINKS)["tor0-eth5"]
+    assert abs(idle.idle_share(RATE) - 0.5) < 1e-6  # 3 frames' work over 6 frame times
 
 
 def test_a_departure_more_than_a_frame_late_with_a_queue_counts_and_one_within_does_not():

@@ -55,6 +55,16 @@ class Spacing:
     judged: int
     late: int  # later than the previous packet's transmission time + one frame's
     p99_late_frames: float | None  # lateness's 99th percentile, in frame times (<0: early)
+    sent_bytes: int = 0  # every departure's, queued or not
+    first_s: float | None = None  # the first and last departure, monotonic clock
+    last_s: float | None = None
+
+    def idle_share(self, rate_bps: float) -> float | None:
+        """The share of first..last departure the link spent not sending: a
+        work-conserving link with these bytes would have been busy sent_bytes / rate."""
+        if self.first_s is None or self.last_s is None or self.last_s <= self.first_s:
+            return None
+        return max(0.0, 1 - self.sent_bytes * 8 / rate_bps / (self.last_s - self.first_s))
 
     @property
     def late_share(self) -> float | None:
@@ -70,6 +80,8 @@ class _Link:
     busy: bool = False  # the queue held packets right after the last departure
     judged: int = 0
     late: int = 0
+    sent: int = 0
+    first_t: float | None = None
 
     def __post_init__(self) -> None:
         self.lateness: list[float] = []
@@ -109,9 +121,11 @@ def spacing(lines, links: dict[str, tuple[int, float]]) -> dict[str, Spacing]:
             link.late += late > frame
             link.lateness.append(late / frame)
         link.queued = max(0, link.queued - packets)
+        link.sent += got[1] * packets
+        link.first_t = t if link.first_t is None else link.first_t
         # a bulk dequeue names its first skb only: the others are taken to be as long
         link.last_t, link.last_bytes, link.busy = t, got[1] * packets, link.queued > 0
-    return {name: Spacing(s.judged, s.late, _p99(s.lateness))
+    return {name: Spacing(s.judged, s.late, _p99(s.lateness), s.sent, s.first_t, s.last_t)
             for name, s in state.items() if s.judged}
 
 

@@ -8,7 +8,8 @@ connect to the last acknowledgement, exactly what an emulated KV transfer measur
 each shard's end ("shards", seconds from the same start).
 `python -m testbed.workers.probe compete HOST PORT SHARDS CC BYTES N [N ...]` starts N
 transfers of BYTES at once per N value (competing on one path) and prints
-{bytes, competing, seconds: [one per transfer]}.
+{bytes, competing, seconds: [one per transfer], tcp: [its shards' resent segments,
+retransmission timeouts and seconds in them, per transfer]}.
 `python -m testbed.workers.probe calls HOST PORT CC BYTES CALLS [CALLS ...]` sends one
 shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
 granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
@@ -26,20 +27,25 @@ import time
 from testbed.workers.kvstream import KVReceiver, send_shard, send_transfer
 
 
-def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str) -> list[float]:
-    """n transfers started together; each one's seconds from the common start."""
+def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str
+             ) -> tuple[list[float], list[dict]]:
+    """n transfers started together; each one's seconds from the common start and its
+    shards' TCP stalls summed (segments resent, retransmission timeouts)."""
     ends: list[float] = [0.0] * n
+    stalls: list[dict] = [{}] * n
     t0 = time.time()
 
     def one(j: int) -> None:
-        ends[j] = max(r.end for r in send_transfer(host, port, f"{name}-{j}", sizes,
-                                                   congestion=cc)) - t0
+        results = send_transfer(host, port, f"{name}-{j}", sizes, congestion=cc)
+        ends[j] = max(r.end for r in results) - t0
+        stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
+                     for k in ("retrans_segs", "timeouts", "timeout_s")}
     threads = [threading.Thread(target=one, args=(j,)) for j in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return ends
+    return ends, stalls
 
 
 def main(argv: list[str]) -> int:
@@ -65,9 +71,9 @@ def main(argv: list[str]) -> int:
         host, port, shards, cc, total = argv[1], int(argv[2]), int(argv[3]), argv[4], int(argv[5])
         sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
         for k, n in enumerate(int(c) for c in argv[6:]):
-            print(json.dumps({"bytes": total, "competing": n,
-                              "seconds": _compete(host, port, f"compete{k}", sizes, n, cc)}),
-                  flush=True)
+            ends, stalls = _compete(host, port, f"compete{k}", sizes, n, cc)
+            print(json.dumps({"bytes": total, "competing": n, "seconds": ends,
+                              "tcp": stalls}), flush=True)
         return 0
     if len(argv) >= 6 and argv[0] == "calls":
         host, port, cc, size = argv[1], int(argv[2]), argv[3], int(argv[4])

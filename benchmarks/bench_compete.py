@@ -1,0 +1,92 @@
+"""Competing transfers on one path, packet by packet (root, Open vSwitch): why N transfers
+started together take longer than a work-conserving link needs. Figures, never assertions.
+
+For each tier's host pair of the scenario's fabric (the calibration's pairs) and each N:
+N transfers of 0.5 GB (modelled) started together, as `testbed calibrate` does, with the
+departure trace (testbed/datapath/departures.py) on every switch egress. Printed per run:
+each transfer's time against a lone one's and the work-conserving time (N x lone bytes /
+the path's bottleneck rate), the TCP stalls their senders saw (segments resent,
+retransmission timeouts), and the busiest link's idle share between its first and last
+departure with its late departures (late: the machine held a queued link; idle with
+none late: the queue was empty, TCP was not sending).
+
+Run: sudo .venv/bin/python benchmarks/bench_compete.py [scenarios/validate.yaml]
+     [--competing 1,2,4] [--repeats 2] [--tiers 2,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from testbed.datapath.departures import DepartureTracer
+from testbed.emulation.net import EmulatedNetwork
+from testbed.scenario import load_scenario
+from testbed.validate.calibrate import COMPETE_GB, run_probe
+from testbed.validate.validity import tier_pairs
+from testbed.workers.kvstream import scaled_bytes
+
+
+def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,
+        trace: Path) -> dict:
+    tracer = DepartureTracer(rates, trace, network.interface_netns).start()
+    try:
+        got = run_probe(network, src, dst, "compete", shards, str(size), str(n))[0]
+    finally:
+        spaced, lost = tracer.stop()
+    intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes)
+    return {"seconds": got["seconds"], "tcp": got.get("tcp", []), "link": intf,
+            "idle": sp.idle_share(rates[intf]), "late": sp.late, "judged": sp.judged,
+            "work_s": sp.sent_bytes * 8 / rates[intf], "lost": lost}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario", nargs="?", default="scenarios/validate.yaml")
+    ap.add_argument("--competing", default="1,2,4")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--tiers", default=None, help="tiers to probe (default: every tier)")
+    args = ap.parse_args()
+    sc = load_scenario(args.scenario)
+    cell = sc.cells()[0][1]
+    emu = cell.emulation
+    spec = cell.cluster.spec()
+    shards = cell.network.flows_per_transfer or spec.tp
+    size = scaled_bytes(COMPETE_GB * 1e9, emu.scale)
+    tiers = {int(t) for t in args.tiers.split(",")} if args.tiers else None
+    with tempfile.TemporaryDirectory() as tmp:
+        cell_file = Path(tmp) / "scenario.yaml"
+        cell_file.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+        with EmulatedNetwork(cell, cell_file, Path(tmp)) as network:
+            fabric = network.fabric
+            rates = {intf: link.rate_bps for node, intf, link in fabric.egress_interfaces()
+                     if node in fabric.switches}
+            print(f"{args.scenario}: scale {emu.scale:g}, dilation {emu.time_dilation:g}, "
+                  f"{shards} shards per transfer of {size} wire bytes; wall seconds")
+            for tier, (src, dst) in tier_pairs(spec).items():
+                if tiers and tier not in tiers:
+                    continue
+                lone = None
+                for n in (int(c) for c in args.competing.split(",")):
+                    for _ in range(args.repeats):
+                        r = one(network, src, dst, n, shards, size, rates, Path(tmp) / "t")
+                        secs = sorted(r["seconds"])
+                        if n == 1:
+                            lone = secs[0] if lone is None else min(lone, secs[0])
+                        rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
+                        resent = [int(t.get("retrans_segs") or 0) for t in r["tcp"]]
+                        print(f"tier {tier} {src}->{dst} N={n}: fastest {secs[0]:.3f} "
+                              f"slowest {secs[-1]:.3f} (median {statistics.median(secs):.3f}); "
+                              f"work-conserving {r['work_s']:.3f}"
+                              + (f", lone {lone:.3f}" if lone else "")
+                              + f"; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
+                              f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} "
+                              f"queued departures late, {r['lost']} events lost", flush=True)
+
+
+if __name__ == "__main__":
+    main()
