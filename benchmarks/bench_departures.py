@@ -22,19 +22,7 @@ from pathlib import Path
 from testbed.datapath import tc
 from testbed.datapath.departures import DepartureTracer
 
-SENDER = """
-import socket, sys, time
-rate, seconds = float(sys.argv[1]), float(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-gap, end, due = 1400 * 8 / rate, time.monotonic() + seconds, time.monotonic()
-while time.monotonic() < end:
-    try:
-        s.sendto(bytes(1400), ("10.78.0.2", 9))
-    except OSError:
-        pass
-    due += gap
-    time.sleep(max(0.0, due - time.monotonic()))
-"""
+PACED_UDP = Path(__file__).with_name("paced_udp.py")
 
 
 def link(tag: str) -> tuple[str, str]:
@@ -55,8 +43,8 @@ def measure(ns: str, dev: str, rate: float, seconds: float, hogs: int, trace: Pa
             for _ in range(hogs)]
     try:
         tracer = DepartureTracer({dev: rate}, trace, {dev: f"/run/netns/{ns}"}).start()
-        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER,
-                        str(2 * rate), str(seconds)], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(PACED_UDP),
+                        str(2 * rate), str(seconds), "10.78.0.2"], check=True)
         size = trace.stat().st_size
         start = time.process_time()
         got, lost = tracer.stop()
