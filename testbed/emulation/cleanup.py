@@ -194,7 +194,8 @@ def remove(left: Leftovers) -> None:
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:
         manifest.unlink(missing_ok=True)
-    for instance in left.traces:
+    # the processes just killed may have owned trace instances: look again, as for veths
+    for instance in {*left.traces, *departures.leftover_instances()}:
         departures.remove_instance(instance)
 
 
