@@ -264,16 +264,23 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def remove_instance(instance: Path) -> None:
-    """Turn an instance's events off and remove it (the kernel refuses while a reader
-    holds its pipe open)."""
+def remove_instance(instance: Path, wait_s: float = 3.0) -> None:
+    """Turn an instance's events off and remove it. The kernel refuses (EBUSY) while a
+    reader holds its pipe open: a `cat` whose owner was just killed is signalled by the
+    kernel, and gone within moments, so the removal is retried that long."""
     with contextlib.suppress(OSError):
         (instance / "tracing_on").write_text("0")
     for event in EVENTS:
         with contextlib.suppress(OSError):
             (instance / "events" / event / "enable").write_text("0")
-    with contextlib.suppress(OSError):
-        instance.rmdir()
+    deadline = time.monotonic() + wait_s
+    while instance.exists():
+        try:
+            instance.rmdir()
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
 
 def leftover_instances() -> list[Path]:
