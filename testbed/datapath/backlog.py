@@ -10,11 +10,10 @@ speaks that one request itself; everything that configures tc stays in tc.py.
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 
-from testbed.datapath.tc import in_namespace
+from testbed.datapath.tc import ifindexes, per_namespace
 
 NETLINK_ROUTE = 0
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
@@ -77,15 +76,8 @@ class BacklogReader:
     them all). `read()` asks each interface's root qdisc once, in one batch per socket."""
 
     def __init__(self, ifnames: list[str], netns: dict[str, str] | None = None) -> None:
-        self._socks: list[tuple[socket.socket, dict[int, str]]] = []
-        groups: dict[str | None, list[str]] = {}
-        for name in ifnames:
-            groups.setdefault((netns or {}).get(name), []).append(name)
-        for path, names in groups.items():
-            if path is not None and not os.path.exists(path):
-                continue
-            sock, index = in_namespace(path, lambda _ipr, names=names: _open(names))
-            self._socks.append((sock, index))
+        self._socks: list[tuple[socket.socket, dict[int, str]]] = per_namespace(
+            ifnames, netns, lambda _ipr, names: _open(names))
         self._seq = 0
 
     def read(self, ifnames: list[str] | None = None) -> dict[str, tuple[int, int]]:
@@ -128,10 +120,5 @@ def _open(names: list[str]) -> tuple[socket.socket, dict[int, str]]:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     sock.bind((0, 0))
     sock.settimeout(1.0)  # a kernel that never answers must not hang the monitor
-    index = {}
-    for name in names:
-        try:
-            index[socket.if_nametoindex(name)] = name
-        except OSError:
-            continue  # not there (any more): left out, as tc.all_counters does
-    return sock, index
+    # one not there (any more) is left out, as tc.all_counters does
+    return sock, {i: name for name, i in ifindexes(names).items()}

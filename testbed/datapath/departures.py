@@ -26,13 +26,12 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.datapath.tc import in_namespace
+from testbed.datapath.tc import ifindexes, per_namespace
 from testbed.model.tcp import WIRE_FRAME
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -82,9 +81,7 @@ class _Link:
     late: int = 0
     sent: int = 0
     first_t: float | None = None
-
-    def __post_init__(self) -> None:
-        self.lateness: list[float] = []
+    lateness: list[float] = field(default_factory=list)
 
 
 def spacing(lines, links: dict[str, tuple[int, float]]) -> dict[str, Spacing]:
@@ -152,22 +149,9 @@ def _mount() -> bool:
 
 
 def _ifindexes(ifnames: list[str], netns: dict[str, str]) -> dict[str, int]:
-    groups: dict[str | None, list[str]] = {}
-    for name in ifnames:
-        groups.setdefault(netns.get(name), []).append(name)
     out: dict[str, int] = {}
-    for path, names in groups.items():
-        if path is not None and not os.path.exists(path):
-            continue
-        out.update(in_namespace(path, lambda _ipr, names=names: _lookup(names)))
-    return out
-
-
-def _lookup(names: list[str]) -> dict[str, int]:
-    out = {}
-    for name in names:
-        with contextlib.suppress(OSError):
-            out[name] = socket.if_nametoindex(name)
+    for got in per_namespace(ifnames, netns, lambda _ipr, names: ifindexes(names)):
+        out.update(got)
     return out
 
 

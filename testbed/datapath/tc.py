@@ -21,6 +21,7 @@ import ctypes
 import json
 import math
 import os
+import socket
 import sys
 import threading
 from contextlib import contextmanager, suppress
@@ -233,6 +234,16 @@ def per_namespace(ifnames: list[str], netns: dict[str, str] | None, fn) -> list:
         groups.setdefault((netns or {}).get(name), []).append(name)
     return [in_namespace(path, lambda ipr, names=names: fn(ipr, names))
             for path, names in groups.items() if path is None or os.path.exists(path)]
+
+
+def ifindexes(ifnames: list[str]) -> dict[str, int]:
+    """name -> ifindex in the namespace this thread is in; missing interfaces left out.
+    (The kernel's own lookup: cheaper than a netlink dump for a handful of names.)"""
+    out = {}
+    for name in ifnames:
+        with suppress(OSError):
+            out[name] = socket.if_nametoindex(name)
+    return out
 
 
 def _counters(ipr, ifnames: list[str], include_link: bool, levels: bool) -> dict:
