@@ -273,6 +273,11 @@ class TcpCfg(_Strict):
                                 "transfer's parallel shard streams: the first gets 1+x of an "
                                 "equal share, the last 1-x (a transfer ends with its slowest "
                                 "shard; testbed calibrate fits it for the replica)")
+    contention_idle: float = Field(0.0, ge=0, le=0.9, description="share of its bottleneck's "
+                                   "time a stream loses while it competes with others (TCP's "
+                                   "losses and timeouts; its end moves by x / (1 - x) of the "
+                                   "time it lost to competitors; testbed calibrate fits it "
+                                   "for the replica from its competing probes)")
 
 
 class NetworkCfg(_Strict):
@@ -626,9 +631,10 @@ class Scenario(_Strict):
             base = emulation_equivalent(self.emulation.scale, self.emulation.time_dilation,
                                         t.hop_delay_us * 1e-6, t.init_cwnd, t.serialisation)
             return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts,
-                           shard_spread=t.shard_spread)
+                           shard_spread=t.shard_spread, contention_idle=t.contention_idle)
         return TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts,
-                         t.hop_delay_us * 1e-6, t.serialisation, t.shard_spread)
+                         t.hop_delay_us * 1e-6, t.serialisation, t.shard_spread,
+                         t.contention_idle)
 
     def profile(self):
         return PROFILES[self.workload.profile]

@@ -83,6 +83,7 @@ class Flow:
     t0: float = 0.0
     version: int = 0  # bumped at every rate change: older completion entries are stale
     due: float | None = None  # its entry in the completion heap (when its bytes are out)
+    alone_share: float = 1.0  # of its path's rate, alone with its own transfer's streams
 
     def effective_cap(self) -> float | None:
         caps = [c for c in (self.cap, self.window_cap) if c is not None]
@@ -251,6 +252,7 @@ class FluidNetwork:
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent
             flow.weight *= tcpmodel.shard_share(*shard, self.tcp.shard_spread)
+            flow.alone_share = tcpmodel.shard_share(*shard, self.tcp.shard_spread) / shard[1]
         self.flows[flow.flow_id] = flow
         if level:
             self._leveled += 1
@@ -378,12 +380,26 @@ class FluidNetwork:
         if self.tcp is None:
             return done
         for flow in done:
-            self.draining[flow.flow_id] = (now + self.tcp.tail_rtts * flow.rtt, flow)
+            self.draining[flow.flow_id] = (now + self.tcp.tail_rtts * flow.rtt
+                                           + self._contention_delay(flow, now), flow)
         ended = [f for t, f in self.draining.values() if t <= now + 1e-12]
         for flow in ended:
             flow.end = now
             del self.draining[flow.flow_id]
         return ended
+
+    def _contention_delay(self, flow: Flow, now: float) -> float:
+        """tcp.contention_delay for a flow whose bytes are out now: its time beyond what
+        it would have taken alone on its path (with its own transfer's other streams)."""
+        idle = self.tcp.contention_idle
+        if not idle:
+            return 0.0
+        rate = min(self.links[h].kv_capacity for h in flow.path) * flow.alone_share
+        if rate <= 0:
+            return 0.0
+        alone = tcpmodel.lone_transfer_time(flow.size, rate, flow.rtt, self.tcp) \
+            - self.tcp.tail_rtts * flow.rtt
+        return tcpmodel.contention_delay(now - flow.start, alone, idle)
 
     def _ramp(self, now: float) -> None:
         """Slow start: every due window doubles; a window that no longer binds (the flow

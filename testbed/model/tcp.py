@@ -30,6 +30,7 @@ WIRE_MSS = 1448  # bytes of payload in a 1500-byte Ethernet frame with TCP times
 WIRE_FRAME = 1514  # bytes a data segment occupies on an emulated link (Ethernet header)
 LINUX_INIT_CWND = 10  # segments (RFC 6928)
 MAX_SHARD_SPREAD = 0.9  # the slowest shard keeps a tenth of an equal share at least
+MAX_CONTENTION_IDLE = 0.9  # a contended stream's time stretches 10x at most
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class TcpParams:
     hop_delay_s: float = 0.0  # per switch hop and direction: processing, not propagation
     serialisation: float = 1.0  # share of a segment's store-and-forward time charged per hop
     shard_spread: float = 0.0  # unequal shares among one transfer's shard streams (shard_share)
+    contention_idle: float = 0.0  # share of a contended link's time lost (contention_delay)
 
     def __post_init__(self) -> None:
         if not (self.mss_bytes > 0 and self.init_cwnd > 0):
@@ -49,6 +51,8 @@ class TcpParams:
             raise ValueError("serialisation is a share: 0..1")
         if not 0.0 <= self.shard_spread < 1.0:
             raise ValueError("shard_spread must be in [0, 1)")
+        if not 0.0 <= self.contention_idle <= MAX_CONTENTION_IDLE:
+            raise ValueError(f"contention_idle must be in [0, {MAX_CONTENTION_IDLE}]")
 
 
 def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
@@ -84,6 +88,23 @@ def spread_from_ratio(slowest_over_fastest: float) -> float:
     """The shard_spread whose fastest shard ends `slowest_over_fastest` times before the
     slowest, alone on a bottleneck (shard_share's first shard: 1 + spread)."""
     return min(max(slowest_over_fastest - 1.0, 0.0), MAX_SHARD_SPREAD)
+
+
+def contention_delay(elapsed: float, alone: float, idle: float) -> float:
+    """Extra time a stream takes beyond its fluid end for the competition it met.
+
+    Loss-based streams that share a bottleneck lose packets together, and a stream whose
+    window is a few packets cannot recover by fast retransmit: it waits for a timeout
+    while the others may not fill the gap (Morris, "TCP behavior with many flows", ICNP
+    1997); a fluid link never idles while it has demand. The part of a stream's life
+    spent beyond what it would take alone (`elapsed` - `alone`: the time it lost to
+    competitors) is stretched as if its bottleneck kept only (1 - idle) of its rate busy.
+    Applied to the stream's end, not to the link's rate: an FCT slowdown in the spirit of
+    Parsimon (Zhao et al., NSDI 2023), which leaves the others' rates alone, so a
+    congested fabric cannot run away with it. `idle` is fitted on the calibration's
+    competing probes (testbed calibrate); a lone transfer is already in the calibrated
+    capacity and slow start, so it gets nothing."""
+    return idle / (1.0 - idle) * max(0.0, elapsed - alone)
 
 
 def window_rate(rounds: int, rtt_s: float, params: TcpParams) -> float:

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from testbed.model.tcp import spread_from_ratio
+from testbed.model.tcp import MAX_CONTENTION_IDLE, spread_from_ratio
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,28 @@ def fit_shard_spread(transfers: Sequence[tuple[list[float], float]]) -> dict:
         return {"shard_spread": 0.0, "ratios": []}
     return {"shard_spread": round(spread_from_ratio(statistics.median(ratios)), 4),
             "ratios": ratios}
+
+
+def fit_contention(probes: Sequence[tuple[float, Callable[[float], float]]]) -> dict:
+    """The TCP model's contention delay (tcp.contention_delay) from competing probes: each is
+    (the slowest transfer's measured end, the model's last end as a function of the idle
+    share). Per probe the idle share whose last end matches the measured one (bisection:
+    a slower link only ends later; 0 if the model is already late, the bound if even it
+    is early); the median over probes is fitted, so one stalled probe does not set it."""
+    estimates = []
+    for measured, last_end in probes:
+        lo, hi = 0.0, MAX_CONTENTION_IDLE
+        if last_end(lo) >= measured:
+            estimates.append(lo)
+            continue
+        if last_end(hi) <= measured:
+            estimates.append(hi)
+            continue
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if last_end(mid) < measured else (lo, mid)
+        estimates.append((lo + hi) / 2)
+    if not estimates:
+        return {"contention_idle": 0.0, "contention_estimates": []}
+    return {"contention_idle": round(statistics.median(estimates), 4),
+            "contention_estimates": [round(e, 4) for e in estimates]}

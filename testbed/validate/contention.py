@@ -1,0 +1,97 @@
+"""Links under contention: the calibration's competing probes run through the flow model.
+
+A probe is n transfers on one tier pair's path (the fabric's ECMP hashes the pair), started
+together or spaced; the flow model replays it with the replica's TCP terms, and the contention
+delay (tcp.contention_delay) is fitted so that its last transfer ends when the packets'
+did (calibration.fit_contention). Pure: no fabric, so an old validation's
+calibration can be fitted again when it is judged anew.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from testbed.flowsim.network import FluidNetwork
+from testbed.validate.calibration import fit_contention
+from testbed.validate.twin import flow_twin
+from testbed.validate.validity import tier_pairs
+
+
+def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
+    """last_end(idle, tier, bytes, starts): when the last of a competing probe's transfers
+    (one per start, modelled seconds) ends in the flow model (TCP terms with the link
+    contention `idle`, or the fluid model when tcp_fit is None), all on the tier pair's
+    one path as on the fabric (its ECMP hashes the pair)."""
+    spec = sc.cluster.spec()
+    pairs = tier_pairs(spec)
+    base = flow_twin(sc, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
+
+    def last_end(idle: float, tier: int, size: float, starts: list[float]) -> float:
+        net = FluidNetwork(spec, None, factors,
+                           replace(base, contention_idle=idle) if base else None)
+        path = spec.paths(*pairs[tier])[0]
+        arrivals = sorted((t, j) for j, t in enumerate(starts))
+        last = 0.0
+        while arrivals or net.flows or net.draining:
+            nxt = net.next_completion()
+            if arrivals and (nxt is None or arrivals[0][0] <= nxt):
+                t, j = arrivals.pop(0)
+                for k in range(shards):
+                    net.add_flow(path, size / shards, t, shard=(k, shards), share=False)
+                net.recompute(path)
+            else:
+                last = nxt
+                net.pop_finished(nxt)
+        return last
+    return last_end
+
+
+def _probes(raw: dict) -> list[tuple[int, float, list[float], list[float]]]:
+    """(tier, modelled bytes, starts, seconds) of every competing probe; a calibration
+    from before staggered starts has none recorded (all together)."""
+    return [(int(t), d["bytes"], d.get("starts") or [0.0] * len(d["seconds"]), d["seconds"])
+            for t, r in raw.items() for d in r.get("competing", [])]
+
+
+def contention(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
+    """The TCP model's contention delay (tcp.contention_delay), fitted on the competing
+    probes alone: never on a workload."""
+    last_end = probe_ends(sc, factors, tcp_fit, shards)
+    return fit_contention([(max(sec), (lambda idle, t=t, b=b, st=st: last_end(idle, t, b, st)))
+                           for t, b, st, sec in _probes(raw) if len(sec) >= 2])
+
+
+def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
+                        shards: int) -> list[dict]:
+    """Per competing probe: the slowest and fastest transfer, and the error on the slowest
+    of the fluid model, the TCP model without link contention and with the fitted one."""
+    tcp_end = probe_ends(sc, factors, tcp_fit, shards)
+    fluid_end = probe_ends(sc, factors, None, shards)
+    idle = float(tcp_fit.get("contention_idle", 0.0))
+    out = []
+    for t, b, starts, secs in _probes(raw):
+        slowest = max(secs)
+        alone = len(secs) < 2
+        est = None if alone else fit_contention(
+            [(slowest, lambda idle, t=t, b=b, st=starts: tcp_end(idle, t, b, st))])
+        out.append({"tier": t, "competing": len(secs), "bytes": b,
+                    "idle_estimate": None if est is None else est["contention_idle"],
+                    "spacing_s": max(starts) / max(len(starts) - 1, 1),
+                    "slowest_s": slowest, "fastest_s": min(secs),
+                    "tcp_error": (tcp_end(0.0, t, b, starts) - slowest) / slowest,
+                    "contended_error": (tcp_end(idle, t, b, starts) - slowest) / slowest,
+                    "fluid_error": (fluid_end(0.0, t, b, starts) - slowest) / slowest})
+    return out
+
+
+def with_contention(sc, cal: dict) -> dict:
+    """`cal` with its link contention fitted, if it has competing probes but was taken
+    before the term existed."""
+    fit = cal.get("tcp")
+    tiers = cal.get("tiers", {})
+    if not fit or "contention_idle" in fit or not any(t.get("competing") for t in tiers.values()):
+        return cal
+    factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
+    shards = sc.network.flows_per_transfer or sc.cluster.spec().tp
+    fit = {**fit, **contention(sc, factors, fit, tiers, shards)}
+    return {**cal, "tcp": fit, "competing": competing_residuals(sc, factors, fit, tiers, shards)}

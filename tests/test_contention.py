@@ -1,0 +1,107 @@
+"""Link contention in the flow model's TCP terms: the term, its effect on transfers that
+share a path, and its fit from the calibration's competing probes (pure)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from testbed.model import tcp
+from testbed.scenario import load_scenario
+from testbed.validate import compare
+from testbed.validate.calibration import fit_contention
+from testbed.validate.contention import competing_residuals, probe_ends, with_contention
+from testbed.validate.replay import replay_transfers
+from tests.conftest import ROOT
+from tests.test_tcp_model import _shard_rows, pair_at, path_text
+
+SCENARIO = ROOT / "scenarios" / "validate.yaml"
+NO_START = dict(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0)
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return load_scenario(SCENARIO)
+
+
+def test_only_the_time_lost_to_competitors_is_stretched():
+    assert tcp.contention_delay(1.0, 1.0, 0.3) == 0.0
+    assert tcp.contention_delay(0.8, 1.0, 0.3) == 0.0  # sooner than alone: nothing lost
+    assert tcp.contention_delay(3.0, 1.0, 0.5) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="contention_idle"):
+        tcp.TcpParams(**NO_START, contention_idle=0.95)
+
+
+def test_competing_transfers_end_later_by_their_lost_time_a_lone_one_does_not(sc):
+    spec = sc.cluster.spec()
+    a, b = pair_at(spec, 2)
+    path = path_text(spec.paths(a, b)[0])
+    lone = _shard_rows("x", a, b, path, 2e9, 4, 0.0)
+    pair = lone + _shard_rows("y", a, b, path, 2e9, 4, 0.0)
+
+    def ends(rows, idle):
+        out = replay_transfers(spec, rows, tcp=tcp.TcpParams(**NO_START, contention_idle=idle))
+        return {w["request"]: w["end"] for w in compare.whole_transfers(out)}
+
+    # the shards of one transfer do not compete with each other
+    assert ends(lone, 0.4)["x"] == pytest.approx(ends(lone, 0.0)["x"])
+    # two together: each took 2 S / C where alone it takes S / C; the lost S / C
+    # stretches by 1 / (1 - 0.4)
+    alone = ends(lone, 0.0)["x"]
+    both = ends(pair, 0.4)
+    assert both["x"] == pytest.approx(both["y"])
+    assert both["x"] == pytest.approx(2 * alone + 0.4 / 0.6 * alone)
+    # one starting after the other ended: never together, nothing lost
+    later = lone + _shard_rows("y", a, b, path, 2e9, 4, 10 * alone)
+    assert ends(later, 0.4)["y"] == pytest.approx(ends(later, 0.0)["y"])
+    # the rates are the fluid model's: a third transfer arriving while the first two are
+    # delayed sees the link free once their bytes are out
+    third = pair + _shard_rows("z", a, b, path, 2e9, 4, 2 * alone)
+    assert ends(third, 0.4)["z"] == pytest.approx(3 * alone)
+
+
+def test_the_fit_recovers_the_idle_share_that_made_the_probes(sc):
+    """Probes 'measured' by the model itself at idle 0.3 (together and spaced, three
+    sizes, every tier) give back 0.3; a probe the model already ends late counts as 0 and
+    one slower than the bound as the bound, and the median keeps one such outlier out."""
+    factors = {1: 0.95, 2: 0.95, 3: 0.95}
+    fit = {"serialisation": 0.5, "hop_delay_s": 3e-4, "shard_spread": 0.0}
+    last_end = probe_ends(sc, factors, fit, 4)
+    probes = [(tier, size, starts) for tier in (1, 2, 3) for size, starts in
+              ((0.5e9, [0.0, 0.0]), (0.5e9, [0.0] * 4), (2e9, [0.0, 0.0]),
+               (0.5e9, [0.0, 0.05, 0.1, 0.15]))]
+    made = [(last_end(0.3, *p), (lambda idle, p=p: last_end(idle, *p))) for p in probes]
+    got = fit_contention(made)
+    assert got["contention_idle"] == pytest.approx(0.3, abs=1e-3)
+    assert len(got["contention_estimates"]) == len(probes)
+    early = (0.5 * made[0][0], made[0][1])  # packets faster than the model without the term
+    stalled = (100 * made[1][0], made[1][1])
+    assert fit_contention([early])["contention_idle"] == 0.0
+    assert fit_contention([stalled])["contention_idle"] == tcp.MAX_CONTENTION_IDLE
+    assert fit_contention(made + [early, stalled])["contention_idle"] == \
+        pytest.approx(0.3, abs=1e-3)
+    assert fit_contention([])["contention_idle"] == 0.0
+
+
+def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
+    """A calibration taken before the term (no contention_idle, probes without starts)
+    gets the fit and per-probe residuals with and without it; one that has it is kept."""
+    cal = json.loads((ROOT / "tests" / "data" / "calibration-no-contention.json").read_text())
+    assert "contention_idle" not in cal["tcp"]
+    got = with_contention(sc, copy.deepcopy(cal))
+    idle = got["tcp"]["contention_idle"]
+    assert 0.0 < idle <= tcp.MAX_CONTENTION_IDLE
+    lone = [c for c in got["competing"] if c["competing"] == 1]
+    shared = [c for c in got["competing"] if c["competing"] > 1]
+    assert lone and all(c["contended_error"] == c["tcp_error"] for c in lone)
+    assert all(c["contended_error"] > c["tcp_error"] for c in shared)
+    # the term narrows the error on the shared probes it was fitted on (median |error|)
+    def med(key):
+        return sorted(abs(c[key]) for c in shared)[len(shared) // 2]
+    assert med("contended_error") < med("tcp_error")
+    assert with_contention(sc, got) is got
+    factors = {int(k): v for k, v in cal["capacity_factor"].items()}
+    again = competing_residuals(sc, factors, got["tcp"], got["tiers"], 4)
+    assert again == got["competing"]
