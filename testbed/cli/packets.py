@@ -276,10 +276,17 @@ def _calibration_lines(doc: dict) -> str:
                      f"{1e6 * fit['hop_delay_s']:.0f} us wall; median |error| on the probes "
                      f"{100 * fit['median_abs_error']:.1f}% (fluid "
                      f"{100 * fit['fluid_median_abs_error']:.1f}%)")
+    if fit and "contention_idle" in fit:
+        lines.append(f"link contention: idle share {100 * fit['contention_idle']:.0f}%, the "
+                     f"time a stream loses to competitors stretched "
+                     f"{1 / (1 - fit['contention_idle']):.2f}x (median of "
+                     f"{len(fit['contention_estimates'])} competing probes)")
     for c in doc.get("competing", []):
-        lines.append(f"tier {c['tier']}, {c['competing']} competing: slowest "
+        lines.append(f"tier {c['tier']}, {c['competing']} x {c['bytes'] / 1e6:.0f} MB "
+                     f"competing{' (spaced)' if c['spacing_s'] > 1e-3 else ''}: slowest "
                      f"{1e3 * c['slowest_s']:.0f} ms, fastest {1e3 * c['fastest_s']:.0f} ms; "
-                     f"TCP model {100 * c['tcp_error']:+.1f}%, fluid {100 * c['fluid_error']:+.1f}%")
+                     f"TCP model {100 * c['tcp_error']:+.1f}% ({100 * c['contended_error']:+.1f}%"
+                     f" with contention), fluid {100 * c['fluid_error']:+.1f}%")
     return "\n".join(lines)
 
 @main.command()
@@ -290,15 +297,18 @@ def calibrate(scenario, out_file: str | None) -> None:
     """Measure what SCENARIO's emulated fabric really delivers, per tier.
 
     Lone KV transfers of 8 MB-8 GB (modelled; three decades) between one host pair per
-    tier, and 1, 2 and 4 transfers of 0.5 GB started together on that path. A line fit
-    gives each tier's capacity factor (achieved / configured rate) and fixed cost per
-    transfer; a fit of the flow model's TCP terms (network.flow_model: tcp) gives the
-    replica's serialisation share and per-hop delay; the competing transfers show both
-    models' error under sharing. The file holds the samples, the fits and their
-    residuals. A calibration holds only for the scale and time dilation it was taken at:
-    `testbed validate --calibration FILE` refuses it for another. Use the factors in the
-    flow model with --set network.capacity_factor='{1: f1, 2: f2, 3: f3}'. Needs root and
-    Open vSwitch.
+    tier, and competing ones on that path: 1, 2, 4 and 8 of 0.5 GB started together, 8 of
+    32 MB, 2 of 2 GB, and 4 of 0.5 GB each starting half a lone one's time after the
+    previous. A line fit gives each tier's capacity factor (achieved / configured rate)
+    and fixed cost per transfer; a fit of the flow model's TCP terms (network.flow_model:
+    tcp) gives the replica's serialisation share and per-hop delay; the competing
+    transfers give the contention delay (network.tcp.contention_idle: how much longer
+    the time a transfer loses to competitors is on packets) and both models' error under
+    sharing. The file holds
+    the samples, the fits and their residuals. A calibration holds only for the scale and
+    time dilation it was taken at: `testbed validate --calibration FILE` refuses it for
+    another. Use the factors in the flow model with --set
+    network.capacity_factor='{1: f1, 2: f2, 3: f3}'. Needs root and Open vSwitch.
     """
     from testbed.emulation.net import EmulatedNetwork, EmulationError
     from testbed.records import atomic_write, stamp, write_json

@@ -1,1 +1,1 @@
-"""SDN controller (os-ken app, ECMP, DSCP queues, congestion oracle, Prometheus): issue 3."""
+"""SDN controller (os-ken app, ECMP, DSCP queues, congestion oracle, Prometheus)."""

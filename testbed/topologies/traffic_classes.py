@@ -9,7 +9,7 @@
 Every class may borrow up to the link rate (ceil = rate), so an idle class costs
 nothing.
 
-Priority levels of KV flows (issue 7: MFS and its baselines, testbed/model/mfs.py). With
+Priority levels of KV flows (MFS and its baselines, testbed/model/mfs.py). With
 a non-fair flow policy the kv class becomes an inner HTB class whose leaves are the K
 levels plus a scavenger level below them: level k is DSCP 16 + k (CS2 upwards; the
 scavenger is DSCP 8, CS1, "lower effort"), HTB class 1:<0x21 + k>, prio k. This kernel

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from testbed.records import atomic_write
 
-FORMAT = 1
+FORMAT = 2  # 2: competing probes of three sizes, spaced starts, the contention fit
 DEFAULT_MAX_AGE_S = 24 * 3600.0
 # Phase times measured on the 2-core development machine (demo scenario, dilation 2):
 # the planner's figures until this machine has measured its own.
 # drain_factor: the packets' drain after the window over the flow-model pilot's (1.2-1.7
 # on that machine's demo runs).
-DEFAULT_TIMINGS = {"fabric_s": 10.0, "calibration_s": 24.0, "worker_start_s": 3.5,
+DEFAULT_TIMINGS = {"fabric_s": 10.0, "calibration_s": 45.0, "worker_start_s": 3.5,
                    "worker_stop_s": 1.0, "judge_s": 8.0, "drain_factor": 1.5}
 
 

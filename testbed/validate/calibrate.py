@@ -9,6 +9,7 @@ capacity factor for the flow model and the fixed cost per transfer.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -25,6 +26,7 @@ from testbed.validate.calibration import (
     fit_tcp,
     fit_tier,
 )
+from testbed.validate.contention import competing_residuals, contention
 from testbed.validate.validity import tier_pairs
 from testbed.workers.kvstream import scaled_bytes
 
@@ -33,7 +35,11 @@ from testbed.workers.kvstream import scaled_bytes
 PROBE_GB = (0.008, 0.032, 0.128, 0.5, 2.0, 8.0)
 CAPACITY_FIT_MIN_GB = 0.5  # the capacity factor is fitted where start-up is negligible
 COMPETE_GB = 0.5  # modelled size of each competing transfer
-COMPETING = (1, 2, 4)  # transfers started together on one path
+COMPETING = (1, 2, 4, 8)  # transfers of COMPETE_GB started together on one path
+# more competing probes per tier, (modelled GB each, how many, start spacing in lone
+# transfers of COMPETE_GB): the other two decades of size, and starts that do not
+# coincide (each transfer half a lone transfer's time after the previous)
+COMPETE_MORE = ((0.032, 8, 0.0), (2.0, 2, 0.0), (COMPETE_GB, 4, 0.5))
 SPREAD_REPEATS = 6  # more lone transfers of COMPETE_GB per tier: the shard spread is noisy
 PROBE_PORT_OFFSET = 2  # kv_port + 2
 
@@ -110,11 +116,17 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
              "shards": [x / emu.time_dilation for x in ends]} for _, secs, ends in repeats]
         if on_step:
             on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
-        got = run_probe(network, src, dst, "compete", shards,
-                        str(scaled_bytes(COMPETE_GB * 1e9, emu.scale)), *map(str, COMPETING))
+        lone_wall = statistics.median(secs for _, secs, _ in repeats)
+        plan = [(COMPETE_GB, [str(n) for n in COMPETING])] + [
+            (gb, [f"{n}@{spacing * lone_wall:.4f}" if spacing else str(n)])
+            for gb, n, spacing in COMPETE_MORE]
         raw[str(tier)]["competing"] = [
-            {"bytes": COMPETE_GB * 1e9, "competing": d["competing"],
-             "seconds": [x / emu.time_dilation for x in d["seconds"]]} for d in got]
+            {"bytes": gb * 1e9, "competing": d["competing"],
+             "starts": [x / emu.time_dilation for x in d.get("starts", [])],
+             "seconds": [x / emu.time_dilation for x in d["seconds"]]}
+            for gb, counts in plan
+            for d in run_probe(network, src, dst, "compete", shards,
+                               str(scaled_bytes(gb * 1e9, emu.scale)), *counts)]
     factors = capacity_factors(fits)
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
@@ -126,7 +138,8 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
                                if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9])
     tcp_fit["shard_spread"] = spread["shard_spread"]
     tcp_fit["shard_ratios"] = spread["ratios"]
-    compete = competing_residuals(raw, predict, tcp_fit, fluid_predictor(sc, factors))
+    tcp_fit.update(contention(sc, factors, tcp_fit, raw, shards))
+    compete = competing_residuals(sc, factors, tcp_fit, raw, shards)
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,
         "capacity_factor": factors,
@@ -169,21 +182,6 @@ def fluid_predictor(sc, factors: dict[int, float]):
     calibrated bottleneck (its shards split that share; they end together)."""
     geometry = _tier_geometry(sc, factors)
     return lambda tier, size, competing=1: size * competing / min(geometry[tier][1])
-
-
-def competing_residuals(raw: dict, predict, fit: dict, fluid) -> list[dict]:
-    """Per tier and count: the slowest and fastest of n transfers started together, and
-    both models' error on the slowest (equal shares end together in both models)."""
-    out = []
-    for t, r in raw.items():
-        for d in r.get("competing", []):
-            n, slowest = d["competing"], max(d["seconds"])
-            model = predict(fit["serialisation"], fit["hop_delay_s"], int(t), d["bytes"], n)
-            out.append({"tier": int(t), "competing": n, "slowest_s": slowest,
-                        "fastest_s": min(d["seconds"]),
-                        "tcp_error": (model - slowest) / slowest,
-                        "fluid_error": (fluid(int(t), d["bytes"], n) - slowest) / slowest})
-    return out
 
 
 def fluid_error(sc, factors: dict[int, float], raw: dict) -> float:

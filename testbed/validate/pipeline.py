@@ -38,6 +38,7 @@ from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
 from testbed.validate import cache, claims, compare, validity
+from testbed.validate.contention import with_contention
 from testbed.validate.replay import replay_transfers
 from testbed.validate.summary import claim_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin
@@ -294,12 +295,16 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     """Everything after the packets: the flow model's runs, the comparisons, the report.
     Needs no root, so a validation can be judged again under a changed flow model."""
     factors = _factors(cal)
+    cal = with_contention(scenario, cal)
     fit = cal.get("tcp", {})
     if on_step:
         on_step("flow model (uncalibrated, calibrated, with TCP terms) and replays", 0.0)
     flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder).folder,
              "calibrated": run_flowsim(flow_twin(scenario, factors), folder).folder,
              "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder).folder}
+    if fit.get("contention_idle"):
+        flows["tcp_contended"] = run_flowsim(flow_twin(scenario, factors, fit, contention=True),
+                                             folder).folder
     seq_file = folder / "sequential.json"
     sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
     doc = build_document(scenario, emu_folder, flows, cal, factors, sequential)
@@ -404,6 +409,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                 [int(r["tier"]) for r in whole_rows], factors),
         },
         "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
+        "contention": _contention(cal, replay_twin, all_emu, emu_cells, factors, flow_cells,
+                                  loads),
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
@@ -429,6 +436,22 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                               ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
                               len(flagged)), **claim_targets(gains)},
     }
+
+
+def _contention(cal: dict, replay_twin, all_emu: dict, emu_cells: dict, factors: dict,
+                flow_cells: dict, loads: dict) -> dict | None:
+    """The fitted link contention judged both ways beside the verdict's model: the replay
+    (the network model on the packets' own decisions) and both engines (its own)."""
+    idle = float(cal.get("tcp", {}).get("contention_idle") or 0.0)
+    if not idle or "tcp_contended" not in flow_cells:
+        return None
+    replayed = replay_cells(replay_twin.with_overrides({"network.tcp.contention_idle": idle}),
+                            all_emu, factors)
+    return {"idle": idle,
+            "replay": with_intervals(whole_pairs(all_emu, replayed)),
+            "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_contended"])),
+            "ttft_verdicts": ttft_verdicts(emu_cells, flow_cells["tcp_contended"]),
+            "seed_rankings": seed_rankings(emu_cells, flow_cells["tcp_contended"])}
 
 
 def _spread(rows: list[dict]) -> dict:

@@ -246,7 +246,35 @@ def _validity_lines(doc: dict) -> list[str]:
                   "TCP model is the replay_tcp row above; each variant changes one term.", "",
                   header[0].format("variant"), header[1]]
         lines += [_interval_row(name, w) for name, w in doc["tcp_ablation"].items()]
-    return lines + [""]
+    return lines + _contention_lines(doc) + [""]
+
+
+def _contention_lines(doc: dict) -> list[str]:
+    """The fitted link contention both ways beside the verdict's model."""
+    c = doc.get("contention")
+    if not c:
+        return []
+    whole = doc["whole_transfers"]
+
+    def row(name, replay, engines, verdicts, ranks) -> str:
+        kinds = [v["verdict"] for by in verdicts.values() for v in by.values()]
+        same = "; ".join(f"{r['same']}/{r['seeds']}" for r in ranks.values()) or "-"
+        return (f"| {name} | {_abs(replay.get('median_abs_error'))} / "
+                f"{_abs(replay.get('p90_abs_error'))} | {_abs(engines.get('median_abs_error'))}"
+                f" / {_abs(engines.get('p90_abs_error'))} | {kinds.count('agree')} / "
+                f"{kinds.count('disagree')} / {kinds.count('inconclusive')} | {same} |")
+    return ["", f"Link contention, fitted on the calibration's competing probes alone: the "
+            f"time a stream loses to competitors stretches {1 / (1 - c['idle']):.2f}x (idle "
+            f"share {100 * c['idle']:.0f}%). Judged both ways beside the verdict's model, "
+            "which leaves it out "
+            "(docs/validation.md, \"Links under contention\"):", "",
+            "| model | replay median / p90 | both engines median / p90 | mean TTFT agree / "
+            "disagree / inconclusive | same ranking (seeds) |", "|---|---|---|---|---|",
+            row("TCP model (the verdict's)", whole.get("replay_tcp", {}),
+                whole.get("engines_tcp", {}), doc["ttft_verdicts"]["tcp"],
+                doc["seed_rankings"]["tcp"]),
+            row(f"with link contention ({c['idle']:.2f})", c["replay"], c["engines"],
+                c["ttft_verdicts"], c["seed_rankings"])]
 
 
 def _interval_row(name: str, w: dict) -> str:
@@ -271,14 +299,20 @@ def _tcp_fit_lines(cal: dict) -> list[str]:
         lines.append(f"| {r['tier']} | {r['bytes'] / 1e6:.0f} MB | {1e3 * r['seconds']:.1f} ms | "
                      f"{_pct(r['tcp_error'])} |")
     if cal.get("competing"):
-        lines += ["", "Competing transfers started together on one path (slowest of n; fastest "
-                  "beside it shows how unequal the shares were):", "",
-                  "| tier | n | slowest / fastest (ms) | TCP model error | fluid error |",
-                  "|---|---|---|---|---|"]
+        idle = fit.get("contention_idle")
+        lines += ["", "Competing transfers on one path, started together or spaced (slowest of "
+                  "n; fastest beside it shows how unequal the shares were); the link "
+                  "contention fitted on them: "
+                  + ("none" if idle is None else f"idle share {100 * idle:.0f}% (the time a "
+                     f"stream loses to competitors stretches {1 / (1 - idle):.2f}x)"), "",
+                  "| tier | n x size | spacing | slowest / fastest (ms) | TCP model error | "
+                  "with contention | fluid error | its own fit |", "|---|---|---|---|---|---|---|---|"]
         for c in cal["competing"]:
-            lines.append(f"| {c['tier']} | {c['competing']} | {1e3 * c['slowest_s']:.0f} / "
-                         f"{1e3 * c['fastest_s']:.0f} | {_pct(c['tcp_error'])} | "
-                         f"{_pct(c['fluid_error'])} |")
+            lines.append(f"| {c['tier']} | {c['competing']} x {c.get('bytes', 5e8) / 1e6:.0f} MB"
+                         f" | {1e3 * c.get('spacing_s', 0.0):.0f} ms | "
+                         f"{1e3 * c['slowest_s']:.0f} / {1e3 * c['fastest_s']:.0f} | "
+                         f"{_pct(c['tcp_error'])} | {_pct(c.get('contended_error'))} | "
+                         f"{_pct(c['fluid_error'])} | {_abs(c.get('idle_estimate'))} |")
     return lines
 
 

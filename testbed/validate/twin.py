@@ -6,10 +6,11 @@ from testbed.topologies.routing import packet_ecmp
 
 
 def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
-              tcp_fit: dict | None = None):
+              tcp_fit: dict | None = None, contention: bool = False):
     """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
     calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
-    the replica."""
+    the replica, and with `contention` its fitted link contention too (judged beside the
+    verdict's model, not in it: docs/validation.md, "Links under contention")."""
     over: dict = {}
     if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
         over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
@@ -21,4 +22,6 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
         over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
         over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
+        if contention:
+            over["network.tcp.contention_idle"] = float(tcp_fit.get("contention_idle", 0.0))
     return scenario.with_overrides(over) if over else scenario

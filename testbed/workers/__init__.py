@@ -1,1 +1,1 @@
-"""Processes inside emulated hosts (prefill, decode, router, load, background): issue 4."""
+"""Processes inside emulated hosts (prefill, decode, router, load, background)."""

@@ -6,10 +6,11 @@ transfer per BYTES (wire bytes, split over SHARDS parallel AF41 streams), one af
 other, and prints a JSON line per transfer: wire bytes and seconds from the first
 connect to the last acknowledgement, exactly what an emulated KV transfer measures, and
 each shard's end ("shards", seconds from the same start).
-`python -m testbed.workers.probe compete HOST PORT SHARDS CC BYTES N [N ...]` starts N
-transfers of BYTES at once per N value (competing on one path) and prints
-{bytes, competing, seconds: [one per transfer], tcp: [its shards' resent segments,
-retransmission timeouts and seconds in them, per transfer]}.
+`python -m testbed.workers.probe compete HOST PORT SHARDS CC BYTES N[@S] [N[@S] ...]`
+starts N transfers of BYTES per N value (competing on one path), at once or each S
+seconds after the previous, and prints {bytes, competing, starts, seconds: [one per
+transfer, from the first start], tcp: [its shards' resent segments, retransmission
+timeouts and seconds in them, per transfer]}.
 `python -m testbed.workers.probe calls HOST PORT CC BYTES CALLS [CALLS ...]` sends one
 shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
 granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
@@ -27,15 +28,21 @@ import time
 from testbed.workers.kvstream import KVReceiver, send_shard, send_transfer
 
 
-def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str
-             ) -> tuple[list[float], list[dict]]:
-    """n transfers started together; each one's seconds from the common start and its
-    shards' TCP stalls summed (segments resent, retransmission timeouts)."""
+def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
+             spacing: float = 0.0) -> tuple[list[float], list[float], list[dict]]:
+    """n transfers, started together or `spacing` seconds apart; each one's start and end
+    in seconds from the first start and its shards' TCP stalls summed (segments resent,
+    retransmission timeouts)."""
+    starts: list[float] = [0.0] * n
     ends: list[float] = [0.0] * n
     stalls: list[dict] = [{}] * n
     t0 = time.time()
 
     def one(j: int) -> None:
+        delay = t0 + j * spacing - time.time()
+        if delay > 0:
+            time.sleep(delay)  # the probe's schedule: transfer j starts j spacings in
+        starts[j] = time.time() - t0
         results = send_transfer(host, port, f"{name}-{j}", sizes, congestion=cc)
         ends[j] = max(r.end for r in results) - t0
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
@@ -45,7 +52,7 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str
         t.start()
     for t in threads:
         t.join()
-    return ends, stalls
+    return starts, ends, stalls
 
 
 def main(argv: list[str]) -> int:
@@ -70,10 +77,12 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 7 and argv[0] == "compete":
         host, port, shards, cc, total = argv[1], int(argv[2]), int(argv[3]), argv[4], int(argv[5])
         sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
-        for k, n in enumerate(int(c) for c in argv[6:]):
-            ends, stalls = _compete(host, port, f"compete{k}", sizes, n, cc)
-            print(json.dumps({"bytes": total, "competing": n, "seconds": ends,
-                              "tcp": stalls}), flush=True)
+        for k, arg in enumerate(argv[6:]):
+            n, _, spacing = arg.partition("@")
+            starts, ends, stalls = _compete(host, port, f"compete{k}", sizes, int(n), cc,
+                                            float(spacing or 0.0))
+            print(json.dumps({"bytes": total, "competing": int(n), "starts": starts,
+                              "seconds": ends, "tcp": stalls}), flush=True)
         return 0
     if len(argv) >= 6 and argv[0] == "calls":
         host, port, cc, size = argv[1], int(argv[2]), argv[3], int(argv[4])
