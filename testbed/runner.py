@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -90,6 +91,7 @@ class Task:
     cell: object  # the Scenario with the sweep point applied
     scheduler: str
     seed: int
+    follow: dict | None = None  # request id -> (prefill, decode) to take (model/follow.py)
 
     @property
     def rel(self) -> str:
@@ -103,7 +105,7 @@ class Task:
 def run_task(task: Task) -> dict:
     """Simulate one cell (in any process): records and summary, checked."""
     workload = build_workload(task.cell, task.seed)
-    result = simulate(task.cell, task.scheduler, task.seed, workload)
+    result = simulate(task.cell, task.scheduler, task.seed, workload, task.follow)
     check_conservation(result.requests, len(workload.requests))
     summary = run_summary(result.requests, result.links, workload, result.decision_us,
                           result.counters)
@@ -178,16 +180,22 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
 
 def run_flowsim(
     scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
-    executor=None,
+    executor=None, follow: Callable[[Task], dict | None] | None = None,
 ) -> RunOutcome:
     """Simulate every cell (on `executor`: serial by default); write the run folder in
-    the sweep's order whatever order cells finish in; return the table rows."""
+    the sweep's order whatever order cells finish in; return the table rows. `follow`
+    gives a cell the placements it takes instead of its own (Task.follow)."""
     from testbed.sweep import Executor
 
     preflight(scenario)
     executor = executor or Executor.serial()
-    outcome, folder = run_cells(scenario, out_root, "flowsim",
-                                lambda tasks, _folder: executor.map(run_task, tasks),
+
+    def execute(tasks, _folder):
+        if follow is not None:
+            tasks = [dataclasses.replace(t, follow=follow(t)) for t in tasks]
+        return executor.map(run_task, tasks)
+
+    outcome, folder = run_cells(scenario, out_root, "flowsim", execute,
                                 "flow-level simulation", on_step, executor.describe())
     if outcome.lost:
         folder.mark_interrupted(f"{len(outcome.lost)} cell(s) lost after a retry: "

@@ -198,9 +198,15 @@ def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
     done = CliRunner().invoke(main, ["judge", str(folder)])
     assert done.exit_code == 0, done.output
     assert "all 2 emulated runs faithful" in done.output
+    assert "mean TTFT at the packets' placements" in " ".join(done.output.split())
     doc = json.loads((folder / "comparison.json").read_text())
     assert doc["whole_transfers"]["replay_calibrated"]["p90_abs_error"] < 1e-6
-    assert (folder / "report.md").read_text().startswith("# Validation: jdg")
+    report = (folder / "report.md").read_text()
+    assert report.startswith("# Validation: jdg") and "Scheduling divergence" in report
+    # forced to the stand-in's placements, the flow model takes every one of them
+    forced = doc["decisions"]["forced"]["000-base"]
+    assert set(forced) == {"rr", "netkv-full"}
+    assert all(a["n"] > 0 and a["both"] == a["n"] for a in forced.values())
     (folder / "calibration.json").unlink()
     bad = CliRunner().invoke(main, ["judge", str(folder)])
     # the console wraps long lines (a long temporary path): compare with spaces folded

@@ -133,14 +133,19 @@ class ControlPlane:
         return len(self._counted)
 
     # -- the request path --------------------------------------------------------------------
-    def place_prefill(self, rs: RequestState, prefill: dict, roles, reuse_cfg):
+    def place_prefill(self, rs: RequestState, prefill: dict, roles, reuse_cfg,
+                      prefer: str | None = None):
         """An arriving request goes to the prefill instance whose queue clears first (with
         FlowKV: the node with the smallest expected TTFT, decode nodes accepting prefill
-        work included) and, with KV reuse, fetches its longest cached prefix from the live
-        instance holding it. Returns (the instance, the reuse plan or None); the instance
-        has the request queued (the engine's estimate or its real queue)."""
+        work included), or to `prefer` (a placement recorded elsewhere, model/follow.py)
+        when it is a prefill instance, and, with KV reuse, fetches its longest cached
+        prefix from the live instance holding it. Returns (the instance, the reuse plan or
+        None); the instance has the request queued (the engine's estimate or its real
+        queue)."""
         now = self.engine.now()
-        if roles is not None:
+        if prefer in prefill:
+            inst = prefill[prefer]
+        elif roles is not None:
             inst = roles.choose_prefill(rs.req.input_len, now)
         else:
             inst = min(prefill.values(), key=lambda p: (p.free_at, p.name))

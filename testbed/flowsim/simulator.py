@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import HolderIndex, PrefixCache
+from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import CandidateTable, switches_roles
@@ -57,7 +59,10 @@ class RunResult:
 class FlowSimulation:
     COALESCE_ITERATIONS = True  # decode instances skip iterations where nothing happens
 
-    def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload):
+    def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload,
+                 follow: Mapping[str, tuple[str, str]] | None = None):
+        """`follow`: request id -> (prefill, decode) placements recorded elsewhere (the
+        packets'), taken instead of this run's own wherever they are possible."""
         self.scenario = scenario
         self.workload = workload
         self.loop = EventLoop()
@@ -71,6 +76,9 @@ class FlowSimulation:
                                 scenario.network.capacity_factor, scenario.tcp_params(),
                                 scenario.network.tcp.rtt_exponent)
         self.scheduler = scenario_scheduler(scenario, scheduler_key, seed)
+        self._prefer = {rid: p for rid, (p, _d) in (follow or {}).items()}
+        if follow is not None:
+            self.scheduler = Followed(self.scheduler, {rid: d for rid, (_p, d) in follow.items()})
         slow = cluster.slowdown
         self.prefill = {i.name: PrefillInstance(i.name, self.timing, self.model.n_layers,
                                                 self.loop, self.prefill_done,
@@ -251,7 +259,8 @@ class FlowSimulation:
     # -- request path ------------------------------------------------------------------
     def _arrive(self, rs: RequestState) -> None:
         inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv,
-                                              self.scenario.reuse)
+                                              self.scenario.reuse,
+                                              self._prefer.get(rs.req.request_id))
         if plan is not None:
             self._fetch(rs, plan.holder, inst.jobs[rs.req.request_id].layer_s)
 
@@ -506,5 +515,6 @@ class FlowSimulation:
         )
 
 
-def simulate(scenario, scheduler_key: str, seed: int, workload: Workload) -> RunResult:
-    return FlowSimulation(scenario, scheduler_key, seed, workload).run()
+def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,
+             follow: Mapping[str, tuple[str, str]] | None = None) -> RunResult:
+    return FlowSimulation(scenario, scheduler_key, seed, workload, follow).run()

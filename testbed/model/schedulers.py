@@ -296,6 +296,12 @@ class Scheduler:
             chosen, cost = self.rank(request, prefill, feasible, oracle)
         finally:
             self._terms = None
+        return self.commit(request, prefill, chosen, oracle, cost)
+
+    def commit(self, request: RequestInfo, prefill: str, chosen: Candidate, oracle: Oracle,
+               cost: float = 0.0) -> Decision:
+        """The decision for `chosen`, its transfer counted in flight (a decision taken
+        elsewhere, model/follow.py, is committed the same way)."""
         tier = oracle.tier(prefill, chosen.instance)
         decision = Decision(
             decode=chosen.instance,

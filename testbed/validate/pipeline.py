@@ -5,7 +5,8 @@
    more with the TCP terms (network.flow_model: tcp, with the replica's equivalents:
    testbed/model/tcp.py). The flow model follows the ECMP the fabric realises:
    per-transfer scenarios run per-pair (switches hash addresses, so a pair's transfers
-   share one path on packets).
+   share one path on packets). Once more with the TCP terms, forced to the packets'
+   own placements (divergence.py): what is left of the gap is not scheduling.
 3. Replay the emulation's own transfers (start, size, endpoints, path) through the
    flow model, before and after calibration and with the TCP terms: network-model error
    alone, without scheduling divergence.
@@ -37,10 +38,15 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import cache, claims, compare, validity
+from testbed.validate import cache, claims, compare, divergence, validity
 from testbed.validate.contention import with_contention
 from testbed.validate.replay import replay_transfers
-from testbed.validate.summary import claim_targets, targets, with_intervals
+from testbed.validate.summary import (
+    claim_targets,
+    divergence_targets,
+    targets,
+    with_intervals,
+)
 from testbed.validate.twin import flow_twin
 from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
 from testbed.workers import tcpinfo
@@ -298,10 +304,14 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     cal = with_contention(scenario, cal)
     fit = cal.get("tcp", {})
     if on_step:
-        on_step("flow model (uncalibrated, calibrated, with TCP terms) and replays", 0.0)
+        on_step("flow model (uncalibrated, calibrated, with TCP terms, forced to the packets' "
+                "placements) and replays", 0.0)
     flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder).folder,
              "calibrated": run_flowsim(flow_twin(scenario, factors), folder).folder,
              "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder).folder}
+    # the same model made to place every request where the packets did
+    flows["tcp_forced"] = run_flowsim(flow_twin(scenario, factors, fit), folder,
+                                      follow=divergence.recorded(cells_of(emu_folder))).folder
     if fit.get("contention_idle"):
         flows["tcp_contended"] = run_flowsim(flow_twin(scenario, factors, fit, contention=True),
                                              folder).folder
@@ -382,6 +392,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     level = sequential["level"] if sequential else claims.CONFIDENCE
     gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
                          replayed=replays["replay_tcp"])
+    decisions = _decisions(emu_cells, flow_cells, loads)
     return {
         "scenario": scenario.name,
         "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
@@ -411,6 +422,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
         "contention": _contention(cal, replay_twin, all_emu, emu_cells, factors, flow_cells,
                                   loads),
+        "decisions": decisions,
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
@@ -434,7 +446,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
                               engine_comparison(faithful_pts, pts["tcp"]),
                               ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
-                              len(flagged)), **claim_targets(gains)},
+                              len(flagged)), **claim_targets(gains),
+                    **divergence_targets(decisions)},
     }
 
 
@@ -452,6 +465,20 @@ def _contention(cal: dict, replay_twin, all_emu: dict, emu_cells: dict, factors:
             "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_contended"])),
             "ttft_verdicts": ttft_verdicts(emu_cells, flow_cells["tcp_contended"]),
             "seed_rankings": seed_rankings(emu_cells, flow_cells["tcp_contended"])}
+
+
+def _decisions(emu_cells: dict, flow_cells: dict, loads: dict) -> dict | None:
+    """Scheduling divergence: the verdict's model free and forced to the packets'
+    placements (divergence.py), each against the faithful packet runs."""
+    if "tcp_forced" not in flow_cells:
+        return None
+    forced = flow_cells["tcp_forced"]
+    return {"free": divergence.agreement(emu_cells, flow_cells["tcp"]),
+            "forced": divergence.agreement(emu_cells, forced),
+            "ttft": divergence.gap_closed(ttft_verdicts(emu_cells, flow_cells["tcp"]),
+                                          ttft_verdicts(emu_cells, forced)),
+            "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_forced"])),
+            "seed_rankings": seed_rankings(emu_cells, forced)}
 
 
 def _spread(rows: list[dict]) -> dict:

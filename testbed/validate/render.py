@@ -6,6 +6,7 @@ from pathlib import Path
 
 from testbed.model.plugins import display_name
 from testbed.validate.render_claims import claim_lines
+from testbed.validate.render_divergence import divergence_lines
 from testbed.workers import tcpinfo
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
@@ -88,6 +89,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
     ]
     lines += claim_lines(doc)
     lines += _verdict_lines(doc)
+    lines += divergence_lines(doc)
     lines += _validity_lines(doc)
     unfaithful = [f"{p}/{s}" for p, by in doc["fidelity"].items() for s, v in by.items()
                   if v != "faithful"]

@@ -70,6 +70,18 @@ def claim_targets(gains: dict) -> dict:
                                     if by["ranking"]}}
 
 
+def divergence_targets(decisions: dict | None) -> dict:
+    """Mean-TTFT verdicts with the packets' placements forced (validate/divergence.py)."""
+    if not decisions:
+        return {}
+    forced = [g["forced"] for by in decisions["ttft"].values() for g in by.values()]
+    kinds = [v["verdict"] for v in forced]
+    worst = max((abs(v["point"]) for v in forced if v["point"] == v["point"]), default=None)
+    return {"forced_ttft_verdicts": {k: kinds.count(k)
+                                     for k in ("agree", "disagree", "inconclusive")},
+            "forced_worst_mean_ttft_error": worst}
+
+
 def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None = None,
                   wall_s: float | None = None) -> list[str]:
     """What `testbed validate` prints last: the figures, and whether to trust them."""
@@ -84,6 +96,12 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
         f"mean TTFT: {v['agree']} agree, {v['disagree']} disagree, {v['inconclusive']} "
         f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
         f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
+    f = t.get("forced_ttft_verdicts")
+    if f:
+        lines.append(f"mean TTFT at the packets' placements (the flow model forced to them: "
+                     f"scheduling divergence removed): {f['agree']} agree, {f['disagree']} "
+                     f"disagree, {f['inconclusive']} inconclusive; worst difference "
+                     f"{pct(t['forced_worst_mean_ttft_error'])}")
     g = t.get("gain_verdicts")
     if g is not None and not any(g.values()):
         lines.append("gains: no claim judged (no seed with a faithful packet run of every "
