@@ -10,7 +10,9 @@ verdict per scheduler with its CI, ranking agreement per seed, the faithful runs
 gain verdicts (flow minus packets within 5 points: agree / disagree / inconclusive) and
 the requests judged per wall-minute (measured on faithful packet runs).
 Targets: median <= 5%, p90 <= 15%, TTFT within 5% with the CI inside +-10%, same ranking,
-every run faithful, every gain verdict conclusive.
+every run faithful, every gain verdict conclusive. With three rows or more, last: which
+flow-model terms are on by default, each chosen leaving one row out in turn
+(testbed/validate/selection.py; benchmarks/bench_select.py does it on finished folders).
 
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
      [--measure 12] [--target-ci 0.05 --budget 540] [--set FIELD=VALUE ...]
@@ -27,6 +29,7 @@ import yaml
 
 from testbed.scenario import load_scenario
 from testbed.validate.pipeline import validate
+from testbed.validate.selection import row_figures, selection_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "scenarios" / "validate.yaml"
@@ -81,6 +84,7 @@ def main() -> None:
              "(all) | transfers above / below floor | mean TTFT per scheduler | same ranking "
              "(seeds) | faithful | gains a/d/i | judged (per wall-minute) | wall |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    figures = {}
     for name in args.rows.split(","):
         path, over = ROWS[name]
         over = {**over, "seeds": args.seeds}
@@ -95,9 +99,12 @@ def main() -> None:
         wall = time.perf_counter() - t0
         doc = json.loads((folder / "comparison.json").read_text())
         lines.append(row(name, doc, wall))
+        figures[name] = row_figures(doc)
         print(f"{name}: {folder}", flush=True)
         print(lines[-1], flush=True)
     print("\n".join(lines))
+    if len(figures) >= 3:  # each term chosen on the other rows, judged on the one left out
+        print("\n".join(["", *selection_lines(figures)]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+"""Held-out selection of flow-model terms (validate/selection.py)."""
+
+from testbed.validate.selection import held_out, row_figures, selection_lines
+
+
+def _row(cal, tcp, cont=None):
+    out = {"calibrated": dict(zip(("replay_p90", "ttft_error"), cal, strict=True)),
+           "tcp": dict(zip(("replay_p90", "ttft_error"), tcp, strict=True))}
+    if cont:
+        out["tcp_contended"] = dict(zip(("replay_p90", "ttft_error"), cont, strict=True))
+    return out
+
+
+def test_a_term_that_helps_on_most_rows_is_on_and_one_that_hurts_is_off():
+    rows = {"a": _row((0.3, 0.10), (0.2, 0.05), (0.4, 0.2)),
+            "b": _row((0.3, 0.10), (0.25, 0.08), (0.5, 0.2)),
+            "c": _row((0.3, 0.10), (0.35, 0.12), (0.2, 0.05)),  # the one row it hurts
+            "d": _row((0.3, 0.10), (0.2, 0.09), (0.5, 0.2))}
+    got = held_out(rows)
+    tcp = got["TCP terms"]
+    assert tcp["default_on"] and all(f["chosen"] for f in tcp["folds"])
+    left_c = next(f for f in tcp["folds"] if f["held_out"] == "c")
+    assert left_c["improved"] == {"replay_p90": False, "ttft_error": False}
+    cont = got["link contention"]
+    assert not cont["default_on"] and not any(f["chosen"] for f in cont["folds"])
+    assert "TCP terms: ON by default over 4 rows" in "\n".join(selection_lines(rows))
+
+
+def test_a_term_good_on_one_row_only_is_not_chosen_when_that_row_is_left_out():
+    rows = {"a": _row((0.3, 0.1), (0.1, 0.01)),  # a term tuned on one workload
+            "b": _row((0.3, 0.1), (0.31, 0.11)),
+            "c": _row((0.3, 0.1), (0.32, 0.12))}
+    tcp = held_out(rows)["TCP terms"]
+    assert not tcp["default_on"] and not any(f["chosen"] for f in tcp["folds"])
+    assert held_out({"a": rows["a"], "b": _row((0.3, 0.1), (0.2, 0.05))})[
+        "TCP terms"]["default_on"] is False  # two rows are too few to hold one out
+
+
+def test_figures_of_a_validation_document():
+    iv = lambda p: {"point": p, "low": p, "high": p, "n": 30}  # noqa: E731
+    doc = {"whole_transfers": {"replay_calibrated": {"p90_abs_error": 0.3},
+                               "replay_tcp": {"p90_abs_error": 0.2}},
+           "ttft_verdicts": {"calibrated": {"p": {"rr": iv(-0.1), "cla": iv(0.3)}},
+                             "tcp": {"p": {"rr": iv(0.05), "cla": iv(float("nan"))}}},
+           "contention": None}
+    got = row_figures(doc)
+    assert got["calibrated"] == {"replay_p90": 0.3, "ttft_error": 0.2}
+    assert got["tcp"] == {"replay_p90": 0.2, "ttft_error": 0.05}  # nan left out
+    assert "tcp_contended" not in got
