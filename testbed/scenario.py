@@ -26,9 +26,9 @@ from pydantic import (
     model_validator,
 )
 
-from testbed import yamlfile
+from testbed import plausibility, yamlfile
 from testbed.model import plugins
-from testbed.model.kv import MODEL_PRESETS, ModelSpec
+from testbed.model.kv import MODEL_PRESETS, ModelSpec, kv_bytes_per_token
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
 from testbed.topologies.captured import capture_error
@@ -549,6 +549,19 @@ class Scenario(_Strict):
         if len(set(v)) != len(v):
             raise ValueError("a scheduler is listed twice")
         return v
+
+    @model_validator(mode="after")
+    def _physically_possible(self) -> Scenario:
+        c, w = self.cluster, self.workload
+        problems = plausibility.fabric_problems(c.host_gbps, c.nvlink_gbps,
+                                                c.tor_oversubscription, c.core_oversubscription)
+        smallest = w.input_length or PROFILES[w.profile].min_input or 1
+        problems += plausibility.memory_problems(kv_bytes_per_token(self.model_spec()),
+                                                 c.memory_gb * 1e9, c.memory_reserve_gb * 1e9,
+                                                 smallest)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _ovs_instances_fit(self) -> Scenario:

@@ -58,6 +58,16 @@ def run(args: list[str], cwd=None):
     (HEAD + "drain_s: .inf\n", "drain_s"),
     (HEAD + "cluster: {host_gbps: .inf}\n", "cluster.host_gbps"),
     (HEAD + "sweep: {'workload.load,': [1, 2]}\n", "empty field name"),
+    # physically absurd: parses, would even run, describes no machine
+    (HEAD + "cluster: {memory_gb: 1.0e-9}\n", "cluster.memory_gb"),
+    (HEAD + "cluster: {memory_gb: 1.0, memory_reserve_gb: 0.5}\n",
+     "below the KV of this workload's smallest request"),
+    (HEAD + "model: {n_layers: 1000000, n_kv_heads: 1000000, d_head: 1000000}\n",
+     "n_layers x n_kv_heads x d_head"),
+    (HEAD + "cluster: {host_gbps: 1.0e6}\n", "cluster.host_gbps: 1e+06 Gbit/s is above any NIC"),
+    (HEAD + "cluster: {nvlink_gbps: 1.0e6}\n", "cluster.nvlink_gbps"),
+    (HEAD + "cluster: {core_oversubscription: 1.0000001}\n",
+     "cluster.core_oversubscription: 1.0000001 changes no link"),
 ])
 @pytest.mark.parametrize("command", ["check", "simulate", "topology"])
 def test_bad_scenarios_are_refused_with_the_field_named(tmp_path, body, named, command):

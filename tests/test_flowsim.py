@@ -53,12 +53,16 @@ def test_per_flow_ecmp_can_beat_the_per_path_figure(trace_path):
 
 
 def test_rejects_when_no_decode_instance_has_memory(trace_path):
+    # room for the smallest RAG request (4,096 tokens, 1.34 GB) and little more
     sc = Scenario(name="tiny", workload={"trace": str(trace_path)},
-                  cluster={"memory_gb": 1.0, "memory_reserve_gb": 0.5})
+                  cluster={"memory_gb": 2.0, "memory_reserve_gb": 0.5})
     wl = build_workload(sc, 1)
     res = FlowSimulation(sc, "cla", 1, wl).run()
     check_conservation(res.requests, len(wl.requests))
-    assert all(r["state"] == "rejected" and "memory" in r["reason"] for r in res.requests)
+    rejected = [r for r in res.requests if r["state"] == "rejected"]
+    assert rejected and all("memory" in r["reason"] for r in rejected)
+    # only a request whose KV cannot fit in the room left is rejected
+    assert all(r["kv_bytes"] > 1.5e9 for r in rejected)
 
 
 def test_conservation_check_catches_lost_and_duplicated_requests():

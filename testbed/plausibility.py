@@ -1,0 +1,53 @@
+"""Physical bounds on a scenario: values that parse and even run, but describe no machine.
+
+A scenario with a 1 EB/s NIC or a GPU that cannot hold one token's KV runs to the end
+and reports numbers; nothing in them says they mean nothing. Each bound names the real
+limit it stands for, so a user who truly means it knows what to change.
+"""
+
+from __future__ import annotations
+
+# 1.6T Ethernet (IEEE 802.3dj) is the fastest NIC or switch port offered
+MAX_PORT_GBPS = 1600.0
+# NVLink 5 (Blackwell): 1.8 TB/s per GPU, both directions together
+MAX_NVLINK_GBPS = 14_400.0
+# an oversubscription closer to 1 than this changes each oversubscribed link's rate by
+# less than a rate measurement on the emulated fabric resolves (0.1%)
+MIN_OVERSUBSCRIPTION = 1.001
+
+
+def fabric_problems(host_gbps: float, nvlink_gbps: float, tor_over: float,
+                    core_over: float) -> list[str]:
+    """What in the fabric's rates no hardware offers, one named field per line."""
+    out = []
+    if host_gbps > MAX_PORT_GBPS:
+        out.append(f"cluster.host_gbps: {host_gbps:g} Gbit/s is above any NIC or switch port "
+                   f"on offer ({MAX_PORT_GBPS:g}, 1.6T Ethernet)")
+    if nvlink_gbps > MAX_NVLINK_GBPS:
+        out.append(f"cluster.nvlink_gbps: {nvlink_gbps:g} Gbit/s is above any GPU "
+                   f"interconnect ({MAX_NVLINK_GBPS:g}, NVLink 5's 1.8 TB/s)")
+    for name, x in (("tor_oversubscription", tor_over), ("core_oversubscription", core_over)):
+        if 1.0 < x < MIN_OVERSUBSCRIPTION:
+            out.append(f"cluster.{name}: {x:.12g} changes no link measurably (its links run "
+                       f"{100 * (1 - 1 / x):.2g}% below the host rate); give 1 for none, or "
+                       f"at least {MIN_OVERSUBSCRIPTION:g}")
+    return out
+
+
+def memory_problems(kv_per_token: float, memory_bytes: float, reserve_bytes: float,
+                    min_tokens: int) -> list[str]:
+    """Whether an instance's KV memory (less the reserve the schedulers keep free) can hold
+    one token, and the smallest request this workload can make."""
+    usable = memory_bytes - reserve_bytes
+    if kv_per_token > memory_bytes:
+        return [f"the KV of one token ({kv_per_token:,.0f} bytes for this model) exceeds an "
+                f"instance's KV memory (cluster.memory_gb {memory_bytes / 1e9:g} GB): no "
+                "request could be served; check cluster.memory_gb and the model's n_layers "
+                "x n_kv_heads x d_head"]
+    need = kv_per_token * min_tokens
+    if usable < need:
+        return [f"cluster.memory_gb: {memory_bytes / 1e9:g} GB less memory_reserve_gb "
+                f"{reserve_bytes / 1e9:g} leaves {max(usable, 0) / 1e9:.3g} GB, below the KV "
+                f"of this workload's smallest request ({min_tokens:,} tokens = "
+                f"{need / 1e9:.3g} GB): every request would be rejected"]
+    return []
