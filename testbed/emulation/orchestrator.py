@@ -28,7 +28,15 @@ from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.emulation.servers import ServerError, ServerPool, unpack
 from testbed.metrics import aggregate, run_summary
-from testbed.records import atomic_write, write_json
+from testbed.records import (
+    REQUEST_FIELDS,
+    TCP_FIELDS,
+    TRANSFER_FIELDS,
+    atomic_write,
+    interruption,
+    write_csv,
+    write_json,
+)
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.topologies.placement import private_daemons
 from testbed.workers import tcpinfo
@@ -134,8 +142,13 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
              rundir: Path, tag: str, workload, on_live: Callable[[dict], None] | None = None
              ) -> tuple[dict, dict]:
     """One scheduler x seed, checked and summarised: its records (a run_cells result) and
-    its fidelity verdict."""
-    result, links, fidelity = run_one(network, cell, cell_file, key, seed, rundir, tag, on_live)
+    its fidelity verdict. A run that ends early keeps what finished (keep_what_finished)."""
+    try:
+        result, links, fidelity = run_one(network, cell, cell_file, key, seed, rundir, tag,
+                                          on_live)
+    except BaseException as exc:
+        keep_what_finished(rundir, workload, interruption(exc))
+        raise
     check_conservation(result["requests"], len(workload.requests))
     summary = run_summary(result["requests"], links, workload, result["decision_us"],
                           result["counters"])
@@ -146,6 +159,27 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
                "departures": departure_summary(fidelity)}
     return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
             "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
+
+
+def keep_what_finished(rundir: Path, workload, cause: str) -> bool:
+    """After a run ended early (a fault, a signal, over time): the router's records up to
+    then (router.json, written as it stopped) as the cell's requests.csv and transfers.csv,
+    and a summary.json whose `partial` names the cause; in-flight requests keep an empty
+    state. False when the router left nothing to keep."""
+    try:
+        result = json.loads((rundir / "router.json").read_text())
+        requests, transfers = result["requests"], result["transfers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    summary = run_summary(requests, [], workload, result.get("decision_us", []),
+                          result.get("counters", {}))
+    summary.update(partial=cause, outcome=result.get("outcome"),
+                   ended=sum(bool(r.get("state")) for r in requests))
+    tcp = TCP_FIELDS if any("retrans_segs" in t for t in transfers) else []
+    write_csv(rundir / "requests.csv", requests, REQUEST_FIELDS)
+    write_csv(rundir / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)
+    write_json(rundir / "summary.json", summary)
+    return True
 
 
 def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,

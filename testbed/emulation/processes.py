@@ -11,6 +11,7 @@ the control plane and byte accounting can then be tested without root.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -22,6 +23,8 @@ from pathlib import Path
 from testbed.emulation.child import die_with_parent
 from testbed.workers.channel import listening, tcp_address
 from testbed.workers.config import RunConfig
+
+ROUTER_STOP_S = 5.0  # for the router to write what finished before it is killed
 
 
 class WorkerError(RuntimeError):
@@ -141,6 +144,13 @@ class WorkerSet:
         return json.loads(out.read_text())
 
     def stop(self) -> None:
+        """The router first, given a moment to write what finished so far (router.json),
+        then every worker; SIGKILL for any still up after 5 s."""
+        router = self.procs.get("router")
+        if router is not None and router.poll() is None:
+            router.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                router.wait(timeout=ROUTER_STOP_S)
         alive = [p for p in self.procs.values() if p.poll() is None]
         for p in alive:
             p.terminate()

@@ -630,6 +630,16 @@ def main(config: str) -> int:
     except OSError as exc:
         print(f"router: cannot fetch the oracle at {cfg.oracle_url}: {exc}", file=sys.stderr)
         return 2
+    def stopped(signum, _frame) -> None:
+        """Stopped from outside (the run interrupted, or over time): end the loop so what
+        finished so far is written below, not lost with the process."""
+        def end() -> None:
+            if not router.finished:
+                router.outcome = f"stopped by {signal.Signals(signum).name}"
+            router.loop.stop()
+        router.loop.post(end)
+
+    signal.signal(signal.SIGTERM, stopped)
     try:
         result = router.run()
     except Exception:  # noqa: BLE001

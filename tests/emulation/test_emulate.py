@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import signal
@@ -9,6 +10,7 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -196,15 +198,24 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     assert max(worker_busy) > 0
 
 
-def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_path):
-    path = write_small(tmp_path, TRACE, {**SHORT, "workload.measure_s": 120})
+def _ended(results: Path) -> int:
+    """Requests ended so far in the running cell (its router's live view)."""
+    for live in results.glob("*/cells/*/*/seed*/live.json"):
+        with contextlib.suppress(OSError, ValueError):
+            return int(json.loads(live.read_text())["ended"])
+    return 0
+
+
+def test_sigterm_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path):
+    path = write_small(tmp_path, TRACE, {**SHORT, "schedulers": ["rr"],
+                                         "workload.measure_s": 120})
     log = (tmp_path / "emulate.log").open("w")
+    results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                             str(tmp_path / "results")], cwd=ROOT, stdout=log,
+                             str(results)], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: any(cleanup.WORKER_RE.search(cleanup._cmdline(p))
-                             for p in cleanup.our_processes()), 180, "worker processes")
+        wait_for(lambda: _ended(results) >= 3, 240, "three requests to end")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=90)
     finally:
@@ -214,8 +225,19 @@ def test_sigterm_mid_run_stops_workers_and_fabric_and_marks_the_run_partial(tmp_
     assert proc.returncode == 143
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
-    (folder,) = (tmp_path / "results").glob("fabric-test-emulation-*")
+    (folder,) = results.glob("fabric-test-emulation-*")
     assert "terminated by SIGTERM" in (folder / PARTIAL).read_text()
+    # the requests that ended before the signal are kept, and load as any run's do
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert "SIGTERM" in summary["partial"] and summary["outcome"] == "stopped by SIGTERM"
+    rows = list(csv.DictReader((cell / "requests.csv").open()))
+    assert sum(r["state"] == "completed" for r in rows) >= 3
+    assert any(r["state"] == "" for r in rows)  # in flight when it stopped: kept, unended
+    from testbed.api import open_run
+
+    frame = open_run(folder).requests
+    assert (frame["state"] == "completed").sum() >= 3
 
 
 def test_faults_on_packets_lose_nothing(tmp_path):
