@@ -202,6 +202,7 @@ class EmulatedNetwork:
             self._start_controller()
             self._start_mininet()
             self._shape()
+            self._static_arp()
             self._tune_hosts()
             self._wait("every switch to get its routes and a first telemetry poll",
                        lambda: self.status()["ready"], timeout=90, progress=self._progress)
@@ -322,6 +323,24 @@ class EmulatedNetwork:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
                                min_packets=q, kv_levels=levels, byte_limit=bytes_)
+
+    def _static_arp(self) -> None:
+        """Every host knows every other host's MAC from the start, as a proactive fabric's
+        hosts would: the controller still answers ARP, but a fabric whose controller died
+        keeps forwarding (its flows stay in the switches) instead of failing new
+        connections with EHOSTUNREACH once a neighbour entry expires."""
+        hosts = self.fabric.hosts
+        for name in hosts:
+            host = self.net.get(name)
+            dev = host.defaultIntf().name
+            batch = self.workdir / f"arp-{name}.batch"
+            batch.write_text("".join(f"neigh replace {h.ip} lladdr {h.mac} dev {dev} nud "
+                                     "permanent\n" for other, h in hosts.items()
+                                     if other != name))
+            out = host.cmd(f"ip -batch {batch}")
+            batch.unlink(missing_ok=True)
+            if out.strip():
+                raise EmulationError(f"{name}: cannot set its static ARP entries: {out.strip()}")
 
     def _tune_hosts(self) -> None:
         """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""

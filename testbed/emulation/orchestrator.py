@@ -39,7 +39,7 @@ from testbed.records import (
 )
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.topologies.placement import private_daemons
-from testbed.workers import tcpinfo
+from testbed.workers import journal, tcpinfo
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -156,21 +156,27 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
     verdict = {"verdict": fidelity["verdict"], "reasons": fidelity["reasons"],
                "warnings": fidelity["warnings"], "advice": fidelity["advice"],
                "tcp": tcpinfo.stalls(result["transfers"]),
-               "departures": departure_summary(fidelity)}
+               "departures": departure_summary(fidelity),
+               "oracle": oracle_health(result, cell.recovery.oracle_max_age_s)}
     return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
             "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
 
 
 def keep_what_finished(rundir: Path, workload, cause: str) -> bool:
     """After a run ended early (a fault, a signal, over time): the router's records up to
-    then (router.json, written as it stopped) as the cell's requests.csv and transfers.csv,
-    and a summary.json whose `partial` names the cause; in-flight requests keep an empty
-    state. False when the router left nothing to keep."""
+    then (router.json, written as it stopped; its journal if it died without one) as the
+    cell's requests.csv and transfers.csv, and a summary.json whose `partial` names the
+    cause; in-flight requests keep an empty state (the journal has ended ones only). False
+    when the router left nothing to keep."""
     try:
         result = json.loads((rundir / "router.json").read_text())
         requests, transfers = result["requests"], result["transfers"]
     except (OSError, ValueError, KeyError, TypeError):
-        return False
+        journaled = journal.read(rundir)  # the router died: what it had journaled
+        if not journaled or not journaled[0]:
+            return False
+        requests = list({r["id"]: r for r in journaled[0]}.values())
+        transfers, result = journaled[1], {"outcome": "router gone; from its journal"}
     summary = run_summary(requests, [], workload, result.get("decision_us", []),
                           result.get("counters", {}))
     summary.update(partial=cause, outcome=result.get("outcome"),
@@ -418,6 +424,19 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
     }
 
 
+def oracle_health(result: dict, limit_s: float) -> str | None:
+    """A line when the oracle went stale during the run (the controller or its HTTP
+    server down or stopped): the switches kept forwarding, decisions went blind."""
+    errors, age = result["oracle_errors"], result["oracle_age_max_s"] or 0.0
+    stale = result["counters"].get("stale_oracle_decisions", 0)
+    if not errors and age <= limit_s:
+        return None
+    return (f"went stale: {errors} of {result['oracle_fetches'] + errors} fetches failed, the "
+            f"oldest oracle was {age:.1f} s old (limit {limit_s:g} s); {stale} decision(s) "
+            "used the tier map alone (no congestion). Was the controller down? Its log is "
+            "in the fabric folder")
+
+
 def aggregate_numeric(summaries: list[dict]) -> dict:
     """Seeds' mean/std like the flow simulator's rows; the verdict: worst of the seeds."""
     out = aggregate(summaries)
@@ -437,4 +456,6 @@ def fidelity_lines(verdicts: list[dict]) -> str:
             lines.append(f"  - packets: {describe_departures(v['departures'])}")
         if v.get("tcp"):
             lines.append(f"  - TCP: {tcpinfo.describe(v['tcp'])}")
+        if v.get("oracle"):
+            lines.append(f"  - oracle: {v['oracle']}")
     return "\n".join(lines) + "\n"

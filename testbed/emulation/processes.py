@@ -139,8 +139,11 @@ class WorkerSet:
             time.sleep(0.2)
         out = Path(self.cfg.out) / "router.json"
         if not out.exists():
-            raise WorkerError(f"the router exited ({router.returncode}) without a result:\n"
-                              f"{self.tail('router')}")
+            code = router.returncode
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+            tail = self.tail("router").strip()
+            raise WorkerError(f"the router died ({how}) without writing its result; its log: "
+                              f"{self.logdir / 'router.log'}" + (f"\n{tail}" if tail else ""))
         return json.loads(out.read_text())
 
     def stop(self) -> None:

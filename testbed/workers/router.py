@@ -43,6 +43,7 @@ from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, RunClock, clock_sample
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState, fault_interfaces, set_links
+from testbed.workers.journal import Journal
 from testbed.workers.kvstream import scaled_bytes
 from testbed.workers.roles import RouterFlowKV
 from testbed.workloads.build import request_slo
@@ -138,6 +139,7 @@ class Router:
         self._stop = threading.Event()
         self.finished = False
         self.outcome = "running"
+        self.journal = Journal(Path(cfg.out))
         self.faults = FaultState()
         self.plane = ControlPlane(self.scheduler, self.spec, sc.recovery, self.timing, self)
         self.pids: dict[str, int] = {}
@@ -200,6 +202,7 @@ class Router:
         if not self.finished and conn.name in self.expected_workers - {"loadgen"}:
             self.ledger.errors.append(f"worker {conn.name} disconnected: {why}")
             self._fail_involving(conn.name, f"worker {conn.name} exited ({why})")
+            self.prefill.pop(conn.name, None)  # arrivals from now on go to the others
 
     def _dispatch(self, conn: Connection, msg: dict) -> None:
         kind = msg["type"]
@@ -283,6 +286,9 @@ class Router:
         rs = new_request(req, self.warmup, self.measure, kv_bytes_per_token(self.model))
         self.states[req.request_id] = rs
         self.last_arrival = max(self.last_arrival, req.arrival_s)
+        if not self.prefill and self.flowkv is None:
+            self._fail(rs, "no prefill instance left (every prefill worker exited)")
+            return
         # inst: the router's estimate of the instance; the worker reports the truth
         inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv, self.sc.reuse)
         if self.flowkv is not None:
@@ -363,6 +369,7 @@ class Router:
         self._send_work(rs, recompute_s=seconds)  # the worker queues it behind its others
 
     def ended(self, rs: RequestState) -> None:
+        self.journal.request(request_row(rs, self.slo(rs.req.request_id)))
         self._check_done()
 
     def _send_work(self, rs: RequestState, recompute_s: float = 0.0, local: bool = False
@@ -429,6 +436,7 @@ class Router:
                 "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
                 "dst": rs.decode, "tier": rs.tier, "path": path, "bytes": shard_bytes,
                 "start": float(s["start"]), "end": float(s["end"]), **(s.get("tcp") or {})})
+            self.journal.transfer(self.transfers[-1])
         self.ledger.wire_sent[rs.req.request_id] = total
 
     def _on_kv_done(self, msg: dict) -> None:
@@ -614,6 +622,7 @@ class Router:
             self._stop.set()
             self.intents.put(None)
             listener.close()
+            self.journal.close()
         return self.result()
 
     def _hello_timeout(self) -> None:

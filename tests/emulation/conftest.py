@@ -7,6 +7,8 @@ went missing must not turn into a green run.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -48,6 +50,15 @@ def missing_prerequisite() -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     skip_or_fail_without(items, Path(__file__).parent, "emulation test", missing_prerequisite())
+
+
+def requests_ended(results: Path) -> int:
+    """Requests ended so far in the cell `testbed emulate --out results` is running (its
+    router's live view); 0 before it starts."""
+    for live in results.glob("*/cells/*/*/seed*/live.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return int(json.loads(live.read_text())["ended"])
+    return 0
 
 
 def write_small(tmp: Path, trace: Path, extra: dict | None = None) -> Path:

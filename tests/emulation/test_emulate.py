@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import signal
@@ -10,7 +9,6 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +17,7 @@ from testbed.records import PARTIAL
 from testbed.scenario import load_scenario
 from testbed.workloads.build import build_workload
 from tests.conftest import ROOT, TRACE
-from tests.emulation.conftest import wait_for, write_small
+from tests.emulation.conftest import requests_ended, wait_for, write_small
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -198,14 +196,6 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     assert max(worker_busy) > 0
 
 
-def _ended(results: Path) -> int:
-    """Requests ended so far in the running cell (its router's live view)."""
-    for live in results.glob("*/cells/*/*/seed*/live.json"):
-        with contextlib.suppress(OSError, ValueError):
-            return int(json.loads(live.read_text())["ended"])
-    return 0
-
-
 def test_sigterm_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path):
     path = write_small(tmp_path, TRACE, {**SHORT, "schedulers": ["rr"],
                                          "workload.measure_s": 120})
@@ -215,7 +205,7 @@ def test_sigterm_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path)
                              str(results)], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: _ended(results) >= 3, 240, "three requests to end")
+        wait_for(lambda: requests_ended(results) >= 3, 240, "three requests to end")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=90)
     finally:
