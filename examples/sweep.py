@@ -16,6 +16,7 @@ if __name__ == "__main__":
                              schedulers=["cla", "netkv-full"], sweep={"workload.load": [0.6, 1.0]})
     run = simulate(scenario, out=sys.argv[2] if len(sys.argv) > 2 else "results", jobs=0)
 
-    table = run.rows.pivot(index="workload.load", columns="key", values="ttft_mean_ms")
+    table = run.rows.pivot(index="workload.load", columns="scheduler",
+                           values="ttft_mean_ms")
     table["gain %"] = 100 * (1 - table["netkv-full"] / table["cla"])
     print(table.round(1))

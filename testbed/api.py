@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from testbed.model.plugins import display_name
 from testbed.records import PARTIAL, raise_terminated
 from testbed.scenario import Scenario, ScenarioError, _format_errors
 from testbed.scenario import load_scenario as _load_file
@@ -313,6 +314,7 @@ class RunResult:
             df = pd.read_csv(path)
             point_dir = cell.parent.parent.name
             df.insert(0, "seed", int(cell.name.removeprefix("seed")))
+            df.insert(0, "name", display_name(cell.parent.name))
             df.insert(0, "scheduler", cell.parent.name)
             df.insert(0, "cell", point_dir)
             for key, value in points.get(point_dir, {}).items():
@@ -324,6 +326,18 @@ class RunResult:
     def requests(self):
         """requests.csv of every run: one row per request (TTFT, tier, state, ...)."""
         return self._frame("requests.csv")
+
+    @property
+    def measured(self):
+        """The requests the tables judge: measured (arrived inside the measurement window)
+        and served. TTFT and TBT in seconds; pooled over seeds, where the tables average
+        each seed's mean."""
+        from testbed.lifecycle import SERVED_STATES
+
+        df = self.requests
+        if df.empty:
+            return df
+        return df[df["measured"].astype(bool) & df["state"].isin(SERVED_STATES)]
 
     @cached_property
     def transfers(self):
@@ -337,13 +351,18 @@ class RunResult:
 
     @cached_property
     def rows(self):
-        """The comparison table as a DataFrame: one row per sweep point x scheduler,
-        every metric averaged over seeds (with its _std)."""
+        """The comparison table as a DataFrame: one row per sweep point x scheduler
+        (`scheduler` its key, `name` as the table shows it), every metric averaged over
+        seeds (with its _std)."""
         import pandas as pd
 
         rows = []
         for row in self.summary.get("rows", []):
-            flat = {k: v for k, v in row.items() if k != "point"}
+            # one naming with the other frames: the key as `scheduler`, the table's as `name`
+            flat = {"scheduler": row.get("key", row.get("scheduler")),
+                    "name": row.get("scheduler")}
+            flat.update((k, v) for k, v in row.items()
+                        if k not in ("point", "key", "scheduler"))
             flat.update(row.get("point") or {})
             for key in [k for k, v in flat.items() if isinstance(v, dict)]:
                 for sub, value in flat.pop(key).items():

@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from testbed import api
 from tests.conftest import P2C_PACKAGE, ROOT
 
@@ -26,12 +28,20 @@ def test_the_simulate_example_prints_ttft_and_tiers_per_scheduler(tmp_path):
     (folder,) = tmp_path.glob("default-flowsim-*")
     run = api.open_run(folder)
     assert set(run.requests["scheduler"]) == {"rr", "cla", "netkv-full"}
+    # one naming in every frame: the key, and the table's name beside it
+    assert set(run.rows["scheduler"]) == set(run.requests["scheduler"])
+    assert dict(zip(run.rows["scheduler"], run.rows["name"], strict=True))["cla"] == "CLA*"
+    # the measured frame is what the table averaged (one seed: the same mean)
+    got = run.measured.groupby("scheduler")["ttft"].mean() * 1e3
+    for _, row in run.rows.iterrows():
+        assert got[row["scheduler"]] == pytest.approx(row["ttft_mean_ms"], rel=1e-9)
+    assert len(run.measured) < len(run.requests)  # the warm-up is left out
 
 
 def test_the_sweep_example_runs_on_every_core_and_pivots_the_gain(tmp_path):
     shown = run_example("sweep.py", "scenarios/default.yaml", tmp_path)
     head = shown.splitlines()[0].split()
-    assert head == ["key", "cla", "netkv-full", "gain", "%"]
+    assert head == ["scheduler", "cla", "netkv-full", "gain", "%"]
     loads = [line.split()[0] for line in shown.splitlines()[2:]]
     assert loads == ["0.6", "1.0"]
     (folder,) = tmp_path.glob("default-flowsim-*")
