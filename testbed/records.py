@@ -7,11 +7,13 @@ readable folder that says it is incomplete and why.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -140,6 +142,29 @@ def interruption(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# a packet-level run writes its departure trace (tens of MB a run), logs and records
+# under --out as it goes: less free space than this is refused before the fabric starts
+PACKET_RUN_MIN_FREE = 256 * 2**20
+FULL_BELOW = 2**20  # a disk with less free is full for our purposes
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the file system that holds `path` (or its nearest existing parent)."""
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_room(out_root: Path, need: int, what: str) -> None:
+    """ValueError (a named error, nothing started) when `out_root` has less than `need`."""
+    free = free_bytes(out_root)
+    if free < need:
+        raise ValueError(f"--out {out_root}: {free / 2**20:.0f} MB free, and {what} needs at "
+                         f"least {need / 2**20:.0f} MB there (its traces, logs and records); "
+                         "free some space or give another --out")
+
+
 class RunFolder:
     """results/<scenario>-<engine>-<stamp>/, marked partial until finished."""
 
@@ -154,7 +179,9 @@ class RunFolder:
         atomic_write(self.path / PARTIAL, "run started; not finished\n")
 
     def mark_interrupted(self, reason: str) -> None:
-        atomic_write(self.path / PARTIAL, f"run interrupted: {reason}\n")
+        # on a full disk the PARTIAL written at the start stays, saying less
+        with contextlib.suppress(OSError):
+            atomic_write(self.path / PARTIAL, f"run interrupted: {reason}\n")
 
     def finish(self) -> None:
         (self.path / PARTIAL).unlink(missing_ok=True)

@@ -29,10 +29,14 @@ from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.emulation.servers import ServerError, ServerPool, unpack
 from testbed.metrics import aggregate, run_summary
 from testbed.records import (
+    FULL_BELOW,
+    PACKET_RUN_MIN_FREE,
     REQUEST_FIELDS,
     TCP_FIELDS,
     TRANSFER_FIELDS,
     atomic_write,
+    check_room,
+    free_bytes,
     interruption,
     write_csv,
     write_json,
@@ -147,7 +151,12 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
         result, links, fidelity = run_one(network, cell, cell_file, key, seed, rundir, tag,
                                           on_live)
     except BaseException as exc:
-        keep_what_finished(rundir, workload, interruption(exc))
+        kept = keep_what_finished(rundir, workload, interruption(exc))
+        if isinstance(exc, WorkerError | OSError) and free_bytes(rundir) < FULL_BELOW:
+            raise WorkerError(
+                f"the results disk is full at {rundir} (no space left on device): the run "
+                "stopped there; " + ("what had finished is in its requests.csv" if kept else
+                                     "what had finished is in its journal.jsonl")) from exc
         raise
     check_conservation(result["requests"], len(workload.requests))
     summary = run_summary(result["requests"], links, workload, result["decision_us"],
@@ -182,9 +191,12 @@ def keep_what_finished(rundir: Path, workload, cause: str) -> bool:
     summary.update(partial=cause, outcome=result.get("outcome"),
                    ended=sum(bool(r.get("state")) for r in requests))
     tcp = TCP_FIELDS if any("retrans_segs" in t for t in transfers) else []
-    write_csv(rundir / "requests.csv", requests, REQUEST_FIELDS)
-    write_csv(rundir / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)
-    write_json(rundir / "summary.json", summary)
+    try:
+        write_csv(rundir / "requests.csv", requests, REQUEST_FIELDS)
+        write_csv(rundir / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)
+        write_json(rundir / "summary.json", summary)
+    except OSError:  # a full disk: the journal, if any, is what is left
+        return False
     return True
 
 
@@ -217,6 +229,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     workers offer a fabric (servers.py), a seed per server at a time, and this machine
     needs a fabric only for `on_fabric`."""
     preflight(scenario)
+    check_room(out_root, PACKET_RUN_MIN_FREE, "a packet-level run")
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
         if dask is None or on_fabric is not None:
             net_preflight(cell)

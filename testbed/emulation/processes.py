@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.emulation.child import die_with_parent
+from testbed.records import FULL_BELOW, free_bytes
 from testbed.workers.channel import listening, tcp_address
 from testbed.workers.config import RunConfig
 
@@ -139,6 +140,10 @@ class WorkerSet:
             time.sleep(0.2)
         out = Path(self.cfg.out) / "router.json"
         if not out.exists():
+            if free_bytes(out.parent) < FULL_BELOW:
+                raise WorkerError(f"the results disk is full at {out.parent} (no space left "
+                                  "on device): the router could not write its records; what "
+                                  "had finished is in its journal.jsonl there")
             code = router.returncode
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
             tail = self.tail("router").strip()

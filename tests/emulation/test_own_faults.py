@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,5 +107,65 @@ def test_a_killed_prefill_worker_fails_its_requests_and_the_others_carry_on(tmp_
     # nothing waits out the drain limit
     assert lost and all("exited" in r for r in lost)
     assert sum(not r for r in reasons) > len(lost)
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of its own as the results disk, unmounted afterwards."""
+    def mount(megabytes: int) -> Path:
+        where = tmp_path / f"disk{megabytes}"
+        where.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs",
+                        str(where)], check=True)
+        mounted.append(where)
+        return where
+
+    mounted: list[Path] = []
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_results_disk_without_room_is_refused_before_anything_starts(tmp_path, small_disk):
+    disk = small_disk(8)
+    path = write_small(tmp_path, TRACE, RUN)
+    done = subprocess.run([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                           str(disk / "res")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "MB free, and a packet-level run needs at least" in " ".join(done.stderr.split())
+    assert not (disk / "res").exists() or not any((disk / "res").iterdir())
+    assert cleanup.find_leftovers().empty
+
+
+def test_a_results_disk_that_fills_mid_run_stops_it_with_the_cause_and_the_journal(
+        tmp_path, small_disk):
+    disk = small_disk(300)
+    path = write_small(tmp_path, TRACE, RUN)
+    results = disk / "res"
+    log = (tmp_path / "emulate.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
+                             str(results)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: requests_ended(results) >= 3, 240, "three requests to end")
+        subprocess.run(["dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=1M", "count=400"],
+                       capture_output=True)  # fills it: dd stops at "no space left"
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            cleanup.clean()
+    text = " ".join((tmp_path / "emulate.log").read_text().split())
+    assert proc.returncode == 2, text[-3000:]
+    assert "error: the results disk is full at" in text
+    (folder,) = results.glob("*-emulation-*")
+    assert (folder / "PARTIAL").exists()
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    ended = [line for line in (cell / "journal.jsonl").read_text().splitlines()
+             if '"kind": "request"' in line]
+    assert len(ended) >= 3  # what had finished before the disk filled
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
