@@ -356,6 +356,10 @@ class EmulatedNetwork:
                     if out.strip():
                         raise EmulationError(f"{name}: cannot set rto_min on '{route}': {out}")
 
+    def datapath_died(self) -> str | None:
+        """A private OVS daemon that exited mid-run, named (None if all run)."""
+        return next((why for d in self.daemons if (why := d.died())), None)
+
     def host(self, name: str):
         return self.net.get(name)
 

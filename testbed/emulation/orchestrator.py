@@ -128,7 +128,7 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
                                 rundir / "logs") as workers:
             monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
             with LiveWatch(rundir / "live.json", on_live or (lambda _doc: None)):
-                result = workers.wait(run_timeout_s(cell))
+                result = workers.wait(run_timeout_s(cell), on_tick=_datapath_check(network))
     finally:
         fidelity = monitor.stop()
     if result["outcome"] != "finished":
@@ -140,6 +140,16 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     links = monitor.link_rows(lambda wall: (wall - t0) / emu.time_dilation,
                               lambda t: wl.warmup_s <= t - 0.5 and t <= wl.warmup_s + wl.measure_s)
     return result, links, fidelity
+
+
+def _datapath_check(network) -> Callable[[], None]:
+    """Raises once a private OVS daemon died: its switches forward nothing more, and the
+    run would only wait out its drain limit."""
+    def check() -> None:
+        why = getattr(network, "datapath_died", lambda: None)()
+        if why:
+            raise WorkerError(f"the datapath died: {why}; its switches stopped forwarding")
+    return check
 
 
 def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int,

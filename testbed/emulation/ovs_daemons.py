@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from contextlib import suppress
@@ -90,6 +91,17 @@ class OvsDaemon:
                      f"--pidfile={self.rundir / 'ovs-vswitchd.pid'}"])
         self._wait(what + "'s ovs-vswitchd", self._vswitchd_up)
         return self
+
+    def died(self) -> str | None:
+        """Which of its processes exited, and how (None while both run): nobody restarts a
+        private daemon, so its switches stop forwarding for good."""
+        for name, proc in zip(("ovsdb-server", "ovs-vswitchd"), self.procs, strict=False):
+            code = proc.poll()
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+                return (f"{name} of OVS daemon {self.index} ({how}); its log: "
+                        f"{self.rundir / (name + '.log')}")
+        return None
 
     def _spawn(self, cmd: list[str]) -> None:
         log = (self.rundir / f"{Path(cmd[0]).name}-{len(self.procs)}.out").open("w")

@@ -59,10 +59,11 @@ def test_a_killed_controller_leaves_a_fabric_that_forwards_and_an_oracle_that_go
     assert left.empty, left.describe()
 
 
-def _run_and_kill(tmp_path, pattern: str) -> tuple[subprocess.Popen, str, object]:
+def _run_and_kill(tmp_path, pattern: str, extra: dict | None = None
+                  ) -> tuple[subprocess.Popen, str, object]:
     """`testbed emulate` of RUN with the first of our processes whose command line holds
     `pattern` SIGKILLed once two requests ended; the run left to end on its own."""
-    path = write_small(tmp_path, TRACE, RUN)
+    path = write_small(tmp_path, TRACE, {**RUN, **(extra or {})})
     results = tmp_path / "results"
     log = (tmp_path / "emulate.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
@@ -167,5 +168,26 @@ def test_a_results_disk_that_fills_mid_run_stops_it_with_the_cause_and_the_journ
     ended = [line for line in (cell / "journal.jsonl").read_text().splitlines()
              if '"kind": "request"' in line]
     assert len(ended) >= 3  # what had finished before the disk filled
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+@pytest.mark.parametrize("pattern, part", [("ovs-vswitchd unix:", "ovs-vswitchd"),
+                                           ("ovsdb-server", "ovsdb-server")],
+                         ids=["ovs-vswitchd", "ovsdb-server"])
+def test_a_private_ovs_daemon_that_dies_stops_the_run_at_once_naming_it(tmp_path, pattern,
+                                                                          part):
+    """Nobody restarts a private daemon (emulation.ovs_instances > 1): its switches are
+    gone, so the run stops within a poll instead of waiting out its drain limit."""
+    proc, text, folder = _run_and_kill(tmp_path, pattern, {"emulation.ovs_instances": 2,
+                                                           "emulation.datapath": "user"})
+    flat = " ".join(text.split())
+    assert proc.returncode == 2, text[-3000:]
+    assert f"error: the datapath died: {part} of OVS daemon" in flat
+    assert "killed by SIGKILL" in flat
+    assert "datapath died" in (folder / "PARTIAL").read_text()
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert "datapath died" in summary["partial"] and summary["outcome"] == "stopped by SIGTERM"
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
