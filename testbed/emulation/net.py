@@ -390,7 +390,14 @@ class EmulatedNetwork:
         block for ever reading that node's shell. After `timeout`, kill our node shells
         (that unblocks it) and let the targeted cleanup remove the rest.
         """
-        worker = threading.Thread(target=self.net.stop, name="mininet-stop", daemon=True)
+        def stop() -> None:
+            self.net.stop()
+            # Mininet's RemoteController.stop does nothing: its node's shell and pty would
+            # outlive every run of a process that builds many fabrics (the API, a soak)
+            for controller in self.net.controllers:
+                controller.terminate()
+
+        worker = threading.Thread(target=stop, name="mininet-stop", daemon=True)
         worker.start()
         worker.join(timeout)
         if worker.is_alive():

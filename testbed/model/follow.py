@@ -10,27 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from testbed.model.schedulers import Decision, find
+from testbed.model.schedulers import Decision, SchedulerWrapper, find
 
 
-class Followed:
+class Followed(SchedulerWrapper):
     """`inner` with its decode choice replaced by the recorded one (request id -> decode
     instance) wherever that instance is a candidate with room for the KV now; elsewhere
     `inner` decides, and the miss is counted. Everything else (feasibility, cost terms,
     the in-flight count, a plugin's guard) stays `inner`'s."""
 
     def __init__(self, inner, recorded: Mapping[str, str]):
-        self.inner = inner
+        super().__init__(inner)
         self.recorded = recorded
         self.followed = 0
         self.missed = 0  # recorded, but not a feasible candidate here: inner decided
-
-    def __getattr__(self, attr):
-        return getattr(self.inner, attr)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     def select(self, request, prefill: str, candidates, oracle) -> Decision:
         want = self.recorded.get(request.request_id)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter
 
-from testbed.model.schedulers import Decision, LoadAware, Scheduler, find
+from testbed.model.schedulers import Decision, LoadAware, Scheduler, SchedulerWrapper, find
 
 RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK = (
     "raised", "unknown_instance", "bad_return", "too_slow", "callback_raised")
@@ -63,24 +63,16 @@ class _Deadline:
         return False
 
 
-class GuardedScheduler:
-    """A plugin behind the checks above; everything else is the plugin's own (its
-    feasibility filter, cost terms and counters, which the control plane also reads)."""
+class GuardedScheduler(SchedulerWrapper):
+    """A plugin behind the checks above; everything else is the plugin's own."""
 
     def __init__(self, key: str, inner: Scheduler, timeout_s: float):
+        super().__init__(inner)
         self.key = key
-        self.inner = inner
         self.timeout_s = timeout_s
         self.fallback = LoadAware(inner.ctx)
         self.fallback.inflight = inner.inflight  # one count of transfers in flight
         self.counts: Counter[str] = Counter()
-
-    def __getattr__(self, attr):
-        return getattr(self.inner, attr)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     def select(self, request, prefill: str, candidates, oracle) -> Decision:
         before = self.inner.inflight.snapshot(prefill)

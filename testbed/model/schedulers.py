@@ -324,6 +324,22 @@ class Scheduler:
         raise NotImplementedError
 
 
+class SchedulerWrapper:
+    """A scheduler around another (a guard, recorded decisions): what it does not
+    override is the inner one's, its feasibility filter, cost terms and counters, which
+    the control plane also reads."""
+
+    def __init__(self, inner: Scheduler):
+        self.inner = inner
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+
 class RoundRobin(Scheduler):
     """RR: the next feasible instance in a fixed cyclic order."""
 

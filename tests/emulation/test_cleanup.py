@@ -102,3 +102,28 @@ def test_a_crash_during_start_cleans_up(tmp_path):
         with pytest.raises(EmulationError, match="metrics_port 9311"):
             EmulatedNetwork(sc, path, tmp_path / "run").start()
     assert cleanup.find_leftovers().empty
+
+
+def test_fabrics_built_one_after_another_in_one_process_leave_nothing_open(tmp_path):
+    """A script or a sweep builds many fabrics in one process: after the second, building
+    and stopping one more leaves this process no more file descriptors or child
+    processes than before (Mininet's RemoteController keeps a shell and a pty unless
+    we end it)."""
+    import os
+
+    from testbed.emulation.net import EmulatedNetwork
+    from testbed.scenario import load_scenario
+
+    path = write_small(tmp_path, TRACE)
+    sc = load_scenario(path)
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    counts = []
+    for k in range(3):
+        with EmulatedNetwork(sc, path, tmp_path / f"run{k}"):
+            pass
+        counts.append((fds(), len(cleanup.descendants(os.getpid()))))
+    assert counts[2] == counts[1], counts
+    assert cleanup.find_leftovers().empty

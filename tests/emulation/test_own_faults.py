@@ -23,34 +23,14 @@ RUN = {"schedulers": ["rr"], "seeds": 1, "drain_s": 60, "workload.warmup_s": 1,
        "workload.measure_s": 14}
 
 
-def _controller_pids() -> list[int]:
-    return [p for p in cleanup.our_processes()
-            if "-m testbed controller" in cleanup._cmdline(p)]
-
-
 def test_a_killed_controller_leaves_a_fabric_that_forwards_and_an_oracle_that_goes_stale(
         tmp_path):
     """OpenFlow switches keep their flows without a controller, and hosts know their
     neighbours (static ARP): every request still completes; the oracle ages past its
     limit and the run's records say so."""
-    path = write_small(tmp_path, TRACE, RUN)
-    results = tmp_path / "results"
-    log = (tmp_path / "emulate.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                             str(results)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        wait_for(lambda: requests_ended(results) >= 2, 240, "two requests to end")
-        (pid,) = _controller_pids()
-        os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=240)  # bounded: the run ends on its own
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            cleanup.clean()
-    text = (tmp_path / "emulate.log").read_text()
+    proc, text, folder = _run_and_kill(tmp_path, "-m testbed controller")
     assert proc.returncode == 0, text[-3000:]
-    (cell,) = results.glob("*/cells/*/rr/seed*")
+    (cell,) = folder.glob("cells/*/rr/seed*")
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["failed"] == 0 and summary["completed"] == summary["requests"] > 2
     assert summary["oracle_errors"] > 0 and summary["oracle_age_max_s"] > 5.0
