@@ -29,6 +29,8 @@ from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import interface_netns, private_daemons, switch_daemons
 
+ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
+
 
 class EmulationError(RuntimeError):
     """The emulation cannot start here; the message says why and what to do."""
@@ -333,14 +335,15 @@ class EmulatedNetwork:
         for name in hosts:
             host = self.net.get(name)
             dev = host.defaultIntf().name
-            batch = self.workdir / f"arp-{name}.batch"
-            batch.write_text("".join(f"neigh replace {h.ip} lladdr {h.mac} dev {dev} nud "
-                                     "permanent\n" for other, h in hosts.items()
-                                     if other != name))
-            out = host.cmd(f"ip -batch {batch}")
-            batch.unlink(missing_ok=True)
-            if out.strip():
-                raise EmulationError(f"{name}: cannot set its static ARP entries: {out.strip()}")
+            entries = [f"ip neigh replace {h.ip} lladdr {h.mac} dev {dev} nud permanent"
+                       for other, h in hosts.items() if other != name]
+            # chunks on one shell line each: a host may be remote (cluster edition), so no
+            # batch file, and a terminal line holds at most 4 KB
+            for k in range(0, len(entries), ARP_CHUNK):
+                out = host.cmd("; ".join(entries[k:k + ARP_CHUNK]))
+                if out.strip():
+                    raise EmulationError(f"{name}: cannot set its static ARP entries: "
+                                         f"{out.strip()}")
 
     def _tune_hosts(self) -> None:
         """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""
