@@ -39,20 +39,19 @@ def test_a_killed_controller_leaves_a_fabric_that_forwards_and_an_oracle_that_go
     assert left.empty, left.describe()
 
 
-def _run_and_kill(tmp_path, pattern: str, extra: dict | None = None
-                  ) -> tuple[subprocess.Popen, str, object]:
-    """`testbed emulate` of RUN with the first of our processes whose command line holds
-    `pattern` SIGKILLed once two requests ended; the run left to end on its own."""
+def _run_and_break(tmp_path, fault, ended: int = 2, results=None, extra: dict | None = None
+                   ) -> tuple[subprocess.Popen, str, object]:
+    """`testbed emulate` of RUN, `fault()` done once `ended` requests ended, the run then
+    left to end on its own: (the process, its output, the run folder)."""
     path = write_small(tmp_path, TRACE, {**RUN, **(extra or {})})
-    results = tmp_path / "results"
+    results = results or tmp_path / "results"
     log = (tmp_path / "emulate.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
                              str(results)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        wait_for(lambda: requests_ended(results) >= 2, 240, "two requests to end")
-        pid = next(p for p in cleanup.our_processes() if pattern in cleanup._cmdline(p))
-        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: requests_ended(results) >= ended, 240, f"{ended} requests to end")
+        fault()
         proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
@@ -60,6 +59,15 @@ def _run_and_kill(tmp_path, pattern: str, extra: dict | None = None
             cleanup.clean()
     (folder,) = results.glob("*-emulation-*")
     return proc, (tmp_path / "emulate.log").read_text(), folder
+
+
+def _run_and_kill(tmp_path, pattern: str, extra: dict | None = None):
+    """As _run_and_break, the fault a SIGKILL to the first of our processes whose command
+    line holds `pattern`."""
+    def kill() -> None:
+        pid = next(p for p in cleanup.our_processes() if pattern in cleanup._cmdline(p))
+        os.kill(pid, signal.SIGKILL)
+    return _run_and_break(tmp_path, kill, extra=extra)
 
 
 def test_a_killed_router_ends_the_run_at_once_and_its_journal_keeps_what_ended(tmp_path):
@@ -124,25 +132,15 @@ def test_a_results_disk_without_room_is_refused_before_anything_starts(tmp_path,
 def test_a_results_disk_that_fills_mid_run_stops_it_with_the_cause_and_the_journal(
         tmp_path, small_disk):
     disk = small_disk(300)
-    path = write_small(tmp_path, TRACE, RUN)
-    results = disk / "res"
-    log = (tmp_path / "emulate.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "emulate", str(path), "--out",
-                             str(results)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        wait_for(lambda: requests_ended(results) >= 3, 240, "three requests to end")
+
+    def fill() -> None:  # dd stops at "no space left"
         subprocess.run(["dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=1M", "count=400"],
-                       capture_output=True)  # fills it: dd stops at "no space left"
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            cleanup.clean()
-    text = " ".join((tmp_path / "emulate.log").read_text().split())
+                       capture_output=True)
+
+    proc, text, folder = _run_and_break(tmp_path, fill, ended=3, results=disk / "res")
+    text = " ".join(text.split())
     assert proc.returncode == 2, text[-3000:]
     assert "error: the results disk is full at" in text
-    (folder,) = results.glob("*-emulation-*")
     assert (folder / "PARTIAL").exists()
     (cell,) = folder.glob("cells/*/rr/seed*")
     ended = [line for line in (cell / "journal.jsonl").read_text().splitlines()
