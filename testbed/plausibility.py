@@ -7,6 +7,9 @@ limit it stands for, so a user who truly means it knows what to change.
 
 from __future__ import annotations
 
+from testbed.model.kv import kv_bytes_per_token
+from testbed.workloads.profiles import PROFILES
+
 # 1.6T Ethernet (IEEE 802.3dj) is the fastest NIC or switch port offered
 MAX_PORT_GBPS = 1600.0
 # NVLink 5 (Blackwell): 1.8 TB/s per GPU, both directions together
@@ -51,3 +54,14 @@ def memory_problems(kv_per_token: float, memory_bytes: float, reserve_bytes: flo
                 f"of this workload's smallest request ({min_tokens:,} tokens = "
                 f"{need / 1e9:.3g} GB): every request would be rejected"]
     return []
+
+
+def scenario_problems(scenario) -> list[str]:
+    """Every bound a validated scenario breaks (fabric rates, memory for its model and
+    its workload's smallest request), one named field per line."""
+    c, w = scenario.cluster, scenario.workload
+    smallest = w.input_length or PROFILES[w.profile].min_input or 1
+    return (fabric_problems(c.host_gbps, c.nvlink_gbps, c.tor_oversubscription,
+                            c.core_oversubscription)
+            + memory_problems(kv_bytes_per_token(scenario.model_spec()), c.memory_gb * 1e9,
+                              c.memory_reserve_gb * 1e9, smallest))

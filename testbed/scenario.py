@@ -28,7 +28,7 @@ from pydantic import (
 
 from testbed import plausibility, yamlfile
 from testbed.model import plugins
-from testbed.model.kv import MODEL_PRESETS, ModelSpec, kv_bytes_per_token
+from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
 from testbed.topologies.captured import capture_error
@@ -552,14 +552,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _physically_possible(self) -> Scenario:
-        c, w = self.cluster, self.workload
-        problems = plausibility.fabric_problems(c.host_gbps, c.nvlink_gbps,
-                                                c.tor_oversubscription, c.core_oversubscription)
-        smallest = w.input_length or PROFILES[w.profile].min_input or 1
-        problems += plausibility.memory_problems(kv_bytes_per_token(self.model_spec()),
-                                                 c.memory_gb * 1e9, c.memory_reserve_gb * 1e9,
-                                                 smallest)
-        if problems:
+        if problems := plausibility.scenario_problems(self):
             raise ValueError("; ".join(problems))
         return self
 

@@ -91,6 +91,25 @@ def _http_json(url: str, timeout: float = 2.0) -> dict:
         return json.loads(resp.read())
 
 
+def set_static_arp(net, hosts: dict) -> None:
+    """Every host knows every other host's MAC from the start, as a proactive fabric's
+    hosts would: the controller still answers ARP, but a fabric whose controller died
+    keeps forwarding (its flows stay in the switches) instead of failing new connections
+    with EHOSTUNREACH once a neighbour entry expires. `hosts`: Fabric.hosts."""
+    for name in hosts:
+        host = net.get(name)
+        dev = host.defaultIntf().name
+        entries = [f"ip neigh replace {h.ip} lladdr {h.mac} dev {dev} nud permanent"
+                   for other, h in hosts.items() if other != name]
+        # chunks on one shell line each: a host may be remote (cluster edition), so no
+        # batch file, and a terminal line holds at most 4 KB
+        for k in range(0, len(entries), ARP_CHUNK):
+            out = host.cmd("; ".join(entries[k:k + ARP_CHUNK]))
+            if out.strip():
+                raise EmulationError(f"{name}: cannot set its static ARP entries: "
+                                     f"{out.strip()}")
+
+
 class EmulatedNetwork:
     def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True):
         self.scenario = scenario
@@ -204,7 +223,7 @@ class EmulatedNetwork:
             self._start_controller()
             self._start_mininet()
             self._shape()
-            self._static_arp()
+            set_static_arp(self.net, self.fabric.hosts)
             self._tune_hosts()
             self._wait("every switch to get its routes and a first telemetry poll",
                        lambda: self.status()["ready"], timeout=90, progress=self._progress)
@@ -326,25 +345,6 @@ class EmulatedNetwork:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
                                min_packets=q, kv_levels=levels, byte_limit=bytes_)
 
-    def _static_arp(self) -> None:
-        """Every host knows every other host's MAC from the start, as a proactive fabric's
-        hosts would: the controller still answers ARP, but a fabric whose controller died
-        keeps forwarding (its flows stay in the switches) instead of failing new
-        connections with EHOSTUNREACH once a neighbour entry expires."""
-        hosts = self.fabric.hosts
-        for name in hosts:
-            host = self.net.get(name)
-            dev = host.defaultIntf().name
-            entries = [f"ip neigh replace {h.ip} lladdr {h.mac} dev {dev} nud permanent"
-                       for other, h in hosts.items() if other != name]
-            # chunks on one shell line each: a host may be remote (cluster edition), so no
-            # batch file, and a terminal line holds at most 4 KB
-            for k in range(0, len(entries), ARP_CHUNK):
-                out = host.cmd("; ".join(entries[k:k + ARP_CHUNK]))
-                if out.strip():
-                    raise EmulationError(f"{name}: cannot set its static ARP entries: "
-                                         f"{out.strip()}")
-
     def _tune_hosts(self) -> None:
         """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""
         emu = self.scenario.emulation
@@ -358,10 +358,6 @@ class EmulatedNetwork:
                     out = host.cmd(f"ip route change {route.strip()} rto_min {wall_ms}ms")
                     if out.strip():
                         raise EmulationError(f"{name}: cannot set rto_min on '{route}': {out}")
-
-    def datapath_died(self) -> str | None:
-        """A private OVS daemon that exited mid-run, named (None if all run)."""
-        return next((why for d in self.daemons if (why := d.died())), None)
 
     def host(self, name: str):
         return self.net.get(name)

@@ -146,7 +146,7 @@ def _datapath_check(network) -> Callable[[], None]:
     """Raises once a private OVS daemon died: its switches forward nothing more, and the
     run would only wait out its drain limit."""
     def check() -> None:
-        why = getattr(network, "datapath_died", lambda: None)()
+        why = next((why for d in getattr(network, "daemons", []) if (why := d.died())), None)
         if why:
             raise WorkerError(f"the datapath died: {why}; its switches stopped forwarding")
     return check

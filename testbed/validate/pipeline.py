@@ -392,7 +392,9 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     level = sequential["level"] if sequential else claims.CONFIDENCE
     gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
                          replayed=replays["replay_tcp"])
-    decisions = _decisions(emu_cells, flow_cells, loads)
+    verdicts = {name: ttft_verdicts(emu_cells, flow_cells[name])
+                for name in ("calibrated", "tcp")}
+    decisions = _decisions(emu_cells, flow_cells, loads, verdicts["tcp"])
     return {
         "scenario": scenario.name,
         "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
@@ -427,8 +429,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
         "tcp": engine_comparison(emu_pts, pts["tcp"]),
-        "ttft_verdicts": {name: ttft_verdicts(emu_cells, flow_cells[name])
-                          for name in ("calibrated", "tcp")},
+        "ttft_verdicts": verdicts,
         "seed_rankings": {name: seed_rankings(emu_cells, flow_cells[name])
                           for name in ("calibrated", "tcp")},
         "tiers": {point: {sched: {"packets": emu_pts[point][sched].get("tier_share", {}),
@@ -445,7 +446,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
             "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values())},
         "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
                               engine_comparison(faithful_pts, pts["tcp"]),
-                              ttft_verdicts(emu_cells, flow_cells["tcp"]), len(all_emu),
+                              verdicts["tcp"], len(all_emu),
                               len(flagged)), **claim_targets(gains),
                     **divergence_targets(decisions)},
     }
@@ -467,7 +468,7 @@ def _contention(cal: dict, replay_twin, all_emu: dict, emu_cells: dict, factors:
             "seed_rankings": seed_rankings(emu_cells, flow_cells["tcp_contended"])}
 
 
-def _decisions(emu_cells: dict, flow_cells: dict, loads: dict) -> dict | None:
+def _decisions(emu_cells: dict, flow_cells: dict, loads: dict, free: dict) -> dict | None:
     """Scheduling divergence: the verdict's model free and forced to the packets'
     placements (divergence.py), each against the faithful packet runs."""
     if "tcp_forced" not in flow_cells:
@@ -475,8 +476,7 @@ def _decisions(emu_cells: dict, flow_cells: dict, loads: dict) -> dict | None:
     forced = flow_cells["tcp_forced"]
     return {"free": divergence.agreement(emu_cells, flow_cells["tcp"]),
             "forced": divergence.agreement(emu_cells, forced),
-            "ttft": divergence.gap_closed(ttft_verdicts(emu_cells, flow_cells["tcp"]),
-                                          ttft_verdicts(emu_cells, forced)),
+            "ttft": divergence.gap_closed(free, ttft_verdicts(emu_cells, forced)),
             "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_forced"])),
             "seed_rankings": seed_rankings(emu_cells, forced)}
 
