@@ -425,23 +425,27 @@ def clean(dry_run: bool) -> None:
     Only the project's own leftovers (tagged bridges, its node names, its manifests);
     other bridges on the machine are left alone.
     """
-    from testbed.emulation import cleanup
+    from testbed.emulation import cleanup, system_ovs
 
     left = cleanup.find_leftovers()
-    if left.empty:
-        click.echo("nothing to clean")
-        return
     for label, items in (("bridge", left.bridges), ("interface", left.interfaces),
                          ("process", left.processes), ("manifest", left.manifests),
                          ("namespace", left.namespaces)):
         for item in items:
             click.echo(f"{'would remove' if dry_run else 'removing'} {label} {item}")
-    if not dry_run:
+    if not dry_run and not left.empty:
         cleanup.remove(left)
         after = cleanup.find_leftovers()
         if not after.empty:
             _fail(f"could not remove everything: {after.describe()}")
-        click.echo(f"cleaned: {left.describe()}")
+    if not system_ovs.answers():  # its bridges are out of sight, not gone
+        _fail("Open vSwitch is not answering (`ovs-vsctl show` failed), so a fabric's "
+              "bridges can be neither found nor removed: start it again "
+              "(/usr/share/openvswitch/scripts/ovs-ctl start, or systemctl restart "
+              "openvswitch-switch), then run `testbed clean` again")
+    click.echo("nothing to clean" if left.empty else
+               f"{'would clean' if dry_run else 'cleaned'}: {left.describe()}")
+
 
 @main.command()
 @click.argument("folder", type=click.Path(file_okay=False))

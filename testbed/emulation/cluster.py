@@ -168,6 +168,8 @@ def _gre_link_class():
 
 
 class ClusterNetwork(EmulatedNetwork):
+    hosts_here = False  # their pids are other servers'
+
     def __init__(self, scenario, scenario_file: Path, workdir: Path, servers: Servers,
                  placement: str = "pod", tunnel: str = "ssh", quiet: bool = True):
         super().__init__(scenario, scenario_file, workdir, quiet)

@@ -25,7 +25,9 @@ from testbed.datapath import tc
 from testbed.emulation import child, cleanup
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
+from testbed.emulation.hosts import host_gone
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
+from testbed.emulation.system_ovs import SystemOvsWatch
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import interface_netns, private_daemons, switch_daemons
 
@@ -111,6 +113,8 @@ def set_static_arp(net, hosts: dict) -> None:
 
 
 class EmulatedNetwork:
+    hosts_here = True  # its hosts' shells are processes on this machine
+
     def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True):
         self.scenario = scenario
         self.scenario_file = Path(scenario_file)
@@ -129,6 +133,7 @@ class EmulatedNetwork:
                                  "private_ovs) run the userspace datapath, but this run uses "
                                  f"the {self.datapath} datapath (set emulation.datapath: user)")
         self.daemons: list[OvsDaemon] = []
+        self.system_ovs: SystemOvsWatch | None = None  # watched while the fabric uses it
         self._stopped = False
         # how telemetry reads switch-port counters: tc.all_counters' signature, or None
         # for this machine's (a fabric over several machines reads every server's)
@@ -164,6 +169,25 @@ class EmulatedNetwork:
 
     def oracle(self) -> dict:
         return _http_json(f"{self.base_url}/oracle")
+
+    def lost(self) -> str | None:
+        """Why this fabric can carry no more of a run (None while it can): an OVS daemon
+        gone for good, or a host's network namespace gone with its interface."""
+        for daemon in self.daemons:
+            if why := daemon.died():  # nobody restarts a private daemon
+                return f"the datapath died: {why}; its switches stopped forwarding"
+        if self.system_ovs is not None and (why := self.system_ovs.died()):
+            return f"the datapath died: {why}"
+        for name in self.fabric.hosts if self.net is not None and self.hosts_here else ():
+            host = self.net.get(name)
+            if why := host_gone(name, host.pid, host.intfNames()):
+                return why
+        return None
+
+    @property
+    def restarts(self) -> list[str]:
+        """Datapath restarts seen so far, a line each (the system's daemons only)."""
+        return self.system_ovs.restarts if self.system_ovs is not None else []
 
     def _write_manifest(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -220,6 +244,8 @@ class EmulatedNetwork:
         self._write_manifest()
         try:
             self._start_daemons()  # first: the controller polls their namespaces
+            if not self.daemons:
+                self.system_ovs = SystemOvsWatch()
             self._start_controller()
             self._start_mininet()
             self._shape()
@@ -253,9 +279,18 @@ class EmulatedNetwork:
 
     def _switch_class(self):
         from mininet.node import OVSSwitch
+        from mininet.util import errRun
 
         if not self.daemons:
-            return partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
+            class SystemOVSSwitch(OVSSwitch):
+                @classmethod
+                def batchShutdown(cls, switches, run=errRun):  # noqa: N802 - Mininet's
+                    """Bounded: without --timeout, ovs-vsctl waits for ever on an
+                    ovs-vswitchd that died."""
+                    return super().batchShutdown(switches, run=lambda cmd: run(
+                        cmd.replace("ovs-vsctl ", "ovs-vsctl --timeout=10 ", 1)))
+
+            return partial(SystemOVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
         placed = switch_daemons(self.fabric.switches, len(self.daemons))
         daemon_of = {name: self.daemons[k] for name, k in placed.items()}
 

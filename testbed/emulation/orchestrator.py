@@ -128,9 +128,11 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
                                 rundir / "logs") as workers:
             monitor.workers = lambda: {n: p.pid for n, p in list(workers.procs.items())}
             with LiveWatch(rundir / "live.json", on_live or (lambda _doc: None)):
-                result = workers.wait(run_timeout_s(cell), on_tick=_datapath_check(network))
+                restarts = len(network.restarts)
+                result = workers.wait(run_timeout_s(cell), on_tick=_fabric_check(network))
     finally:
         fidelity = monitor.stop()
+    fidelity["warnings"] += network.restarts[restarts:]
     if result["outcome"] != "finished":
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")
     t0 = result["t0"]
@@ -142,13 +144,12 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
     return result, links, fidelity
 
 
-def _datapath_check(network) -> Callable[[], None]:
-    """Raises once a private OVS daemon died: its switches forward nothing more, and the
-    run would only wait out its drain limit."""
+def _fabric_check(network) -> Callable[[], None]:
+    """Raises once the fabric lost a part nobody will bring back (an OVS daemon, a host):
+    the run would only wait out its drain limit."""
     def check() -> None:
-        why = next((why for d in getattr(network, "daemons", []) if (why := d.died())), None)
-        if why:
-            raise WorkerError(f"the datapath died: {why}; its switches stopped forwarding")
+        if why := network.lost():
+            raise WorkerError(why)
     return check
 
 

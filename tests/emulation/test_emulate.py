@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -196,7 +197,10 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     assert max(worker_busy) > 0
 
 
-def test_sigterm_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize(("sig", "cause"), [(signal.SIGTERM, "terminated by SIGTERM"),
+                                            (signal.SIGINT, "interrupted by SIGINT (Ctrl-C)")],
+                         ids=["sigterm", "ctrl-c"])
+def test_a_signal_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path, sig, cause):
     path = write_small(tmp_path, TRACE, {**SHORT, "schedulers": ["rr"],
                                          "workload.measure_s": 120})
     log = (tmp_path / "emulate.log").open("w")
@@ -206,21 +210,25 @@ def test_sigterm_mid_run_keeps_what_finished_and_leaves_nothing_behind(tmp_path)
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: requests_ended(results) >= 3, 240, "three requests to end")
-        proc.send_signal(signal.SIGTERM)
+        if sig == signal.SIGINT:  # as a terminal's Ctrl-C: to the whole process group
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         proc.wait(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
             cleanup.clean()
-    assert proc.returncode == 143
+    assert proc.returncode == 128 + sig  # 143, or 130 for Ctrl-C
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
     (folder,) = results.glob("fabric-test-emulation-*")
-    assert "terminated by SIGTERM" in (folder / PARTIAL).read_text()
+    assert cause in (folder / PARTIAL).read_text()
     # the requests that ended before the signal are kept, and load as any run's do
     (cell,) = folder.glob("cells/*/rr/seed*")
     summary = json.loads((cell / "summary.json").read_text())
-    assert "SIGTERM" in summary["partial"] and summary["outcome"] == "stopped by SIGTERM"
+    # the router is always stopped by SIGTERM, whatever stopped the run
+    assert cause in summary["partial"] and summary["outcome"] == "stopped by SIGTERM"
     rows = list(csv.DictReader((cell / "requests.csv").open()))
     assert sum(r["state"] == "completed" for r in rows) >= 3
     assert any(r["state"] == "" for r in rows)  # in flight when it stopped: kept, unended

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import cleanup
+from testbed.emulation import cleanup, system_ovs
 from tests.conftest import ROOT, TRACE
 from tests.emulation.conftest import requests_ended, wait_for, write_small
 
@@ -167,5 +167,118 @@ def test_a_private_ovs_daemon_that_dies_stops_the_run_at_once_naming_it(tmp_path
     (cell,) = folder.glob("cells/*/rr/seed*")
     summary = json.loads((cell / "summary.json").read_text())
     assert "datapath died" in summary["partial"] and summary["outcome"] == "stopped by SIGTERM"
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+@pytest.fixture
+def system_ovs_restored():
+    """Start the system's Open vSwitch again after a test that broke it, as its error
+    tells the user to, then clean: the tests after this one need it whole."""
+    yield
+    subprocess.run(["/usr/share/openvswitch/scripts/ovs-ctl", "start", "--system-id=random"],
+                   capture_output=True, check=False, timeout=120)
+    wait_for(system_ovs.answers, 30, "the system's Open vSwitch to answer")
+    cleanup.clean()
+
+
+def _system_pid(name: str) -> int:
+    return int((system_ovs.rundir() / f"{name}.pid").read_text())
+
+
+@pytest.mark.parametrize("daemon", ["ovs-vswitchd", "ovsdb-server"])
+def test_a_killed_system_ovs_daemon_stops_the_run_naming_it(tmp_path, daemon,
+                                                             system_ovs_restored):
+    """A SIGKILLed daemon is not restarted by its monitor: the fabric forwards nothing
+    more (ovs-vswitchd gone, or spinning on its lost database), so the run stops within
+    the restart grace instead of waiting out its drain limit, and says what to do."""
+    proc, text, folder = _run_and_break(
+        tmp_path, lambda: os.kill(_system_pid(daemon), signal.SIGKILL))
+    flat = " ".join(text.split())
+    assert proc.returncode == 2, text[-3000:]
+    assert f"error: the datapath died: the system's {daemon} (pid" in flat
+    assert "was not restarted" in flat and "ovs-ctl start" in flat
+    assert "datapath died" in (folder / "PARTIAL").read_text()
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["ended"] >= 2 and "datapath died" in summary["partial"]
+    # with the database down, bridges can be neither seen nor removed: clean says so
+    if daemon == "ovsdb-server":
+        out = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "Open vSwitch is not answering" in out.stdout + \
+            out.stderr
+    assert not any(p for p in cleanup.our_processes())  # nothing of ours hangs on it
+
+
+def test_a_crashed_system_ovs_vswitchd_is_restarted_and_the_run_says_so(
+        tmp_path, system_ovs_restored):
+    """ovs-ctl's --monitor restarts a crashed daemon; the controller re-installs the
+    flows when the switches reconnect: every request completes, the records name it."""
+    pid = _system_pid("ovs-vswitchd")
+    parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    if b"monitoring" not in Path(f"/proc/{parent}/cmdline").read_bytes():
+        pytest.fail("the system's ovs-vswitchd runs without --monitor (./run.sh starts it "
+                    "with ovs-ctl, which adds it): nothing would restart it")
+    proc, text, folder = _run_and_break(tmp_path, lambda: os.kill(pid, signal.SIGSEGV))
+    assert proc.returncode == 0, text[-3000:]
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["failed"] == 0 and summary["completed"] == summary["requests"] > 2
+    warnings = json.loads((cell / "fidelity.json").read_text())["warnings"]
+    assert any(f"ovs-vswitchd restarted mid-run (pid {pid} ->" in w for w in warnings)
+    assert "restarted mid-run" in " ".join(text.split())
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+def test_a_controller_stopped_from_outside_past_the_staleness_limit(tmp_path):
+    """SIGSTOP, never continued: the run finishes on its flows with a stale oracle, and
+    the teardown still ends the stopped controller."""
+    def stop() -> None:
+        pid = next(p for p in cleanup.our_processes()
+                   if "-m testbed controller" in cleanup._cmdline(p))
+        os.kill(pid, signal.SIGSTOP)
+
+    proc, text, folder = _run_and_break(tmp_path, stop)
+    assert proc.returncode == 0, text[-3000:]
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["failed"] == 0 and summary["completed"] == summary["requests"] > 2
+    assert summary["oracle_age_max_s"] > 5.0  # past recovery.oracle_max_age_s
+    assert "oracle: went stale" in " ".join(text.split())
+    left = cleanup.find_leftovers()
+    assert left.empty, left.describe()
+
+
+def _namespace(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return ""
+
+
+def test_a_host_whose_namespace_is_deleted_stops_the_run_naming_it(tmp_path):
+    """Every process in a prefill host's namespace killed (its Mininet shell, its
+    worker): the kernel destroys the namespace and its veth. The run stops naming the
+    host, keeps what ended, and the teardown copes with the node that is gone."""
+    def delete() -> None:
+        worker = next(p for p in cleanup.our_processes()
+                      if "testbed.workers prefill" in cleanup._cmdline(p))
+        inode, name = _namespace(worker), cleanup._cmdline(worker).split()[-1]
+        inside = [int(e.name) for e in Path("/proc").iterdir()
+                  if e.name.isdigit() and _namespace(int(e.name)) == inode]
+        assert any(cleanup._cmdline(p).endswith(f"mininet:{name}") for p in inside)
+        for pid in inside:
+            os.kill(pid, signal.SIGKILL)
+
+    proc, text, folder = _run_and_break(tmp_path, delete)
+    flat = " ".join(text.split())
+    assert proc.returncode == 2, text[-3000:]
+    assert re.search(r"error: host i\d+ is gone: its network namespace went", flat), flat[-2000:]
+    assert "is gone" in (folder / "PARTIAL").read_text()
+    (cell,) = folder.glob("cells/*/rr/seed*")
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["ended"] >= 2 and "is gone" in summary["partial"]
     left = cleanup.find_leftovers()
     assert left.empty, left.describe()
