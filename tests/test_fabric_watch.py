@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from testbed.emulation import system_ovs
 from testbed.emulation.hosts import host_gone
+
+
+def _running(cmd: list[str]) -> subprocess.Popen:
+    """A process whose command line the kernel shows already, as a daemon's is by the
+    time it writes its pidfile (Popen can return, after vfork, before it does)."""
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 5
+    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return proc
 
 
 @pytest.fixture
@@ -24,7 +35,7 @@ def daemons(tmp_path, monkeypatch):
         exe = tmp_path / name
         if not exe.exists():
             exe.symlink_to("/bin/sleep")
-        proc = subprocess.Popen([str(exe), "300"])
+        proc = _running([str(exe), "300"])
         (tmp_path / f"{name}.pid").write_text(f"{proc.pid}\n")
         started.append(proc)
         return proc
@@ -77,7 +88,7 @@ def test_a_daemon_down_past_the_grace_is_named_with_what_to_do(daemons):
 
 
 def test_a_pidfile_naming_another_program_is_not_the_daemon(daemons, tmp_path):
-    other = subprocess.Popen(["sleep", "300"])
+    other = _running(["sleep", "300"])
     try:
         (tmp_path / "ovs-vswitchd.pid").write_text(str(other.pid))
         assert system_ovs.SystemOvsWatch().pids["ovs-vswitchd"] is None

@@ -425,6 +425,12 @@ class EmulatedNetwork:
         (that unblocks it) and let the targeted cleanup remove the rest.
         """
         def stop() -> None:
+            # a host whose shell died took its namespace and veth with it; Mininet would
+            # wait out `timeout` on that shell deleting a link that is already gone
+            dead = {h for h in self.net.hosts if h.shell is None or h.shell.poll() is not None}
+            self.net.links = [lk for lk in self.net.links
+                              if lk.intf1.node not in dead and lk.intf2.node not in dead]
+            self.net.hosts = [h for h in self.net.hosts if h not in dead]
             self.net.stop()
             # Mininet's RemoteController.stop does nothing: its node's shell and pty would
             # outlive every run of a process that builds many fabrics (the API, a soak)
