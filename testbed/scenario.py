@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from testbed import plausibility, yamlfile
+from testbed.clock import Dilation
 from testbed.model import plugins
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.tcp import TcpParams, emulation_equivalent
@@ -345,6 +346,11 @@ class EmulationCfg(_Strict):
     )
     time_dilation: float = Field(1.0, ge=1, le=1000,
                                  description="slows bandwidth down when CPU-bound")
+
+    @property
+    def dilation(self) -> Dilation:
+        """Wall <-> modelled spans and rates at this time dilation."""
+        return Dilation(self.time_dilation)
     datapath: Literal["auto", "kernel", "user"] = "auto"
     start_timeout_s: float = Field(
         120.0, ge=5, le=3600, description="wall seconds every worker has to start and "

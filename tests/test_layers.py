@@ -10,8 +10,8 @@ from tests.conftest import ROOT
 
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
-    "yamlfile", "progress", "model", "workloads", "topologies", "datapath", "lifecycle", "records",
-    "metrics", "plausibility", "scenario", "estimate", "serving", "control", "flowsim",
+    "yamlfile", "progress", "clock", "model", "workloads", "topologies", "datapath", "lifecycle",
+    "records", "metrics", "plausibility", "scenario", "estimate", "serving", "control", "flowsim",
     "controller", "workers", "remote", "vm", "sweep", "runner", "emulation", "validate", "api",
     "cli", "__main__", "testbed",
 ]

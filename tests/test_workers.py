@@ -143,7 +143,7 @@ def test_a_marked_shard_is_sent_layer_by_layer_and_promoted_between_layers():
 
 # -- real-time loop, clock, channels -------------------------------------------------------
 def test_run_clock_converts_between_wall_and_modelled_time_with_dilation():
-    from testbed.workers.clock import RunClock
+    from testbed.clock import RunClock
 
     clock = RunClock(t0=1000.0, dilation=2.0)
     assert clock.wall(3.0) == 1006.0
@@ -154,7 +154,8 @@ def test_real_time_loop_runs_due_timers_in_time_order_and_posted_jobs():
     import threading
     import time
 
-    from testbed.workers.clock import RealTimeLoop, RunClock
+    from testbed.clock import RunClock
+    from testbed.workers.clock import RealTimeLoop
 
     loop = RealTimeLoop(RunClock(time.time(), 1.0))
     seen = []

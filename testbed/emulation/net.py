@@ -385,7 +385,7 @@ class EmulatedNetwork:
         emu = self.scenario.emulation
         if emu.rto_min_ms is None:
             return
-        wall_ms = max(1, round(emu.rto_min_ms * emu.time_dilation))
+        wall_ms = max(1, round(emu.dilation.wall(emu.rto_min_ms)))
         for name in self.fabric.hosts:
             host = self.net.get(name)
             for route in host.cmd("ip route show").splitlines():

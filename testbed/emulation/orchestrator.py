@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.clock import RunClock
 from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor, departure_summary, describe_departures
@@ -63,7 +64,7 @@ def run_timeout_s(cell) -> float:
     """How long one run may take, wall clock: the workers' start, its whole window, the
     drain limit."""
     wl = cell.workload
-    return ((wl.warmup_s + wl.measure_s + cell.drain_s) * cell.emulation.time_dilation
+    return (cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s + cell.drain_s)
             + cell.emulation.start_timeout_s)
 
 
@@ -137,9 +138,10 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")
     t0 = result["t0"]
     wl = cell.workload
-    capture.summarise(lambda wall: (wall - t0) / emu.time_dilation, emu.kv_port,
+    modelled = RunClock(t0, emu.time_dilation).to_modelled
+    capture.summarise(modelled, emu.kv_port,
                       emu.kv_port + KV_PORT_BG_OFFSET)
-    links = monitor.link_rows(lambda wall: (wall - t0) / emu.time_dilation,
+    links = monitor.link_rows(modelled,
                               lambda t: wl.warmup_s <= t - 0.5 and t <= wl.warmup_s + wl.measure_s)
     return result, links, fidelity
 
@@ -300,7 +302,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                     if on_step:
                         wl = cell.workload
                         on_step(f"{slug(point)} {task.scheduler} seed {task.seed}",
-                                (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation)
+                                cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
                     records, verdict = run_task(
                         net, cell, cell_file, task.scheduler, task.seed, root / task.rel,
                         f"{index}-{task.scheduler}-{task.seed}", workload, on_live)
@@ -341,7 +343,7 @@ def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldi
         by_seed.setdefault(task.seed, []).append(task)
     pending = sorted(by_seed)
     wl = cell.workload
-    run_wall = (wl.warmup_s + wl.measure_s) * cell.emulation.time_dilation
+    run_wall = cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s)
     with LanePool(count, cell, celldir / "lanes", verbose,
                   start_timeout_s=300.0 + cell.emulation.start_timeout_s) as pool:
         while pending:
@@ -402,8 +404,8 @@ def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path
                     f"{len(names)} server(s): {', '.join(names)}")
         if on_step:
             on_step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
-                    f"{len(batch)} server(s)", (wl.warmup_s + wl.measure_s)
-                    * cell.emulation.time_dilation)
+                    f"{len(batch)} server(s)",
+                    cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
         jobs, tasks, n = [], {}, 0
         for seed in batch:
             runs = []

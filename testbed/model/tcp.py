@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from testbed.clock import Dilation
+
 WIRE_MSS = 1448  # bytes of payload in a 1500-byte Ethernet frame with TCP timestamps
 WIRE_FRAME = 1514  # bytes a data segment occupies on an emulated link (Ethernet header)
 LINUX_INIT_CWND = 10  # segments (RFC 6928)
@@ -153,7 +155,8 @@ def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: f
     if scale <= 0 or time_dilation <= 0:
         raise ValueError("scale and time_dilation must be positive")
     return TcpParams(mss_bytes=WIRE_FRAME / scale, init_cwnd=init_cwnd * WIRE_MSS / WIRE_FRAME,
-                     hop_delay_s=wire_hop_delay_s / time_dilation, serialisation=serialisation)
+                     hop_delay_s=Dilation(time_dilation).modelled(wire_hop_delay_s),
+                     serialisation=serialisation)
 
 
 def validity_floor(rate: float, rtt_emulated: float, emulated: TcpParams, rtt_cluster: float,

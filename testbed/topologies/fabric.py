@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from testbed.clock import Dilation
 from testbed.topologies.fattree import FatTreeSpec
 
 DPID_BASE = {"tor": 0x1000, "agg": 0x2000, "core": 0x3000}
@@ -61,7 +62,7 @@ class Fabric:
         self.dilation = dilation
 
     def rate_bps(self, gbps: float) -> float:
-        return gbps * 1e9 * self.scale / self.dilation
+        return Dilation(self.dilation).wall_rate(gbps * 1e9 * self.scale)
 
     @cached_property
     def switches(self) -> dict[str, str]:

@@ -99,11 +99,11 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         modelled = [gb * 1e9 for gb in PROBE_GB]
         wire = [scaled_bytes(b, emu.scale) for b in modelled]
         got = measure_tier(network, src, dst, wire, shards)
-        samples = [(m, secs / emu.time_dilation)
+        samples = [(m, emu.dilation.modelled(secs))
                    for m, (_, secs, _) in zip(modelled, got, strict=True)]
         raw[str(tier)] = {"pair": [src, dst],
                           "samples": [{"bytes": b, "seconds": s,
-                                       "shards": [x / emu.time_dilation for x in ends]}
+                                       "shards": [emu.dilation.modelled(x) for x in ends]}
                                       for (b, s), (_, _, ends) in zip(samples, got, strict=True)]}
         # the rate from large transfers only: small ones are dominated by the replica's
         # start-up (fitted below as the TCP terms), which the cluster would not pay
@@ -112,8 +112,8 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         repeats = measure_tier(network, src, dst,
                                [scaled_bytes(COMPETE_GB * 1e9, emu.scale)] * SPREAD_REPEATS, shards)
         raw[str(tier)]["spread_samples"] = [
-            {"bytes": COMPETE_GB * 1e9, "seconds": secs / emu.time_dilation,
-             "shards": [x / emu.time_dilation for x in ends]} for _, secs, ends in repeats]
+            {"bytes": COMPETE_GB * 1e9, "seconds": emu.dilation.modelled(secs),
+             "shards": [emu.dilation.modelled(x) for x in ends]} for _, secs, ends in repeats]
         if on_step:
             on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
         lone_wall = statistics.median(secs for _, secs, _ in repeats)
@@ -122,8 +122,8 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
             for gb, n, spacing in COMPETE_MORE]
         raw[str(tier)]["competing"] = [
             {"bytes": gb * 1e9, "competing": d["competing"],
-             "starts": [x / emu.time_dilation for x in d.get("starts", [])],
-             "seconds": [x / emu.time_dilation for x in d["seconds"]]}
+             "starts": [emu.dilation.modelled(x) for x in d.get("starts", [])],
+             "seconds": [emu.dilation.modelled(x) for x in d["seconds"]]}
             for gb, counts in plan
             for d in run_probe(network, src, dst, "compete", shards,
                                str(scaled_bytes(gb * 1e9, emu.scale)), *counts)]

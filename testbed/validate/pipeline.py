@@ -34,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.clock import RunClock
 from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
@@ -280,7 +281,7 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
             busy = json.loads((cell / "summary.json").read_text())["cpu_busy_p95"]
             cores.append(float(busy) * (os.cpu_count() or 1))
         if done:
-            stops.append((cell / "router.json").stat().st_mtime - (t0 + dilation * max(done)))
+            stops.append((cell / "router.json").stat().st_mtime - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
             if want and want > 0.5:
                 ratios.append(max(0.0, max(done) - end) / want)

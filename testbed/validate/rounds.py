@@ -80,8 +80,8 @@ def make_plan(scenario, target_half_width: float, budget_s: float,
     def round_wall(window: float) -> float:
         return n_points * sum(
             timings["worker_start_s"] + timings["worker_stop_s"]
-            + emu.time_dilation * (wl.warmup_s + window
-                                   + timings["drain_factor"] * drain(s, window))
+            + emu.dilation.wall(wl.warmup_s + window
+                                + timings["drain_factor"] * drain(s, window))
             for s in scenario.schedulers)
 
     setup = (n_points * (timings["fabric_s"] + (0.0 if calibrated else timings["calibration_s"]))

@@ -94,9 +94,10 @@ def scale_to_clear(scenario, sizes: Sequence[float], tiers: Sequence[int],
         return None
     for k in range(1, 9):
         m = 2.0 ** k
-        options = [{"scale": emu.scale, "time_dilation": emu.time_dilation * m}]
+        slower = emu.dilation.slower(m).factor
+        options = [{"scale": emu.scale, "time_dilation": slower}]
         if emu.scale * m <= 1.0:
-            options.append({"scale": emu.scale * m, "time_dilation": emu.time_dilation * m})
+            options.append({"scale": emu.scale * m, "time_dilation": slower})
         for opt in options:
             trial = scenario.with_overrides({"emulation.scale": opt["scale"],
                                              "emulation.time_dilation": opt["time_dilation"]})

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 
+from testbed.clock import Dilation
 from testbed.topologies.traffic_classes import BACKGROUND
 
 CHUNK = 16 * 1024
@@ -32,7 +33,7 @@ def partner(spec, instance: str, tier: int) -> str | None:
 
 
 def stream_rate_bps(fraction: float, tier_gbps: float, scale: float, dilation: float) -> float:
-    return fraction * tier_gbps * 1e9 * scale / dilation
+    return Dilation(dilation).wall_rate(fraction * tier_gbps * 1e9 * scale)
 
 
 class BackgroundTraffic:

@@ -11,7 +11,7 @@ import time
 import traceback
 
 from testbed.workers.channel import Connection, connect
-from testbed.workers.clock import RealTimeLoop, RunClock
+from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
 
 
@@ -22,7 +22,7 @@ class Worker:
         self.cfg = cfg
         self.instance = instance
         self.scenario = cfg.load_scenario()
-        self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
+        self.loop = RealTimeLoop(cfg.clock(time.time()))
         self.conn: Connection | None = None
         self.started = False
 
@@ -57,7 +57,7 @@ class Worker:
     def _dispatch(self, msg: dict) -> None:
         kind = msg["type"]
         if kind == "start":
-            self.loop.clock = RunClock(float(msg["t0"]), self.cfg.dilation)
+            self.loop.clock = self.cfg.clock(float(msg["t0"]))
             self.started = True
             self.on_start()
         elif kind == "clock":  # the router measures this machine's clock against its own

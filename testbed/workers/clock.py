@@ -1,9 +1,6 @@
-"""Real time for worker processes: one run clock, and an event loop on it.
+"""Real time for worker processes: an event loop on the run's clock (testbed.clock).
 
-Every worker of a run shares t0 (wall-clock epoch of the run's time zero) and the time
-dilation D. Modelled time is (wall - t0) / D: with D > 1 the fabric runs D times slower
-and every compute delay is stretched by D, so records divided back by D are in the
-modelled cluster's seconds. RealTimeLoop offers the flow simulator's EventLoop interface
+RealTimeLoop offers the flow simulator's EventLoop interface
 (`now`, `at`, `after`) on that clock, so the serving classes run unchanged in a worker;
 callbacks run on one thread, and other threads hand work in with `post`.
 """
@@ -12,11 +9,11 @@ from __future__ import annotations
 
 import heapq
 import queue
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import count
+
+from testbed.clock import RunClock
 
 CLOCK_PROBES = 5  # round trips per worker on another machine; the fastest one counts
 
@@ -27,35 +24,6 @@ def clock_sample(sent: float, their_wall: float, received: float) -> tuple[float
     the round trip, whatever delays a loaded machine adds, so the fastest of a few
     probes is kept; a one-way stamp (a hello's) would carry the whole delay instead."""
     return received - sent, their_wall - (sent + received) / 2
-
-
-@dataclass(frozen=True)
-class RunClock:
-    t0: float  # wall-clock epoch (time.time()) of modelled time zero
-    dilation: float = 1.0
-
-    def now(self) -> float:
-        return (time.time() - self.t0) / self.dilation
-
-    def wall(self, modelled: float) -> float:
-        return self.t0 + modelled * self.dilation
-
-    def to_modelled(self, wall: float) -> float:
-        return (wall - self.t0) / self.dilation
-
-    def span(self, wall_s: float) -> float:
-        """A wall-clock duration in modelled seconds."""
-        return wall_s / self.dilation
-
-    def sleep_until(self, modelled: float, stop: threading.Event | None = None) -> bool:
-        """Sleep until modelled time; False when `stop` was set first."""
-        delay = self.wall(modelled) - time.time()
-        if delay <= 0:
-            return True
-        if stop is None:
-            time.sleep(delay)
-            return True
-        return not stop.wait(delay)
 
 
 class RealTimeLoop:

@@ -6,8 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.clock import RunClock
 from testbed.scenario import load_scenario
-from testbed.workers.clock import RunClock
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class RunConfig:
     def load(cls, path: Path) -> RunConfig:
         return cls(**json.loads(Path(path).read_text()))
 
-    def clock(self) -> RunClock:
-        return RunClock(self.t0, self.dilation)
+    def clock(self, t0: float | None = None) -> RunClock:
+        """The run's clock, from its own t0 or another (a worker's before the start)."""
+        return RunClock(self.t0 if t0 is None else t0, self.dilation)
 
     def load_scenario(self):
         return load_scenario(self.scenario)

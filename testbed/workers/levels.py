@@ -38,7 +38,7 @@ class SenderLevels:
         self.n_layers = n_layers
         self.nic_bw = scenario.cluster.host_gbps * 1e9 / 8  # what a sender's flows share
         # a stalled sender re-asks for its level as often as the flow model re-evaluates
-        self.recheck_s = net.reprioritize_s * loop.clock.dilation
+        self.recheck_s = loop.clock.spans.wall(net.reprioritize_s)
         self.lock = threading.Lock()
         self.transfers: dict[str, _Transfer] = {}
         self.pruned: set[str] = set()
@@ -46,7 +46,7 @@ class SenderLevels:
     def _wire_rate(self, modelled_bytes_per_s: float) -> float | None:
         if math.isinf(modelled_bytes_per_s):
             return None
-        return max(modelled_bytes_per_s * self.scale / self.loop.clock.dilation, 1.0)
+        return max(self.loop.clock.spans.wall_rate(modelled_bytes_per_s * self.scale), 1.0)
 
     def p2d(self, request: str, deadline: float, bandwidth: float, shards: int):
         """A Marking factory for the shards of one P2D transfer (explicit deadline)."""

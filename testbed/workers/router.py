@@ -40,7 +40,7 @@ from testbed.serving import PrefillInstance
 from testbed.topologies.placement import interface_netns, private_daemons
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
-from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, RunClock, clock_sample
+from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, clock_sample
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState, fault_interfaces, set_links
 from testbed.workers.journal import Journal
@@ -109,7 +109,7 @@ class Router:
         self.block_tokens = sc.workload.block_tokens
         self.shards = sc.network.flows_per_transfer or self.spec.tp
         self.scheduler = scenario_scheduler(sc, cfg.scheduler, cfg.seed)
-        self.loop = RealTimeLoop(RunClock(time.time(), cfg.dilation))
+        self.loop = RealTimeLoop(cfg.clock(time.time()))
         # the path a transfer's shards take is recorded where the controller pins it (per
         # pair); under per-flow hashing each shard's path is OVS's choice, unknown here
         self.paths = PairPaths(self.spec) if packet_ecmp(sc.network.ecmp) == "per-pair" \
@@ -152,7 +152,7 @@ class Router:
 
     # -- oracle and intents (their own threads; decisions read self.latest_oracle) -----------
     def _refresh_oracle(self) -> None:
-        period = self.sc.oracle.refresh_s * self.cfg.dilation
+        period = self.loop.clock.spans.wall(self.sc.oracle.refresh_s)
         while not self._stop.wait(period):
             try:
                 self.latest_oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
@@ -262,8 +262,8 @@ class Router:
             self._start()
 
     def _start(self) -> None:
-        t0 = time.time() + START_MARGIN_S * self.cfg.dilation
-        self.loop.clock = RunClock(t0, self.cfg.dilation)
+        t0 = time.time() + self.loop.clock.spans.wall(START_MARGIN_S)
+        self.loop.clock = self.cfg.clock(t0)
         self.t0 = t0
         threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
         threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
@@ -340,7 +340,7 @@ class Router:
                 if name not in self.plane.dead and name not in closed]
 
     def _oracle_age(self) -> float:
-        age = (time.time() - self.latest_oracle.generated_at) / self.cfg.dilation
+        age = self.loop.clock.span(time.time() - self.latest_oracle.generated_at)
         self.faults.note_oracle_age(age)
         return age
 
@@ -529,7 +529,7 @@ class Router:
         """Make a scenario fault happen on the real system, at its modelled time."""
         self.faults.log.append({"time": self.loop.now, "event": fault.kind,
                                 "target": fault.target})
-        back = fault.duration_s * self.cfg.dilation if fault.duration_s else None
+        back = self.loop.clock.spans.wall(fault.duration_s) if fault.duration_s else None
         try:
             if fault.kind == "decode_down":
                 os.kill(self.pids[fault.target], signal.SIGKILL)
