@@ -1,0 +1,68 @@
+"""What the fluid network is made of: directed links with their byte counters, and
+flows with their rates, windows and completion bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
+
+
+Hop = tuple[str, str]
+
+
+@dataclass
+class LinkState:
+    hop: Hop
+    tier: int
+    capacity: float  # bytes/s, the configured line rate
+    background: float = 0.0  # offered fraction of capacity used by non-KV traffic
+    flows: set[int] = field(default_factory=set)
+    down: bool = False  # a failed link carries nothing until it comes back
+    kv_rate: float = 0.0  # sum of KV flow rates now
+    kv_bytes: float = 0.0  # integral of kv_rate up to `t0`
+    bg_bytes: float = 0.0  # integral of background rate up to `t0`
+    index: int = 0  # position in FluidNetwork.link_list
+    t0: float = 0.0
+
+    @property
+    def kv_capacity(self) -> float:
+        return 0.0 if self.down else self.capacity * (1.0 - self.background)
+
+    def settle(self, now: float) -> None:
+        """Integrate the byte counters up to `now` (before a rate changes, or to read)."""
+        dt = now - self.t0
+        if dt > 0:
+            if self.kv_rate:
+                self.kv_bytes += self.kv_rate * dt
+            if self.background:
+                self.bg_bytes += self.background * self.capacity * dt
+            self.t0 = now
+
+
+@dataclass
+class Flow:
+    flow_id: int
+    path: list[Hop]
+    size: float
+    remaining: float  # bytes left as of `t0` (FluidNetwork.advance brings all to now)
+    start: float
+    tag: object = None  # owner's handle (a transfer shard)
+    level: int = 0  # strict-priority class: 0 is served first (MFS and its baselines)
+    cap: float | None = None  # rate limit in bytes/s (Karuna's minimum-rate deadline flows)
+    rate: float = 0.0
+    end: float | None = None
+    weight: float = 1.0  # share of a bottleneck relative to other flows (RTT weighting)
+    rtt: float = 0.0  # base round trip of its path (TCP model only)
+    window_cap: float | None = None  # slow-start window / rtt while it binds
+    ramp_at: float | None = None  # when the window next doubles
+    rounds: int = -1  # slow-start round trips done (-1: handshake)
+    links: tuple[int, ...] = ()  # the path as link indices
+    t0: float = 0.0
+    version: int = 0  # bumped at every rate change: older completion entries are stale
+    due: float | None = None  # its entry in the completion heap (when its bytes are out)
+    alone_share: float = 1.0  # of its path's rate, alone with its own transfer's streams
+
+    def effective_cap(self) -> float | None:
+        caps = [c for c in (self.cap, self.window_cap) if c is not None]
+        return min(caps) if caps else None

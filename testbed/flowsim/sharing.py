@@ -1,0 +1,369 @@
+"""Max-min fair rates in the fluid network, by progressive filling: re-shared
+incrementally where an event broke few bottlenecks, by component otherwise; large
+components filled on arrays (fill_on_arrays), small ones by a heap-driven fill."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+import numpy as np
+
+from testbed.flowsim.links import Flow, Hop, LinkState
+
+
+class MaxMinSharing:
+    """FluidNetwork's rate allocation."""
+
+    # Components of at least this many flows are filled on arrays (fill_on_arrays);
+    # smaller ones by the heap-driven Python fill, which has less fixed cost.
+    ARRAY_FILL_MIN_FLOWS = 48
+
+    # An incremental re-sharing that has to re-fill more than this many flows, or this
+    # share of all flows, gives up and re-shares the whole component (exact either way;
+    # this only bounds wasted work: a component can hold thousands of flows).
+    INCREMENTAL_MAX_FLOWS = 64
+
+    INCREMENTAL_MAX_SHARE = 1 / 32
+
+    SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
+
+    # -- sharing -----------------------------------------------------------------------
+    def recompute(self, touched: Iterable[Hop] | None = None,
+                  changed: Iterable[Flow] | None = None) -> None:
+        """Strict priority between levels (0 first), max-min fair within a level, by
+        progressive filling of each level over what the levels above left.
+
+        With `touched` (the links of the flows that arrived, left or changed) the work is
+        what changed, not what exists: first only the flows whose bottleneck broke are
+        re-filled (_reshare); with strict priority levels in use, or when that grows too
+        large, the connected component of flows and links reachable from those links is
+        re-shared whole. Max-min sharing in one component does not depend on any other,
+        so either is exact (SimGrid's lazy max-min re-solves only the constraints a
+        modified variable touches in the same spirit: Casanova et al., "Versatile,
+        scalable, and accurate simulation of distributed applications and platforms",
+        JPDC 2014).
+
+        `changed`: the flows whose own state changed (arrived, cap or window moved), when
+        nothing else did: no other flow's share can have broken yet, so only these are
+        checked first (None: any flow on the touched links may be affected, as after a
+        weight change)."""
+        if touched is None:
+            self._recompute_links(None)
+        else:
+            self._recompute_links({self.links[hop].index for hop in touched
+                                   if hop in self.links}, changed=changed)
+
+    def _recompute_links(self, touched: set[int] | None, gone: list[Flow] = (),
+                         changed: Iterable[Flow] | None = None) -> None:
+        """Re-share after a change on `touched` links (None: anything may have changed);
+        `gone`: flows just taken off them, whose rates the links still carry; `changed`:
+        see recompute."""
+        if touched is not None:
+            for h in touched:
+                self._umax.pop(h, None)
+            if self.incremental and not self._leveled and self._reshare(touched, gone,
+                                                                        changed):
+                return
+        if touched is None:
+            links = [lk.index for lk in self.link_list if lk.flows or lk.kv_rate]
+            flows = list(self.flows)
+            self._leveled = sum(1 for f in self.flows.values() if f.level)
+            self._umax.clear()
+        else:
+            links, flows = self._component(touched)
+        now = self.last_update
+        for h in links:
+            self.link_list[h].settle(now)
+        if len(flows) >= self.ARRAY_FILL_MIN_FLOWS:
+            self._share_on_arrays(links, flows)
+            return
+        for h in links:
+            self.link_list[h].kv_rate = 0.0
+        residual = {h: self.link_list[h].kv_capacity for h in links
+                    if self.link_list[h].flows}
+        by_level: dict[int, set[int]] = {}
+        for fid in flows:
+            by_level.setdefault(self.flows[fid].level, set()).add(fid)
+        for level in sorted(by_level):
+            self._fill(by_level[level], residual)
+
+    # -- incremental re-sharing --------------------------------------------------------
+    def _reshare(self, touched: set[int], gone: list[Flow],
+                 changed: Iterable[Flow] | None = None) -> bool:
+        """Re-fill only the flows whose max-min condition broke; False if that grew past
+        INCREMENTAL_MAX_FLOWS (the caller then re-shares the whole component).
+
+        A max-min allocation is the unique feasible one in which every flow is at its cap
+        or crosses a saturated link on which no flow has a larger rate / weight (its
+        bottleneck). A change can break that only for flows on links whose load or rates
+        changed, and only through a link that is or was saturated. So: check those flows;
+        re-fill the broken ones (set S) over what the others leave, others held fixed;
+        a flow of S that still has no bottleneck is held back by flows with larger shares
+        on its saturated links, which join S; every link whose rates changed has its flows
+        checked again; repeat until nothing is broken. At that point every flow has its
+        bottleneck, so the allocation is the max-min one, exactly. In a fabric where one
+        arrival couples hundreds of flows it re-fills the handful whose rates move (the
+        partial invalidation of SimGrid's lazy max-min, Casanova et al. JPDC 2014, taken
+        from constraints to bottlenecks)."""
+        flows, link_list = self.flows, self.link_list
+        ever_saturated = {h for h in touched if self._saturated(link_list[h])}
+        now = self.last_update
+        for flow in gone:  # their bytes stop: the links carry what is left
+            for h in flow.links:
+                link = link_list[h]
+                link.settle(now)
+                link.kv_rate -= flow.rate
+        unfit: set[int] = set()
+        if changed is not None and not gone:  # nobody else's situation moved yet
+            check = {f.flow_id for f in changed if f.flow_id in flows}
+        elif gone and changed is None:  # freed capacity matters where a link was full
+            check = {fid for h in touched if h in ever_saturated for fid in link_list[h].flows}
+        else:
+            check = {fid for h in touched for fid in link_list[h].flows}
+        refill: set[int] = set()
+        while True:
+            unfit |= {fid for fid in check if fid not in refill and not self._fit(flows[fid])}
+            if not unfit:
+                return True
+            refill |= unfit
+            if len(refill) > max(self.INCREMENTAL_MAX_FLOWS,
+                                 len(flows) * self.INCREMENTAL_MAX_SHARE):
+                return False
+            moved = self._refill(refill, ever_saturated)
+            check = {fid for h in moved
+                     if h in ever_saturated or self._saturated(link_list[h])
+                     for fid in link_list[h].flows if fid not in refill}
+            unfit = set()
+            for fid in refill:
+                flow = flows[fid]
+                if not self._fit(flow):  # held back on a saturated link by larger shares
+                    share = flow.rate / flow.weight
+                    unfit.update(g for h in flow.links if self._saturated(link_list[h])
+                                 for g in link_list[h].flows
+                                 if g not in refill and flows[g].rate / flows[g].weight > share)
+
+    def _refill(self, refill: set[int], ever_saturated: set[int]) -> set[int]:
+        """Max-min among `refill` over what the other flows leave; returns the links
+        whose rates changed."""
+        flows, link_list, now = self.flows, self.link_list, self.last_update
+        links = {h for fid in refill for h in flows[fid].links}
+        for h in links:
+            link = link_list[h]
+            if self._saturated(link):
+                ever_saturated.add(h)
+            link.settle(now)
+        before = {}
+        for fid in refill:
+            flow = flows[fid]
+            before[fid] = flow.rate
+            for h in flow.links:
+                link_list[h].kv_rate -= flow.rate
+        residual = {h: link_list[h].kv_capacity - link_list[h].kv_rate for h in links}
+        self._fill(set(refill), residual)
+        changed = {h for fid in refill if flows[fid].rate != before[fid]
+                   for h in flows[fid].links}
+        for h in changed:
+            if self._saturated(link_list[h]):
+                ever_saturated.add(h)
+        return changed
+
+    def _saturated(self, link: LinkState) -> bool:
+        return link.kv_rate >= link.kv_capacity * self.SATURATED
+
+    def _fit(self, flow: Flow) -> bool:
+        """Whether the flow is at its cap or has a bottleneck (see _reshare)."""
+        cap = flow.effective_cap()
+        if cap is not None:
+            if flow.rate > cap / self.SATURATED:  # over a cap lowered since
+                return False
+            if flow.rate >= cap * self.SATURATED:
+                return True
+        share = flow.rate / flow.weight
+        for h in flow.links:
+            if self._saturated(self.link_list[h]) and share >= self._largest_share(h) * \
+                    self.SATURATED:
+                return True
+        return False
+
+    def _largest_share(self, h: int) -> float:
+        got = self._umax.get(h)
+        if got is None:
+            flows = self.flows
+            got = self._umax[h] = max((flows[f].rate / flows[f].weight
+                                       for f in self.link_list[h].flows), default=0.0)
+        return got
+
+    def _component(self, touched: set[int]) -> tuple[list[int], list[int]]:
+        """The links and flows reachable from `touched` through flows sharing links."""
+        link_list, flows = self.link_list, self.flows
+        seen_links = set(touched)
+        seen_flows: set[int] = set()
+        stack = list(seen_links)
+        while stack:
+            for fid in link_list[stack.pop()].flows:
+                if fid not in seen_flows:
+                    seen_flows.add(fid)
+                    for h in flows[fid].links:
+                        if h not in seen_links:
+                            seen_links.add(h)
+                            stack.append(h)
+        return list(seen_links), list(seen_flows)
+
+    def _fill(self, unfrozen: set[int], residual: dict[int, float]) -> None:
+        """Weighted progressive filling: a link's residual is split in proportion to its
+        unfrozen flows' weights; a capped flow freezes at its cap when that binds first.
+
+        The bottleneck link comes from a lazy min-heap of residual / weight: a link's ratio
+        only grows as flows on it freeze (each freezes at or below the current minimum),
+        so a stale entry is re-pushed with its current ratio when it surfaces; capped flows
+        wait in a heap of cap / weight. Each step costs a few heap operations, not a scan
+        of every link and flow (m3's flowSim, by contrast, scans for the bottleneck link at
+        every step of every event)."""
+        flows = self.flows
+        active: dict[int, set[int]] = {}
+        weights: dict[int, float] = {}
+        caps: list[tuple[float, int]] = []
+        for fid in unfrozen:
+            flow = flows[fid]
+            w = flow.weight
+            for h in flow.links:
+                active.setdefault(h, set()).add(fid)
+                weights[h] = weights.get(h, 0.0) + w
+            cap = flow.effective_cap()
+            if cap is not None:
+                caps.append((cap / w, fid))
+        heapq.heapify(caps)
+        heap = [(residual[h] / weights[h], h) for h in active]
+        heapq.heapify(heap)
+        while unfrozen:
+            ratio, h = heap[0]
+            if h not in active:
+                heapq.heappop(heap)
+                continue
+            current = residual[h] / weights[h]
+            if current != ratio:
+                heapq.heapreplace(heap, (current, h))
+                continue
+            unit = max(ratio, 0.0)
+            while caps and caps[0][1] not in unfrozen:
+                heapq.heappop(caps)
+            if caps and caps[0][0] < unit:
+                _, fid = heapq.heappop(caps)
+                self._freeze(fid, flows[fid].effective_cap(), unfrozen, residual, active,
+                             weights)
+                continue
+            for fid in list(active[h]):
+                self._freeze(fid, unit * flows[fid].weight, unfrozen, residual, active,
+                             weights)
+
+    def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[int, float],
+                active: dict[int, set[int]], weights: dict[int, float]) -> None:
+        flow = self.flows[fid]
+        self._set_rate(flow, rate)
+        unfrozen.discard(fid)
+        for h in flow.links:
+            residual[h] -= rate
+            self.link_list[h].kv_rate += rate
+            members = active.get(h)
+            if members is not None:
+                members.discard(fid)
+                weights[h] -= flow.weight
+                if not members:
+                    del active[h]
+                    del weights[h]
+
+    def _share_on_arrays(self, links: list[int], fids: list[int]) -> None:
+        """The same sharing as `_fill`, level by level, on numpy arrays (big components:
+        a fabric-wide one under a topology-blind scheduler holds hundreds of flows)."""
+        flows = [self.flows[fid] for fid in fids]
+        hops = max(len(f.links) for f in flows)
+        sentinel = len(self.link_list)
+        pad = (sentinel,) * hops
+        glob = np.array([f.links + pad[len(f.links):] for f in flows], dtype=np.int64)
+        used, local = np.unique(glob, return_inverse=True)
+        local = local.reshape(glob.shape)
+        m = len(used) - (used[-1] == sentinel)
+        residual = self._kv_cap[used[:m]].copy()
+        weight = np.array([f.weight for f in flows], dtype=float)
+        cap_ratio = np.array([c if (c := f.effective_cap()) is not None else np.inf
+                              for f in flows], dtype=float) / weight
+        level = np.array([f.level for f in flows])
+        rates = np.zeros(len(flows))
+        for lv in np.unique(level):
+            rows = np.flatnonzero(level == lv)
+            got = fill_on_arrays(local[rows], weight[rows], cap_ratio[rows], residual)
+            rates[rows] = got
+            residual -= _per_link(local[rows], got, m)
+        for flow, rate in zip(flows, rates.tolist(), strict=True):
+            self._set_rate(flow, rate)
+        kv = _per_link(local, rates, m).tolist()
+        for g, rate in zip(used[:m].tolist(), kv, strict=True):
+            self.link_list[g].kv_rate = rate
+        for h in links:  # links left without flows carry nothing
+            if not self.link_list[h].flows:
+                self.link_list[h].kv_rate = 0.0
+
+
+def _per_link(inc: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+    """Sum of `values` (one per flow) over each of m links; column entries >= m are
+    padding."""
+    flat = inc.ravel()
+    real = flat < m
+    return np.bincount(flat[real], weights=np.repeat(values, inc.shape[1])[real],
+                       minlength=m)[:m]
+
+
+def fill_on_arrays(inc: np.ndarray, weight: np.ndarray, cap_ratio: np.ndarray,
+                   residual: np.ndarray) -> np.ndarray:
+    """Weighted max-min rates of n flows over m links, with per-flow caps, on arrays.
+
+    inc: (n, hops) link indices per flow, padded with m; cap_ratio: cap / weight (inf
+    where none); residual: the m links' capacity left. Progressive filling freezes one
+    bottleneck at a time; here every round freezes all *local* bottlenecks at once: a
+    link whose fair share (residual / weight of its unfrozen flows) is no larger than
+    any limit of the flows crossing it (their other links' shares, their caps). No flow
+    of such a link can freeze earlier elsewhere, and no other flow takes from it, so it
+    saturates at exactly that share, as in sequential filling; a cap is a one-flow link.
+    The global minimum is always local, so every round freezes something, and rounds
+    number the bottleneck levels, not the links (the distributed max-min algorithms of
+    Bertsekas & Gallager, "Data Networks", 6.5, work by the same local test)."""
+    n, hops = inc.shape
+    m = len(residual)
+    flat = inc.ravel()
+    real = flat < m
+    owner = np.repeat(np.arange(n), hops)
+    order = np.argsort(flat, kind="stable")
+    order = order[real[order]]
+    by_link, rows_by_link = flat[order], owner[order]
+    starts = np.flatnonzero(np.r_[True, by_link[1:] != by_link[:-1]]) if len(order) else \
+        np.zeros(0, dtype=np.int64)
+    link_ids = by_link[starts]
+    resid = residual.astype(float).copy()
+    wsum = np.bincount(flat[real], weights=np.repeat(weight, hops)[real], minlength=m)
+    count = np.bincount(flat[real], minlength=m)
+    rate = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    share = np.full(m + 1, np.inf)
+    link_min = np.full(m, np.inf)
+    while active.any():
+        live = count > 0
+        share[:m] = np.inf
+        share[:m][live] = np.maximum(resid[live], 0.0) / wsum[live]
+        flow_min = share[inc].min(axis=1)
+        limit = np.minimum(flow_min, cap_ratio)
+        limit[~active] = np.inf
+        link_min[:] = np.inf
+        if len(starts):
+            link_min[link_ids] = np.minimum.reduceat(limit[rows_by_link], starts)
+        bottleneck = np.append(live & (share[:m] <= link_min), False)
+        freeze = active & (bottleneck[inc].any(axis=1) | (cap_ratio <= flow_min))
+        rate[freeze] = limit[freeze] * weight[freeze]
+        active &= ~freeze
+        frozen = inc[freeze].ravel()
+        keep = frozen < m
+        frozen = frozen[keep]
+        resid -= np.bincount(frozen, weights=np.repeat(rate[freeze], hops)[keep], minlength=m)
+        wsum -= np.bincount(frozen, weights=np.repeat(weight[freeze], hops)[keep], minlength=m)
+        count -= np.bincount(frozen, minlength=m)
+    return rate
