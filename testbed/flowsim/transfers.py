@@ -1,0 +1,170 @@
+"""KV transfers in the flow engine: a decision's P2D transfer as parallel shard flows,
+their priority levels (MFS and its baselines), re-prioritisation, and what happens
+when the fluid network finishes or re-times them."""
+
+from __future__ import annotations
+
+import math
+
+from testbed.flowsim.reuse_fetch import REUSE
+from testbed.lifecycle import RequestState
+from testbed.model import granularity, mfs, reuse
+from testbed.model.kv import kv_bytes_per_token
+
+
+class TransferPlane:
+    """FlowSimulation's transfers on the fluid network."""
+
+    def _call_overhead(self, rs: RequestState) -> float:
+        """Send calls after the first, per shard (shards send in parallel)."""
+        net = self.scenario.network
+        if net.transfer_mode == "contiguous" or not net.per_call_s:
+            return 0.0
+        tokens = round(rs.eff_bytes / kv_bytes_per_token(self.model))
+        calls = granularity.transfer_calls(net.transfer_mode, tokens,
+                                           self.scenario.workload.block_tokens,
+                                           self.model.n_layers, net.segment_blocks)
+        return granularity.call_overhead_s(calls, net.per_call_s)
+
+    def start_transfer(self, rs: RequestState) -> None:
+        """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now."""
+        now = self.loop.now
+        if rs.eff_bytes <= 0:
+            self.loop.after(self._oracle.latency(rs.tier), lambda: self._transfer_done(rs))
+            return
+        shard = rs.eff_bytes / self.flows_per_transfer
+        paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
+                                        self.flows_per_transfer)
+        flows = [self.net.add_flow(path, shard * len(ks), now, tag=(rs, ks),
+                                   level=self._initial_level,
+                                   shard=(ks[0], self.flows_per_transfer), share=False,
+                                   streams=len(ks))
+                 for path, ks in self._stream_groups(paths)]  # one re-sharing for all
+        rs.flows_left = len(flows)
+        self.net.recompute({hop for path in paths for hop in path}, changed=flows)
+        if self.scenario.network.flow_policy != "fair":
+            self._reprioritize(reschedule_tick=False)
+        self._reschedule_network()
+
+    def _stream_groups(self, paths: list) -> list[tuple[list, tuple[int, ...]]]:
+        """A transfer's shards as network flows: under fair fluid sharing the shards on
+        one path are one flow (they get equal rates and end together: exact, and a
+        fraction of the work); with TCP windows or priority levels each is its own."""
+        net = self.scenario.network
+        if net.flow_model != "fluid" or net.flow_policy != "fair":
+            return [(path, (k,)) for k, path in enumerate(paths)]
+        groups: dict[tuple, list[int]] = {}
+        for k, path in enumerate(paths):
+            groups.setdefault(tuple(path), []).append(k)
+        return [(paths[ks[0]], tuple(ks)) for ks in groups.values()]
+
+    @property
+    def _initial_level(self) -> int:
+        """New flows start deferred at the bottom level (all at 0 under fair sharing)."""
+        net = self.scenario.network
+        return 0 if net.flow_policy == "fair" else mfs.initial_level(net.flow_policy,
+                                                                      net.priority_levels)
+
+    def _p2d_deadline(self, rs: RequestState) -> float:
+        """A P2D transfer's explicit deadline: the TTFT deadline less the first decode
+        iteration that must follow it (a full batch's, to be safe)."""
+        return mfs.p2d_deadline(rs.req.arrival_s, self.workload.slo_for(rs.req.request_id),
+                                self.timing.iteration_time(self.scenario.cluster.beta_max))
+
+    def _reprioritize(self, reschedule_tick: bool = True) -> None:
+        """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as urgency
+        grows; each flow sees only what its sender would (testbed.model.mfs.FlowView)."""
+        net_cfg = self.scenario.network
+        policy, levels = net_cfg.flow_policy, net_cfg.priority_levels
+        now = self.loop.now
+        self.net.advance(now)
+        flows = list(self.net.flows.values())
+        if policy == "mfs":
+            self._prune(flows, now)
+        changed = False
+        for f in flows:
+            rs, stage = f.tag
+            pruned = stage != REUSE and rs.req.request_id in self.pruned
+            level = mfs.flow_level(policy, self._flow_view(f, now), now, f.level, pruned,
+                                   levels, net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
+            cap = None
+            if policy == "karuna" and stage != REUSE:  # deadline flows at just their rate
+                cap = mfs.karuna_min_rate(f.remaining, self._p2d_deadline(rs), now)
+                cap = None if math.isinf(cap) else cap
+            if level != f.level or cap != f.cap:
+                f.level, f.cap = level, cap
+                changed = True
+        if changed:
+            self.net.recompute()
+            self._reschedule_network()
+        if reschedule_tick:
+            self.loop.after(net_cfg.reprioritize_s, self._reprioritize)
+
+    def _flow_view(self, f, now: float) -> mfs.FlowView:
+        rs, stage = f.tag
+        if stage == REUSE:
+            fetch = self.fetches[rs.req.request_id]
+            r = reuse.retrieval_rli(now, fetch.expected_start, fetch.layer_s,
+                                    f.size - f.remaining, f.size, self.model.n_layers)
+            return mfs.FlowView(str(f.flow_id), f.remaining, None, rli=r,
+                                bandwidth=self._oracle.bandwidth(fetch.tier))
+        return mfs.FlowView(str(f.flow_id), f.remaining, self._p2d_deadline(rs),
+                            bandwidth=self._oracle.bandwidth(rs.tier) / self.flows_per_transfer)
+
+    def _prune(self, flows, now: float) -> None:
+        """MFS's feasibility check, per sender: its P2D transfers share its NIC."""
+        by_sender: dict[str, dict[str, mfs.Job]] = {}
+        for f in flows:
+            rs, stage = f.tag
+            if stage == REUSE or rs.req.request_id in self.pruned:
+                continue
+            jobs = by_sender.setdefault(rs.prefill, {})
+            rid = rs.req.request_id
+            prev = jobs.get(rid)
+            left = f.remaining + (prev.work_s * self._nic_bw if prev else 0.0)
+            jobs[rid] = mfs.Job(rid, self._p2d_deadline(rs), left / self._nic_bw,
+                                left / self._oracle.bandwidth(rs.tier))
+        for jobs in by_sender.values():
+            self.pruned |= mfs.prune_infeasible(list(jobs.values()), now,
+                                                self.scenario.network.mfs_pruning)
+
+    def _reschedule_network(self) -> None:
+        self._net_version += 1
+        version = self._net_version
+        t = self.net.next_completion()
+        if t is not None:
+            self.loop.at(max(t, self.loop.now), lambda: self._network_event(version))
+
+    def _network_event(self, version: int) -> None:
+        if version != self._net_version:
+            return
+        now = self.loop.now
+        for flow in self.net.pop_finished(now):
+            rs, shards = flow.tag
+            if shards == REUSE:
+                self._fetched(rs)
+                continue
+            path = ">".join([flow.path[0][0]] + [h[1] for h in flow.path])
+            for shard in shards:
+                self.transfers.append({
+                    "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
+                    "dst": rs.decode, "tier": rs.tier, "path": path,
+                    "bytes": rs.eff_bytes / self.flows_per_transfer, "start": flow.start,
+                    "end": now,
+                })
+            rs.flows_left -= 1
+            if rs.flows_left == 0:
+                delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
+                self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
+        self._reschedule_network()
+
+    def _transfer_done(self, rs: RequestState) -> None:
+        # False: aborted meanwhile, or a stale completion of an abandoned transfer
+        if self.plane.landed(rs, self.loop.now):
+            self.decode[rs.decode].kv_landed(rs)
+
+    def _kv_ready(self, rs: RequestState) -> None:
+        """Recomputed KV is in place on its target (unless the target died meanwhile:
+        its detection recovers the request again)."""
+        if rs.decode not in self.failed and self.plane.landed(rs, self.loop.now):
+            self.decode[rs.decode].kv_landed(rs)
