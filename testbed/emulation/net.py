@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 import urllib.request
-from functools import partial
 from pathlib import Path
 
 from testbed.datapath import tc
@@ -27,9 +26,10 @@ from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.emulation.hosts import host_gone
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
+from testbed.emulation.switches import switch_class
 from testbed.emulation.system_ovs import SystemOvsWatch
 from testbed.topologies.fabric import Fabric
-from testbed.topologies.placement import interface_netns, private_daemons, switch_daemons
+from testbed.topologies.placement import interface_netns, private_daemons
 
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 
@@ -277,49 +277,6 @@ class EmulatedNetwork:
             except OvsDaemonError as exc:
                 raise EmulationError(str(exc)) from None
 
-    def _switch_class(self):
-        from mininet.node import OVSSwitch
-        from mininet.util import errRun
-
-        if not self.daemons:
-            class SystemOVSSwitch(OVSSwitch):
-                @classmethod
-                def batchShutdown(cls, switches, run=errRun):  # noqa: N802 - Mininet's
-                    """Bounded: without --timeout, ovs-vsctl waits for ever on an
-                    ovs-vswitchd that died."""
-                    return super().batchShutdown(switches, run=lambda cmd: run(
-                        cmd.replace("ovs-vsctl ", "ovs-vsctl --timeout=10 ", 1)))
-
-            return partial(SystemOVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
-        placed = switch_daemons(self.fabric.switches, len(self.daemons))
-        daemon_of = {name: self.daemons[k] for name, k in placed.items()}
-
-        class DaemonOVSSwitch(OVSSwitch):
-            """A bridge on one of the run's private daemons: the node's shell talks to it
-            through OVS_RUNDIR, and it dials the controller's unix socket."""
-
-            def __init__(self, name, **params):
-                super().__init__(name, **params)
-                self.cmd(f"export OVS_RUNDIR={daemon_of[name].rundir}")
-
-            @staticmethod
-            def TCReapply(intf):  # noqa: N802 - Mininet's name; tc is ours, per namespace
-                pass
-
-            def start(self, controllers):
-                super().start([])
-                self.vsctl("set-controller", self, f"unix:{daemon_of[self.name].openflow_socket}")
-
-            @classmethod
-            def batchStartup(cls, switches, **_kwargs):  # noqa: N802
-                return switches
-
-            @classmethod
-            def batchShutdown(cls, switches, **_kwargs):  # noqa: N802 - the daemon's db dies
-                return switches  # with it, and its namespace takes the bridges' taps
-
-        return partial(DaemonOVSSwitch, datapath=self.datapath, protocols="OpenFlow13")
-
     def _move_switch_ports(self) -> None:
         """Each switch's veth ends into its daemon's namespace, up (a move sets them down)."""
         where = self.interface_netns
@@ -352,8 +309,9 @@ class EmulatedNetwork:
         emu = self.scenario.emulation
         # userspace datapath: TCP over veth stalls unless checksum offload is off (TCULink)
         link = TCULink if self.datapath == "user" else Link
-        self.net = Mininet(topo=FatTreeTopo(self.fabric), switch=self._switch_class(),
-                           link=link, controller=None, autoSetMacs=False, build=False)
+        switch = switch_class(self.datapath, self.daemons, self.fabric.switches)
+        self.net = Mininet(topo=FatTreeTopo(self.fabric), switch=switch, link=link,
+                           controller=None, autoSetMacs=False, build=False)
         self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
         self.net.build()
         if self.daemons:
