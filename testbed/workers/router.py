@@ -11,11 +11,15 @@ Prefill placement is the flow simulator's: the instance whose FIFO clears first,
 router's own estimate. The router keeps every request's RequestState and, when the load
 generator has finished and every request has ended (or the drain limit passed), writes
 the run's requests, transfers and counters to OUT/router.json and tells workers to stop.
+
+This module keeps requests' path through the run and the engine interface the control
+plane calls; the control protocol and start (router_link.py), the oracle and live view
+(router_oracle.py), faults (router_faults.py) and the end of run and its result
+(router_records.py) sit beside it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -25,7 +29,6 @@ import sys
 import threading
 import time
 import traceback
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,19 +40,20 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import Candidate, switches_roles
 from testbed.serving import PrefillInstance
-from testbed.topologies.placement import interface_netns, private_daemons
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
-from testbed.workers.clock import CLOCK_PROBES, RealTimeLoop, clock_sample
+from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
-from testbed.workers.faults import FaultState, fault_interfaces, set_links
+from testbed.workers.faults import FaultState
 from testbed.workers.journal import Journal
 from testbed.workers.kvstream import scaled_bytes
 from testbed.workers.roles import RouterFlowKV
+from testbed.workers.router_faults import RouterFaults
+from testbed.workers.router_link import ControlLink
+from testbed.workers.router_oracle import OracleFeed, fetch_oracle
+from testbed.workers.router_records import Ledger, RunRecords
 from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
-
-START_MARGIN_S = 0.5  # wall seconds between "start" and modelled time zero
 
 
 class RouterError(RuntimeError):
@@ -83,23 +87,7 @@ class DecodeView:
                          self.index.prefix_hit_tokens(req.hash_ids, req.input_len))
 
 
-@dataclass
-class Ledger:
-    """Byte and message bookkeeping the run checks at the end."""
-
-    wire_sent: dict[str, int] = field(default_factory=dict)
-    wire_received: dict[str, int] = field(default_factory=dict)
-    wire_expected: dict[str, int] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    duplicates: int = 0
-
-
-def fetch_oracle(url: str, timeout: float = 2.0) -> Oracle:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return Oracle.from_dict(json.loads(resp.read()))
-
-
-class Router:
+class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
         sc = self.sc = cfg.load_scenario()
@@ -149,132 +137,6 @@ class Router:
         self.stall_s: dict[str, float] = {}  # prefill instance -> GPU time lost to fetches
         self.pruned: set[str] = set()
         self.flowkv = RouterFlowKV(self) if switches_roles(cfg.scheduler) else None
-
-    # -- oracle and intents (their own threads; decisions read self.latest_oracle) -----------
-    def _refresh_oracle(self) -> None:
-        period = self.loop.clock.spans.wall(self.sc.oracle.refresh_s)
-        while not self._stop.wait(period):
-            try:
-                self.latest_oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
-                self.oracle_fetches += 1
-            except (OSError, ValueError):
-                self.oracle_errors += 1  # keep deciding on the last oracle: it only ages
-            self._write_live()
-
-    def _write_live(self) -> None:
-        """live.json: what `testbed emulate` shows beside its progress bar (the oracle this
-        router decides on, its transfers in flight); best effort, never in the way."""
-        try:
-            states = list(self.states.values())
-        except RuntimeError:  # the loop thread added a request meanwhile: next period
-            return
-        doc = {"congestion": {str(k): v for k, v in self.latest_oracle.congestion.items()},
-               "in_flight": self.plane.in_flight(), "arrived": len(states),
-               "ended": sum(rs.state is not None for rs in states), "expected": self.expected}
-        path = Path(self.cfg.out) / "live.json"
-        with contextlib.suppress(OSError):
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, path)
-
-    def _post_intents(self) -> None:
-        while (intent := self.intents.get()) is not None:
-            headers = {"Content-Type": "application/json"}
-            if self.sc.emulation.token:
-                headers["Authorization"] = f"Bearer {self.sc.emulation.token}"
-            req = urllib.request.Request(self.cfg.oracle_url + "/intent",
-                                         data=json.dumps(intent.to_dict()).encode(),
-                                         headers=headers)
-            try:
-                urllib.request.urlopen(req, timeout=2.0).close()
-                self.intents_posted += 1
-            except OSError:
-                pass
-
-    # -- connections -----------------------------------------------------------------------
-    def _on_connect(self, conn: Connection) -> None:
-        conn.read_forever(lambda c, m: self.loop.post(lambda: self._dispatch(c, m)),
-                          lambda c, why: self.loop.post(lambda: self._closed(c, why)))
-
-    def _closed(self, conn: Connection, why: str) -> None:
-        if conn.name in self.views:
-            return  # a decode instance is declared dead by missed heartbeats, then recovered
-        if not self.finished and conn.name in self.expected_workers - {"loadgen"}:
-            self.ledger.errors.append(f"worker {conn.name} disconnected: {why}")
-            self._fail_involving(conn.name, f"worker {conn.name} exited ({why})")
-            self.prefill.pop(conn.name, None)  # arrivals from now on go to the others
-
-    def _dispatch(self, conn: Connection, msg: dict) -> None:
-        kind = msg["type"]
-        if kind == "hello":
-            if msg.get("token") != self.cfg.control_token:
-                self.ledger.errors.append(f"refused a hello for {msg.get('instance')!r}: "
-                                          "wrong control token")
-                conn.close()
-                return
-            conn.name = msg["instance"]
-            self.conns[conn.name] = conn
-            if msg.get("pid"):
-                self.pids[conn.name] = int(msg["pid"])
-            if msg.get("machine", self.machine) != self.machine:
-                # another machine's clock: measured by round trips before the start
-                self.clock_samples[conn.name] = []
-                self._probe_clock(conn.name)
-            self._start_when_ready()
-            return
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is None:
-            self.ledger.errors.append(f"unexpected '{kind}' from {conn.name}")
-            return
-        handler(msg)
-
-    def _broadcast(self, msg: dict) -> None:
-        for conn in self.conns.values():
-            with contextlib.suppress(OSError):
-                conn.send(msg)
-
-    def send(self, name: str, msg: dict) -> None:
-        try:
-            self.conns[name].send(msg)
-        except (OSError, KeyError) as exc:
-            self.ledger.errors.append(f"cannot reach {name}: {exc}")
-
-    def _probe_clock(self, name: str) -> None:
-        self.send(name, {"type": "clock", "sent": time.time()})
-
-    def _on_clock(self, msg: dict) -> None:
-        """A worker on another machine answered a probe with its wall clock."""
-        name = msg["instance"]
-        samples = self.clock_samples.get(name)
-        if samples is None or name in self.clock_offsets:
-            return
-        samples.append(clock_sample(float(msg["sent"]), float(msg["wall"]), time.time()))
-        if len(samples) < CLOCK_PROBES:
-            self._probe_clock(name)
-            return
-        self.clock_rtt[name], self.clock_offsets[name] = min(samples)
-        self._start_when_ready()
-
-    def _start_when_ready(self) -> None:
-        """Every worker connected, and every other machine's clock measured."""
-        if (self.t0 is None and set(self.conns) >= self.expected_workers
-                and set(self.clock_offsets) >= set(self.clock_samples)):
-            self._start()
-
-    def _start(self) -> None:
-        t0 = time.time() + self.loop.clock.spans.wall(START_MARGIN_S)
-        self.loop.clock = self.cfg.clock(t0)
-        self.t0 = t0
-        threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
-        threading.Thread(target=self._post_intents, daemon=True, name="intents").start()
-        for name, conn in self.conns.items():  # t0 on each worker's own clock
-            with contextlib.suppress(OSError):
-                conn.send({"type": "start", "t0": t0 + self.clock_offsets.get(name, 0.0)})
-        self.loop.at(self.sc.recovery.heartbeat_s, self._check_heartbeats)
-        for fault in self.sc.faults:
-            self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
-        if self.flowkv is not None:
-            self.flowkv.start()
 
     # -- request path --------------------------------------------------------------------------
     def _on_request(self, msg: dict) -> None:
@@ -338,22 +200,6 @@ class Router:
         closed = self.flowkv.closed_decoders() if self.flowkv is not None else set()
         return [v.candidate(name, req) for name, v in self.views.items()
                 if name not in self.plane.dead and name not in closed]
-
-    def _oracle_age(self) -> float:
-        age = self.loop.clock.span(time.time() - self.latest_oracle.generated_at)
-        self.faults.note_oracle_age(age)
-        return age
-
-    def oracle_fresh(self) -> bool:
-        return self._oracle_age() <= self.sc.recovery.oracle_max_age_s
-
-    def oracle(self) -> Oracle:
-        """The last oracle as the control plane lets a decision use it; under FlowKV roles
-        switch, so it also knows every instance pair's tier."""
-        oracle = self.plane.view(self.latest_oracle, self._oracle_age())
-        if self.flowkv is not None:
-            oracle = oracle.with_tiers(self.flowkv.all_tiers)
-        return oracle
 
     def slo(self, request_id: str) -> float:
         return request_slo(self.sc.slo_s(), self.sc.workload.slo_mix, request_id)
@@ -477,138 +323,12 @@ class Router:
         wait = (rc.missed_heartbeats + 1) * rc.heartbeat_s
         self.loop.after(wait, lambda: self._transfer_failed(rs, decode, str(msg["reason"])))
 
-    def _transfer_failed(self, rs: RequestState, decode: str, reason: str) -> None:
-        if rs.state is None and rs.decode == decode and decode not in self.plane.dead:
-            self._fail(rs, reason)
-
-    def _on_state(self, msg: dict) -> None:
-        view = self.views.get(msg["instance"])
-        if view is not None:
-            view.apply(msg)
-
-    def _on_heartbeat(self, msg: dict) -> None:
-        self.faults.last_beat[msg["instance"]] = self.loop.now
-        if msg.get("error"):
-            self.ledger.errors.append(f"{msg['instance']}: {msg['error']}")
-
-    def _on_loadgen_done(self, msg: dict) -> None:
-        self.expected = int(msg["count"])
-        self.loop.at(self.last_arrival + self.sc.drain_s, self._drain_limit)
-        self._check_done()
-
-    # -- endings -------------------------------------------------------------------------------
-    # -- faults and recovery -----------------------------------------------------------------
+    # -- main ------------------------------------------------------------------------------------
     def add_view(self, name: str) -> None:
         """Start tracking a decode engine's reports (a prefill worker switched to decode
         work by FlowKV)."""
         self.views[name] = DecodeView(BlockIndex(self.block_tokens))
 
-    def _check_heartbeats(self) -> None:
-        rc = self.sc.recovery
-        limit = rc.missed_heartbeats * rc.heartbeat_s
-        for name in list(self.views):
-            if name not in self.plane.dead and \
-                    self.loop.now - self.faults.last_beat.get(name, 0.0) > limit:
-                self._declare_dead(name)
-        if not self.finished:
-            self.loop.after(rc.heartbeat_s, self._check_heartbeats)
-
-    def _declare_dead(self, name: str) -> None:
-        for rid, holder in list(self.fetching.items()):
-            if holder == name:  # the prefill computes that prefix itself
-                del self.fetching[rid]
-                rs = self.states[rid]
-                if rs.prefill is not None:
-                    self.send(rs.prefill, {"type": "fetch_failed", "request": rid,
-                                            "reason": f"holder {name} declared dead"})
-        self.faults.log.append({"time": self.loop.now, "event": "declared dead", "target": name})
-        self.plane.declare_dead(name, list(self.states.values()))
-        self._check_done()
-
-    def _inject(self, fault) -> None:
-        """Make a scenario fault happen on the real system, at its modelled time."""
-        self.faults.log.append({"time": self.loop.now, "event": fault.kind,
-                                "target": fault.target})
-        back = self.loop.clock.spans.wall(fault.duration_s) if fault.duration_s else None
-        try:
-            if fault.kind == "decode_down":
-                os.kill(self.pids[fault.target], signal.SIGKILL)
-            elif fault.kind == "controller_down" and self.cfg.controller_pid:
-                os.kill(self.cfg.controller_pid, signal.SIGSTOP)
-                if back:
-                    threading.Timer(back, os.kill, (self.cfg.controller_pid,
-                                                    signal.SIGCONT)).start()
-            elif fault.kind in ("link_down", "tor_down"):
-                fabric = self.sc.fabric()
-                intfs = fault_interfaces(fabric, fault)
-                where = interface_netns(fabric, private_daemons(self.sc.emulation))
-                set_links(intfs, up=False, netns=where)
-                if back:
-                    threading.Timer(back, set_links, (intfs, True, where)).start()
-            elif fault.kind == "background":
-                self._broadcast({"type": "surge", "tier": fault.tier,
-                                 "fraction": fault.fraction,
-                                 "until": self.loop.now + (fault.duration_s or 1e9)})
-        except (OSError, KeyError) as exc:
-            self.ledger.errors.append(f"fault {fault.kind} {fault.target}: {exc}")
-
-    def _fail(self, rs: RequestState, reason: str) -> None:
-        if rs.decode is not None and rs.transfer_end is None:
-            self.send(rs.decode, {"type": "cancel", "request": rs.req.request_id,
-                                   "reason": reason})
-        self.plane.end(rs, "failed", reason)
-
-    def _fail_involving(self, name: str, reason: str) -> None:
-        for rs in self.states.values():
-            if rs.state is None and name in (rs.prefill, rs.decode):
-                self._fail(rs, reason)
-        self._check_done()
-
-    def _drain_limit(self) -> None:
-        for rs in self.states.values():
-            if rs.state is None:
-                self._fail(rs, f"not finished {self.sc.drain_s:g} s after the last arrival "
-                               "(drain limit)")
-        self._check_done()
-
-    def _check_done(self) -> None:
-        if self.finished or self.expected is None:
-            return
-        if len(self.states) >= self.expected and all(rs.state for rs in self.states.values()):
-            self.finished = True
-            self.outcome = "finished"
-            self._broadcast({"type": "stop"})
-            self.loop.stop()
-
-    def result(self) -> dict:
-        mismatched = {rid: (self.ledger.wire_sent.get(rid), self.ledger.wire_received.get(rid))
-                      for rid in self.ledger.wire_received
-                      if self.ledger.wire_sent.get(rid) != self.ledger.wire_received[rid]}
-        return {
-            "outcome": self.outcome, "scheduler": self.cfg.scheduler, "seed": self.cfg.seed,
-            "t0": self.t0, "expected": self.expected,
-            "requests": [request_row(rs, self.slo(rs.req.request_id))
-                         for rs in self.states.values()],
-            "transfers": sorted(self.transfers, key=lambda t: (t["start"], t["request"],
-                                                               t["shard"])),
-            "decision_us": self.plane.decision_us,
-            "wire_bytes_sent": sum(self.ledger.wire_sent.values()),
-            "wire_bytes_received": sum(self.ledger.wire_received.values()),
-            "wire_bytes_expected": sum(self.ledger.wire_expected.values()),
-            "wire_mismatches": mismatched,
-            "oracle_fetches": self.oracle_fetches, "oracle_errors": self.oracle_errors,
-            "intents_posted": self.intents_posted,
-            "duplicates": self.ledger.duplicates, "errors": self.ledger.errors,
-            "oracle_age_max_s": self.faults.max_age, "faults": self.faults.log,
-            "clock_offsets_s": self.clock_offsets, "clock_rtt_s": self.clock_rtt,
-            "counters": self.plane.counters(
-                faults_injected=sum(f["event"] != "declared dead" for f in self.faults.log),
-                level_bytes=self.level_bytes, reuse_bytes=self.reuse_bytes,
-                prefill_stall_s=sum(self.stall_s.values()), pruned_requests=len(self.pruned),
-                roles=self.flowkv),
-        }
-
-    # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict:
         listener = Listener(self.cfg.router_socket, self._on_connect).start()
         deadline_timer = threading.Timer(self.sc.emulation.start_timeout_s,
@@ -624,12 +344,6 @@ class Router:
             listener.close()
             self.journal.close()
         return self.result()
-
-    def _hello_timeout(self) -> None:
-        missing = self.expected_workers - set(self.conns)
-        if missing and not hasattr(self, "t0"):
-            self.outcome = f"workers never connected: {', '.join(sorted(missing))}"
-            self.loop.stop()
 
 
 def main(config: str) -> int:
