@@ -115,3 +115,26 @@ def test_any_fault_schedule_conserves_requests_and_in_flight_counts(plan):
     for r in result.requests:  # nothing is served by an instance after it died
         if r["state"] in ("migrated", "recomputed", "completed") and r["decode"] in died:
             assert r["done"] <= died[r["decode"]] + 1e-9, r
+
+
+def test_the_earliest_free_prefill_is_the_scan_s_choice_as_queues_grow_and_shrink():
+    """The heap picks what min over every instance by (free_at, name) picks, through
+    enqueues, stalls, ties and a pool that loses instances."""
+    import random
+    from types import SimpleNamespace
+
+    from testbed.serving import EarliestFree
+
+    rng = random.Random(7)
+    pool = {f"i{k}": SimpleNamespace(name=f"i{k}", free_at=rng.choice([0.0, 1.0, 2.5]))
+            for k in range(40)}
+    earliest = EarliestFree()
+    for step in range(2000):
+        want = min(pool.values(), key=lambda p: (p.free_at, p.name))
+        got = earliest.pick(pool)
+        assert got is want, step
+        got.free_at = max(step * 0.01, got.free_at) + rng.choice([0.0, 0.5, 3.0])  # enqueue
+        stalled = rng.choice(list(pool.values()))
+        stalled.free_at += rng.choice([0.0, 0.2])  # a late fetch
+        if step % 400 == 399:
+            del pool[rng.choice(sorted(pool))]  # an instance died

@@ -96,3 +96,24 @@ def test_captured_links_are_read_once_and_checked_against_the_fabric():
     with pytest.raises(ValueError, match=r"emulation\.capture\.1: 'i0>tor0'"):
         load_scenario(Path(__file__).parent.parent / "scenarios" / "default.yaml",
                       {"emulation.capture": ["tor0-agg0", "i0>tor0"]})
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"placement": "colocated"}, {"pods": 4}])
+def test_the_lazy_tier_map_is_the_pair_by_pair_one(kwargs):
+    """Every lookup, the pair set, the order and the per-tier counts of the map stored
+    pair by pair, which a large fabric cannot afford to build."""
+    spec = FatTreeSpec(**kwargs)
+    stored = {(p.name, d.name): spec.tier(p.name, d.name)
+              for p in spec.prefill_pool for d in spec.decode_pool}
+    lazy = spec.tier_map
+    assert list(lazy.items()) == list(stored.items()) and len(lazy) == len(stored)
+    assert lazy.counts() == dict(sorted(Counter(stored.values()).items()))
+    names = [i.name for i in spec.instances]
+    every = {(a, b): spec.tier(a, b) for a in names for b in names if a != b}
+    assert dict(spec.all_tiers) == every
+    assert spec.all_tiers.counts() == dict(sorted(Counter(every.values()).items()))
+    p, d = spec.prefill_pool[0].name, spec.decode_pool[0].name
+    for missing in ((d, p), (p, p), ("nope", d)):
+        assert missing not in lazy
+        with pytest.raises(KeyError):
+            lazy[missing]

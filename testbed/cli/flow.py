@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections import Counter
 
 import click
 from rich.table import Table
@@ -158,7 +157,7 @@ def topology(scenario, links: bool) -> None:
     spec = sc.cluster.spec()
     out.print(spec.describe())
     table = Table("tier", "meaning", "Gbps per path", "latency (us)", "prefill->decode pairs")
-    pairs = Counter(spec.tier_map.values())
+    pairs = spec.tier_map.counts()
     from testbed.topologies.fattree import TIER_NAMES
     for t in range(4):
         table.add_row(str(t), TIER_NAMES[t], f"{spec.tier_bandwidth_gbps[t]:g}",

@@ -40,6 +40,7 @@ from testbed.model.schedulers import (
     find,
     make_scheduler,
 )
+from testbed.serving import EarliestFree
 
 
 class Engine(Protocol):
@@ -104,6 +105,7 @@ class ControlPlane:
         self.stale_decisions = 0
         self._counted: dict[str, tuple[int, str]] = {}  # request -> (tier, prefill) in flight
         self._slots: set[str] = set()  # requests holding a migration slot
+        self._earliest = EarliestFree()  # the arriving request's prefill instance
 
     # -- views ----------------------------------------------------------------------------
     def view(self, oracle, age_s: float):
@@ -148,7 +150,7 @@ class ControlPlane:
         elif roles is not None:
             inst = roles.choose_prefill(rs.req.input_len, now)
         else:
-            inst = min(prefill.values(), key=lambda p: (p.free_at, p.name))
+            inst = self._earliest.pick(prefill)
         plan = None
         # a decode node doing prefill work has no fetch receiver: it computes it all
         if reuse_cfg.enabled and inst.name in prefill:

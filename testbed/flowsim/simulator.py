@@ -85,12 +85,8 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
         self._live: tuple | None = None  # (left out, live names, their rows, board slots)
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
-        tiers = dict(self.spec.tier_map)
-        if switches_roles(scheduler_key):  # any instance may send to any other
-            names = [i.name for i in self.spec.instances]
-            tiers.update({(a, b): self.spec.tier(a, b) for a in names for b in names if a != b})
         self._oracle = Oracle(
-            tier_map=tiers,
+            tier_map=self.spec.all_tiers if switches_roles(scheduler_key) else self.spec.tier_map,
             tier_bandwidth_gbps=self.spec.tier_bandwidth_gbps,
             tier_latency_us=self.spec.tier_latency_us,
             congestion={},

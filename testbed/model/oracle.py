@@ -6,6 +6,7 @@ units (Gbps), never the emulation's scaled ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from testbed.model.cost import gbps_to_bytes_per_s, us_to_s
@@ -13,7 +14,7 @@ from testbed.model.cost import gbps_to_bytes_per_s, us_to_s
 
 @dataclass(frozen=True)
 class Oracle:
-    tier_map: dict[tuple[str, str], int]
+    tier_map: Mapping[tuple[str, str], int]  # a dict, or topologies' lazy TierMap
     tier_bandwidth_gbps: dict[int, float]
     tier_latency_us: dict[int, float]
     congestion: dict[int, float] = field(default_factory=dict)
@@ -23,7 +24,8 @@ class Oracle:
         for tier, c in self.congestion.items():
             if not 0.0 <= c < 1.0:
                 raise ValueError(f"congestion[{tier}] must be in [0, 1), got {c}")
-        for tier in set(self.tier_map.values()):
+        present = getattr(self.tier_map, "tiers_present", None)  # a TierMap lists no pairs
+        for tier in present() if present else set(self.tier_map.values()):
             if tier not in self.tier_bandwidth_gbps:
                 raise ValueError(f"tier {tier} appears in tier_map but has no bandwidth")
 

@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from testbed.topologies.tiers import TierMap
+
 TIERS = (0, 1, 2, 3)
 TIER_NAMES = {0: "same server", 1: "same rack", 2: "same pod", 3: "cross pod"}
 
@@ -230,13 +232,16 @@ class FatTreeSpec:
         return 3
 
     @cached_property
-    def tier_map(self) -> dict[tuple[str, str], int]:
+    def tier_map(self) -> TierMap:
         """Tier of every (prefill, decode) pair, as the oracle publishes it."""
-        return {
-            (p.name, d.name): self.tier(p.name, d.name)
-            for p in self.prefill_pool
-            for d in self.decode_pool
-        }
+        return TierMap(self, [p.name for p in self.prefill_pool],
+                       [d.name for d in self.decode_pool])
+
+    @cached_property
+    def all_tiers(self) -> TierMap:
+        """Tier of every pair of instances (any may send to any other: role switching)."""
+        names = [i.name for i in self.instances]
+        return TierMap(self, names, names)
 
     # -- switches and links ----------------------------------------------------------
     def server_node(self, server: int) -> str:
