@@ -117,3 +117,21 @@ def test_the_lazy_tier_map_is_the_pair_by_pair_one(kwargs):
         assert missing not in lazy
         with pytest.raises(KeyError):
             lazy[missing]
+
+
+def test_a_tier_row_on_arrays_is_the_lookups_one():
+    spec = FatTreeSpec(pods=4)
+    names = tuple(d.name for d in spec.decode_pool)
+    for p in spec.prefill_pool:
+        assert spec.tier_map.row(p.name, names).tolist() == [
+            spec.tier_map[(p.name, n)] for n in names]
+    p = spec.prefill_pool[0].name
+    with pytest.raises(KeyError):
+        spec.tier_map.row(p, (*names, p))  # a pair the map does not hold
+    with pytest.raises(KeyError):
+        spec.tier_map.row(names[0], names)  # a decode instance is no source here
+    every = tuple(i.name for i in spec.instances)
+    with pytest.raises(KeyError):
+        spec.all_tiers.row(p, every)  # src among the names: (src, src) is no pair
+    others = tuple(n for n in every if n != p)
+    assert spec.all_tiers.row(p, others).tolist() == [spec.tier(p, n) for n in others]

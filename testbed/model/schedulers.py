@@ -239,7 +239,7 @@ class Scheduler:
                                             oracle, use_congestion, use_inflight)
         tiers = self._tier_row(prefill, cand.names, oracle)
         out = np.empty(len(cand))
-        for tier in np.unique(tiers).tolist():
+        for tier in np.flatnonzero(np.bincount(tiers)).tolist():  # np.unique, for 0..3
             at = tiers == tier
             out[at] = self._tier_transfer_time(size[at], tier, prefill, oracle, use_congestion,
                                                use_inflight)
@@ -267,7 +267,9 @@ class Scheduler:
             return hit[1]
         if len(self._tier_rows) > 4096:
             self._tier_rows.clear()
-        row = np.array([oracle.tier(prefill, n) for n in names], dtype=np.int64)
+        on_arrays = getattr(oracle.tier_map, "row", None)  # topologies' TierMap
+        row = on_arrays(prefill, names) if on_arrays else np.array(
+            [oracle.tier(prefill, n) for n in names], dtype=np.int64)
         self._tier_rows[key] = (oracle.tier_map, row)
         return row
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
+import numpy as np
+
 
 class TierMap(Mapping):
     """Every (src, dst) of `sources` x `destinations` with src != dst -> its tier."""
@@ -19,6 +21,8 @@ class TierMap(Mapping):
         self._spec = spec
         self._sources, self._destinations = tuple(sources), tuple(destinations)
         self._src, self._dst = frozenset(sources), frozenset(destinations)
+        self._rows: dict[tuple[str, ...], tuple[np.ndarray, frozenset]] = {}
+        self._places: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __getitem__(self, pair: tuple[str, str]) -> int:
         src, dst = pair
@@ -59,3 +63,33 @@ class TierMap(Mapping):
 
     def tiers_present(self) -> set[int]:
         return set(self.counts())
+
+    def row(self, src: str, names: tuple[str, ...]) -> np.ndarray:
+        """The tier from `src` to each of `names`, on arrays (a scheduler scores thousands
+        of candidates per decision); a pair outside the map raises KeyError, as a lookup."""
+        at, servers, racks, pods = self._place_arrays()
+        hit = self._rows.get(names)
+        if hit is None:
+            missing = next((n for n in names if n not in self._dst), None)
+            if missing is not None:
+                raise KeyError((src, missing))
+            if len(self._rows) > 16:
+                self._rows.clear()
+            hit = self._rows[names] = (np.array([at[n] for n in names], dtype=np.int64),
+                                       frozenset(names))
+        index, members = hit
+        if src not in self._src or src in members:
+            raise KeyError((src, src if src in members else names[0] if names else None))
+        me = self._spec.by_name[src]
+        return np.where(servers[index] == me.server, 0,
+                        np.where(racks[index] == me.rack, 1,
+                                 np.where(pods[index] == me.pod, 2, 3))).astype(np.int64)
+
+    def _place_arrays(self):
+        if self._places is None:
+            inst = [self._spec.by_name[n] for n in self._destinations]
+            self._places = ({n: k for k, n in enumerate(self._destinations)},
+                            np.array([i.server for i in inst], dtype=np.int64),
+                            np.array([i.rack for i in inst], dtype=np.int64),
+                            np.array([i.pod for i in inst], dtype=np.int64))
+        return self._places
