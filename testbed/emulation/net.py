@@ -385,7 +385,9 @@ class EmulatedNetwork:
         def stop() -> None:
             # a host whose shell died took its namespace and veth with it; Mininet would
             # wait out `timeout` on that shell deleting a link that is already gone
-            dead = {h for h in self.net.hosts if h.shell is None or h.shell.poll() is not None}
+            # (a host on another server may have no shell of ours to ask: its ssh)
+            dead = {h for h in self.net.hosts if h.shell is None or h.shell.poll() is not None
+                    } if self.hosts_here else set()
             self.net.links = [lk for lk in self.net.links
                               if lk.intf1.node not in dead and lk.intf2.node not in dead]
             self.net.hosts = [h for h in self.net.hosts if h not in dead]
