@@ -6,15 +6,24 @@ Targets on the 2-core development machine:
   - one scheduler decision over 12 candidates: median under 50 us (paper: under 1.5 ms)
   - peak memory of each run
 
+Largest fabrics and the whole paper (targets on the 2-core machine):
+  - `--only largest`: 65,536 GPUs (the scenario bound) x 60 s, CLA* and NetKV-Full, each in
+    a fresh process: under 3 minutes within 8 GB per scheduler
+  - `--only decision-largest`: NetKV-Full's decision over every decode instance of a
+    65,536-GPU fabric (12,288 candidates, as the simulator hands them over): median < 50 us
+  - `--only paper`: every shipped experiment scenario (scenarios/exp*.yaml) at its own
+    seeds, every cell and scheduler, one process: under 60 s in all
+
 Scale curve (`--only scale`): 64 to 8192 GPUs (exp7's fat-tree, 32 GPUs a pod) x 15 and
 60 s measured (the shipped trace looped at 100% load), CLA* and NetKV-Full; each run in a
 fresh process, so its peak resident memory is its own: wall, events/s, peak RSS, printed
 as a table and plotted to benchmarks/out/flowsim_scale.png, with wall milliseconds per
 simulated request (events count coalesced decode iterations as one, so they are not the
 same unit of work at every scale). Targets: 1024 GPUs x 60 s under 10 s for every
-scheduler, 8192 GPUs x 60 s under 120 s, events/s at 1024 GPUs within 2x of 64 GPUs.
+scheduler, 8192 GPUs x 60 s under 10 s, events/s at 1024 GPUs within 2x of 64 GPUs.
 
-Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024] [--only trace|1024|decision|scale]
+Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024]
+     [--only trace|1024|decision|decision-largest|scale|largest|paper]
      [--gpus 64,256,1024] [--measure 15,60]
 """
 
@@ -125,6 +134,72 @@ def decision_latency(candidates: int = 12, trials: int = 20000) -> None:
           f"{statistics.median(samples):.1f} us per decision")
 
 
+def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
+    """NetKV-Full over every decode instance of the largest fabric, as the flow simulator
+    asks it: one CandidateTable, the oracle's lazy tier map, rows cached per prefill."""
+    from testbed.model.oracle import Oracle
+    from testbed.model.schedulers import CandidateTable
+
+    model = MODEL_PRESETS["llama-3-70b"]
+    spec = FatTreeSpec(pods=gpus // 32)
+    ctx = SchedulerContext(TimingModel(), beta_max=64, memory_reserve_bytes=2e9)
+    oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us,
+                    {2: 0.1, 3: 0.2})
+    names = [d.name for d in spec.decode_pool]
+    prefill = [p.name for p in spec.prefill_pool]
+    rng = random.Random(1)
+    n = len(names)
+    table = CandidateTable(names, [rng.uniform(20e9, 180e9) for _ in range(n)],
+                           [rng.randint(0, 8) for _ in range(n)],
+                           [rng.randint(0, 64) for _ in range(n)],
+                           [rng.choice((0, 0, 0, 1024)) for _ in range(n)])
+    reqs = [RequestInfo(f"r{i}", k, kv_cache_bytes(model, k))
+            for i, k in enumerate(rng.randint(4096, 65536) for _ in range(256))]
+    for key in ("netkv-full", "cla"):
+        sched = make_scheduler(key, ctx)
+        samples = []
+        for i in range(trials):
+            src = prefill[i % 64]  # rows are cached per prefill, as in a run
+            t0 = time.perf_counter()
+            d = sched.select(reqs[i % len(reqs)], src, table, oracle)
+            samples.append((time.perf_counter() - t0) * 1e6)
+            if not d.rejected:
+                sched.transfer_done(src, d.tier)
+        samples.sort()
+        print(f"decision over {n} candidates ({spec.n_gpus} GPUs), {SCHEDULERS[key]}: median "
+              f"{statistics.median(samples):.0f} us, p99 {samples[int(0.99 * trials)]:.0f} us "
+              f"(target median < 50 us)")
+
+
+def whole_paper() -> None:
+    """Every shipped experiment at its own seeds, as `testbed simulate` runs them."""
+    from testbed.runner import run_task, tasks_of
+    from testbed.scenario import load_scenario
+
+    total = 0.0
+    for path in sorted((ROOT / "scenarios").glob("exp*.yaml")):
+        tasks = tasks_of(load_scenario(path))
+        t0 = time.perf_counter()
+        for task in tasks:
+            run_task(task)
+        wall = time.perf_counter() - t0
+        total += wall
+        print(f"{path.stem:22} {len(tasks):3} runs {wall:6.1f} s", flush=True)
+    print(f"whole paper (every exp*.yaml, own seeds): {total:.1f} s wall (target < 60 s)")
+
+
+def largest(measure: int = 60) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    for key in ("cla", "netkv-full"):
+        with ctx.Pool(1, maxtasksperchild=1) as pool:
+            r = pool.apply(_scale_cell, ((65536, measure, key),))
+        print(f"{r['gpus']} GPUs x {measure} s, {SCHEDULERS[key]}: {r['requests']} requests, "
+              f"{r['wall']:.1f} s wall (target < 180 s), peak RSS {r['rss_mb']:.0f} MB "
+              f"(target < 8192 MB)", flush=True)
+
+
 def _scale_cell(args) -> dict:
     """One scale-curve run (in its own process): wall, events, requests, peak RSS."""
     gpus, measure, key = args
@@ -191,7 +266,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-1024", action="store_true", help="skip the 1024-GPU run")
-    parser.add_argument("--only", choices=["trace", "1024", "decision", "scale"])
+    parser.add_argument("--only", choices=["trace", "1024", "decision", "decision-largest",
+                                           "scale", "largest", "paper"])
     parser.add_argument("--gpus", default="64,256,1024,4096,8192",
                         help="scale curve sizes (GPUs, multiples of 32)")
     parser.add_argument("--measure", default="15,60", help="scale curve measured seconds")
@@ -199,6 +275,15 @@ def main() -> None:
     if args.only == "scale":
         scale_curve([int(x) for x in args.gpus.split(",")],
                     [int(x) for x in args.measure.split(",")])
+        return
+    if args.only == "largest":
+        largest(int(args.measure.split(",")[-1]))
+        return
+    if args.only == "paper":
+        whole_paper()
+        return
+    if args.only == "decision-largest":
+        decision_largest()
         return
     if args.only in (None, "decision"):
         decision_latency()
