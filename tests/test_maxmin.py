@@ -1,7 +1,8 @@
 """Incremental max-min sharing (FluidNetwork.recompute over the touched component) gives
 the rates the full recomputation gives (tests/reference_maxmin.py), on random fat-trees and
 random sequences of flows arriving, leaving and changing level, with weights, caps and
-strict priority levels; both fills (the heap-driven one and the array one) are checked."""
+strict priority levels; each against two references that fill by different routes
+(sequential progressive filling, and local bottlenecks frozen round by round on arrays)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,38 @@ from hypothesis import strategies as st
 
 from testbed.flowsim.network import FluidNetwork
 from testbed.topologies.fattree import FatTreeSpec
-from tests.reference_maxmin import reference_rates
+from tests.reference_maxmin import array_reference_rates, reference_rates
 
 SPECS = [FatTreeSpec(), FatTreeSpec(pods=4), FatTreeSpec(gpus_per_server=4, aggs_per_pod=2,
                                                          cores_per_agg=1)]
 
 
+@pytest.mark.parametrize("reference", [reference_rates, array_reference_rates])
+def test_both_references_solve_a_shared_bottleneck_with_a_cap_and_a_lower_level(reference):
+    """Three flows on one path: one capped at a tenth of the path's bottleneck, one taking
+    the rest, one on a lower priority level left with nothing."""
+    spec = SPECS[0]
+    net = FluidNetwork(spec, random.Random(0))
+    servers = [i.name for i in spec.instances]
+    path = spec.paths(servers[0], servers[-1])[0]
+    a, b, c = (net.add_flow(path, 1e12, 0.0, level=lv) for lv in (0, 0, 1))
+    bottleneck = min(net.links[h].kv_capacity for h in path)
+    a.cap = bottleneck / 10
+    rates = reference(net.flows, net.links)
+    assert rates[a.flow_id] == pytest.approx(bottleneck / 10)
+    assert rates[b.flow_id] == pytest.approx(bottleneck * 0.9)
+    assert rates[c.flow_id] == pytest.approx(0.0, abs=1e-3)
+
+
 def check(net: FluidNetwork) -> None:
-    """Rates agree to 1e-9: relative, or absolute against the largest link capacity (a
-    rate that is zero in one and a few ulps of a capacity in the other is rounding)."""
-    want = reference_rates(net.flows, net.links)
+    """Rates agree with both references to 1e-9: relative, or absolute against the largest
+    link capacity (a rate that is zero in one and a few ulps of a capacity in the other is
+    rounding)."""
+    for reference in (reference_rates, array_reference_rates):
+        _check_against(net, reference(net.flows, net.links))
+
+
+def _check_against(net: FluidNetwork, want: dict[int, float]) -> None:
     assert set(want) == set(net.flows)
     tol = 1e-9 * max(link.capacity for link in net.links.values())
     for fid, flow in net.flows.items():
@@ -42,11 +65,10 @@ def scripts(draw):
     return spec_index, ops
 
 
-# how the network re-shares: (ARRAY_FILL_MIN_FLOWS, incremental, priority levels drawn,
-# largest incremental re-fill before giving up: 2 makes it give up half-way often)
-FILLS = {"heap": (10**9, False, 3, 64), "arrays": (1, False, 3, 64),
-         "incremental": (10**9, True, 1, 64), "incremental-levels": (1, True, 3, 64),
-         "incremental-gives-up": (10**9, True, 1, 2)}
+# how the network re-shares: (incremental, priority levels drawn, largest incremental
+# re-fill before giving up: 2 makes it give up half-way often)
+FILLS = {"component": (False, 3, 64), "incremental": (True, 1, 64),
+         "incremental-levels": (True, 3, 64), "incremental-gives-up": (True, 1, 2)}
 
 
 @pytest.mark.parametrize("fill", FILLS)
@@ -56,7 +78,7 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
     spec_index, ops = script
     spec = SPECS[spec_index]
     net = FluidNetwork(spec, random.Random(0))
-    net.ARRAY_FILL_MIN_FLOWS, net.incremental, levels, net.INCREMENTAL_MAX_FLOWS = FILLS[fill]
+    net.incremental, levels, net.INCREMENTAL_MAX_FLOWS = FILLS[fill]
     net.INCREMENTAL_MAX_SHARE = 0.0
     names = [i.name for i in spec.instances]
     pairs = [(a, b) for a, b in itertools.permutations(names, 2)]

@@ -20,7 +20,6 @@ class LinkConditions:
         for hop in ((a, b), (b, a)):
             self._links_down += (not up) - self.links[hop].down
             self.links[hop].down = not up
-            self._kv_cap[self.links[hop].index] = self.links[hop].kv_capacity
         moved = 0
         if not up:
             for flow in self.flows.values():
@@ -41,7 +40,6 @@ class LinkConditions:
             link = self.links[hop]
             link.settle(now)
             link.background = min(max(f, 0.0), MAX_BACKGROUND)
-            self._kv_cap[link.index] = link.kv_capacity
         self.recompute()
 
     def tier_congestion(self) -> dict[int, float]:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import heapq
 import random
 
-import numpy as np
-
 from testbed.flowsim.conditions import LinkConditions
 from testbed.flowsim.links import Flow, Hop, LinkState
 from testbed.flowsim.paths import PathChoice
@@ -61,7 +59,6 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
                 state = LinkState(hop, link.tier, cap, index=len(self.link_list))
                 self.links[hop] = state
                 self.link_list.append(state)
-        self._kv_cap = np.array([lk.kv_capacity for lk in self.link_list], dtype=float)
         self.flows: dict[int, Flow] = {}
         self.level_bytes: dict[int, float] = {}  # KV bytes delivered per priority level
         self._next_id = 0

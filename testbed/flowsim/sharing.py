@@ -1,23 +1,17 @@
 """Max-min fair rates in the fluid network, by progressive filling: re-shared
-incrementally where an event broke few bottlenecks, by component otherwise; large
-components filled on arrays (fill_on_arrays), small ones by a heap-driven fill."""
+incrementally where an event broke few bottlenecks, by component otherwise, both by one
+heap-driven fill."""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
 
-import numpy as np
-
 from testbed.flowsim.links import Flow, Hop, LinkState
 
 
 class MaxMinSharing:
     """FluidNetwork's rate allocation."""
-
-    # Components of at least this many flows are filled on arrays (fill_on_arrays);
-    # smaller ones by the heap-driven Python fill, which has less fixed cost.
-    ARRAY_FILL_MIN_FLOWS = 48
 
     # An incremental re-sharing that has to re-fill more than this many flows, or this
     # share of all flows, gives up and re-shares the whole component (exact either way;
@@ -75,9 +69,6 @@ class MaxMinSharing:
         now = self.last_update
         for h in links:
             self.link_list[h].settle(now)
-        if len(flows) >= self.ARRAY_FILL_MIN_FLOWS:
-            self._share_on_arrays(links, flows)
-            return
         for h in links:
             self.link_list[h].kv_rate = 0.0
         residual = {h: self.link_list[h].kv_capacity for h in links
@@ -272,98 +263,3 @@ class MaxMinSharing:
                 if not members:
                     del active[h]
                     del weights[h]
-
-    def _share_on_arrays(self, links: list[int], fids: list[int]) -> None:
-        """The same sharing as `_fill`, level by level, on numpy arrays (big components:
-        a fabric-wide one under a topology-blind scheduler holds hundreds of flows)."""
-        flows = [self.flows[fid] for fid in fids]
-        hops = max(len(f.links) for f in flows)
-        sentinel = len(self.link_list)
-        pad = (sentinel,) * hops
-        glob = np.array([f.links + pad[len(f.links):] for f in flows], dtype=np.int64)
-        used, local = np.unique(glob, return_inverse=True)
-        local = local.reshape(glob.shape)
-        m = len(used) - (used[-1] == sentinel)
-        residual = self._kv_cap[used[:m]].copy()
-        weight = np.array([f.weight for f in flows], dtype=float)
-        cap_ratio = np.array([c if (c := f.effective_cap()) is not None else np.inf
-                              for f in flows], dtype=float) / weight
-        level = np.array([f.level for f in flows])
-        rates = np.zeros(len(flows))
-        for lv in np.unique(level):
-            rows = np.flatnonzero(level == lv)
-            got = fill_on_arrays(local[rows], weight[rows], cap_ratio[rows], residual)
-            rates[rows] = got
-            residual -= _per_link(local[rows], got, m)
-        for flow, rate in zip(flows, rates.tolist(), strict=True):
-            self._set_rate(flow, rate)
-        kv = _per_link(local, rates, m).tolist()
-        for g, rate in zip(used[:m].tolist(), kv, strict=True):
-            self.link_list[g].kv_rate = rate
-        for h in links:  # links left without flows carry nothing
-            if not self.link_list[h].flows:
-                self.link_list[h].kv_rate = 0.0
-
-
-def _per_link(inc: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
-    """Sum of `values` (one per flow) over each of m links; column entries >= m are
-    padding."""
-    flat = inc.ravel()
-    real = flat < m
-    return np.bincount(flat[real], weights=np.repeat(values, inc.shape[1])[real],
-                       minlength=m)[:m]
-
-
-def fill_on_arrays(inc: np.ndarray, weight: np.ndarray, cap_ratio: np.ndarray,
-                   residual: np.ndarray) -> np.ndarray:
-    """Weighted max-min rates of n flows over m links, with per-flow caps, on arrays.
-
-    inc: (n, hops) link indices per flow, padded with m; cap_ratio: cap / weight (inf
-    where none); residual: the m links' capacity left. Progressive filling freezes one
-    bottleneck at a time; here every round freezes all *local* bottlenecks at once: a
-    link whose fair share (residual / weight of its unfrozen flows) is no larger than
-    any limit of the flows crossing it (their other links' shares, their caps). No flow
-    of such a link can freeze earlier elsewhere, and no other flow takes from it, so it
-    saturates at exactly that share, as in sequential filling; a cap is a one-flow link.
-    The global minimum is always local, so every round freezes something, and rounds
-    number the bottleneck levels, not the links (the distributed max-min algorithms of
-    Bertsekas & Gallager, "Data Networks", 6.5, work by the same local test)."""
-    n, hops = inc.shape
-    m = len(residual)
-    flat = inc.ravel()
-    real = flat < m
-    owner = np.repeat(np.arange(n), hops)
-    order = np.argsort(flat, kind="stable")
-    order = order[real[order]]
-    by_link, rows_by_link = flat[order], owner[order]
-    starts = np.flatnonzero(np.r_[True, by_link[1:] != by_link[:-1]]) if len(order) else \
-        np.zeros(0, dtype=np.int64)
-    link_ids = by_link[starts]
-    resid = residual.astype(float).copy()
-    wsum = np.bincount(flat[real], weights=np.repeat(weight, hops)[real], minlength=m)
-    count = np.bincount(flat[real], minlength=m)
-    rate = np.zeros(n)
-    active = np.ones(n, dtype=bool)
-    share = np.full(m + 1, np.inf)
-    link_min = np.full(m, np.inf)
-    while active.any():
-        live = count > 0
-        share[:m] = np.inf
-        share[:m][live] = np.maximum(resid[live], 0.0) / wsum[live]
-        flow_min = share[inc].min(axis=1)
-        limit = np.minimum(flow_min, cap_ratio)
-        limit[~active] = np.inf
-        link_min[:] = np.inf
-        if len(starts):
-            link_min[link_ids] = np.minimum.reduceat(limit[rows_by_link], starts)
-        bottleneck = np.append(live & (share[:m] <= link_min), False)
-        freeze = active & (bottleneck[inc].any(axis=1) | (cap_ratio <= flow_min))
-        rate[freeze] = limit[freeze] * weight[freeze]
-        active &= ~freeze
-        frozen = inc[freeze].ravel()
-        keep = frozen < m
-        frozen = frozen[keep]
-        resid -= np.bincount(frozen, weights=np.repeat(rate[freeze], hops)[keep], minlength=m)
-        wsum -= np.bincount(frozen, weights=np.repeat(weight[freeze], hops)[keep], minlength=m)
-        count -= np.bincount(frozen, minlength=m)
-    return rate
