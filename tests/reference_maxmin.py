@@ -21,42 +21,30 @@ def reference_rates(flows: dict, links: dict) -> dict[int, float]:
 
 
 def _fill(flows, unfrozen: set[int], residual: dict, rates: dict) -> None:
-    active: dict = {}
-    weights: dict = {}
-    for fid in unfrozen:
-        w = flows[fid].weight
-        for hop in flows[fid].path:
-            active.setdefault(hop, set()).add(fid)
-            weights[hop] = weights.get(hop, 0.0) + w
+    """Sequential filling, every step recounted from scratch (no state carried between
+    steps, unlike the model's heap): the link with the smallest residual per unfrozen
+    weight is the next bottleneck, unless a cap binds below its share first."""
     while unfrozen:
-        hop = min(active, key=lambda h: residual[h] / weights[h])
+        weights: dict = {}
+        for fid in unfrozen:
+            for hop in flows[fid].path:
+                weights[hop] = weights.get(hop, 0.0) + flows[fid].weight
+        hop = min(weights, key=lambda h: residual[h] / weights[h])
         unit = max(residual[hop] / weights[hop], 0.0)
         capped = [(cap / f.weight, fid) for fid in unfrozen
                   if (cap := (f := flows[fid]).effective_cap()) is not None
                   and cap < unit * f.weight]
         if capped:
             _, fid = min(capped)
-            _freeze(flows, fid, flows[fid].effective_cap(), unfrozen, residual, active,
-                    weights, rates)
-            continue
-        for fid in list(active[hop]):
-            _freeze(flows, fid, unit * flows[fid].weight, unfrozen, residual, active, weights,
-                    rates)
-
-
-def _freeze(flows, fid, rate, unfrozen, residual, active, weights, rates) -> None:
-    flow = flows[fid]
-    rates[fid] = rate
-    unfrozen.discard(fid)
-    for h in flow.path:
-        residual[h] -= rate
-        members = active.get(h)
-        if members is not None:
-            members.discard(fid)
-            weights[h] -= flow.weight
-            if not members:
-                del active[h]
-                del weights[h]
+            frozen = {fid: flows[fid].effective_cap()}
+        else:
+            frozen = {fid: unit * flows[fid].weight for fid in unfrozen
+                      if hop in flows[fid].path}
+        for fid, rate in frozen.items():
+            rates[fid] = rate
+            unfrozen.discard(fid)
+            for h in flows[fid].path:
+                residual[h] -= rate
 
 
 def array_reference_rates(flows: dict, links: dict) -> dict[int, float]:
