@@ -20,6 +20,7 @@ class LinkConditions:
         for hop in ((a, b), (b, a)):
             self._links_down += (not up) - self.links[hop].down
             self.links[hop].down = not up
+            self.links[hop].refresh()
         moved = 0
         if not up:
             for flow in self.flows.values():
@@ -40,6 +41,7 @@ class LinkConditions:
             link = self.links[hop]
             link.settle(now)
             link.background = min(max(f, 0.0), MAX_BACKGROUND)
+            link.refresh()
         self.recompute()
 
     def tier_congestion(self) -> dict[int, float]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
+SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
 
 
 Hop = tuple[str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class LinkState:
     hop: Hop
     tier: int
@@ -24,10 +25,22 @@ class LinkState:
     bg_bytes: float = 0.0  # integral of background rate up to `t0`
     index: int = 0  # position in FluidNetwork.link_list
     t0: float = 0.0
+    # what KV flows may use (none while down) and the rate that counts as full; read on
+    # every re-sharing step, so kept, and refreshed when `down` or `background` change
+    kv_capacity: float = field(init=False, default=0.0)
+    kv_full: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """After `down` or `background` changed."""
+        self.kv_capacity = 0.0 if self.down else self.capacity * (1.0 - self.background)
+        self.kv_full = self.kv_capacity * SATURATED
 
     @property
-    def kv_capacity(self) -> float:
-        return 0.0 if self.down else self.capacity * (1.0 - self.background)
+    def saturated(self) -> bool:
+        return self.kv_rate >= self.kv_full
 
     def settle(self, now: float) -> None:
         """Integrate the byte counters up to `now` (before a rate changes, or to read)."""
@@ -40,7 +53,7 @@ class LinkState:
             self.t0 = now
 
 
-@dataclass
+@dataclass(slots=True)
 class Flow:
     flow_id: int
     path: list[Hop]
@@ -64,5 +77,7 @@ class Flow:
     alone_share: float = 1.0  # of its path's rate, alone with its own transfer's streams
 
     def effective_cap(self) -> float | None:
-        caps = [c for c in (self.cap, self.window_cap) if c is not None]
-        return min(caps) if caps else None
+        cap, window = self.cap, self.window_cap
+        if cap is None:
+            return window
+        return cap if window is None else min(cap, window)

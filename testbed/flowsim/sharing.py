@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from testbed.flowsim.links import Flow, Hop, LinkState
+from testbed.flowsim.links import SATURATED, Flow, Hop, LinkState
 
 
 class MaxMinSharing:
@@ -19,8 +19,6 @@ class MaxMinSharing:
     INCREMENTAL_MAX_FLOWS = 64
 
     INCREMENTAL_MAX_SHARE = 1 / 32
-
-    SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
 
     # -- sharing -----------------------------------------------------------------------
     def recompute(self, touched: Iterable[Hop] | None = None,
@@ -123,7 +121,7 @@ class MaxMinSharing:
                 return False
             moved = self._refill(refill, ever_saturated)
             check = {fid for h in moved
-                     if h in ever_saturated or self._saturated(link_list[h])
+                     if h in ever_saturated or link_list[h].kv_rate >= link_list[h].kv_full
                      for fid in link_list[h].flows if fid not in refill}
             unfit = set()
             for fid in refill:
@@ -159,21 +157,24 @@ class MaxMinSharing:
                 ever_saturated.add(h)
         return changed
 
-    def _saturated(self, link: LinkState) -> bool:
-        return link.kv_rate >= link.kv_capacity * self.SATURATED
+    @staticmethod
+    def _saturated(link: LinkState) -> bool:
+        return link.kv_rate >= link.kv_full
 
     def _fit(self, flow: Flow) -> bool:
         """Whether the flow is at its cap or has a bottleneck (see _reshare)."""
         cap = flow.effective_cap()
         if cap is not None:
-            if flow.rate > cap / self.SATURATED:  # over a cap lowered since
+            if flow.rate > cap / SATURATED:  # over a cap lowered since
                 return False
-            if flow.rate >= cap * self.SATURATED:
+            if flow.rate >= cap * SATURATED:
                 return True
         share = flow.rate / flow.weight
+        link_list = self.link_list
         for h in flow.links:
-            if self._saturated(self.link_list[h]) and share >= self._largest_share(h) * \
-                    self.SATURATED:
+            link = link_list[h]
+            if link.kv_rate >= link.kv_full and share >= self._largest_share(h) * \
+                    SATURATED:
                 return True
         return False
 
@@ -212,6 +213,15 @@ class MaxMinSharing:
         of every link and flow (m3's flowSim, by contrast, scans for the bottleneck link at
         every step of every event)."""
         flows = self.flows
+        if len(unfrozen) == 1:  # most incremental re-fills: the same steps, without heaps
+            fid = next(iter(unfrozen))
+            flow = flows[fid]
+            w = flow.weight
+            unit = max(min(residual[h] / w for h in flow.links), 0.0)
+            cap = flow.effective_cap()
+            rate = cap if cap is not None and cap / w < unit else unit * w
+            self._freeze(fid, rate, unfrozen, residual, {}, {})
+            return
         active: dict[int, set[int]] = {}
         weights: dict[int, float] = {}
         caps: list[tuple[float, int]] = []
