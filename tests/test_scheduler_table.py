@@ -73,3 +73,34 @@ def test_table_ranking_equals_one_candidate_at_a_time(seed, n, key):
     assert decision.decode == want.instance  # the seeded tie draw picks the same one
     if key in ("netkv-topo", "netkv-static", "netkv-full", "la"):
         assert decision.predicted_cost_s == best
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_a_cut_table_on_a_fabric_tier_map_ranks_as_one_candidate_at_a_time(seed):
+    """The fat-tree's tier map on arrays, remembered for the whole set and taken by the
+    rows of a cut (the feasible set of one request), gives every candidate its own tier."""
+    from testbed.topologies.fattree import FatTreeSpec
+
+    rng = random.Random(seed)
+    spec = FatTreeSpec(pods=4)
+    oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us,
+                    {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
+    names = [d.name for d in spec.decode_pool]
+    table = CandidateTable(names, [rng.choice([1, 30, 80]) * GB for _ in names],
+                           [rng.choice([0, 1, 70]) for _ in names],
+                           [rng.choice([0, 10, 64]) for _ in names],
+                           [rng.choice([0, 0, 512]) for _ in names])
+    req = RequestInfo("r", 8192, 8192 * 327680.0)
+    ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
+    by_table, alone = make_scheduler("netkv-full", ctx), make_scheduler("netkv-full", ctx)
+    by_table.SMALL = 0
+    for src in [p.name for p in spec.prefill_pool][:3]:  # rows remembered per prefill
+        cut = by_table.feasible(req, table)
+        assert len(cut) < len(table)  # a real cut: the 1 GB instances cannot hold it
+        tiers, _ = by_table._tier_row(src, cut, oracle)
+        assert tiers.tolist() == [oracle.tier(src, n) for n in cut.names]
+        decision = by_table.select(req, src, table, oracle)
+        keys = {c.instance: alone.cost(req, src, c, oracle) for c in cut}
+        assert keys[decision.decode] == min(keys.values())
+        by_table.transfer_done(src, decision.tier)

@@ -33,7 +33,7 @@ def effective_bandwidth(tier_bandwidth: float, congestion: float, n_inflight: in
 
 def transfer_time(size_bytes: float, bandwidth: float, latency_s: float) -> float:
     """T_transfer = s / B_eff + L_tier (eq. 3)."""
-    if bandwidth <= 0:
+    if (bandwidth.min() if isinstance(bandwidth, np.ndarray) else bandwidth) <= 0:
         raise ValueError(f"bandwidth must be positive, got {bandwidth}")
     return size_bytes / bandwidth + latency_s
 

@@ -52,16 +52,29 @@ class Candidate:
 
 
 class CandidateTable:
-    """Candidates as columns: names, free memory, queued, batch, hit tokens."""
+    """Candidates as columns: names, free memory, queued, batch, hit tokens.
+
+    A table cut from another (`where`) keeps the rows it took from it, so what is known
+    per candidate of the whole set (the tier row from a prefill) is looked up, not rebuilt,
+    and its names are listed only if asked for."""
 
     def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens,
                  index: dict[str, int] | None = None):
-        self.names = tuple(names)
+        self._names: tuple[str, ...] | None = tuple(names)
         self.free_memory = np.asarray(free_memory, dtype=float)
         self.queued = np.asarray(queued, dtype=np.int64)
         self.batch = np.asarray(batch, dtype=np.int64)
         self.hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
         self._index = index  # name -> row, if the caller has it
+        self.base: tuple[CandidateTable, np.ndarray] | None = None  # cut from, rows
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self._names is None:
+            table, rows = self.base
+            names = table.names
+            self._names = tuple(names[i] for i in rows.tolist())
+        return self._names
 
     @classmethod
     def of(cls, candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
@@ -72,10 +85,11 @@ class CandidateTable:
                    [c.hit_tokens for c in candidates])
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.free_memory)
 
     def __getitem__(self, i: int) -> Candidate:
-        return Candidate(self.names[i], float(self.free_memory[i]), int(self.queued[i]),
+        name = self.names[i] if self.base is None else self.base[0].names[self.base[1][i]]
+        return Candidate(name, float(self.free_memory[i]), int(self.queued[i]),
                          int(self.batch[i]), int(self.hit_tokens[i]))
 
     def __iter__(self) -> Iterator[Candidate]:
@@ -94,8 +108,16 @@ class CandidateTable:
         if mask.all():
             return self
         rows = np.flatnonzero(mask)
-        return CandidateTable([self.names[i] for i in rows.tolist()], self.free_memory[rows],
-                              self.queued[rows], self.batch[rows], self.hit_tokens[rows])
+        cut = CandidateTable((), self.free_memory[rows], self.queued[rows], self.batch[rows],
+                             self.hit_tokens[rows])
+        cut._names = None
+        root, above = self.root()
+        cut.base = (root, rows if above is None else above[rows])
+        return cut
+
+    def root(self) -> tuple[CandidateTable, np.ndarray | None]:
+        """The table this one was cut from, and its rows there (None: it is the root)."""
+        return (self, None) if self.base is None else self.base
 
 
 def find(candidates: Sequence[Candidate] | CandidateTable, name: str) -> Candidate | None:
@@ -176,7 +198,7 @@ class Scheduler:
         self.ctx = ctx
         self.inflight = InflightCounter(cap=ctx.inflight_cap)
         self._rng = random.Random(ctx.seed)
-        self._tier_rows: dict[tuple[str, tuple[str, ...]], tuple[dict, np.ndarray]] = {}
+        self._tier_rows: dict[tuple[str, int], tuple[tuple, object, np.ndarray, list]] = {}
         self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
 
     @property
@@ -205,19 +227,29 @@ class Scheduler:
             return chosen, best
         columns = key(feasible)
         columns = columns if isinstance(columns, tuple) else (columns,)
-        tied = np.arange(len(feasible))
+        tied = None  # rows still tied, in table order (None: all of them)
         best = []
         for column in columns:
-            values = np.broadcast_to(column, (len(feasible),))[tied]
+            values = np.broadcast_to(column, (len(feasible),))
+            values = values if tied is None else values[tied]
             low = values.min()
             best.append(float(low))
-            tied = tied[values == low]
+            at = np.flatnonzero(values == low)
+            tied = at if tied is None else tied[at]
         rows = tied.tolist()
         chosen = rows[0] if len(rows) == 1 else self._rng.choice(rows)
         return feasible[chosen], (best[0] if len(best) == 1 else tuple(best))
 
     # -- shared terms (one candidate, or a table of them) ------------------------------
     def effective_bytes(self, request: RequestInfo, cand: Candidate | CandidateTable):
+        if isinstance(cand, CandidateTable) and self._terms is not None:
+            # within one decision: once for the whole set, taken by the rows of a cut
+            root, rows = cand.root()
+            hit = self._terms.get("s_eff")
+            if hit is None or hit[0] is not root:
+                hit = self._terms["s_eff"] = (root, effective_transfer_bytes(
+                    request.kv_bytes, root.hit_tokens, request.input_len))
+            return hit[1] if rows is None else hit[1][rows]
         return effective_transfer_bytes(request.kv_bytes, cand.hit_tokens, request.input_len)
 
     def load_time(self, cand: Candidate | CandidateTable):
@@ -237,16 +269,21 @@ class Scheduler:
         if isinstance(cand, Candidate):
             return self._tier_transfer_time(size, oracle.tier(prefill, cand.instance), prefill,
                                             oracle, use_congestion, use_inflight)
-        tiers = self._tier_row(prefill, cand.names, oracle)
-        out = np.empty(len(cand))
-        for tier in np.flatnonzero(np.bincount(tiers)).tolist():  # np.unique, for 0..3
-            at = tiers == tier
-            out[at] = self._tier_transfer_time(size[at], tier, prefill, oracle, use_congestion,
-                                               use_inflight)
-        return out
+        tiers, present = self._tier_row(prefill, cand, oracle)
+        bandwidth, latency = np.ones(present[-1] + 1), np.zeros(present[-1] + 1)
+        for tier in present:  # each candidate gets its tier's terms: one gather, no masks
+            bandwidth[tier], latency[tier] = self._tier_terms(tier, prefill, oracle,
+                                                              use_congestion, use_inflight)
+        return transfer_time(size, bandwidth[tiers], latency[tiers])
 
     def _tier_transfer_time(self, size, tier: int, prefill: str, oracle: Oracle,
                             use_congestion: bool, use_inflight: bool):
+        return transfer_time(size, *self._tier_terms(tier, prefill, oracle, use_congestion,
+                                                     use_inflight))
+
+    def _tier_terms(self, tier: int, prefill: str, oracle: Oracle, use_congestion: bool,
+                    use_inflight: bool) -> tuple[float, float]:
+        """B_eff (eq. 4) and the latency of `tier` from `prefill`, once per decision."""
         key = (tier, use_congestion, use_inflight)
         terms = self._terms.get(key) if self._terms is not None else None
         if terms is None:
@@ -256,22 +293,27 @@ class Scheduler:
                      oracle.latency(tier))
             if self._terms is not None:
                 self._terms[key] = terms
-        return transfer_time(size, *terms)
+        return terms
 
-    def _tier_row(self, prefill: str, names: tuple[str, ...], oracle: Oracle) -> np.ndarray:
-        """The oracle's tier from `prefill` to each of `names`, remembered per tier map
-        (an engine passes the same names while its candidate set does not change)."""
-        key = (prefill, names)
+    def _tier_row(self, prefill: str, table: CandidateTable, oracle: Oracle
+                  ) -> tuple[np.ndarray, list[int]]:
+        """The oracle's tier from `prefill` to each candidate of `table`, and the tiers of
+        the whole set it was cut from (a superset of the table's), remembered per tier map
+        for that set (an engine passes the same names while its candidate set does not
+        change)."""
+        root, rows = table.root()
+        names = root.names
+        key = (prefill, id(names))  # the entry holds `names`, so the id stays its own
         hit = self._tier_rows.get(key)
-        if hit is not None and hit[0] is oracle.tier_map:
-            return hit[1]
-        if len(self._tier_rows) > 4096:
-            self._tier_rows.clear()
-        on_arrays = getattr(oracle.tier_map, "row", None)  # topologies' TierMap
-        row = on_arrays(prefill, names) if on_arrays else np.array(
-            [oracle.tier(prefill, n) for n in names], dtype=np.int64)
-        self._tier_rows[key] = (oracle.tier_map, row)
-        return row
+        if hit is None or hit[0] is not names or hit[1] is not oracle.tier_map:
+            if len(self._tier_rows) > 4096:
+                self._tier_rows.clear()
+            on_arrays = getattr(oracle.tier_map, "row", None)  # topologies' TierMap
+            row = on_arrays(prefill, names) if on_arrays else np.array(
+                [oracle.tier(prefill, n) for n in names], dtype=np.int64)
+            present = np.flatnonzero(np.bincount(row)).tolist()  # np.unique, for 0..3
+            hit = self._tier_rows[key] = (names, oracle.tier_map, row, present)
+        return (hit[2] if rows is None else hit[2][rows]), hit[3]
 
     def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
                  ) -> list[Candidate] | CandidateTable:
@@ -290,11 +332,11 @@ class Scheduler:
         self, request: RequestInfo, prefill: str,
         candidates: Sequence[Candidate] | CandidateTable, oracle: Oracle
     ) -> Decision:
-        feasible = self.feasible(request, candidates)
-        if not len(feasible):
-            return Decision(None, reason="no decode instance has memory for the KV cache")
-        self._terms = {}  # one prefill, one oracle, one in-flight count until the end
+        self._terms = {}  # one request, prefill, oracle, in-flight count until the end
         try:
+            feasible = self.feasible(request, candidates)
+            if not len(feasible):
+                return Decision(None, reason="no decode instance has memory for the KV cache")
             chosen, cost = self.rank(request, prefill, feasible, oracle)
         finally:
             self._terms = None
