@@ -20,7 +20,7 @@ _EXPORTS = {
     "ValidationResult": "testbed.api", "TooLarge": "testbed.api",
     "Scenario": "testbed.scenario", "ScenarioError": "testbed.scenario",
     "Scheduler": "testbed.model.schedulers", "SchedulerContext": "testbed.model.schedulers",
-    "Candidate": "testbed.model.schedulers", "CandidateTable": "testbed.model.schedulers",
+    "Candidate": "testbed.model.candidates", "CandidateTable": "testbed.model.candidates",
     "RequestInfo": "testbed.model.schedulers", "Decision": "testbed.model.schedulers",
     "Oracle": "testbed.model.oracle", "PluginError": "testbed.model.plugins",
 }

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from testbed.lifecycle import RequestState, served_state
 from testbed.model import plugins, reuse
+from testbed.model.candidates import Candidate, CandidateTable, find
 from testbed.model.guard import GuardedScheduler, fault_report
 from testbed.model.recovery import (
     ABORT,
@@ -32,12 +33,9 @@ from testbed.model.recovery import (
     ttft_budget,
 )
 from testbed.model.schedulers import (
-    Candidate,
-    CandidateTable,
     RequestInfo,
     Scheduler,
     SchedulerContext,
-    find,
     make_scheduler,
 )
 from testbed.serving import EarliestFree

@@ -28,10 +28,11 @@ from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
 from testbed.flowsim.transfers import TransferPlane
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model.cache import HolderIndex, PrefixCache
+from testbed.model.candidates import CandidateTable
 from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
-from testbed.model.schedulers import CandidateTable, switches_roles
+from testbed.model.schedulers import switches_roles
 from testbed.records import LinkSamples
 from testbed.serving import DecodeBoard, DecodeInstance, PrefillInstance
 from testbed.workloads.build import Workload, prewarm_placement

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from testbed.model.schedulers import Decision, SchedulerWrapper, find
+from testbed.model.candidates import find
+from testbed.model.schedulers import Decision, SchedulerWrapper
 
 
 class Followed(SchedulerWrapper):

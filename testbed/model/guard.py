@@ -22,7 +22,8 @@ import threading
 import time
 from collections import Counter
 
-from testbed.model.schedulers import Decision, LoadAware, Scheduler, SchedulerWrapper, find
+from testbed.model.candidates import find
+from testbed.model.schedulers import Decision, LoadAware, Scheduler, SchedulerWrapper
 
 RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK = (
     "raised", "unknown_instance", "bad_return", "too_slow", "callback_raised")

@@ -36,9 +36,10 @@ from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import granularity, mfs, reuse
 from testbed.model.cache import BlockIndex
+from testbed.model.candidates import Candidate
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
-from testbed.model.schedulers import Candidate, switches_roles
+from testbed.model.schedulers import switches_roles
 from testbed.serving import PrefillInstance
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener

@@ -1,0 +1,96 @@
+"""What a router knows of each decode instance when it places a request: one report
+(`Candidate`), or many as columns (`CandidateTable`), which the schedulers rank on arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A decode instance as the router last saw it."""
+
+    instance: str
+    free_memory: float  # m_d in bytes; evictable cache counts as free
+    queued: int  # q_d: assigned, not yet in the batch
+    batch: int  # beta_d
+    hit_tokens: int  # lambda_r(d) for this request
+
+
+class CandidateTable:
+    """Candidates as columns: names, free memory, queued, batch, hit tokens.
+
+    A table cut from another (`where`) keeps the rows it took from it, so what is known
+    per candidate of the whole set (the tier row from a prefill) is looked up, not rebuilt,
+    and its names are listed only if asked for."""
+
+    def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens,
+                 index: dict[str, int] | None = None):
+        self._names: tuple[str, ...] | None = tuple(names)
+        self.free_memory = np.asarray(free_memory, dtype=float)
+        self.queued = np.asarray(queued, dtype=np.int64)
+        self.batch = np.asarray(batch, dtype=np.int64)
+        self.hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
+        self._index = index  # name -> row, if the caller has it
+        self.base: tuple[CandidateTable, np.ndarray] | None = None  # cut from, rows
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self._names is None:
+            table, rows = self.base
+            names = table.names
+            self._names = tuple(names[i] for i in rows.tolist())
+        return self._names
+
+    @classmethod
+    def of(cls, candidates: Sequence[Candidate] | CandidateTable) -> CandidateTable:
+        if isinstance(candidates, CandidateTable):
+            return candidates
+        return cls([c.instance for c in candidates], [c.free_memory for c in candidates],
+                   [c.queued for c in candidates], [c.batch for c in candidates],
+                   [c.hit_tokens for c in candidates])
+
+    def __len__(self) -> int:
+        return len(self.free_memory)
+
+    def __getitem__(self, i: int) -> Candidate:
+        name = self.names[i] if self.base is None else self.base[0].names[self.base[1][i]]
+        return Candidate(name, float(self.free_memory[i]), int(self.queued[i]),
+                         int(self.batch[i]), int(self.hit_tokens[i]))
+
+    def __iter__(self) -> Iterator[Candidate]:
+        columns = (self.free_memory.tolist(), self.queued.tolist(), self.batch.tolist(),
+                   self.hit_tokens.tolist())
+        return (Candidate(*row) for row in zip(self.names, *columns, strict=True))
+
+    def get(self, name: str) -> Candidate | None:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        i = self._index.get(name)
+        return None if i is None else self[i]
+
+    def where(self, mask: np.ndarray) -> CandidateTable:
+        """The candidates where `mask` holds (names keep their order)."""
+        if mask.all():
+            return self
+        rows = np.flatnonzero(mask)
+        cut = CandidateTable((), self.free_memory[rows], self.queued[rows], self.batch[rows],
+                             self.hit_tokens[rows])
+        cut._names = None
+        root, above = self.root()
+        cut.base = (root, rows if above is None else above[rows])
+        return cut
+
+    def root(self) -> tuple[CandidateTable, np.ndarray | None]:
+        """The table this one was cut from, and its rows there (None: it is the root)."""
+        return (self, None) if self.base is None else self.base
+
+
+def find(candidates: Sequence[Candidate] | CandidateTable, name: str) -> Candidate | None:
+    """The candidate for instance `name`, if listed."""
+    if isinstance(candidates, CandidateTable):
+        return candidates.get(name)
+    return next((c for c in candidates if c.instance == name), None)
