@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from testbed.datapath import departures
 from testbed.datapath.departures import Spacing, spacing
 from testbed.emulation import fidelity
 from testbed.model.tcp import WIRE_FRAME
@@ -108,3 +111,16 @@ def test_the_report_line_sums_the_judged_links_and_names_the_worst():
     assert fidelity.describe_departures(got) == (
         "35 of 8000 queued departures late on 2 links (worst agg0>core0: 1.00%)")
     assert fidelity.departure_summary(fidelity.verdict([], [0.3])) is None
+
+
+def test_a_tracer_without_tracefs_mounts_it_or_names_it_and_leaves_nothing(
+        tmp_path, monkeypatch):
+    """A machine without systemd does not mount tracefs at boot: start() mounts it, and
+    where that fails (here: no mount point) it says so before making anything."""
+    missing = tmp_path / "no-such-dir" / "tracing"
+    monkeypatch.setattr(departures, "TRACEFS", missing)
+    monkeypatch.setattr(departures, "_ifindexes", lambda names, netns: {n: 7 for n in names})
+    tracer = departures.DepartureTracer({"s0-eth1": 1e9}, tmp_path / "t.trace")
+    with pytest.raises(OSError, match="no tracefs at .*mounting it there failed"):
+        tracer.start()
+    assert not missing.exists() and not (tmp_path / "t.trace").exists()

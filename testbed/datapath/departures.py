@@ -175,6 +175,9 @@ class DepartureTracer:
 
     def start(self) -> DepartureTracer:
         self._index = _ifindexes(list(self.rates), self.netns)
+        if not _mount():  # a machine without systemd does not mount it at boot
+            raise OSError(f"no tracefs at {TRACEFS}, and mounting it there failed: the "
+                          "departure trace needs root and a kernel with tracefs")
         self.instance.mkdir()
         try:
             self._write("trace_clock", "mono")
