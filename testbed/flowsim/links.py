@@ -38,10 +38,6 @@ class LinkState:
         self.kv_capacity = 0.0 if self.down else self.capacity * (1.0 - self.background)
         self.kv_full = self.kv_capacity * SATURATED
 
-    @property
-    def saturated(self) -> bool:
-        return self.kv_rate >= self.kv_full
-
     def settle(self, now: float) -> None:
         """Integrate the byte counters up to `now` (before a rate changes, or to read)."""
         dt = now - self.t0
