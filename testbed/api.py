@@ -110,24 +110,31 @@ def _sigterm_tears_down():
         signal.signal(signal.SIGTERM, previous)
 
 
-def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int = 1,
+def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int | str = 1,
              dask: str | None = None, force: bool = False,
              progress: Progress = False) -> RunResult:
     """Run every cell (sweep point x scheduler x seed) in the flow-level simulator.
 
-    jobs: local processes (0: one per core); dask: a Dask scheduler address or local:N;
+    jobs: local processes (0: one per core; "auto": one per core as far as the runs and
+    memory go, none for a small sweep); dask: a Dask scheduler address or local:N;
     progress: True for a progress bar on stderr, or a callable given each cell's label.
     Writes OUT/<name>-flowsim-<stamp>/ and returns its RunResult."""
+    from testbed.estimate import available_memory, estimate, local_processes, usable_cores
     from testbed.runner import count_runs, run_flowsim
     from testbed.sweep import Executor
 
+    size = estimate(scenario)
+    if jobs == "auto":
+        jobs = 1 if dask else local_processes(size, usable_cores(), available_memory())
+    if not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs must be a number of processes >= 0 or 'auto', got {jobs!r}")
     if dask and jobs != 1:
         raise ValueError("give jobs or dask, not both")
     if jobs != 1 and multiprocessing.parent_process() is not None:
         raise RuntimeError("simulate(jobs=...) was called again inside one of its worker "
                            "processes: they import your script anew, so put its work under "
                            "`if __name__ == \"__main__\":`")
-    check_size(scenario, force)
+    check_size(scenario, force, size)
     executor = (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
                 else Executor.serial())
     with _bar(scenario.name, count_runs(scenario), progress) as bar:

@@ -11,6 +11,7 @@ and about 125 MB per 1,000 GPUs per simulated minute (8,192 GPUs x 60 s: 1.0 GB)
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 BASE_BYTES = 100e6
@@ -19,6 +20,13 @@ PER_GPU_MINUTE_BYTES = 125e3
 MAX_REQUESTS = 5_000_000  # per run
 MAX_EVENTS = 100_000_000  # periodic events per run (refresh, background, levels, cycles)
 MEMORY_SHARE = 0.8  # of the memory available when the run starts
+# `--jobs auto` stays in this process for a sweep expected to take under SERIAL_S here:
+# a pool of worker processes costs ~0.5 s to start. A run costs about RUN_S plus
+# REQUEST_S per request (2-core machine, flow simulator: 9 runs of 56 requests in 0.5 s;
+# one run of 2,777 requests on 1,024 GPUs in 1.5 s; both rounded down).
+SERIAL_S = 2.0
+RUN_S = 0.05
+REQUEST_S = 2e-4
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,26 @@ class Estimate:
             out.append(f"~{self.memory_bytes / 1e9:,.1f} GB peak memory, more than "
                        f"{MEMORY_SHARE:.0%} of the {available_bytes / 1e9:,.1f} GB available")
         return out
+
+
+def local_processes(size: Estimate, cores: int, available_bytes: float | None) -> int:
+    """How many processes `simulate --jobs auto` runs cells on: one per core, no more than
+    there are runs or than memory holds (each at the largest run's peak), and one when
+    the whole sweep is too small to repay starting them."""
+    if size.runs * (RUN_S + size.requests * REQUEST_S) < SERIAL_S:
+        return 1
+    n = min(cores, size.runs)
+    if available_bytes is not None:
+        n = min(n, int(MEMORY_SHARE * available_bytes // max(size.memory_bytes, 1.0)))
+    return max(1, n)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as a container or taskset sets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def estimate(scenario) -> Estimate:

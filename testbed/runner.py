@@ -19,7 +19,7 @@ from testbed.metrics import aggregate, run_summary
 from testbed.model import plugins
 from testbed.model.plugins import display_name
 from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
-from testbed.records import RunFolder, atomic_write, interruption, write_json
+from testbed.records import RunFolder, atomic_write, interruption, write_cell, write_json
 from testbed.workloads.build import build_workload
 
 
@@ -92,6 +92,7 @@ class Task:
     scheduler: str
     seed: int
     follow: dict | None = None  # request id -> (prefill, decode) to take (model/follow.py)
+    out: Path | None = None  # the cell's folder, for a worker on this machine to write
 
     @property
     def rel(self) -> str:
@@ -109,6 +110,9 @@ def run_task(task: Task) -> dict:
     check_conservation(result.requests, len(workload.requests))
     summary = run_summary(result.requests, result.links, workload, result.decision_us,
                           result.counters)
+    if task.out is not None:
+        write_cell(task.out, result.requests, result.transfers, result.links, summary)
+        return {"summary": summary, "written": True}
     return {"requests": result.requests, "transfers": result.transfers,
             "links": result.links, "summary": summary}
 
@@ -146,8 +150,9 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
             if isinstance(result, Lost):
                 lost.append({"cell": task.rel, "error": result.error})
             else:
-                folder.write_cell(task.rel, result["requests"], result["transfers"],
-                                  result["links"], result["summary"])
+                if not result.get("written"):
+                    folder.write_cell(task.rel, result["requests"], result["transfers"],
+                                      result["links"], result["summary"])
                 for name, doc in result.get("files", {}).items():
                     write_json(folder.path / task.rel / name, doc)
                 summaries[(task.index, task.scheduler, task.seed)] = result["summary"]
@@ -190,9 +195,11 @@ def run_flowsim(
     preflight(scenario)
     executor = executor or Executor.serial()
 
-    def execute(tasks, _folder):
+    def execute(tasks, folder: Path):
         if follow is not None:
             tasks = [dataclasses.replace(t, follow=follow(t)) for t in tasks]
+        if executor.kind != "dask":  # this machine's processes write their own cells
+            tasks = [dataclasses.replace(t, out=folder / t.rel) for t in tasks]
         return executor.map(run_task, tasks)
 
     outcome, folder = run_cells(scenario, out_root, "flowsim", execute,

@@ -239,3 +239,33 @@ def test_a_run_too_large_for_the_machine_is_refused_unless_forced(tmp_path, monk
     monkeypatch.setattr(estimate, "MAX_REQUESTS", 5_000_000)
     result = run(["check", str(path)])
     assert result.exit_code == 0 and "size    :" in result.output
+
+
+def test_jobs_auto_uses_the_cores_the_runs_and_the_memory_there_are():
+    from testbed.estimate import Estimate, local_processes
+
+    def size(requests, runs, memory=1e9):
+        return Estimate(cells=1, runs=runs, requests=requests, flows=0, periodic_events=0,
+                        memory_bytes=memory)
+
+    big = 100_000  # requests of one run: seconds each
+    assert local_processes(size(big, 24), cores=2, available_bytes=64e9) == 2
+    assert local_processes(size(big, 3), cores=16, available_bytes=64e9) == 3  # runs
+    # memory: 80% of 10 GB holds two runs of 3.5 GB, not three
+    assert local_processes(size(big, 24, 3.5e9), cores=16, available_bytes=10e9) == 2
+    assert local_processes(size(big, 24, 30e9), cores=16, available_bytes=10e9) == 1
+    assert local_processes(size(big, 24), cores=16, available_bytes=None) == 16
+    # a sweep that takes less than a pool's start stays in this process; many small
+    # runs together do not
+    assert local_processes(size(50, 9), cores=16, available_bytes=64e9) == 1
+    assert local_processes(size(50, 120), cores=16, available_bytes=64e9) == 16
+
+
+def test_jobs_takes_a_number_or_auto_and_names_anything_else(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(HEAD + "schedulers: [rr]\n")
+    result = run(["simulate", str(path), "--jobs", "many", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "'many'" in result.output and "auto" in result.output
+    assert not (tmp_path / "out").exists()
+    result = run(["simulate", str(path), "--quiet", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output

@@ -25,8 +25,11 @@ from testbed.workloads.mooncake import TraceError
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=click.Path(file_okay=False), help="Where run folders go.")
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
-@click.option("--jobs", "-j", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Run cells on this many local processes (0: one per core).")
+@click.option("--jobs", "-j", default="auto", show_default=True, metavar="N|auto",
+              callback=lambda ctx, param, value: _jobs(value),
+              help="Run cells on N local processes (0: one per core). auto: one per core, "
+                   "no more than the runs or than memory holds at the estimated peak "
+                   "(`testbed check`), and none beside this one for a small sweep.")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Run cells on a Dask cluster (tcp://host:8786), or local:N for a local one.")
 @force_option
@@ -73,6 +76,19 @@ def simulate(scenario, out_dir: str,
                f"Records: {outcome.folder}")
     if outcome.lost:
         sys.exit(1)
+
+def _jobs(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = -1
+    if jobs < 0:
+        raise click.BadParameter(f"{value!r}: a number of processes (0: one per core) "
+                                 "or auto")
+    return jobs
+
 
 CHECK_BUILDS = 100_000  # requests; past this check describes the run from its estimate
 

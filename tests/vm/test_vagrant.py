@@ -166,11 +166,12 @@ def test_the_fabric_tests_pass_on_the_kernel_datapath_inside_the_vm(vms):
                   # per tier, routes and queues, ECMP, DSCP on the wire, link down,
                   # cleanup after SIGKILL); the fairness and congestion figures are
                   # CPU-bound under software emulation; the oracle, Prometheus and
-                  # teardown on SIGTERM are the packet run's; SIGINT and a crash while
-                  # starting take the datapath-independent paths the host suite runs
+                  # teardown on SIGTERM are the packet run's; SIGINT, a crash while
+                  # starting and this process's descriptors over three fabrics built in
+                  # turn take the datapath-independent paths the host suite runs
                   "-k 'not two-ovs-daemons and not chromium and not fairly and not "
                   "congestion_rises and not oracle_serves and not prometheus and not "
-                  "signal_tears and not crash_during'")
+                  "signal_tears and not crash_during and not one_after_another'")
     assert " passed" in out and " failed" not in out, out
 
 
@@ -281,12 +282,15 @@ def _host_address() -> str:
     raise AssertionError(f"no address of this machine on {NET}.0/24:\n{out}")
 
 
-def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
+def test_a_seed_runs_on_a_vm_through_dask_and_a_lost_vm_costs_nothing(
         vms, inventory, tmp_path):
     """A Dask scheduler here, a fabric worker on each VM of the inventory (`testbed
-    remote dask`); `testbed emulate --dask` runs a seed on each VM's own fabric; the
-    second VM's worker is killed while its seed runs, and that seed runs again on the
-    first: every run comes back, with its folder."""
+    remote dask`); `testbed emulate --dask` hands its seed to one of them, which builds
+    its own fabric there; that VM's worker is killed while the seed runs, and the seed
+    runs again on the other VM: the run comes back, with its folder. (One seed, not one
+    per VM: the second would only run after the first on the surviving VM, minutes of
+    software emulation that show nothing more; the host suite spreads seeds over
+    servers, tests/emulation/test_servers.py.)"""
     vagrant, names, _, _ = vms
     inv, _ = inventory
     host = _host_address()
@@ -296,18 +300,19 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
                              stdout=(tmp_path / "scheduler.log").open("w"),
                              stderr=subprocess.STDOUT, start_new_session=True)
     address = f"tcp://{host}:{port}"
+    labels = dict(zip(names, ("vm1", "vm2"), strict=True))
     try:
         started = _testbed("remote", "dask", "-i", str(inv), address)
         assert started.returncode == 0, started.stderr
         assert sorted(line.split()[0] for line in started.stdout.splitlines()) == \
             ["vm1", "vm2"], started.stdout
-        deadline = time.monotonic() + 300  # both servers in before the run: one seed each
+        deadline = time.monotonic() + 300  # both servers in before the run: either may lose
         while (tmp_path / "scheduler.log").read_text().count("Register worker") < 2:
             assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
             time.sleep(1)
         scenario = ROOT / "scenarios" / "default.yaml"
         run = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "2",
+            [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "1",
              *SMALL_FABRIC.split(), "--set", "schedulers=[rr]", "--set",
              "workload.warmup_s=1", "--set", "workload.measure_s=3", "--set",
              "emulation.start_timeout_s=480", "--out", str(tmp_path / "results"),
@@ -315,11 +320,15 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
             cwd=ROOT, stdout=(tmp_path / "emulate.log").open("w"), stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 900
-            while "netkv-lane" not in vagrant.ssh(names[1], "ls /run/netns 2>/dev/null; true"):
+            lost = None
+            while lost is None:
                 assert run.poll() is None, (tmp_path / "emulate.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "vm2 did not start its seed"
-                time.sleep(5)
-            vagrant.ssh(names[1], "sudo pkill -KILL -f '[d]ask worker'")
+                assert time.monotonic() < deadline, "no VM started the seed"
+                lost = next((n for n in names if "netkv-lane" in vagrant.ssh(
+                    n, "ls /run/netns 2>/dev/null; true")), None)
+                if lost is None:
+                    time.sleep(5)
+            vagrant.ssh(lost, "sudo pkill -KILL -f '[d]ask worker'")
             assert run.wait(timeout=1800) == 0, (tmp_path / "emulate.log").read_text()[-3000:]
         finally:
             if run.poll() is None:
@@ -332,9 +341,10 @@ def test_seeds_spread_over_both_vms_through_dask_and_a_lost_vm_costs_nothing(
         sched.wait(timeout=60)
     (folder,) = (tmp_path / "results").glob("*-emulation-*")
     runs = json.loads((folder / "fidelity.json").read_text())["runs"]
-    assert len(runs) == 2, runs  # rr x 2 seeds, none lost
-    assert {r["server"] for r in runs} == {"vm1"}, runs  # vm2's seed ran again on vm1
-    for r in runs:
-        assert (folder / r["cell"] / "requests.csv").read_text().count("\n") > 1
-        assert (folder / r["cell"] / "logs" / "router.log").exists()
+    assert len(runs) == 1, runs  # none lost
+    survivor = labels[names[1] if lost == names[0] else names[0]]
+    assert runs[0]["server"] == survivor, (runs, labels[lost])  # ran again on the other
+    cell = folder / runs[0]["cell"]
+    assert (cell / "requests.csv").read_text().count("\n") > 1
+    assert (cell / "logs" / "router.log").exists()
     assert not (folder / "PARTIAL").exists()
