@@ -11,9 +11,9 @@ Largest fabrics and the whole paper (targets on the 2-core machine):
     a fresh process: under 3 minutes within 8 GB per scheduler
   - `--only decision-largest`: NetKV-Full's decision over every decode instance of a
     65,536-GPU fabric (12,288 candidates, as the simulator hands them over): median < 50 us
-  - `--only paper [--jobs 2]`: every shipped experiment scenario (scenarios/exp*.yaml) at
-    its own seeds, every cell and scheduler, in one process or on both cores (as
-    `testbed simulate --jobs 2`): under 60 s in all
+  - `--only paper [--jobs N|auto]`: every shipped experiment scenario (scenarios/exp*.yaml)
+    at its own seeds, every cell and scheduler, as `testbed simulate scenarios/exp*.yaml
+    --jobs N` runs them (records written): under 60 s in all
 
 Scale curve (`--only scale`): 64 to 8192 GPUs (exp7's fat-tree, 32 GPUs a pod) x 15 and
 60 s measured (the shipped trace looped at 100% load), CLA* and NetKV-Full; each run in a
@@ -172,34 +172,31 @@ def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
               f"(target median < 50 us)")
 
 
-def whole_paper(jobs: int = 1) -> None:
-    """Every shipped experiment at its own seeds, as `testbed simulate` runs them: in this
-    process (jobs=1, a wall per scenario), or every cell of every scenario handed to one
-    pool of `jobs` processes (as `testbed simulate --jobs`), the total only."""
-    from testbed.runner import run_task, tasks_of
-    from testbed.scenario import load_scenario
-    from testbed.sweep import Executor, Lost
+def whole_paper(jobs: int | str = 1) -> None:
+    """Every shipped experiment at its own seeds, as `testbed simulate scenarios/exp*.yaml
+    --jobs J` runs them: one call, records written (to a temporary folder), a wall per
+    scenario and in all, with the CPU time of this process and its workers."""
+    import os
+    import tempfile
+
+    from testbed.api import load_scenario, simulate_all
 
     paths = sorted((ROOT / "scenarios").glob("exp*.yaml"))
-    if jobs > 1:
-        tasks = [t for p in paths for t in tasks_of(load_scenario(p))]
-        t0 = time.perf_counter()
-        lost = sum(isinstance(r, Lost) for _, r in Executor.local(jobs).map(run_task, tasks))
-        wall = time.perf_counter() - t0
-        print(f"whole paper (every exp*.yaml, own seeds, {len(tasks)} runs, {jobs} processes): "
-              f"{wall:.1f} s wall (target < 60 s){f', {lost} LOST' if lost else ''}")
-        return
-    total = 0.0
-    for path in paths:
-        tasks = tasks_of(load_scenario(path))
-        t0 = time.perf_counter()
-        for task in tasks:
-            run_task(task)
-        wall = time.perf_counter() - t0
-        total += wall
-        print(f"{path.stem:22} {len(tasks):3} runs {wall:6.1f} s", flush=True)
-    print(f"whole paper (every exp*.yaml, own seeds, one process): {total:.1f} s wall "
-          f"(target < 60 s)")
+    scenarios = [load_scenario(p) for p in paths]
+    cpu0 = os.times()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        runs = simulate_all(scenarios, out, jobs=jobs)
+    wall = time.perf_counter() - t0
+    cpu1 = os.times()
+    cpu = sum(b - a for a, b in zip(cpu0[:4], cpu1[:4], strict=True))
+    for path, run in zip(paths, runs, strict=True):
+        lost = f", {len(run.outcome.lost)} LOST" if run.outcome.lost else ""
+        print(f"{path.stem:22} {sum(len(c.schedulers) * c.seeds for _, c in run.scenario.cells()):4} "
+              f"runs {run.outcome.wall_s:6.1f} s{lost}")
+    n = sum(len(c.schedulers) * c.seeds for sc in scenarios for _, c in sc.cells())
+    print(f"whole paper (every exp*.yaml, own seeds, {n} runs, records written) on "
+          f"{runs[0].executor}: {wall:.1f} s wall, {cpu:.1f} s CPU (target < 60 s)")
 
 
 def largest(measure: int = 60) -> None:
@@ -285,8 +282,9 @@ def main() -> None:
     parser.add_argument("--gpus", default="64,256,1024,4096,8192",
                         help="scale curve sizes (GPUs, multiples of 32)")
     parser.add_argument("--measure", default="15,60", help="scale curve measured seconds")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="--only paper: processes the cells are handed to (1: this one)")
+    parser.add_argument("--jobs", default="1", type=lambda v: v if v == "auto" else int(v),
+                        help="--only paper: processes the cells are handed to (1: this one; "
+                             "auto: as `testbed simulate` chooses)")
     args = parser.parse_args()
     if args.only == "scale":
         scale_curve([int(x) for x in args.gpus.split(",")],

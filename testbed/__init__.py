@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "load_scenario": "testbed.api", "simulate": "testbed.api", "emulate": "testbed.api",
+    "load_scenario": "testbed.api", "simulate": "testbed.api", "simulate_all": "testbed.api",
+    "emulate": "testbed.api",
     "validate": "testbed.api", "open_run": "testbed.api", "RunResult": "testbed.api",
     "ValidationResult": "testbed.api", "TooLarge": "testbed.api",
     "Scenario": "testbed.scenario", "ScenarioError": "testbed.scenario",

@@ -20,7 +20,7 @@ import math
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -119,13 +119,33 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int | str
     memory go, none for a small sweep); dask: a Dask scheduler address or local:N;
     progress: True for a progress bar on stderr, or a callable given each cell's label.
     Writes OUT/<name>-flowsim-<stamp>/ and returns its RunResult."""
-    from testbed.estimate import available_memory, estimate, local_processes, usable_cores
+    return simulate_all([scenario], out, jobs=jobs, dask=dask, force=force,
+                        progress=progress)[0]
+
+
+def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
+                 jobs: int | str = 1, dask: str | None = None, force: bool = False,
+                 progress: Progress = False) -> list[RunResult]:
+    """`simulate` for several scenarios in a row, on one set of worker processes (they
+    start once); each gets its own run folder. Every scenario's size is checked before
+    the first starts."""
+    from testbed.estimate import (
+        Estimate,
+        available_memory,
+        estimate,
+        local_processes,
+        usable_cores,
+    )
     from testbed.runner import count_runs, run_flowsim
     from testbed.sweep import Executor
 
-    size = estimate(scenario)
+    sizes = [estimate(sc) for sc in scenarios]
     if jobs == "auto":
-        jobs = 1 if dask else local_processes(size, usable_cores(), available_memory())
+        together = Estimate(sum(s.cells for s in sizes), sum(s.runs for s in sizes),
+                            max(s.requests for s in sizes), max(s.flows for s in sizes),
+                            max(s.periodic_events for s in sizes),
+                            max(s.memory_bytes for s in sizes))
+        jobs = 1 if dask else local_processes(together, usable_cores(), available_memory())
     if not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be a number of processes >= 0 or 'auto', got {jobs!r}")
     if dask and jobs != 1:
@@ -134,12 +154,16 @@ def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int | str
         raise RuntimeError("simulate(jobs=...) was called again inside one of its worker "
                            "processes: they import your script anew, so put its work under "
                            "`if __name__ == \"__main__\":`")
-    check_size(scenario, force, size)
-    executor = (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
-                else Executor.serial())
-    with _bar(scenario.name, count_runs(scenario), progress) as bar:
-        outcome = run_flowsim(scenario, Path(out), bar.step, executor=executor)
-    return RunResult(outcome.folder, scenario, outcome, executor.describe())
+    for sc, size in zip(scenarios, sizes, strict=True):
+        check_size(sc, force, size)
+    results = []
+    with (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
+          else Executor.serial()) as executor:
+        for sc in scenarios:
+            with _bar(sc.name, count_runs(sc), progress) as bar:
+                outcome = run_flowsim(sc, Path(out), bar.step, executor=executor)
+            results.append(RunResult(outcome.folder, sc, outcome, executor.describe()))
+    return results
 
 
 def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,

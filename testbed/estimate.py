@@ -81,22 +81,28 @@ def usable_cores() -> int:
 
 def estimate(scenario) -> Estimate:
     """The scenario's size, from its cells' offered rates (no request list is built)."""
+    sizes = cell_sizes(scenario)
+    requests, flows, events, memory = max(sizes, key=lambda s: s[3])
+    runs = sum(len(c.schedulers) * c.seeds for _, c in scenario.cells())
+    return Estimate(len(sizes), runs, requests, flows, events, memory)
+
+
+def cell_sizes(scenario) -> list[tuple[int, int, int, float]]:
+    """Each sweep point's run size, in the sweep's order: requests, KV flows, periodic
+    events, peak memory (a pool starts the largest runs first, so that none is left
+    running alone at the end)."""
     from testbed.workloads.build import offered_rate
 
-    cells = scenario.cells()
     rates: dict[str, float] = {}
-    worst = (0, 0, 0, 0.0)
-    for _, cell in cells:
+    sizes = []
+    for _, cell in scenario.cells():
         key = json.dumps([cell.workload.model_dump(mode="json"),
                           cell.timing.model_dump(mode="json"),
                           cell.cluster.model_dump(mode="json")], sort_keys=True)
         if key not in rates:
             rates[key] = offered_rate(cell, cell.seed)[0]
-        size = _run_size(cell, rates[key])
-        worst = max(worst, size, key=lambda s: s[3])
-    requests, flows, events, memory = worst
-    runs = sum(len(c.schedulers) * c.seeds for _, c in cells)
-    return Estimate(len(cells), runs, requests, flows, events, memory)
+        sizes.append(_run_size(cell, rates[key]))
+    return sizes
 
 
 def _run_size(cell, rate: float) -> tuple[int, int, int, float]:

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,17 @@ class LinkSamples:
                 yield {"time": time, "link": name, "tier": tier, "capacity_gbps": cap,
                        "kv_util": k, "bg_util": b, "measured": measured}
 
+    def csv_rows(self, fields: Sequence[str]) -> Iterator[tuple]:
+        """The rows as `fields`-ordered tuples, without a dict per row (write_csv); what
+        repeats is formatted once, as the csv writer would (str)."""
+        tiers = [str(t) for t in self.tiers.tolist()]
+        capacity = [str(c) for c in self.capacity_gbps]
+        for time, measured, kv, bg in self._samples:
+            columns = {"time": repeat(str(time)), "link": self.names, "tier": tiers,
+                       "capacity_gbps": capacity, "kv_util": kv.tolist(),
+                       "bg_util": bg.tolist(), "measured": repeat(str(measured))}
+            yield from zip(*(columns[f] for f in fields), strict=False)  # repeat() is endless
+
     def tier_samples(self) -> dict[int, list[float]]:
         """Tier -> the measured samples' kv + bg utilisation (as the rows would give)."""
         out: dict[int, list[float]] = {}
@@ -109,7 +121,11 @@ def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> None:
     writer = csv.writer(buf)
     fields = list(fields)
     writer.writerow(fields)
-    writer.writerows(["" if (v := row.get(k)) is None else v for k in fields] for row in rows)
+    if hasattr(rows, "csv_rows"):  # columns (LinkSeries): no dict per row
+        writer.writerows(rows.csv_rows(fields))
+    else:
+        writer.writerows(["" if (v := row.get(k)) is None else v for k in fields]
+                         for row in rows)
     atomic_write(path, buf.getvalue())
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.estimate import cell_sizes
 from testbed.flowsim.simulator import simulate
 from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate, run_summary
@@ -103,9 +104,26 @@ class Task:
         return f"{slug(self.point)} {display_name(self.scheduler)} seed {self.seed}"
 
 
+_WORKLOADS: dict[tuple[str, int], object] = {}  # the last few, newest last
+
+
+def _workload(cell, seed: int):
+    """A sweep point's workload for a seed, built once for all of its schedulers (they
+    run one after another here, or close together on a pool's worker); the simulator
+    only reads it."""
+    key = (cell.model_dump_json(), seed)
+    workload = _WORKLOADS.pop(key, None)
+    if workload is None:
+        workload = build_workload(cell, seed)
+    _WORKLOADS[key] = workload
+    while len(_WORKLOADS) > 2:
+        del _WORKLOADS[next(iter(_WORKLOADS))]
+    return workload
+
+
 def run_task(task: Task) -> dict:
     """Simulate one cell (in any process): records and summary, checked."""
-    workload = build_workload(task.cell, task.seed)
+    workload = _workload(task.cell, task.seed)
     result = simulate(task.cell, task.scheduler, task.seed, workload, task.follow)
     check_conservation(result.requests, len(workload.requests))
     summary = run_summary(result.requests, result.links, workload, result.decision_us,
@@ -200,6 +218,9 @@ def run_flowsim(
             tasks = [dataclasses.replace(t, follow=follow(t)) for t in tasks]
         if executor.kind != "dask":  # this machine's processes write their own cells
             tasks = [dataclasses.replace(t, out=folder / t.rel) for t in tasks]
+        if executor.kind != "serial":  # largest first: no long run left alone at the end
+            sizes = cell_sizes(scenario)
+            tasks = sorted(tasks, key=lambda t: -sizes[t.index][0])
         return executor.map(run_task, tasks)
 
     outcome, folder = run_cells(scenario, out_root, "flowsim", execute,

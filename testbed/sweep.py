@@ -30,10 +30,35 @@ class Lost:
 
 
 class Executor:
-    """Runs fn(task) for every task; yields (task, result) or (task, Lost)."""
+    """Runs fn(task) for every task; yields (task, result) or (task, Lost).
+
+    Used as a context manager, a local executor keeps its worker processes from one
+    `map` to the next (several scenarios in a row start them once)."""
 
     def __init__(self, kind: str = "serial", jobs: int = 1, address: str | None = None):
         self.kind, self.jobs, self.address = kind, jobs, address
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._keep = False
+
+    def __enter__(self) -> Executor:
+        self._keep = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._keep = False
+        self._close()
+
+    def _open(self, tasks: int) -> cf.ProcessPoolExecutor:
+        if self._pool is None:  # fresh interpreters: no inherited state
+            workers = self.jobs if self._keep else min(self.jobs, tasks)
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def _close(self, cancel: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._pool = None
 
     @classmethod
     def serial(cls) -> Executor:
@@ -60,9 +85,39 @@ class Executor:
             for task in tasks:
                 yield task, _call_with_retry(fn, task)
         elif self.kind == "local":
-            yield from _pool_map(fn, tasks, self.jobs)
+            yield from self._pool_map(fn, tasks)
         else:
             yield from _dask_map(fn, tasks, self.address)
+
+    def _pool_map(self, fn: Callable, tasks: list) -> Iterator[tuple[Any, Any]]:
+        """A process pool; a dead worker breaks the pool, so failed cells get a fresh one."""
+        attempts = {i: 0 for i in range(len(tasks))}
+        pending = list(range(len(tasks)))
+        while pending:
+            failed: list[tuple[int, str]] = []
+            pool = self._open(len(pending))
+            futures = {pool.submit(fn, tasks[i]): i for i in pending}
+            try:
+                for fut in cf.as_completed(futures):
+                    i = futures[fut]
+                    try:
+                        result = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - BrokenProcessPool included
+                        failed.append((i, f"{type(exc).__name__}: {exc}"))
+                        continue
+                    yield tasks[i], result
+            except BaseException:  # Ctrl-C, or the caller stopped: nothing more starts
+                self._close(cancel=True)
+                raise
+            if failed or not self._keep:
+                self._close()
+            pending = []
+            for i, error in failed:
+                attempts[i] += 1
+                if attempts[i] > RETRIES:
+                    yield tasks[i], Lost(tasks[i], error)
+                else:
+                    pending.append(i)
 
 
 def _call_with_retry(fn: Callable, task) -> Any:
@@ -73,32 +128,6 @@ def _call_with_retry(fn: Callable, task) -> Any:
         except Exception as exc:  # noqa: BLE001 - reported as a lost cell below
             error = f"{type(exc).__name__}: {exc}"
     return Lost(task, error)
-
-
-def _pool_map(fn: Callable, tasks: list, jobs: int) -> Iterator[tuple[Any, Any]]:
-    """A process pool; a dead worker breaks the pool, so failed cells get a fresh one."""
-    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited state
-    attempts = {i: 0 for i in range(len(tasks))}
-    pending = list(range(len(tasks)))
-    while pending:
-        failed: list[tuple[int, str]] = []
-        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=ctx) as pool:
-            futures = {pool.submit(fn, tasks[i]): i for i in pending}
-            for fut in cf.as_completed(futures):
-                i = futures[fut]
-                try:
-                    result = fut.result()
-                except Exception as exc:  # noqa: BLE001 - BrokenProcessPool included
-                    failed.append((i, f"{type(exc).__name__}: {exc}"))
-                    continue
-                yield tasks[i], result
-        pending = []
-        for i, error in failed:
-            attempts[i] += 1
-            if attempts[i] > RETRIES:
-                yield tasks[i], Lost(tasks[i], error)
-            else:
-                pending.append(i)
 
 
 def _dask_map(fn: Callable, tasks: list, address: str) -> Iterator[tuple[Any, Any]]:

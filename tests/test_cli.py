@@ -34,6 +34,26 @@ def test_quiet_prints_only_the_folder(tmp_path):
     assert result.output.strip().startswith(str(tmp_path))
 
 
+def test_several_scenarios_run_in_one_call_a_folder_and_a_table_each(tmp_path):
+    skew = str(ROOT / "scenarios" / "exp8-skew.yaml")
+    result = CliRunner().invoke(main, [
+        "simulate", DEFAULT, skew, "--out", str(tmp_path), "--seeds", "1",
+        "--set", "workload.measure_s=3", "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    folders = sorted(p.name.split("-flowsim-")[0] for p in tmp_path.iterdir())
+    assert folders == ["default", "exp8-skew"]
+    assert "# default: flow-level simulation" in result.output
+    assert "# exp8-skew: flow-level simulation" in result.output
+    assert "2 scenarios, " in result.output and "on 2 local processes" in result.output
+    # a scenario that cannot load stops the call before any runs
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nworkload: {load: zero}\n")
+    result = CliRunner().invoke(main, ["simulate", DEFAULT, str(bad), "--out",
+                                       str(tmp_path / "none")])
+    assert result.exit_code == 2 and "load" in result.output
+    assert not (tmp_path / "none").exists()
+
+
 def test_bad_input_exits_2_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nworkload: {load: zero}\n")

@@ -30,7 +30,7 @@ def comparable(folder: Path) -> dict:
     for path in sorted(folder.glob("cells/*/*/seed*/summary.json")):
         summary = json.loads(path.read_text())
         out[str(path.relative_to(folder))] = {k: v for k, v in summary.items() if k not in TIMED}
-        for name in ("requests.csv", "transfers.csv"):
+        for name in ("requests.csv", "transfers.csv", "links.csv"):
             out[str(path.parent.relative_to(folder) / name)] = (path.parent / name).read_text()
     return out
 
@@ -78,3 +78,20 @@ def test_a_dead_worker_is_retried_and_a_failing_cell_is_reported_lost(
     assert "always fails" in outcome.lost[0]["error"]
     assert "Lost cells" in outcome.table and (outcome.folder / PARTIAL).exists()
     assert len(list(outcome.folder.glob("cells/*/*/seed*/summary.json"))) == 7
+
+
+def pid(_task) -> int:
+    return os.getpid()
+
+
+def test_a_kept_pool_serves_one_map_after_another_on_the_same_processes():
+    """Several scenarios in a row (`testbed simulate A B ...`) start their workers once."""
+    with Executor.local(2) as executor:
+        first = {r for _, r in executor.map(pid, list(range(8)))}
+        second = {r for _, r in executor.map(pid, list(range(8)))}
+    assert len(first | second) <= 2, (first, second)
+    assert os.getpid() not in first | second
+    assert executor._pool is None  # closed on the way out
+    alone = Executor.local(2)  # without `with`, each map has a pool of its own
+    once = {r for _, r in alone.map(pid, list(range(8)))}
+    assert once.isdisjoint(first | second) and alone._pool is None

@@ -157,10 +157,12 @@ def capture_option(fn):
         "and segments resent. `testbed topology SCENARIO --links` lists the links.")(fn)
 
 
-def scenario_options(seeds: bool = False):
-    """SCENARIO, --set (and --seeds): the command receives `scenario`, a Scenario."""
+def scenario_options(seeds: bool = False, many: bool = False):
+    """SCENARIO, --set (and --seeds): the command receives `scenario`, a Scenario (with
+    `many`, a tuple of one or more, each with the same overrides)."""
     def wrap(fn):
-        fn = click.argument("scenario", type=ScenarioFile())(fn)
+        fn = click.argument("scenario", type=ScenarioFile(), nargs=-1 if many else 1,
+                            required=True)(fn)
         if seeds:
             fn = click.option("--seeds", type=click.IntRange(min=1), is_eager=True,
                               expose_value=False, callback=_remember(SEEDS),

@@ -21,7 +21,7 @@ from testbed.workloads.mooncake import TraceError
 
 
 @main.command()
-@scenario_options(seeds=True)
+@scenario_options(seeds=True, many=True)
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=click.Path(file_okay=False), help="Where run folders go.")
 @click.option("--quiet", is_flag=True, help="No progress bar, no table; print the folder only.")
@@ -43,27 +43,49 @@ def simulate(scenario, out_dir: str,
     Cells are independent: --jobs spreads them over local cores, --dask over a Dask
     cluster; the folder and table are the same as a serial run's. A cell that fails is
     retried once; one that fails again is listed as lost and the exit code is 1.
-    """
-    from testbed.api import simulate as run_simulation
-    from testbed.runner import ConservationError, count_runs, table_cells
 
-    sc = scenario
+    Several scenarios run one after another on the same worker processes, a folder
+    and a table each (the whole paper: testbed simulate scenarios/exp*.yaml).
+    """
+    from testbed.api import simulate_all
+    from testbed.runner import ConservationError
+
     try:
-        run = run_simulation(sc, out_dir, jobs=jobs, dask=dask_address, force=force,
-                             progress=not quiet)
+        runs = simulate_all(list(scenario), out_dir, jobs=jobs, dask=dask_address,
+                            force=force, progress=not quiet)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
-    outcome = run.outcome
-    total = count_runs(sc)
+    lost = False
+    for run in runs:
+        lost |= _show(run, quiet)
+    if len(runs) > 1 and not quiet:
+        total = sum(r.outcome.wall_s for r in runs)
+        click.echo(f"{len(runs)} scenarios, {sum(_runs(r) for r in runs)} runs on "
+                   f"{runs[0].executor} in {total:.1f} s.")
+    if lost:
+        sys.exit(1)
+
+
+def _runs(run) -> int:
+    from testbed.runner import count_runs
+
+    return count_runs(run.scenario)
+
+
+def _show(run, quiet: bool) -> bool:
+    """One scenario's outcome: lost cells, plugin faults, the table (unless quiet) and
+    where its records are; True if a cell was lost."""
+    from testbed.runner import table_cells
+
+    sc, outcome = run.scenario, run.outcome
     report_scheduler_faults(run)
-    if outcome.lost:
-        for x in outcome.lost:
-            console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
+    for x in outcome.lost:
+        console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
     if quiet:
         click.echo(str(outcome.folder))
-        sys.exit(1 if outcome.lost else 0)
+        return bool(outcome.lost)
     if out.is_terminal:
         head, body = table_cells(sc, outcome.rows)
         table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
@@ -72,10 +94,10 @@ def simulate(scenario, out_dir: str,
         out.print(table)
     else:  # a pipe or a log: the plain Markdown table, never truncated
         click.echo(outcome.table)
-    click.echo(f"{total} runs on {run.executor} in {outcome.wall_s:.1f} s. "
+    click.echo(f"{_runs(run)} runs on {run.executor} in {outcome.wall_s:.1f} s. "
                f"Records: {outcome.folder}")
-    if outcome.lost:
-        sys.exit(1)
+    return bool(outcome.lost)
+
 
 def _jobs(value: str) -> int | str:
     if value == "auto":

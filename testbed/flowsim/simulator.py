@@ -81,6 +81,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
                         for i in self.spec.prefill_pool}
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
+        self._deadlines: dict[str, float] = {}  # request -> its P2D deadline, once
         self.holders = HolderIndex()  # which decode caches hold a trace id's blocks
         self.board = DecodeBoard()  # what the router sees of every decode instance
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}

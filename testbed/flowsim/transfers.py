@@ -67,9 +67,15 @@ class TransferPlane:
 
     def _p2d_deadline(self, rs: RequestState) -> float:
         """A P2D transfer's explicit deadline: the TTFT deadline less the first decode
-        iteration that must follow it (a full batch's, to be safe)."""
-        return mfs.p2d_deadline(rs.req.arrival_s, self.workload.slo_for(rs.req.request_id),
-                                self.timing.iteration_time(self.scenario.cluster.beta_max))
+        iteration that must follow it (a full batch's, to be safe); fixed at arrival, so
+        computed once (every re-prioritisation asks for every flow's)."""
+        rid = rs.req.request_id
+        deadline = self._deadlines.get(rid)
+        if deadline is None:
+            deadline = self._deadlines[rid] = mfs.p2d_deadline(
+                rs.req.arrival_s, self.workload.slo_for(rid),
+                self.timing.iteration_time(self.scenario.cluster.beta_max))
+        return deadline
 
     def _reprioritize(self, reschedule_tick: bool = True) -> None:
         """Re-evaluate every KV flow's level (a layer boundary): MFS promotes as urgency
