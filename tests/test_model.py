@@ -5,11 +5,11 @@ import json
 import pytest
 
 from testbed.model.cost import effective_bandwidth, queue_delay
+from testbed.model.inflight import InflightCounter
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import (
     SCHEDULERS,
     Candidate,
-    InflightCounter,
     RequestInfo,
     SchedulerContext,
     make_scheduler,

@@ -104,3 +104,36 @@ def test_a_cut_table_on_a_fabric_tier_map_ranks_as_one_candidate_at_a_time(seed)
         keys = {c.instance: alone.cost(req, src, c, oracle) for c in cut}
         assert keys[decision.decode] == min(keys.values())
         by_table.transfer_done(src, decision.tier)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), long_queues=st.booleans())
+def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, long_queues):
+    """Thousands of candidates read their load from a (tier, excess, batch) grid; every
+    cost is still the number the equations give one candidate (short queues: one grid
+    lookup; long ones grow the grid past the table and take two)."""
+    rng = random.Random(seed)
+    names = [f"d{i}" for i in range(5000)]
+    oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
+                    {1: 100.0, 2: 50.0, 3: 25.0}, {1: 3.0, 2: 8.0, 3: 15.0},
+                    {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
+    length = rng.randint(512, 65536)
+    req = RequestInfo("r", length, length * 327680.0)
+    queues = [0, 1, 5, 12, 300] if long_queues else [0, 1, 5, 12]
+    table = CandidateTable(names, [rng.choice([30, 200]) * GB for _ in names],
+                           [rng.choice(queues) for _ in names],
+                           [rng.randint(0, 64) for _ in names],
+                           [rng.choice([0, 0, 0, 512, length // 16 * 16]) for _ in names])
+    ctx = SchedulerContext(TimingModel(), seed=seed)
+    sched, alone = make_scheduler("netkv-full", ctx), make_scheduler("netkv-full", ctx)
+    for _ in range(rng.randint(0, 5)):
+        tier = rng.choice([1, 2, 3])
+        sched.inflight.increment(tier, "p")
+        alone.inflight.increment(tier, "p")
+    sched._terms = {}  # as within one select()
+    costs = sched._table_costs(req, "p", table, oracle)
+    assert costs.tolist() == [alone.cost(req, "p", c, oracle) for c in table]
+    # a batch outside [0, beta_max] is left to the equations (and their checks)
+    odd = CandidateTable(names[:40], [30 * GB] * 40, [0] * 40, [65] + [1] * 39, [0] * 40)
+    assert sched._table_costs(req, "p", odd, oracle) is None
+    sched._terms = None

@@ -8,8 +8,10 @@ run's records and its run folder, packed. A server lost mid-seed costs nothing b
 the scheduler hands the seed to another server (Dask re-runs the tasks of a lost worker),
 and a seed that failed on servers `RETRIES + 1` times ends the run with the cause.
 
-The trace travels with the work (scattered once to every server): servers need the
-project, not the client's files. Scheduler plugins must be installed on the servers.
+The trace travels with each seed (compressed, in the task itself): servers need the
+project, not the client's files, and a lost server takes no data with it (a trace
+scattered once was kept on one worker only: Dask's memory manager drops extra copies, and
+losing that worker lost the trace). Scheduler plugins must be installed on the servers.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import socket
 import tarfile
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +81,7 @@ def run_seed(job: dict, trace: bytes | None) -> dict:
     try:
         data = dict(job["cell"])
         if trace is not None:
-            (work / "trace.jsonl").write_bytes(trace)
+            (work / "trace.jsonl").write_bytes(zlib.decompress(trace))
             data["workload"] = {**data["workload"], "trace": str(work / "trace.jsonl")}
         cell = Scenario.model_validate(data)
         tasks = [{"id": r["id"], "scheduler": r["scheduler"], "seed": job["seed"],
@@ -119,7 +122,7 @@ class ServerPool:
             raise ServerError(f"Dask scheduler {address}: cannot connect ({exc}); start one "
                               "with `dask scheduler` and workers with `dask worker ADDRESS "
                               f"--resources {RESOURCE}=1` as root on each server") from None
-        self.trace_futures: dict[str, object] = {}
+        self.traces: dict[str, bytes] = {}  # path -> its bytes, compressed
         deadline = time.monotonic() + wait_s
         while not self.servers() and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -152,10 +155,9 @@ class ServerPool:
         path = cell.workload.trace if cell.workload.synthetic is None else None
         if path is None:
             return None
-        if path not in self.trace_futures:
-            [self.trace_futures[path]] = self.client.scatter(
-                [Path(path).read_bytes()], broadcast=True, hash=False)
-        return self.trace_futures[path]
+        if path not in self.traces:
+            self.traces[path] = zlib.compress(Path(path).read_bytes())
+        return self.traces[path]
 
     def run(self, cell, jobs: list[dict], timeout_s: float) -> Iterator[tuple[dict, dict]]:
         """Each job (one seed, see run_seed) on some server; yields (job, its answer) as

@@ -24,18 +24,31 @@ class CandidateTable:
     """Candidates as columns: names, free memory, queued, batch, hit tokens.
 
     A table cut from another (`where`) keeps the rows it took from it, so what is known
-    per candidate of the whole set (the tier row from a prefill) is looked up, not rebuilt,
-    and its names are listed only if asked for."""
+    per candidate of the whole set (the tier row from a prefill) is looked up, not rebuilt;
+    its columns and names are gathered only if asked for."""
 
     def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens,
                  index: dict[str, int] | None = None):
         self._names: tuple[str, ...] | None = tuple(names)
-        self.free_memory = np.asarray(free_memory, dtype=float)
-        self.queued = np.asarray(queued, dtype=np.int64)
-        self.batch = np.asarray(batch, dtype=np.int64)
-        self.hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
+        self._free_memory = np.asarray(free_memory, dtype=float)
+        self._queued = np.asarray(queued, dtype=np.int64)
+        self._batch = np.asarray(batch, dtype=np.int64)
+        self._hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
         self._index = index  # name -> row, if the caller has it
         self.base: tuple[CandidateTable, np.ndarray] | None = None  # cut from, rows
+
+    def _column(self, name: str) -> np.ndarray:
+        value = getattr(self, name)
+        if value is None:  # a cut's, gathered from its root's
+            table, rows = self.base
+            value = getattr(table, name)[rows]
+            setattr(self, name, value)
+        return value
+
+    free_memory = property(lambda self: self._column("_free_memory"))
+    queued = property(lambda self: self._column("_queued"))
+    batch = property(lambda self: self._column("_batch"))
+    hit_tokens = property(lambda self: self._column("_hit_tokens"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -54,12 +67,14 @@ class CandidateTable:
                    [c.hit_tokens for c in candidates])
 
     def __len__(self) -> int:
-        return len(self.free_memory)
+        return len(self._free_memory) if self.base is None else len(self.base[1])
 
     def __getitem__(self, i: int) -> Candidate:
-        name = self.names[i] if self.base is None else self.base[0].names[self.base[1][i]]
-        return Candidate(name, float(self.free_memory[i]), int(self.queued[i]),
-                         int(self.batch[i]), int(self.hit_tokens[i]))
+        if self.base is not None:
+            table, rows = self.base
+            return table[int(rows[i])]
+        return Candidate(self.names[i], float(self._free_memory[i]), int(self._queued[i]),
+                         int(self._batch[i]), int(self._hit_tokens[i]))
 
     def __iter__(self) -> Iterator[Candidate]:
         columns = (self.free_memory.tolist(), self.queued.tolist(), self.batch.tolist(),
@@ -77,9 +92,9 @@ class CandidateTable:
         if mask.all():
             return self
         rows = np.flatnonzero(mask)
-        cut = CandidateTable((), self.free_memory[rows], self.queued[rows], self.batch[rows],
-                             self.hit_tokens[rows])
-        cut._names = None
+        cut = CandidateTable.__new__(CandidateTable)
+        cut._names = cut._free_memory = cut._queued = cut._batch = cut._hit_tokens = None
+        cut._index = None
         root, above = self.root()
         cut.base = (root, rows if above is None else above[rows])
         return cut

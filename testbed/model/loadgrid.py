@@ -1,0 +1,58 @@
+"""A scheduler's load term, T_queue + T_decode (eqs. 6-7), on a grid of (queue excess,
+batch): over thousands of candidates each reads its entry instead of computing it.
+
+A candidate's load depends on its queue q and batch beta only through beta and the
+excess e = max(0, q + beta - beta_max) (the requests that wait for a slot), so the grid
+holds every load the equations can give for e up to the largest seen, each computed by
+the scheduler's own `load_time`: a candidate's entry is the very number it would get."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class _Loads:
+    """What load_time reads of candidates: their queues and batches."""
+
+    queued: np.ndarray
+    batch: np.ndarray
+
+
+class LoadGrid:
+    """load_time at excess 0..E (rows) x batch 0..beta_max (columns), grown as needed."""
+
+    def __init__(self, load_time: Callable, beta_max: int):
+        self._load_time = load_time
+        self.beta_max = beta_max
+        self.values = np.zeros(0)  # flat: excess * (beta_max + 1) + batch
+        self._rows = 0
+
+    def keys(self, queued: np.ndarray, batch: np.ndarray) -> np.ndarray | None:
+        """Each candidate's index into `values`, the grid grown to hold them all; None
+        when a batch is outside [0, beta_max] (the equations' own checks then speak)."""
+        beta_max = self.beta_max
+        if not len(batch) or batch.view(np.uint64).max() > beta_max:  # negatives wrap
+            return None
+        excess = queued + batch
+        excess -= beta_max
+        np.maximum(excess, 0, out=excess)
+        top = int(excess.max())
+        if top >= self._rows:
+            self._grow(max(top + 1, 2 * self._rows, 16))
+        excess *= beta_max + 1
+        excess += batch
+        return excess
+
+    def _grow(self, rows: int) -> None:
+        beta_max = self.beta_max
+        excess = np.arange(rows, dtype=np.int64)[:, None]
+        batch = np.ascontiguousarray(np.broadcast_to(
+            np.arange(beta_max + 1, dtype=np.int64), (rows, beta_max + 1)))
+        # queued = excess + free slots: queue_delay sees exactly this excess
+        self.values = np.ascontiguousarray(
+            self._load_time(_Loads(excess + (beta_max - batch), batch))).ravel()
+        self._rows = rows
