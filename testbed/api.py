@@ -129,23 +129,13 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
     """`simulate` for several scenarios in a row, on one set of worker processes (they
     start once); each gets its own run folder. Every scenario's size is checked before
     the first starts."""
-    from testbed.estimate import (
-        Estimate,
-        available_memory,
-        estimate,
-        local_processes,
-        usable_cores,
-    )
+    from testbed.estimate import auto_processes, estimate
     from testbed.runner import count_runs, run_flowsim
     from testbed.sweep import Executor
 
     sizes = [estimate(sc) for sc in scenarios]
     if jobs == "auto":
-        together = Estimate(sum(s.cells for s in sizes), sum(s.runs for s in sizes),
-                            max(s.requests for s in sizes), max(s.flows for s in sizes),
-                            max(s.periodic_events for s in sizes),
-                            max(s.memory_bytes for s in sizes))
-        jobs = 1 if dask else local_processes(together, usable_cores(), available_memory())
+        jobs = 1 if dask else auto_processes(sizes)
     if not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be a number of processes >= 0 or 'auto', got {jobs!r}")
     if dask and jobs != 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BASE_BYTES = 100e6
@@ -69,6 +70,16 @@ def local_processes(size: Estimate, cores: int, available_bytes: float | None) -
     if available_bytes is not None:
         n = min(n, int(MEMORY_SHARE * available_bytes // max(size.memory_bytes, 1.0)))
     return max(1, n)
+
+
+def auto_processes(sizes: Sequence[Estimate]) -> int:
+    """`--jobs auto` for scenarios run one after another on one pool, on this machine:
+    local_processes of them together (all their runs, the largest run's size)."""
+    together = Estimate(sum(s.cells for s in sizes), sum(s.runs for s in sizes),
+                        max(s.requests for s in sizes), max(s.flows for s in sizes),
+                        max(s.periodic_events for s in sizes),
+                        max(s.memory_bytes for s in sizes))
+    return local_processes(together, usable_cores(), available_memory())
 
 
 def usable_cores() -> int:

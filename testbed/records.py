@@ -121,7 +121,7 @@ def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> None:
     writer = csv.writer(buf)
     fields = list(fields)
     writer.writerow(fields)
-    if hasattr(rows, "csv_rows"):  # columns (LinkSeries): no dict per row
+    if hasattr(rows, "csv_rows"):  # columns (LinkSamples): no dict per row
         writer.writerows(rows.csv_rows(fields))
     else:
         writer.writerows(["" if (v := row.get(k)) is None else v for k in fields]
