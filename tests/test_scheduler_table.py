@@ -137,3 +137,33 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     odd = CandidateTable(names[:40], [30 * GB] * 40, [0] * 40, [65] + [1] * 39, [0] * 40)
     assert sched._table_costs(req, "p", odd, oracle) is None
     sched._terms = None
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_netkv_whole_table_pick_is_feasible_then_rank(seed):
+    """Over a whole table NetKV costs every row and pushes the infeasible out of reach
+    instead of cutting the table: decision after decision (the seeded tie draws
+    included) it picks what the cut-then-rank path picks, and rejects where it does."""
+    rng = random.Random(seed)
+    names = [f"d{i}" for i in range(3000)]
+    oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
+                    {1: 100.0, 2: 50.0, 3: 25.0}, {1: 3.0, 2: 8.0, 3: 15.0},
+                    {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
+    ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
+    whole, cut = make_scheduler("netkv-full", ctx), make_scheduler("netkv-full", ctx)
+    cut._pick_on_table = lambda *_: None  # always the general path
+    for _ in range(25):
+        length = rng.randint(512, 65536)
+        req = RequestInfo("r", length, length * 327680.0)
+        roomy = rng.choice([200, 200, 1])  # a third of the tables: nothing fits
+        table = CandidateTable(names, [rng.choice([1, 30, roomy]) * GB for _ in names],
+                               [rng.choice([0, 1, 70]) for _ in names],
+                               [rng.choice([0, 64]) for _ in names],
+                               [rng.choice([0] * 8 + [length // 4, length // 2, length // 16 * 16])
+                                for _ in names])
+        a, b = whole.select(req, "p", table, oracle), cut.select(req, "p", table, oracle)
+        assert a == b
+        if not a.rejected:
+            whole.transfer_done("p", a.tier)
+            cut.transfer_done("p", b.tier)

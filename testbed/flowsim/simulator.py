@@ -177,16 +177,23 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         out = frozenset(self.plane.dead | closed)
         if self._live is None or self._live[0] != out:
             live = [d for d in self.decode.values() if d.name not in out]
+            slots = np.array([d.slot for d in live], dtype=np.int64)
+            if len(slots) and np.array_equal(slots, np.arange(slots[0], slots[0] + len(slots))):
+                slots = slice(int(slots[0]), int(slots[0]) + len(slots))  # a copy, no gather
             self._live = (out, tuple(d.name for d in live),
-                          {d.name: i for i, d in enumerate(live)},
-                          np.array([d.slot for d in live], dtype=np.int64))
+                          {d.name: i for i, d in enumerate(live)}, slots)
         _, names, position, slots = self._live
         hit = np.zeros(len(names), dtype=np.int64)
+        rows = []
         for name, tokens in self._hits(req, position).items():
-            hit[position[name]] = tokens
+            if tokens:
+                rows.append(position[name])
+                hit[rows[-1]] = tokens
+        rows.sort()
         board = self.board
-        return CandidateTable(names, board.free_memory[slots], board.queued[slots],
-                              board.batch[slots], hit, index=position)
+        return CandidateTable(names, board.free_memory[slots].copy(),
+                              board.queued[slots].copy(), board.batch[slots].copy(), hit,
+                              index=position, hit_rows=np.array(rows, dtype=np.int64))
 
     def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)

@@ -20,6 +20,9 @@ class Candidate:
     hit_tokens: int  # lambda_r(d) for this request
 
 
+_MISSING = object()
+
+
 class CandidateTable:
     """Candidates as columns: names, free memory, queued, batch, hit tokens.
 
@@ -28,13 +31,15 @@ class CandidateTable:
     its columns and names are gathered only if asked for."""
 
     def __init__(self, names: Sequence[str], free_memory, queued, batch, hit_tokens,
-                 index: dict[str, int] | None = None):
+                 index: dict[str, int] | None = None, hit_rows: np.ndarray | None = None):
         self._names: tuple[str, ...] | None = tuple(names)
         self._free_memory = np.asarray(free_memory, dtype=float)
         self._queued = np.asarray(queued, dtype=np.int64)
         self._batch = np.asarray(batch, dtype=np.int64)
         self._hit_tokens = np.asarray(hit_tokens, dtype=np.int64)
         self._index = index  # name -> row, if the caller has it
+        self._hit_rows = hit_rows  # rows with a cached prefix, ascending, if the caller knows
+        self.memo: dict = {}  # what a scheduler derives from these columns, kept with them
         self.base: tuple[CandidateTable, np.ndarray] | None = None  # cut from, rows
 
     def _column(self, name: str) -> np.ndarray:
@@ -49,6 +54,22 @@ class CandidateTable:
     queued = property(lambda self: self._column("_queued"))
     batch = property(lambda self: self._column("_batch"))
     hit_tokens = property(lambda self: self._column("_hit_tokens"))
+
+    @property
+    def hit_rows(self) -> np.ndarray:
+        """The rows with a cached prefix, ascending: few of many, so a scheduler costs
+        them apart from the rest (a table is a snapshot: found once)."""
+        if self._hit_rows is None:
+            self._hit_rows = np.flatnonzero(self.hit_tokens != 0)
+        return self._hit_rows
+
+    def derived(self, key, compute):
+        """`compute(self)`, once per table: what a scheduler derives from the columns is
+        kept with them (a table is a snapshot of the reports)."""
+        value = self.memo.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.memo[key] = compute(self)
+        return value
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -94,7 +115,8 @@ class CandidateTable:
         rows = np.flatnonzero(mask)
         cut = CandidateTable.__new__(CandidateTable)
         cut._names = cut._free_memory = cut._queued = cut._batch = cut._hit_tokens = None
-        cut._index = None
+        cut._index = cut._hit_rows = None
+        cut.memo = {}
         root, above = self.root()
         cut.base = (root, rows if above is None else above[rows])
         return cut

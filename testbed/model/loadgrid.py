@@ -31,21 +31,30 @@ class LoadGrid:
         self.values = np.zeros(0)  # flat: excess * (beta_max + 1) + batch
         self._rows = 0
 
-    def keys(self, queued: np.ndarray, batch: np.ndarray) -> np.ndarray | None:
-        """Each candidate's index into `values`, the grid grown to hold them all; None
-        when a batch is outside [0, beta_max] (the equations' own checks then speak)."""
+    def keys(self, table) -> np.ndarray | None:
+        """Each candidate's index into `values` (a table's, found once per table), the
+        grid grown to hold them all; None when a batch is outside [0, beta_max] (the
+        equations' own checks then speak)."""
+        found = table.derived(("load-keys", self.beta_max),
+                              lambda t: self._keys(t.queued, t.batch))
+        if found[0] is None:
+            return None
+        keys, top = found
+        if top >= self._rows:
+            self._grow(max(top + 1, 2 * self._rows, 16))
+        return keys
+
+    def _keys(self, queued: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray | None, int]:
         beta_max = self.beta_max
         if not len(batch) or batch.view(np.uint64).max() > beta_max:  # negatives wrap
-            return None
+            return None, 0
         excess = queued + batch
         excess -= beta_max
         np.maximum(excess, 0, out=excess)
         top = int(excess.max())
-        if top >= self._rows:
-            self._grow(max(top + 1, 2 * self._rows, 16))
         excess *= beta_max + 1
         excess += batch
-        return excess
+        return excess, top
 
     def _grow(self, rows: int) -> None:
         beta_max = self.beta_max

@@ -78,6 +78,7 @@ class Scheduler:
         self._rng = random.Random(ctx.seed)
         self._tier_rows: dict[tuple[str, int], tuple[tuple, object, np.ndarray, list]] = {}
         self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
+        self._offsets: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
 
     @property
     def rng(self) -> random.Random:
@@ -193,35 +194,41 @@ class Scheduler:
             hit = self._tier_rows[key] = (names, oracle.tier_map, row, present)
         return (hit[2] if rows is None else hit[2][rows]), hit[3]
 
+    def _tier_offsets(self, prefill: str, table: CandidateTable, oracle: Oracle,
+                      width: int) -> np.ndarray:
+        """_tier_row times `width`: each row's start in a (tier, `width`) grid, kept with
+        the row while the width holds."""
+        tiers, _ = self._tier_row(prefill, table, oracle)
+        hit = self._offsets.get(id(tiers))
+        if hit is None or hit[0] is not tiers or hit[1] != width:
+            if len(self._offsets) > 4096:
+                self._offsets.clear()
+            hit = self._offsets[id(tiers)] = (tiers, width, tiers * width)
+        return hit[2]
+
     def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
                  ) -> list[Candidate] | CandidateTable:
         """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1): a table if many, a
         list if few (see SMALL)."""
-        reserve = self.ctx.memory_reserve_bytes
         if isinstance(candidates, CandidateTable) and len(candidates) >= self.SMALL:
-            table = candidates
-            if table.base is not None:
-                return table.where(table.free_memory >= self.effective_bytes(request, table)
-                                   + reserve)
-            # s_eff is s_r wherever nothing is cached: one threshold, then the hit rows
-            fits = table.free_memory >= effective_transfer_bytes(
-                request.kv_bytes, 0, request.input_len) + reserve
-            hits = self._hit_rows(table)
-            if len(hits):
-                fits[hits] = table.free_memory[hits] >= effective_transfer_bytes(
-                    request.kv_bytes, table.hit_tokens[hits], request.input_len) + reserve
-            return table.where(fits)
+            return candidates.where(self._fits(request, candidates))
+        reserve = self.ctx.memory_reserve_bytes
         return [c for c in candidates
                 if c.free_memory >= self.effective_bytes(request, c) + reserve]
 
-    def _hit_rows(self, table: CandidateTable) -> np.ndarray:
-        """The rows of `table` with a cached prefix, once per decision."""
-        hit = self._terms.get("hits") if self._terms is not None else None
-        if hit is None or hit[0] is not table:
-            hit = (table, np.flatnonzero(table.hit_tokens))
-            if self._terms is not None:
-                self._terms["hits"] = hit
-        return hit[1]
+    def _fits(self, request: RequestInfo, table: CandidateTable) -> np.ndarray:
+        """Which rows of `table` are in D_r (a mask)."""
+        reserve = self.ctx.memory_reserve_bytes
+        if table.base is not None:
+            return table.free_memory >= self.effective_bytes(request, table) + reserve
+        # s_eff is s_r wherever nothing is cached: one threshold, then the hit rows
+        fits = table.free_memory >= effective_transfer_bytes(
+            request.kv_bytes, 0, request.input_len) + reserve
+        hits = table.hit_rows
+        if len(hits):
+            fits[hits] = table.free_memory[hits] >= effective_transfer_bytes(
+                request.kv_bytes, table.hit_tokens[hits], request.input_len) + reserve
+        return fits
 
     # -- the interface -------------------------------------------------------------
     def select(
@@ -373,6 +380,34 @@ class NetKV(Scheduler):
         )
         return net + self.load_time(cand)
 
+    def select(self, request, prefill, candidates, oracle):
+        if isinstance(candidates, CandidateTable) and candidates.base is None \
+                and len(candidates) >= self.SMALL:
+            self._terms = {}
+            try:
+                picked = self._pick_on_table(request, prefill, candidates, oracle)
+                if picked is not None:  # the tier's terms as just computed
+                    return self.commit(request, prefill, picked[0], oracle, picked[1])
+            finally:
+                self._terms = None
+        return super().select(request, prefill, candidates, oracle)
+
+    def _pick_on_table(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                       oracle: Oracle) -> tuple[Candidate, float] | None:
+        """feasible() then rank() in fewer passes, with the same result and the same
+        draws: every row costed, the infeasible pushed out of reach, no cut made. The tied
+        rows come in table order as a cut's would, so the seeded draw picks the same one.
+        None where that shortcut does not hold (nothing feasible at a cost below the
+        push, or no load grid): the general path decides and speaks."""
+        costs = self._table_costs(request, prefill, table, oracle, feasible_only=True)
+        if costs is None:
+            return None
+        low = costs.min()
+        if not low < _OUT_OF_REACH:
+            return None
+        rows = np.flatnonzero(costs == low).tolist()
+        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], float(low)
+
     def rank(self, request, prefill, feasible, oracle):
         if isinstance(feasible, CandidateTable):
             costs = self._table_costs(request, prefill, feasible, oracle)
@@ -381,35 +416,60 @@ class NetKV(Scheduler):
         return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
 
     def _table_costs(self, request: RequestInfo, prefill: str, table: CandidateTable,
-                     oracle: Oracle) -> np.ndarray | None:
+                     oracle: Oracle, feasible_only: bool = False) -> np.ndarray | None:
         """`cost` for every row of `table`, the same numbers by fewer array passes: where
         nothing is cached a candidate costs its tier's transfer time plus its entry of
         the load grid (model/loadgrid.py), one lookup in a (tier, excess, batch) grid;
-        rows with a cached prefix get their own transfer time."""
+        rows with a cached prefix get their own transfer time. `feasible_only` (a whole
+        table): rows outside D_r get _OUT_OF_REACH added (+inf with a prefix)."""
         root, rows = table.root()
-        key = self._loads.keys(root.queued, root.batch)
+        key = self._loads.keys(root)
         if key is None:
             return None
         load = self._loads.values
         tiers, present = self._tier_row(prefill, root, oracle)
         size = effective_transfer_bytes(request.kv_bytes, 0, request.input_len)
-        bandwidth, latency = np.ones(present[-1] + 1), np.zeros(present[-1] + 1)
-        net = np.full(present[-1] + 1, np.inf)
+        terms = [(1.0, 0.0)] * (present[-1] + 1)  # tiers not present: never looked up
         for tier in present:
-            bandwidth[tier], latency[tier] = self._tier_terms(
-                tier, prefill, oracle, self.use_congestion, self.use_inflight)
-            net[tier] = transfer_time(size, bandwidth[tier], latency[tier])
+            terms[tier] = self._tier_terms(tier, prefill, oracle, self.use_congestion,
+                                           self.use_inflight)
+        bandwidth, latency = np.array(terms).T
+        net = transfer_time(size, bandwidth, latency)
         if len(net) * len(load) <= len(key):  # one lookup in a (tier, excess, batch) grid
-            costs = (net[:, None] + load).ravel()[tiers * len(load) + key]
+            costs = (net[:, None] + load).ravel()[self._tier_offsets(prefill, root, oracle,
+                                                                     len(load)) + key]
         else:
             costs = net[tiers] + load[key]
-        hits = self._hit_rows(root)
-        if len(hits):
+        reserve = self.ctx.memory_reserve_bytes
+        if feasible_only:  # arithmetic, not a masked write: the mask is random, the add not
+            costs += np.logical_not(root.free_memory >= size + reserve) * _OUT_OF_REACH
+        hits = root.hit_rows
+        if len(hits):  # by hit length: few distinct ones, each costed once per tier
+            lengths, length_of, free = root.derived("hit-lengths", _hit_lengths)
+            hit_key = root.derived(("hit-load-keys", self._loads.beta_max),
+                                   lambda _: key[hits])
+            s_eff = effective_transfer_bytes(request.kv_bytes, lengths, request.input_len)
             at = tiers[hits]
-            costs[hits] = transfer_time(effective_transfer_bytes(
-                request.kv_bytes, root.hit_tokens[hits], request.input_len),
-                bandwidth[at], latency[at]) + load[key[hits]]
+            if len(lengths) > 1:
+                at += length_of * len(bandwidth)
+            hit_costs = transfer_time(s_eff[:, None], bandwidth, latency).ravel()[at]
+            hit_costs += load[hit_key]
+            if feasible_only:
+                hit_costs[np.logical_not(free >= (s_eff + reserve)[length_of])] = np.inf
+            costs[hits] = hit_costs
         return costs if rows is None else costs[rows]
+
+
+def _hit_lengths(table: CandidateTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct cached-prefix lengths of a table's hit rows, each row's index into
+    them, and the rows' free memory."""
+    lengths, length_of = np.unique(table.hit_tokens[table.hit_rows], return_inverse=True)
+    return lengths, length_of, table.free_memory[table.hit_rows]
+
+
+# What an infeasible row's cost is pushed by in one table pass (finite: inf * 0 is nan):
+# no feasible cost comes near it, and anything at or above it goes the general way.
+_OUT_OF_REACH = 1e300
 
 
 class FlowKVLoadAware(Scheduler):
