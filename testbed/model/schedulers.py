@@ -444,27 +444,30 @@ class NetKV(Scheduler):
         if feasible_only:  # arithmetic, not a masked write: the mask is random, the add not
             costs += np.logical_not(root.free_memory >= size + reserve) * _OUT_OF_REACH
         hits = root.hit_rows
-        if len(hits):  # by hit length: few distinct ones, each costed once per tier
-            lengths, length_of, free = root.derived("hit-lengths", _hit_lengths)
-            hit_key = root.derived(("hit-load-keys", self._loads.beta_max),
-                                   lambda _: key[hits])
-            s_eff = effective_transfer_bytes(request.kv_bytes, lengths, request.input_len)
+        if len(hits):
+            tokens, one_length, free, hit_key = root.derived(
+                ("hits", self._loads.beta_max), lambda t: _hit_columns(t, key))
             at = tiers[hits]
-            if len(lengths) > 1:
-                at += length_of * len(bandwidth)
-            hit_costs = transfer_time(s_eff[:, None], bandwidth, latency).ravel()[at]
+            if one_length:  # one cached-prefix length: costed once per tier
+                s_eff = effective_transfer_bytes(request.kv_bytes, tokens[:1],
+                                                 request.input_len)
+                hit_costs = transfer_time(s_eff, bandwidth, latency)[at]
+            else:
+                s_eff = effective_transfer_bytes(request.kv_bytes, tokens, request.input_len)
+                hit_costs = transfer_time(s_eff, bandwidth[at], latency[at])
             hit_costs += load[hit_key]
             if feasible_only:
-                hit_costs[np.logical_not(free >= (s_eff + reserve)[length_of])] = np.inf
+                hit_costs[np.logical_not(free >= s_eff + reserve)] = np.inf
             costs[hits] = hit_costs
         return costs if rows is None else costs[rows]
 
 
-def _hit_lengths(table: CandidateTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct cached-prefix lengths of a table's hit rows, each row's index into
-    them, and the rows' free memory."""
-    lengths, length_of = np.unique(table.hit_tokens[table.hit_rows], return_inverse=True)
-    return lengths, length_of, table.free_memory[table.hit_rows]
+def _hit_columns(table: CandidateTable, key: np.ndarray) -> tuple:
+    """For the rows with a cached prefix: their hit lengths, whether these are all one,
+    their free memory and load-grid keys."""
+    rows = table.hit_rows
+    tokens = table.hit_tokens[rows]
+    return tokens, tokens.min() == tokens.max(), table.free_memory[rows], key[rows]
 
 
 # What an infeasible row's cost is pushed by in one table pass (finite: inf * 0 is nan):
