@@ -70,6 +70,15 @@ def test_oracle_round_trips_through_json():
         oracle({2: 1.0})
 
 
+def test_a_new_congestion_reading_keeps_the_maps_and_is_checked():
+    o = oracle({2: 0.1})
+    hot = o.with_congestion({3: 0.5}, 4.0)
+    assert hot == Oracle(o.tier_map, o.tier_bandwidth_gbps, o.tier_latency_us, {3: 0.5}, 4.0)
+    assert o.congestion == {2: 0.1} and o.generated_at == 0.0  # the old reading stands
+    with pytest.raises(ValueError, match=r"congestion\[3\]"):
+        o.with_congestion({3: 1.0}, 5.0)
+
+
 def test_transfer_intent_validates():
     intent = TransferIntent("r1", "p", "a", 1000, priority=1)
     assert TransferIntent.from_dict(intent.to_dict()) == intent

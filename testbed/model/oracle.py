@@ -6,6 +6,7 @@ units (Gbps), never the emulation's scaled ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -21,9 +22,7 @@ class Oracle:
     generated_at: float = 0.0
 
     def __post_init__(self) -> None:
-        for tier, c in self.congestion.items():
-            if not 0.0 <= c < 1.0:
-                raise ValueError(f"congestion[{tier}] must be in [0, 1), got {c}")
+        _check_congestion(self.congestion)
         present = getattr(self.tier_map, "tiers_present", None)  # a TierMap lists no pairs
         for tier in present() if present else set(self.tier_map.values()):
             if tier not in self.tier_bandwidth_gbps:
@@ -50,7 +49,14 @@ class Oracle:
         return max(0.0, now - self.generated_at)
 
     def with_congestion(self, congestion: dict[int, float], generated_at: float) -> Oracle:
-        return replace(self, congestion=dict(congestion), generated_at=generated_at)
+        """The same maps with a new congestion reading: only the reading is checked again
+        (a simulator takes one per telemetry tick; re-reading the tier map cost ~80 us)."""
+        congestion = dict(congestion)
+        _check_congestion(congestion)
+        fresh = copy.copy(self)
+        object.__setattr__(fresh, "congestion", congestion)
+        object.__setattr__(fresh, "generated_at", generated_at)
+        return fresh
 
     def to_dict(self) -> dict:
         """JSON-ready form: tier_map as [src, dst, tier] rows (JSON has no tuple keys)."""
@@ -113,3 +119,9 @@ class TransferIntent:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed TransferIntent: {exc}") from exc
+
+
+def _check_congestion(congestion: Mapping[int, float]) -> None:
+    for tier, c in congestion.items():
+        if not 0.0 <= c < 1.0:
+            raise ValueError(f"congestion[{tier}] must be in [0, 1), got {c}")
