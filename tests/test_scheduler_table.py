@@ -140,18 +140,19 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10**6))
-def test_netkv_whole_table_pick_is_feasible_then_rank(seed):
-    """Over a whole table NetKV costs every row and pushes the infeasible out of reach
-    instead of cutting the table: decision after decision (the seeded tie draws
-    included) it picks what the cut-then-rank path picks, and rejects where it does."""
+@given(seed=st.integers(0, 10**6), key=st.sampled_from(["netkv-full", "cla", "la"]))
+def test_a_whole_table_pick_is_feasible_then_rank(seed, key):
+    """Over a whole table NetKV, CLA* and LA key every row and push the infeasible out of
+    reach instead of cutting the table: decision after decision (the seeded tie draws
+    included) they pick what the cut-then-rank path picks, at the same cost, and reject
+    where it does."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(3000)]
     oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
                     {1: 100.0, 2: 50.0, 3: 25.0}, {1: 3.0, 2: 8.0, 3: 15.0},
                     {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
     ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
-    whole, cut = make_scheduler("netkv-full", ctx), make_scheduler("netkv-full", ctx)
+    whole, cut = make_scheduler(key, ctx), make_scheduler(key, ctx)
     cut._pick_on_table = lambda *_: None  # always the general path
     for _ in range(25):
         length = rng.randint(512, 65536)
@@ -163,7 +164,30 @@ def test_netkv_whole_table_pick_is_feasible_then_rank(seed):
                                [rng.choice([0] * 8 + [length // 4, length // 2, length // 16 * 16])
                                 for _ in names])
         a, b = whole.select(req, "p", table, oracle), cut.select(req, "p", table, oracle)
-        assert a == b
+        assert repr(a) == repr(b)  # -0.0 is not 0.0 here (CLA*'s cost of a full instance)
         if not a.rejected:
             whole.transfer_done("p", a.tier)
             cut.transfer_done("p", b.tier)
+
+
+def test_a_subclass_that_ranks_its_own_way_is_asked_even_over_a_whole_table():
+    """A plugin that subclasses CLA* and overrides rank() (or feasible()) is not bypassed
+    by CLA*'s whole-table key."""
+    from testbed.model.schedulers import CacheLoadAware
+
+    class Last(CacheLoadAware):
+        def rank(self, request, prefill, feasible, oracle):
+            return feasible[len(feasible) - 1], 0.0
+
+    class Nowhere(CacheLoadAware):
+        def feasible(self, request, candidates):
+            return []
+
+    names = [f"d{i}" for i in range(100)]
+    oracle = Oracle({("p", d): 2 for d in names}, {2: 50.0}, {2: 8.0})
+    table = CandidateTable(names, [200 * GB] * 100, [0] * 100, [0] * 100, [0] * 100)
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    ctx = SchedulerContext(TimingModel())
+    assert Last(ctx).select(req, "p", table, oracle).decode == "d99"
+    assert Nowhere(ctx).select(req, "p", table, oracle).rejected
+    assert CacheLoadAware(ctx)._by_whole_table() and not Last(ctx)._by_whole_table()

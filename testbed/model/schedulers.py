@@ -237,6 +237,11 @@ class Scheduler:
     ) -> Decision:
         self._terms = {}  # one request, prefill, oracle, in-flight count until the end
         try:
+            if isinstance(candidates, CandidateTable) and candidates.base is None \
+                    and len(candidates) >= self.SMALL and self._by_whole_table():
+                picked = self._pick_on_table(request, prefill, candidates, oracle)
+                if picked is not None:  # committed while this decision's terms stand
+                    return self.commit(request, prefill, picked[0], oracle, picked[1])
             feasible = self.feasible(request, candidates)
             if not len(feasible):
                 return Decision(None, reason="no decode instance has memory for the KV cache")
@@ -244,6 +249,45 @@ class Scheduler:
         finally:
             self._terms = None
         return self.commit(request, prefill, chosen, oracle, cost)
+
+    def _by_whole_table(self) -> bool:
+        """Whether this scheduler ranks by the one-column key it gives a whole table
+        (_table_key): a subclass, such as a plugin, that overrides rank() or feasible()
+        is asked through them."""
+        cls = type(self)
+        return cls.rank in _TABLE_RANKS and cls.feasible is Scheduler.feasible
+
+    def _pick_on_table(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                       oracle: Oracle) -> tuple[Candidate, float] | None:
+        """feasible() then rank() in fewer passes, with the same result and the same
+        draws: every row keyed, the infeasible pushed out of reach, no cut made. The tied
+        rows come in table order as a cut's would, so the seeded draw picks the same one.
+        None where that shortcut does not hold (nothing feasible below the push, a key
+        that is not a number): the general path decides and speaks."""
+        keyed = self._table_key(request, prefill, table, oracle)
+        if keyed is None:
+            return None
+        pushed, key = keyed
+        low = pushed.min()
+        if not low < _OUT_OF_REACH:
+            return None
+        rows = np.flatnonzero(pushed == low).tolist()
+        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], float(key[rows[0]])
+
+    def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                   oracle: Oracle) -> tuple[np.ndarray, np.ndarray] | None:
+        """rank()'s key for every row of a whole table with the rows outside D_r pushed
+        out of reach, and the key as the cost is reported from (see _push); None if this
+        scheduler has no one-column key."""
+        return None
+
+    def _push(self, request: RequestInfo, table: CandidateTable, key
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """`key` with the rows outside D_r pushed by _OUT_OF_REACH through an add, not a
+        masked write (the mask is random, the add is not), and `key` itself (an add
+        turns -0.0 into 0.0: the reported cost keeps its sign)."""
+        key = np.broadcast_to(key, (len(table),))
+        return key + np.logical_not(self._fits(request, table)) * _OUT_OF_REACH, key
 
     def commit(self, request: RequestInfo, prefill: str, chosen: Candidate, oracle: Oracle,
                cost: float = 0.0) -> Decision:
@@ -321,6 +365,9 @@ class LoadAware(Scheduler):
     def rank(self, request, prefill, feasible, oracle):
         return self.pick_min(feasible, self.load_time)
 
+    def _table_key(self, request, prefill, table, oracle):
+        return self._push(request, table, self.load_time(table))
+
 
 class CacheAware(Scheduler):
     """CA: maximise the prefix hit; load breaks ties."""
@@ -356,6 +403,9 @@ class CacheLoadAware(Scheduler):
     def rank(self, request, prefill, feasible, oracle):
         return self.pick_min(feasible, lambda c: -self.score(request, c))
 
+    def _table_key(self, request, prefill, table, oracle):
+        return self._push(request, table, -self.score(request, table))
+
 
 class NetKV(Scheduler):
     """Algorithm 1: argmin of T_transfer + T_queue + T_decode over the feasible set.
@@ -380,33 +430,9 @@ class NetKV(Scheduler):
         )
         return net + self.load_time(cand)
 
-    def select(self, request, prefill, candidates, oracle):
-        if isinstance(candidates, CandidateTable) and candidates.base is None \
-                and len(candidates) >= self.SMALL:
-            self._terms = {}
-            try:
-                picked = self._pick_on_table(request, prefill, candidates, oracle)
-                if picked is not None:  # the tier's terms as just computed
-                    return self.commit(request, prefill, picked[0], oracle, picked[1])
-            finally:
-                self._terms = None
-        return super().select(request, prefill, candidates, oracle)
-
-    def _pick_on_table(self, request: RequestInfo, prefill: str, table: CandidateTable,
-                       oracle: Oracle) -> tuple[Candidate, float] | None:
-        """feasible() then rank() in fewer passes, with the same result and the same
-        draws: every row costed, the infeasible pushed out of reach, no cut made. The tied
-        rows come in table order as a cut's would, so the seeded draw picks the same one.
-        None where that shortcut does not hold (nothing feasible at a cost below the
-        push, or no load grid): the general path decides and speaks."""
+    def _table_key(self, request, prefill, table, oracle):
         costs = self._table_costs(request, prefill, table, oracle, feasible_only=True)
-        if costs is None:
-            return None
-        low = costs.min()
-        if not low < _OUT_OF_REACH:
-            return None
-        rows = np.flatnonzero(costs == low).tolist()
-        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], float(low)
+        return None if costs is None else (costs, costs)  # positive: an add keeps them
 
     def rank(self, request, prefill, feasible, oracle):
         if isinstance(feasible, CandidateTable):
@@ -488,6 +514,10 @@ class FlowKVLoadAware(Scheduler):
             self.network_time(request, prefill, c, oracle, use_inflight=False),
             self.load_time(c)))
         return best, key[0]
+
+
+# The rank() methods whose key _table_key gives for a whole table.
+_TABLE_RANKS = {LoadAware.rank, CacheLoadAware.rank, NetKV.rank}
 
 
 SCHEDULERS = {
