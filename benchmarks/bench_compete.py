@@ -38,7 +38,9 @@ def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict
         got = run_probe(network, src, dst, "compete", shards, str(size), str(n))[0]
     finally:
         spaced, lost = tracer.stop()
-    intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes)
+    # the bottleneck: the link whose bytes take longest at its rate (on a tier-3 path the
+    # core links are slower than the uplinks that carry the same bytes; ECMP may split)
+    intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes / rates[x[0]])
     return {"seconds": got["seconds"], "tcp": got.get("tcp", []), "link": intf,
             "idle": sp.idle_share(rates[intf]), "late": sp.late, "judged": sp.judged,
             "work_s": sp.sent_bytes * 8 / rates[intf], "lost": lost}
