@@ -1,0 +1,327 @@
+"""What every decode-instance scheduler shares (model/schedulers.py has them): the
+request and decision records, Algorithm 1's memory-feasibility filter, the cost terms one
+candidate or a table of them at a time, the seeded tie draw, the in-flight counter behind
+the transfer-done callback, and the one-pass pick over a whole table of candidates."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from testbed.model.candidates import Candidate, CandidateTable
+from testbed.model.cost import (
+    effective_bandwidth,
+    first_decode_time,
+    queue_delay,
+    transfer_time,
+)
+from testbed.model.inflight import InflightCounter
+from testbed.model.kv import effective_transfer_bytes
+from testbed.model.oracle import Oracle
+from testbed.model.timing import TimingModel
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    request_id: str
+    input_len: int
+    kv_bytes: float  # s_r, aggregate over TP shards
+
+
+@dataclass(frozen=True)
+class Decision:
+    decode: str | None
+    tier: int | None = None
+    effective_bytes: float = 0.0
+    hit_tokens: int = 0
+    predicted_transfer_s: float = 0.0
+    predicted_cost_s: float = 0.0
+    reason: str = "ok"
+    fault: str = ""  # why the scheduler's own choice was replaced (model/guard.py)
+
+    @property
+    def rejected(self) -> bool:
+        return self.decode is None
+
+
+@dataclass(frozen=True)
+class SchedulerContext:
+    timing: TimingModel
+    beta_max: int = 64
+    memory_reserve_bytes: float = 0.0  # m_min
+    inflight_cap: int = 16
+    seed: int = 0  # for breaking exact ties without a bias toward any instance or tier
+
+
+class Scheduler:
+    """Base: feasibility filter, decision bookkeeping, the transfer-done callback."""
+
+    name = "base"
+
+    def __init__(self, ctx: SchedulerContext):
+        self.ctx = ctx
+        self.inflight = InflightCounter(cap=ctx.inflight_cap)
+        self._rng = random.Random(ctx.seed)
+        self._tier_rows: dict[tuple[str, int], tuple[tuple, object, np.ndarray, list]] = {}
+        self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
+        self._offsets: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+
+    @property
+    def rng(self) -> random.Random:
+        """A generator seeded from the run's seed: draws repeat run to run."""
+        return self._rng
+
+    # Fewer candidates than this are ranked one at a time: arrays cost more than they
+    # save on a dozen (the packet router's decision stays in microseconds).
+    SMALL = 32
+
+    def pick_min(self, feasible: list[Candidate] | CandidateTable,
+                 key: Callable) -> tuple[Candidate, float | tuple]:
+        """argmin of `key` (a number or a tuple compared in order; given one candidate or
+        a table, it returns a number or a column) with exact ties broken by a seeded draw,
+        never by list order.
+
+        List order follows instance names, which follow the topology: breaking ties by it
+        would quietly make a topology-blind baseline prefer one tier.
+        """
+        if not isinstance(feasible, CandidateTable):
+            keys = [key(c) for c in feasible]
+            best = min(keys)
+            tied = [c for c, k in zip(feasible, keys, strict=True) if k == best]
+            chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
+            return chosen, best
+        columns = key(feasible)
+        columns = columns if isinstance(columns, tuple) else (columns,)
+        tied = None  # rows still tied, in table order (None: all of them)
+        best = []
+        for column in columns:
+            values = np.broadcast_to(column, (len(feasible),))
+            values = values if tied is None else values[tied]
+            low = values.min()
+            best.append(float(low))
+            at = np.flatnonzero(values == low)
+            tied = at if tied is None else tied[at]
+        rows = tied.tolist()
+        chosen = rows[0] if len(rows) == 1 else self._rng.choice(rows)
+        return feasible[chosen], (best[0] if len(best) == 1 else tuple(best))
+
+    # -- shared terms (one candidate, or a table of them) ------------------------------
+    def effective_bytes(self, request: RequestInfo, cand: Candidate | CandidateTable):
+        if isinstance(cand, CandidateTable) and self._terms is not None:
+            # within one decision: once for the whole set, taken by the rows of a cut
+            root, rows = cand.root()
+            hit = self._terms.get("s_eff")
+            if hit is None or hit[0] is not root:
+                hit = self._terms["s_eff"] = (root, effective_transfer_bytes(
+                    request.kv_bytes, root.hit_tokens, request.input_len))
+            return hit[1] if rows is None else hit[1][rows]
+        return effective_transfer_bytes(request.kv_bytes, cand.hit_tokens, request.input_len)
+
+    def load_time(self, cand: Candidate | CandidateTable):
+        """T_queue + T_decode (eqs. 6-7): the post-transfer wait on this instance."""
+        timing = self.ctx.timing
+        t_queue = queue_delay(
+            cand.queued, cand.batch, self.ctx.beta_max, timing.iteration_time(cand.batch)
+        )
+        return t_queue + first_decode_time(timing.iteration_time(cand.batch + 1))
+
+    def network_time(
+        self, request: RequestInfo, prefill: str, cand: Candidate | CandidateTable,
+        oracle: Oracle, use_congestion: bool = True, use_inflight: bool = True,
+    ):
+        """T_transfer (eq. 3) with B_eff (eq. 4), each factor switchable for the ablation."""
+        size = self.effective_bytes(request, cand)
+        if isinstance(cand, Candidate):
+            return self._tier_transfer_time(size, oracle.tier(prefill, cand.instance), prefill,
+                                            oracle, use_congestion, use_inflight)
+        tiers, present = self._tier_row(prefill, cand, oracle)
+        bandwidth, latency = np.ones(present[-1] + 1), np.zeros(present[-1] + 1)
+        for tier in present:  # each candidate gets its tier's terms: one gather, no masks
+            bandwidth[tier], latency[tier] = self._tier_terms(tier, prefill, oracle,
+                                                              use_congestion, use_inflight)
+        return transfer_time(size, bandwidth[tiers], latency[tiers])
+
+    def _tier_transfer_time(self, size, tier: int, prefill: str, oracle: Oracle,
+                            use_congestion: bool, use_inflight: bool):
+        return transfer_time(size, *self._tier_terms(tier, prefill, oracle, use_congestion,
+                                                     use_inflight))
+
+    def _tier_terms(self, tier: int, prefill: str, oracle: Oracle, use_congestion: bool,
+                    use_inflight: bool) -> tuple[float, float]:
+        """B_eff (eq. 4) and the latency of `tier` from `prefill`, once per decision."""
+        key = (tier, use_congestion, use_inflight)
+        terms = self._terms.get(key) if self._terms is not None else None
+        if terms is None:
+            congestion = oracle.congestion_of(tier) if use_congestion else 0.0
+            n = self.inflight.get(tier, prefill) if use_inflight else 0
+            terms = (effective_bandwidth(oracle.bandwidth(tier), congestion, n),
+                     oracle.latency(tier))
+            if self._terms is not None:
+                self._terms[key] = terms
+        return terms
+
+    def _tier_row(self, prefill: str, table: CandidateTable, oracle: Oracle
+                  ) -> tuple[np.ndarray, list[int]]:
+        """The oracle's tier from `prefill` to each candidate of `table`, and the tiers of
+        the whole set it was cut from (a superset of the table's), remembered per tier map
+        for that set (an engine passes the same names while its candidate set does not
+        change)."""
+        root, rows = table.root()
+        names = root.names
+        key = (prefill, id(names))  # the entry holds `names`, so the id stays its own
+        hit = self._tier_rows.get(key)
+        if hit is None or hit[0] is not names or hit[1] is not oracle.tier_map:
+            if len(self._tier_rows) > 4096:
+                self._tier_rows.clear()
+            on_arrays = getattr(oracle.tier_map, "row", None)  # topologies' TierMap
+            row = on_arrays(prefill, names) if on_arrays else np.array(
+                [oracle.tier(prefill, n) for n in names], dtype=np.int64)
+            present = np.flatnonzero(np.bincount(row)).tolist()  # np.unique, for 0..3
+            hit = self._tier_rows[key] = (names, oracle.tier_map, row, present)
+        return (hit[2] if rows is None else hit[2][rows]), hit[3]
+
+    def _tier_offsets(self, prefill: str, table: CandidateTable, oracle: Oracle,
+                      width: int) -> np.ndarray:
+        """_tier_row times `width`: each row's start in a (tier, `width`) grid, kept with
+        the row while the width holds."""
+        tiers, _ = self._tier_row(prefill, table, oracle)
+        hit = self._offsets.get(id(tiers))
+        if hit is None or hit[0] is not tiers or hit[1] != width:
+            if len(self._offsets) > 4096:
+                self._offsets.clear()
+            hit = self._offsets[id(tiers)] = (tiers, width, tiers * width)
+        return hit[2]
+
+    def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
+                 ) -> list[Candidate] | CandidateTable:
+        """D_r = {d | m_d >= s_eff(d) + m_min} (Algorithm 1, line 1): a table if many, a
+        list if few (see SMALL)."""
+        if isinstance(candidates, CandidateTable) and len(candidates) >= self.SMALL:
+            return candidates.where(self._fits(request, candidates))
+        reserve = self.ctx.memory_reserve_bytes
+        return [c for c in candidates
+                if c.free_memory >= self.effective_bytes(request, c) + reserve]
+
+    def _fits(self, request: RequestInfo, table: CandidateTable) -> np.ndarray:
+        """Which rows of `table` are in D_r (a mask)."""
+        reserve = self.ctx.memory_reserve_bytes
+        if table.base is not None:
+            return table.free_memory >= self.effective_bytes(request, table) + reserve
+        # s_eff is s_r wherever nothing is cached: one threshold, then the hit rows
+        fits = table.free_memory >= effective_transfer_bytes(
+            request.kv_bytes, 0, request.input_len) + reserve
+        hits = table.hit_rows
+        if len(hits):
+            fits[hits] = table.free_memory[hits] >= effective_transfer_bytes(
+                request.kv_bytes, table.hit_tokens[hits], request.input_len) + reserve
+        return fits
+
+    # -- the interface -------------------------------------------------------------
+    def select(
+        self, request: RequestInfo, prefill: str,
+        candidates: Sequence[Candidate] | CandidateTable, oracle: Oracle
+    ) -> Decision:
+        self._terms = {}  # one request, prefill, oracle, in-flight count until the end
+        try:
+            if isinstance(candidates, CandidateTable) and candidates.base is None \
+                    and len(candidates) >= self.SMALL and self._by_whole_table():
+                picked = self._pick_on_table(request, prefill, candidates, oracle)
+                if picked is not None:  # committed while this decision's terms stand
+                    return self.commit(request, prefill, picked[0], oracle, picked[1])
+            feasible = self.feasible(request, candidates)
+            if not len(feasible):
+                return Decision(None, reason="no decode instance has memory for the KV cache")
+            chosen, cost = self.rank(request, prefill, feasible, oracle)
+        finally:
+            self._terms = None
+        return self.commit(request, prefill, chosen, oracle, cost)
+
+    def _by_whole_table(self) -> bool:
+        """Whether this scheduler ranks by the one-column key it gives a whole table
+        (_table_key): a subclass, such as a plugin, that overrides rank() or feasible()
+        is asked through them."""
+        cls = type(self)
+        owner = next(c for c in cls.__mro__ if "_table_key" in vars(c))
+        return owner is not Scheduler and vars(owner).get("rank") is cls.rank \
+            and cls.feasible is Scheduler.feasible
+
+    def _pick_on_table(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                       oracle: Oracle) -> tuple[Candidate, float] | None:
+        """feasible() then rank() in fewer passes, with the same result and the same
+        draws: every row keyed, the infeasible pushed out of reach, no cut made. The tied
+        rows come in table order as a cut's would, so the seeded draw picks the same one.
+        None where that shortcut does not hold (nothing feasible below the push, a key
+        that is not a number): the general path decides and speaks."""
+        keyed = self._table_key(request, prefill, table, oracle)
+        if keyed is None:
+            return None
+        pushed, key = keyed
+        low = pushed.min()
+        if not low < OUT_OF_REACH:
+            return None
+        rows = np.flatnonzero(pushed == low).tolist()
+        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], float(key[rows[0]])
+
+    def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                   oracle: Oracle) -> tuple[np.ndarray, np.ndarray] | None:
+        """rank()'s key for every row of a whole table with the rows outside D_r pushed
+        out of reach, and the key as the cost is reported from (see _push); None if this
+        scheduler has no one-column key."""
+        return None
+
+    def _push(self, request: RequestInfo, table: CandidateTable, key
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """`key` with the rows outside D_r pushed by OUT_OF_REACH through an add, not a
+        masked write (the mask is random, the add is not), and `key` itself (an add
+        turns -0.0 into 0.0: the reported cost keeps its sign)."""
+        key = np.broadcast_to(key, (len(table),))
+        return key + np.logical_not(self._fits(request, table)) * OUT_OF_REACH, key
+
+    def commit(self, request: RequestInfo, prefill: str, chosen: Candidate, oracle: Oracle,
+               cost: float = 0.0) -> Decision:
+        """The decision for `chosen`, its transfer counted in flight (a decision taken
+        elsewhere, model/follow.py, is committed the same way)."""
+        tier = oracle.tier(prefill, chosen.instance)
+        decision = Decision(
+            decode=chosen.instance,
+            tier=tier,
+            effective_bytes=self.effective_bytes(request, chosen),
+            hit_tokens=chosen.hit_tokens,
+            predicted_transfer_s=self.network_time(request, prefill, chosen, oracle),
+            predicted_cost_s=cost,
+        )
+        self.inflight.increment(tier, prefill)  # Algorithm 1, line 14
+        return decision
+
+    def transfer_done(self, prefill: str, tier: int) -> None:
+        self.inflight.decrement(tier, prefill)
+
+    def rank(
+        self, request: RequestInfo, prefill: str, feasible: list[Candidate] | CandidateTable,
+        oracle: Oracle
+    ) -> tuple[Candidate, float]:
+        raise NotImplementedError
+
+
+class SchedulerWrapper:
+    """A scheduler around another (a guard, recorded decisions): what it does not
+    override is the inner one's, its feasibility filter, cost terms and counters, which
+    the control plane also reads."""
+
+    def __init__(self, inner: Scheduler):
+        self.inner = inner
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+
+# What an infeasible row's cost is pushed by in one table pass (finite: inf * 0 is nan):
+# no feasible cost comes near it, and anything at or above it goes the general way.
+OUT_OF_REACH = 1e300
