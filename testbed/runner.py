@@ -245,8 +245,8 @@ def _fmt(x: float, digits: int = 0) -> str:
 def _delta(row: Row, base: Row | None) -> str:
     if base is None or base is row:
         return "-"
-    a, b = row.stats["ttft_mean_ms"], base.stats["ttft_mean_ms"]
-    if math.isnan(a) or math.isnan(b) or b == 0:
+    a, b = row.stats.get("ttft_mean_ms"), base.stats.get("ttft_mean_ms")
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
         return "-"
     return f"{100 * (a - b) / b:+.1f}%"
 
@@ -268,13 +268,14 @@ def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         s = row.stats
         peers = by_point[repr(row.point)]
-        tiers = ":".join(f"{100 * s['tier_share'].get(str(t), 0.0):.0f}" for t in range(4))
+        tiers = ":".join(f"{100 * s.get('tier_share', {}).get(str(t), 0.0):.0f}" for t in range(4))
         body.append([str(row.point[k]) for k in keys] + [
             display_name(row.scheduler),
-            f"{_fmt(s['ttft_mean_ms'])}±{_fmt(s['ttft_mean_ms_std'])}",
-            _fmt(s["ttft_p50_ms"]), _fmt(s["ttft_p99_ms"]), _fmt(s["tbt_mean_ms"], 2),
-            _fmt(s["slo_attainment"], 3), _fmt(s["goodput_rps"], 2),
-            _fmt(s["transfer_mean_ms"]), tiers,
+            # a metric no seed had (nothing completed: every request rejected) is "-"
+            f"{_fmt(s.get('ttft_mean_ms'))}±{_fmt(s.get('ttft_mean_ms_std'))}",
+            _fmt(s.get("ttft_p50_ms")), _fmt(s.get("ttft_p99_ms")),
+            _fmt(s.get("tbt_mean_ms"), 2), _fmt(s.get("slo_attainment"), 3),
+            _fmt(s.get("goodput_rps"), 2), _fmt(s.get("transfer_mean_ms")), tiers,
             _delta(row, peers.get("rr")), _delta(row, peers.get("cla")),
         ] + ([_fmt(s.get("affected_ttft_mean_ms")),
               ":".join(_fmt(s.get("recovery_decisions", {}).get(k), 1)

@@ -191,3 +191,15 @@ def test_a_subclass_that_ranks_its_own_way_is_asked_even_over_a_whole_table():
     assert Last(ctx).select(req, "p", table, oracle).decode == "d99"
     assert Nowhere(ctx).select(req, "p", table, oracle).rejected
     assert CacheLoadAware(ctx)._by_whole_table() and not Last(ctx)._by_whole_table()
+
+
+def test_a_row_the_equations_refuse_matters_only_if_it_is_feasible():
+    """LA's load term refuses a negative batch; over a whole table an infeasible row with
+    one leaves the decision to the feasible rows, as a cut of the table would."""
+    names = [f"d{i}" for i in range(100)]
+    oracle = Oracle({("p", d): 2 for d in names}, {2: 50.0}, {2: 8.0})
+    table = CandidateTable(names, [1 * GB] + [200 * GB] * 99, [0] * 100, [-1] + [5] * 99,
+                           [0] * 100)
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    la = make_scheduler("la", SchedulerContext(TimingModel()))
+    assert la.select(req, "p", table, oracle).decode != "d0"

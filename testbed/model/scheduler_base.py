@@ -254,8 +254,12 @@ class Scheduler:
         draws: every row keyed, the infeasible pushed out of reach, no cut made. The tied
         rows come in table order as a cut's would, so the seeded draw picks the same one.
         None where that shortcut does not hold (nothing feasible below the push, a key
-        that is not a number): the general path decides and speaks."""
-        keyed = self._table_key(request, prefill, table, oracle)
+        that is not a number, an equation refusing a row that may not be feasible): the
+        general path decides and speaks."""
+        try:
+            keyed = self._table_key(request, prefill, table, oracle)
+        except ValueError:  # the cut-then-rank path checks only the feasible rows
+            return None
         if keyed is None:
             return None
         pushed, key = keyed
