@@ -67,7 +67,6 @@ class Scheduler:
         self._rng = random.Random(ctx.seed)
         self._tier_rows: dict[tuple[str, int], tuple[tuple, object, np.ndarray, list]] = {}
         self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
-        self._offsets: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
 
     @property
     def rng(self) -> random.Random:
@@ -182,18 +181,6 @@ class Scheduler:
             present = np.flatnonzero(np.bincount(row)).tolist()  # np.unique, for 0..3
             hit = self._tier_rows[key] = (names, oracle.tier_map, row, present)
         return (hit[2] if rows is None else hit[2][rows]), hit[3]
-
-    def _tier_offsets(self, prefill: str, table: CandidateTable, oracle: Oracle,
-                      width: int) -> np.ndarray:
-        """_tier_row times `width`: each row's start in a (tier, `width`) grid, kept with
-        the row while the width holds."""
-        tiers, _ = self._tier_row(prefill, table, oracle)
-        hit = self._offsets.get(id(tiers))
-        if hit is None or hit[0] is not tiers or hit[1] != width:
-            if len(self._offsets) > 4096:
-                self._offsets.clear()
-            hit = self._offsets[id(tiers)] = (tiers, width, tiers * width)
-        return hit[2]
 
     def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
                  ) -> list[Candidate] | CandidateTable:

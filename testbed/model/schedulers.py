@@ -169,8 +169,7 @@ class NetKV(Scheduler):
         bandwidth, latency = np.array(terms).T
         net = transfer_time(size, bandwidth, latency)
         if len(net) * len(load) <= len(key):  # one lookup in a (tier, excess, batch) grid
-            costs = (net[:, None] + load).ravel()[self._tier_offsets(prefill, root, oracle,
-                                                                     len(load)) + key]
+            costs = (net[:, None] + load).ravel()[tiers * len(load) + key]
         else:
             costs = net[tiers] + load[key]
         reserve = self.ctx.memory_reserve_bytes
