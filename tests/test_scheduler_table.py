@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import (
+    OUT_OF_REACH,
     SCHEDULERS,
     Candidate,
     CandidateTable,
@@ -106,12 +107,16 @@ def test_a_cut_table_on_a_fabric_tier_map_ranks_as_one_candidate_at_a_time(seed)
         by_table.transfer_done(src, decision.tier)
 
 
-@settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 10**6), long_queues=st.booleans())
-def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, long_queues):
+@settings(max_examples=16, deadline=None)
+@given(seed=st.integers(0, 10**6), long_queues=st.booleans(),
+       hits=st.sampled_from(["none", "one length", "two lengths"]))
+def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, long_queues,
+                                                                         hits):
     """Thousands of candidates read their load from a (tier, excess, batch) grid; every
     cost is still the number the equations give one candidate (short queues: one grid
-    lookup; long ones grow the grid past the table and take two)."""
+    lookup; long ones grow the grid past the table and take two; one cached-prefix
+    length: hit rows read a second grid), and with feasibility folded in, every row
+    outside D_r (by its own s_eff: some fit only thanks to their hit) is out of reach."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(5000)]
     oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
@@ -120,11 +125,15 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     length = rng.randint(512, 65536)
     req = RequestInfo("r", length, length * 327680.0)
     queues = [0, 1, 5, 12, 300] if long_queues else [0, 1, 5, 12]
-    table = CandidateTable(names, [rng.choice([30, 200]) * GB for _ in names],
+    lengths = {"none": [0], "one length": [0, 0, 0, length // 32 * 16],
+               "two lengths": [0, 0, 0, 512, length // 16 * 16]}[hits]
+    reserve = 2 * GB  # memory near the request's own size: rows that fit only with a hit
+    free = [30 * GB, 200 * GB, req.kv_bytes * 0.75 + reserve, req.kv_bytes * 0.3 + reserve]
+    table = CandidateTable(names, [rng.choice(free) for _ in names],
                            [rng.choice(queues) for _ in names],
                            [rng.randint(0, 64) for _ in names],
-                           [rng.choice([0, 0, 0, 512, length // 16 * 16]) for _ in names])
-    ctx = SchedulerContext(TimingModel(), seed=seed)
+                           [rng.choice(lengths) for _ in names])
+    ctx = SchedulerContext(TimingModel(), seed=seed, memory_reserve_bytes=reserve)
     sched, alone = make_scheduler("netkv-full", ctx), make_scheduler("netkv-full", ctx)
     for _ in range(rng.randint(0, 5)):
         tier = rng.choice([1, 2, 3])
@@ -132,7 +141,15 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
         alone.inflight.increment(tier, "p")
     sched._terms = {}  # as within one select()
     costs = sched._table_costs(req, "p", table, oracle)
-    assert costs.tolist() == [alone.cost(req, "p", c, oracle) for c in table]
+    one_by_one = [alone.cost(req, "p", c, oracle) for c in table]
+    assert costs.tolist() == one_by_one
+    pushed = sched._table_costs(req, "p", table, oracle, feasible_only=True)
+    fits = [bool(alone.feasible(req, [c])) for c in table]
+    assert 0 < sum(fits) < len(fits)
+    assert [p for p, ok in zip(pushed.tolist(), fits, strict=True) if ok] == \
+        [c for c, ok in zip(one_by_one, fits, strict=True) if ok]
+    assert all(p >= OUT_OF_REACH for p, ok in zip(pushed.tolist(), fits, strict=True)
+               if not ok)
     # a batch outside [0, beta_max] is left to the equations (and their checks)
     odd = CandidateTable(names[:40], [30 * GB] * 40, [0] * 40, [65] + [1] * 39, [0] * 40)
     assert sched._table_costs(req, "p", odd, oracle) is None
