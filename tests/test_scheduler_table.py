@@ -115,7 +115,7 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     """Thousands of candidates read their load from a (tier, excess, batch) grid; every
     cost is still the number the equations give one candidate (short queues: one grid
     lookup; long ones grow the grid past the table and take two; one cached-prefix
-    length: hit rows read a second grid), and with feasibility folded in, every row
+    length: costed once per tier), and with feasibility folded in, every row
     outside D_r (by its own s_eff: some fit only thanks to their hit) is out of reach."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(5000)]
