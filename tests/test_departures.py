@@ -59,6 +59,22 @@ def test_a_departure_more_than_a_frame_late_with_a_queue_counts_and_one_within_d
     assert 1.1 < got.p99_late_frames < 1.3
 
 
+def test_packets_sent_ahead_of_the_wire_do_not_make_the_next_one_late():
+    # HTB lets a frame of burst and another class's ACK leave at once; the packet after
+    # them leaves when the wire would have sent all three: on time, although it follows
+    # the ACK by two frame times
+    ack = 66
+    lines = []
+    for k, length in enumerate([WIRE_FRAME, WIRE_FRAME, ack, WIRE_FRAME, WIRE_FRAME]):
+        lines += [_queue(0.0, f"p{k}", length=length), _enq(0.0, f"p{k}")]
+    wire = (2 * WIRE_FRAME + ack) * 8 / RATE
+    lines += [_deq(0.0, "p0"), _deq(0.0, "p1"), _deq(0.0, "p2"), _deq(wire, "p3"),
+              _deq(wire + 2.5 * FRAME, "p4")]  # the wire idle 1.5 frames: late
+    got = spacing(lines, LINKS)["tor0-eth5"]
+    assert (got.judged, got.late) == (4, 1)
+    assert 1.4 < got.p99_late_frames < 1.6
+
+
 def test_an_idle_gap_after_the_queue_emptied_is_the_traffics_not_judged():
     lines = [_queue(0.0, "a"), _enq(0.0, "a"), _deq(0.0, "a"),
              _queue(0.5, "b"), _enq(0.5, "b"), _deq(0.5, "b")]

@@ -19,9 +19,10 @@ time-dilation factor.
 
 Each packet is judged too, where the kernel's tracepoints can be read
 (testbed.datapath.departures): every departure a switch egress made while its queue held
-packets must follow the previous one by that packet's transmission time; one more than a
-frame's time later is *late*, and a link whose late share exceeds MAX_LATE_SHARE (over at
-least MIN_DEPARTURES judged departures) was held idle by the machine. The backlog test
+packets must leave by the time the emulated wire has sent all before it (size / rate
+each); one more than a frame's time later is *late*, and a link whose late share exceeds
+MAX_LATE_SHARE (over at least MIN_DEPARTURES judged departures) was held idle by the
+machine. The backlog test
 asks whether a link kept its rate over an interval; this one whether it kept it packet by
 packet.
 
@@ -214,7 +215,7 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
         name, worst = max(late.values(), key=lambda x: x[1].late_share)
         reasons.append(f"{len(late)} link(s) sent late while queued (worst {name}: "
                        f"{worst.late_share:.1%} of {worst.judged} departures more than a frame "
-                       "time after the previous packet's)")
+                       "time behind the wire)")
     for lk in overruled:
         sp = spaced[lk.interface][1]
         warnings.append(f"{lk.link} at {lk.ratio:.1%} of its rate by the backlog samples, but "
@@ -252,8 +253,9 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
                             if backlog_hz else "a backlog of half a queue at the interval's "
                             "end (snapshot)"),
         "backlog_hz": backlog_hz,
-        "departure_test": (f"departures while queued, late by more than a frame time; at most "
-                           f"{MAX_LATE_SHARE:.0%} late over >= {MIN_DEPARTURES} judged"
+        "departure_test": (f"departures while queued, more than a frame time behind the "
+                           f"wire; at most {MAX_LATE_SHARE:.0%} late over >= "
+                           f"{MIN_DEPARTURES} judged"
                            if departures is not None else None),
         "departure_error": departure_error,
         "departures_lost": departures_lost,
