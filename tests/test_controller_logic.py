@@ -333,16 +333,16 @@ def test_a_backlog_that_stood_half_the_interval_tests_the_link_and_a_brief_one_d
 def test_a_qdisc_reply_is_parsed_for_its_backlog():
     import struct
 
-    from testbed.datapath import backlog
+    from testbed.datapath import backlog, rtnl
 
     queue = struct.pack("=IIIII", 7, 10598, 2, 0, 9)  # qlen, backlog, drops, requeues, over
-    inner = struct.pack("=HH", 4 + len(queue), backlog.TCA_STATS_QUEUE) + queue
+    inner = struct.pack("=HH", 4 + len(queue), rtnl.TCA_STATS_QUEUE) + queue
     basic = struct.pack("=HH", 4 + 16, 1) + bytes(16)  # TCA_STATS_BASIC, skipped
-    stats2 = struct.pack("=HH", 4 + len(basic) + len(inner), backlog.TCA_STATS2 | 0x8000)
+    stats2 = struct.pack("=HH", 4 + len(basic) + len(inner), rtnl.TCA_STATS2 | 0x8000)
     kind = struct.pack("=HH", 8, 1) + b"htb\0"
-    body = struct.pack("=BxxxiIII", 0, 42, 0x10000, backlog.TC_H_ROOT, 1) + kind + stats2 \
+    body = struct.pack("=BxxxiIII", 0, 42, 0x10000, rtnl.TC_H_ROOT, 1) + kind + stats2 \
         + basic + inner
-    msg = struct.pack("=IHHII", 16 + len(body), backlog.RTM_NEWQDISC, 0, 1, 0) + body
-    error = struct.pack("=IHHII", 36, backlog.NLMSG_ERROR, 0, 2, 0) + bytes(20)
+    msg = struct.pack("=IHHII", 16 + len(body), rtnl.RTM_NEWQDISC, 0, 1, 0) + body
+    error = struct.pack("=IHHII", 36, rtnl.NLMSG_ERROR, 0, 2, 0) + bytes(20)
     assert backlog.parse_queue(msg + error) == {42: (10598, 7)}
     assert backlog._count(msg + error) == 2

@@ -11,62 +11,29 @@ speaks that one request itself; everything that configures tc stays in tc.py.
 from __future__ import annotations
 
 import socket
-import struct
 
+from testbed.datapath.rtnl import (
+    NETLINK_ROUTE,
+    NLM_F_ECHO,
+    NLMSG_ERROR,
+    RTM_GETQDISC,
+    RTM_NEWQDISC,
+    TC_H_ROOT,
+    messages,
+    tc_request,
+    tc_stats,
+)
 from testbed.datapath.tc import ifindexes, per_namespace
-
-NETLINK_ROUTE = 0
-RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLM_F_REQUEST = 0x1
-NLM_F_ECHO = 0x8  # a tc get answers the asker only when asked to echo
-NLMSG_ERROR = 2
-TC_H_ROOT = 0xFFFFFFFF
-TCA_STATS2 = 7
-TCA_STATS_QUEUE = 3
-_NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
-_NLA = struct.Struct("=HH")  # len, type
-_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
-
-
-def _align(n: int) -> int:
-    return (n + 3) & ~3
-
-
-def _attrs(data: bytes, start: int, end: int):
-    while start + 4 <= end:
-        length, kind = _NLA.unpack_from(data, start)
-        if length < 4:
-            return
-        yield kind & 0x7FFF, start + 4, start + length
-        start += _align(length)
-
-
-def _messages(data: bytes):
-    """(type, start, end) of each netlink message in one buffer."""
-    pos = 0
-    while pos + _NLMSG.size <= len(data):
-        length, kind, _, _, _ = _NLMSG.unpack_from(data, pos)
-        if length < _NLMSG.size:
-            return
-        yield kind, pos, pos + length
-        pos += _align(length)
 
 
 def parse_queue(data: bytes) -> dict[int, tuple[int, int]]:
     """RTM_NEWQDISC replies in one buffer -> ifindex -> (backlog bytes, qlen packets)."""
     out: dict[int, tuple[int, int]] = {}
-    for kind, start, end in _messages(data):
-        if kind != RTM_NEWQDISC:
-            continue
-        _, ifindex, _, _, _ = _TCMSG.unpack_from(data, start + _NLMSG.size)
-        for a, lo, hi in _attrs(data, start + _NLMSG.size + _TCMSG.size, end):
-            if a != TCA_STATS2:
-                continue
-            for b, qlo, qhi in _attrs(data, lo, hi):
-                if b == TCA_STATS_QUEUE and qhi - qlo >= _QUEUE.size:
-                    qlen, backlog, _, _, _ = _QUEUE.unpack_from(data, qlo)
-                    out[ifindex] = (backlog, qlen)
+    for kind, start, end in messages(data):
+        if kind == RTM_NEWQDISC:
+            ifindex, _, _, queue = tc_stats(data, start, end)
+            if queue is not None:
+                out[ifindex] = (queue[1], queue[0])
     return out
 
 
@@ -77,7 +44,7 @@ class BacklogReader:
 
     def __init__(self, ifnames: list[str], netns: dict[str, str] | None = None) -> None:
         self._socks: list[tuple[socket.socket, dict[int, str]]] = per_namespace(
-            ifnames, netns, lambda _ipr, names: _open(names))
+            ifnames, netns, lambda _ipr, names: _open(names), rtnl=False)
         self._seq = 0
 
     def read(self, ifnames: list[str] | None = None) -> dict[str, tuple[int, int]]:
@@ -92,9 +59,7 @@ class BacklogReader:
             batch = bytearray()
             for ifindex in asked:
                 self._seq += 1
-                batch += _NLMSG.pack(_NLMSG.size + _TCMSG.size, RTM_GETQDISC,
-                                     NLM_F_REQUEST | NLM_F_ECHO, self._seq, 0)
-                batch += _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, TC_H_ROOT, 0)
+                batch += tc_request(RTM_GETQDISC, NLM_F_ECHO, self._seq, ifindex, TC_H_ROOT)
             sock.send(bytes(batch))
             answers = 0
             while answers < len(asked):
@@ -113,7 +78,7 @@ class BacklogReader:
 
 def _count(data: bytes) -> int:
     """Replies (qdiscs or errors) in one buffer."""
-    return sum(kind in (RTM_NEWQDISC, NLMSG_ERROR) for kind, _, _ in _messages(data))
+    return sum(kind in (RTM_NEWQDISC, NLMSG_ERROR) for kind, _, _ in messages(data))
 
 
 def _open(names: list[str]) -> tuple[socket.socket, dict[int, str]]:

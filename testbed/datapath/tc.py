@@ -30,6 +30,7 @@ from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from testbed.datapath.classes import COUNTERS, Counters, read_classes
 from testbed.model.tcp import WIRE_FRAME
 from testbed.topologies.traffic_classes import (
     CLASSES,
@@ -84,23 +85,28 @@ def enter_namespace(netns: str) -> None:
         os.close(fd)
 
 
-def in_namespace(netns: str | None, fn):
-    """Run fn(ipr) with a netlink socket in the namespace at path `netns` (or here).
+def in_namespace(netns: str | None, fn, rtnl: bool = True):
+    """Run fn(ipr) with a netlink socket in the namespace at path `netns` (or here);
+    `rtnl=False`: fn(None), for a caller that opens its own sockets there.
 
     Not pyroute2's NetNS: it forks a helper, and a forked copy of the orchestrator that
     gets a signal runs the orchestrator's teardown. Instead a short-lived thread enters
     the namespace with setns(2), which moves only that thread, and opens the socket there.
     """
-    if netns is None:
+    def call():
+        if not rtnl:
+            return fn(None)
         with netlink() as ipr:
             return fn(ipr)
+
+    if netns is None:
+        return call()
     box: dict = {}
 
     def target() -> None:
         try:
             enter_namespace(netns)
-            with netlink() as ipr:
-                box["value"] = fn(ipr)
+            box["value"] = call()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = exc
 
@@ -175,8 +181,8 @@ def _tos_key(dscp: int) -> str:
 LINK = "link"  # the root class 1:1: the whole link, for saturation checks
 
 
-def _read_classes(ipr, idx: int, include_link: bool = False, levels: bool = False
-                  ) -> dict[str, dict[str, int]]:
+def _by_name(raw: dict[int, Counters], include_link: bool = False, levels: bool = False
+             ) -> dict[str, dict[str, int]]:
     """Counters per class name; with priority levels, "kv" is the sum of its level leaves
     (the inner class keeps no queue of its own) and, if asked, each leaf as "kv.<k>"."""
     by_minor = {c.classid_minor: c.name for c in CLASSES}
@@ -184,20 +190,10 @@ def _read_classes(ipr, idx: int, include_link: bool = False, levels: bool = Fals
     if include_link:
         by_minor[PARENT & 0xFFFF] = LINK
     out: dict[str, dict[str, int]] = {}
-    for cls in ipr.get_classes(index=idx):
-        name = by_minor.get(cls["handle"] & 0xFFFF)
-        stats = cls.get_attr("TCA_STATS2")
-        if name is None or stats is None:
-            continue
-        basic = stats.get_attr("TCA_STATS_BASIC") or {}
-        queue = stats.get_attr("TCA_STATS_QUEUE") or {}
-        out[name] = {
-            "bytes": int(basic.get("bytes", 0)),
-            "packets": int(basic.get("packets", 0)),
-            "drops": int(queue.get("drops", 0)),
-            "overlimits": int(queue.get("overlimits", 0)),
-            "backlog": int(queue.get("backlog", 0)),
-        }
+    for handle, values in raw.items():
+        name = by_minor.get(handle & 0xFFFF)
+        if name is not None:
+            out[name] = dict(zip(COUNTERS, values, strict=True))
     leaves = [name for name in out if name.startswith(f"{KV.name}.")]
     if leaves:
         out[KV.name] = {key: sum(out[leaf][key] for leaf in leaves) for key in COUNTERS}
@@ -207,7 +203,6 @@ def _read_classes(ipr, idx: int, include_link: bool = False, levels: bool = Fals
     return out
 
 
-COUNTERS = ("bytes", "packets", "drops", "overlimits", "backlog")
 
 
 def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = False,
@@ -219,20 +214,21 @@ def all_counters(ifnames: list[str], include_link: bool = False, levels: bool = 
     socket per namespace.
     """
     out = {}
-    for got in per_namespace(ifnames, netns, lambda ipr, names: _counters(
-            ipr, names, include_link, levels)):
+    for got in per_namespace(ifnames, netns, lambda _ipr, names: _counters(
+            names, include_link, levels), rtnl=False):
         out.update(got)
     return out
 
 
-def per_namespace(ifnames: list[str], netns: dict[str, str] | None, fn) -> list:
+def per_namespace(ifnames: list[str], netns: dict[str, str] | None, fn,
+                  rtnl: bool = True) -> list:
     """fn(ipr, names) once per namespace the interfaces live in (`netns`: interface ->
     namespace path; the root namespace for the rest); a namespace that does not exist
     (yet, or any more) is skipped, as a missing interface is."""
     groups: dict[str | None, list[str]] = {}
     for name in ifnames:
         groups.setdefault((netns or {}).get(name), []).append(name)
-    return [in_namespace(path, lambda ipr, names=names: fn(ipr, names))
+    return [in_namespace(path, lambda ipr, names=names: fn(ipr, names), rtnl)
             for path, names in groups.items() if path is None or os.path.exists(path)]
 
 
@@ -246,10 +242,9 @@ def ifindexes(ifnames: list[str]) -> dict[str, int]:
     return out
 
 
-def _counters(ipr, ifnames: list[str], include_link: bool, levels: bool) -> dict:
-    index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-    return {name: _read_classes(ipr, index[name], include_link, levels)
-            for name in ifnames if name in index}
+def _counters(ifnames: list[str], include_link: bool, levels: bool) -> dict:
+    return {name: _by_name(raw, include_link, levels)
+            for name, raw in read_classes(ifindexes(ifnames)).items()}
 
 
 def serve_counters(lines, write) -> None:

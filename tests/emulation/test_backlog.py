@@ -126,3 +126,34 @@ def test_a_trace_left_by_a_killed_run_dies_with_it_and_clean_removes_its_instanc
     cleanup.remove(cleanup.Leftovers(traces=left))
     assert not os.path.exists(instance)
     assert instance not in map(str, cleanup.find_leftovers().traces)
+
+
+def test_class_counters_read_over_raw_netlink_are_pyroute2s(shaped_link):
+    # the raw class dump the poller and the monitor use, against pyroute2 decoding the
+    # same classes, once the link is quiet (every counter still)
+    ns, dev = shaped_link
+    _send(ns, 2 * RATE, 1.0).wait(timeout=10)
+    time.sleep(1.0)  # drained: at most a 16-packet queue at 2 Mbit/s
+
+    def pyroute2_view(ipr):
+        index = ipr.link_lookup(ifname=dev)[0]
+        out = {}
+        for cls in ipr.get_classes(index=index):
+            stats = cls.get_attr("TCA_STATS2")
+            basic = stats.get_attr("TCA_STATS_BASIC")
+            queue = stats.get_attr("TCA_STATS_QUEUE")
+            out[cls["handle"]] = (basic["bytes"], basic["packets"], queue["drops"],
+                                  queue["overlimits"], queue["backlog"])
+        return out
+
+    netns = {dev: f"/run/netns/{ns}"}
+    want = tc.in_namespace(netns[dev], pyroute2_view)
+    got = tc.all_counters([dev, "no-such-port"], include_link=True, netns=netns)
+    assert set(got) == {dev}  # a missing port is left out
+    names = {0x10001: "link", 0x10010: "control", 0x10020: "kv", 0x10030: "background"}
+    assert {names[h]: v for h, v in want.items() if h in names} == {
+        name: tuple(c.values()) for name, c in got[dev].items()}
+    # the paced UDP is best effort: twice the rate for a second through the background
+    # class, so its queue overflowed
+    assert got[dev]["background"]["bytes"] > 0.8 * RATE / 8
+    assert got[dev]["background"]["drops"] > 0 and got[dev]["link"]["bytes"] > 0
