@@ -59,6 +59,23 @@ def main() -> None:
               f"({raw / args.ports * 1e6:.1f} us per port); at 100 Hz {100 * raw:.1%} of a core")
         print(f"  pyroute2 get_qdiscs dump: {slow * 1e3:.3f} ms; at 100 Hz "
               f"{100 * slow:.0%} of a core; ratio {slow / raw:.0f}x")
+        # the class counters the controller's poller and the monitor read every interval
+        netns = {n: path for n in names}
+        few = max(5, args.reads // 20)
+        classes = cpu_per_call(lambda: tc.all_counters(names, include_link=True, netns=netns),
+                               few)
+
+        def by_pyroute2(ipr: IPRoute) -> float:
+            def once() -> None:
+                index = {lk.get_attr("IFLA_IFNAME"): lk["index"] for lk in ipr.get_links()}
+                for name in names:
+                    ipr.get_classes(index=index[name])
+            return cpu_per_call(once, few)
+
+        old = tc.in_namespace(path, by_pyroute2)
+        print("CPU per read of every port's class counters (bytes, packets, drops, ...):")
+        print(f"  raw netlink (classes.py): {classes * 1e3:.2f} ms; pyroute2 get_links + "
+              f"get_classes: {old * 1e3:.1f} ms; ratio {old / classes:.0f}x")
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
