@@ -10,18 +10,20 @@ import pytest
 from testbed.emulation import fidelity, threads
 
 
-def _write_thread(proc, pid, tid, comm, utime, stime):
+def _write_thread(proc, pid, tid, comm, utime, stime, waited_ns=None):
     task = proc / str(pid) / "task" / str(tid)
     task.mkdir(parents=True, exist_ok=True)
     rest = " ".join(["S"] + ["0"] * 10 + [str(utime), str(stime)] + ["0"] * 20)
     (task / "stat").write_text(f"{tid} ({comm}) {rest}\n")
+    if waited_ns is not None:  # run time, run-queue wait, timeslices
+        (task / "schedstat").write_text(f"123 {waited_ns} 4\n")
 
 
-def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks):
+def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks, main_waited_ns=0):
     proc = tmp_path / "proc"
     (proc / "700").mkdir(parents=True, exist_ok=True)
     (proc / "700" / "comm").write_text("ovs-vswitchd\n")
-    _write_thread(proc, 700, 700, "ovs-vswitchd", main_ticks, 0)
+    _write_thread(proc, 700, 700, "ovs-vswitchd", main_ticks, 0, main_waited_ns)
     _write_thread(proc, 700, 703, "pmd-c01/id:9", pmd_ticks, 0)
     _write_thread(proc, 700, 704, "handler3", 1, 1)
     (proc / "900").mkdir(exist_ok=True)
@@ -54,6 +56,33 @@ def test_sampler_finds_the_datapath_and_the_workers_and_gives_shares(tmp_path):
     assert abs(by_role[("ovs-vswitchd", "pmd")] - 0.25) < 0.02
     assert abs(by_role[("decode-1", "worker")] - 0.5) < 0.02
     assert by_role[("ovs-vswitchd", "handler")] == 0.0
+
+
+def test_the_time_a_datapath_thread_waited_for_a_core_is_sampled_and_summed_up(tmp_path):
+    proc = _fake_proc(tmp_path, 0, 0, 0, main_waited_ns=10**9)
+    sampler = threads.ThreadSampler(lambda: {"decode-1": 900}, proc=proc)
+    sampler.sample(0.0)
+    _fake_proc(tmp_path, 50, 0, 0, main_waited_ns=10**9 + 2 * 10**8)  # 0.2 s in 1 s
+    sampler.sample(1.0)
+    _fake_proc(tmp_path, 100, 0, 0, main_waited_ns=10**9 + 6 * 10**8)  # 0.4 s in 1 s
+    sampler.sample(1.0)
+    (got,), (later,) = ([share for (_, _, role, _), share in w.items() if role == "main"]
+                        for w in sampler.waits)
+    assert got == pytest.approx(0.2) and later == pytest.approx(0.4)
+    # no schedstat (the pmd, a kernel without it) and workers: no figure, not a zero
+    assert not any(role in ("pmd", "worker") for w in sampler.waits for (_, _, role, _) in w)
+    loads = fidelity.thread_loads(sampler.samples, [True, True], sampler.waits)
+    by_role = {t.role: t for t in loads}
+    assert by_role["main"].wait_median == pytest.approx(0.3)
+    assert by_role["pmd"].wait_median is None and by_role["worker"].wait_median is None
+    assert fidelity._thread_doc(by_role["main"])["wait_median"] == pytest.approx(0.3)
+
+
+def test_this_kernel_says_how_long_a_thread_waited_for_a_core():
+    task = f"/proc/self/task/{threading.get_native_id()}"
+    if not os.path.exists(f"{task}/schedstat"):
+        pytest.skip("this kernel has no schedstat (CONFIG_SCHED_INFO off)")
+    assert isinstance(threads.read_waited(threads.Path(task)), int)
 
 
 def test_a_busy_thread_of_this_process_is_seen_in_the_real_proc():

@@ -90,6 +90,7 @@ class ThreadLoad:
     role: str  # main | pmd | handler | revalidator | other | worker
     median: float  # share of one core over the loaded intervals
     p95: float
+    wait_median: float | None = None  # share of those intervals it waited for a core
 
     @property
     def datapath(self) -> bool:
@@ -100,17 +101,22 @@ class ThreadLoad:
         return self.median >= THREAD_SATURATED
 
 
-def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool]) -> list[ThreadLoad]:
+def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool],
+                 waits: list[dict[tuple, float]] | None = None) -> list[ThreadLoad]:
     """Per thread, its busy share over the loaded intervals (all when none was loaded);
     busiest first (by median, then p95). `samples[i]` maps (process, comm, role, tid)
-    -> share in interval i."""
-    use = [s for s, hot in zip(samples, loaded, strict=True) if hot] or samples
+    -> share in interval i; `waits[i]` the same keys -> share it waited for a core."""
+    hot = [i for i, h in enumerate(loaded) if h] or list(range(len(samples)))
     per: dict[tuple, list[float]] = {}
-    for sample in use:
-        for key, share in sample.items():
+    waited: dict[tuple, list[float]] = {}
+    for i in hot:
+        for key, share in samples[i].items():
             per.setdefault(key, []).append(share)
-    loads = [ThreadLoad(proc, comm, role, statistics.median(xs), _p95(xs))
-             for (proc, comm, role, _), xs in per.items()]
+        for key, share in (waits[i] if waits else {}).items():
+            waited.setdefault(key, []).append(share)
+    loads = [ThreadLoad(key[0], key[1], key[2], statistics.median(xs), _p95(xs),
+                        statistics.median(waited[key]) if key in waited else None)
+             for key, xs in per.items()]
     return sorted(loads, key=lambda t: (-t.median, -t.p95))
 
 
@@ -300,7 +306,8 @@ def _thread_doc(t: ThreadLoad | None) -> dict | None:
     if t is None:
         return None
     return {"process": t.process, "thread": t.thread, "role": t.role,
-            "busy_median": round(t.median, 4), "busy_p95": round(t.p95, 4)}
+            "busy_median": round(t.median, 4), "busy_p95": round(t.p95, 4),
+            "wait_median": None if t.wait_median is None else round(t.wait_median, 4)}
 
 
 def _p95(xs: list[float]) -> float:
@@ -471,8 +478,8 @@ class FidelityMonitor:
             links.append(LinkFidelity(intf, self._link_name(intf), link.rate_bps,
                                       statistics.median(b for _, b, _ in samples), len(samples),
                                       statistics.median(shares) if shares else None))
-        samples = self._threads.samples if self._threads is not None else []
-        return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded),
+        samples, waits = (self._threads.samples, self._threads.waits) if self._threads else ([], [])
+        return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded, waits),
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
                        departure_error=self._trace_error)

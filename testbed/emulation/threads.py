@@ -24,6 +24,7 @@ class ThreadTimes:
     comm: str  # the kernel's thread name (pmd-c02/id:9, handler3, ...)
     role: str  # main | pmd | handler | revalidator | other (datapath); worker (a process)
     ticks: int  # user + system CPU ticks so far
+    waited_ns: int | None = None  # time runnable but waiting for a core (schedstat)
 
 
 def parse_stat(text: str) -> tuple[str, int]:
@@ -93,12 +94,37 @@ def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[
         except OSError:
             continue
         for tid in tids:
+            task = proc / str(pid) / "task" / str(tid)
             try:
-                comm, ticks = parse_stat((proc / str(pid) / "task" / str(tid) / "stat")
-                                         .read_text())
+                comm, ticks = parse_stat((task / "stat").read_text())
             except (OSError, IndexError, ValueError):
                 continue
-            out.append(ThreadTimes(label, tid, comm, datapath_role(comm, tid == pid), ticks))
+            out.append(ThreadTimes(label, tid, comm, datapath_role(comm, tid == pid), ticks,
+                                   read_waited(task)))
+    return out
+
+
+def read_waited(task: Path) -> int | None:
+    """ns the thread spent runnable on a run queue but not running (the second field of
+    schedstat; a kernel without CONFIG_SCHED_INFO has no such file). A datapath thread
+    kept from a core delays packets before they reach any queue, where the departure
+    test cannot see it; this shows it directly, whatever the machine's busy share."""
+    try:
+        return int((task / "schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def waits(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
+    """(process, comm, role, tid) -> share of the interval the thread waited for a core
+    (datapath threads only: a worker's pushes live in threads shorter than an interval,
+    whose waits would be lost with them)."""
+    before = {(t.process, t.tid): t.waited_ns for t in prev}
+    out = {}
+    for t in cur:
+        got = before.get((t.process, t.tid))
+        if got is not None and t.waited_ns is not None and dt > 0:
+            out[(t.process, t.comm, t.role, t.tid)] = max(0.0, (t.waited_ns - got) / 1e9 / dt)
     return out
 
 
@@ -122,6 +148,7 @@ class ThreadSampler:
         self.proc = proc
         self._prev: list[ThreadTimes] = []
         self.samples: list[dict[tuple, float]] = []
+        self.waits: list[dict[tuple, float]] = []  # beside each sample
 
     def _processes(self) -> dict[str, int]:
         found = {}
@@ -135,7 +162,8 @@ class ThreadSampler:
     def sample(self, dt: float) -> dict[tuple, float]:
         cur = read_threads(self._processes(), self.proc)
         got = shares(self._prev, cur, dt) if self._prev else {}
-        self._prev = cur
         if got:
             self.samples.append(got)
+            self.waits.append(waits(self._prev, cur, dt))
+        self._prev = cur
         return got
