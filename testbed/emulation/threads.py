@@ -119,23 +119,25 @@ def waits(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tu
     """(process, comm, role, tid) -> share of the interval the thread waited for a core
     (datapath threads only: a worker's pushes live in threads shorter than an interval,
     whose waits would be lost with them)."""
-    before = {(t.process, t.tid): t.waited_ns for t in prev}
-    out = {}
-    for t in cur:
-        got = before.get((t.process, t.tid))
-        if got is not None and t.waited_ns is not None and dt > 0:
-            out[(t.process, t.comm, t.role, t.tid)] = max(0.0, (t.waited_ns - got) / 1e9 / dt)
-    return out
+    return _per_interval(prev, cur, dt,
+                         lambda t: None if t.waited_ns is None else t.waited_ns / 1e9)
 
 
 def shares(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
     """(process, comm, role, tid) -> share of one core busy over the interval."""
-    before = {(t.process, t.tid): t.ticks for t in prev}
+    return _per_interval(prev, cur, dt, lambda t: t.ticks / TICKS_PER_S)
+
+
+def _per_interval(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float,
+                  seconds) -> dict[tuple, float]:
+    """A cumulative per-thread time (`seconds(t)`, None where unknown) as its share of the
+    interval dt, for the threads read both times."""
+    before = {(t.process, t.tid): seconds(t) for t in prev}
     out = {}
     for t in cur:
-        got = before.get((t.process, t.tid))
-        if got is not None and dt > 0:
-            out[(t.process, t.comm, t.role, t.tid)] = max(0.0, (t.ticks - got) / TICKS_PER_S / dt)
+        got, now = before.get((t.process, t.tid)), seconds(t)
+        if got is not None and now is not None and dt > 0:
+            out[(t.process, t.comm, t.role, t.tid)] = max(0.0, (now - got) / dt)
     return out
 
 
