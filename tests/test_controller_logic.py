@@ -15,7 +15,7 @@ from testbed.controller import telemetry
 from testbed.controller.oracle_server import make_server
 from testbed.controller.state import ControllerState
 from testbed.datapath import tc
-from testbed.emulation import cleanup, fidelity
+from testbed.emulation import cleanup, judge
 from testbed.topologies import routing
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.fattree import FatTreeSpec
@@ -137,21 +137,21 @@ def test_priority_levels_have_their_own_code_points_and_leaves():
 
 
 def test_fidelity_verdicts():
-    ok = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
-    slow = fidelity.LinkFidelity("b", "agg0>core0", 5e6, 3e6, 6)
-    brief = fidelity.LinkFidelity("c", "x>y", 5e6, 1e6, 1)  # not saturated long enough
-    good = fidelity.verdict([ok, brief], [0.3, 0.5, 0.6])
+    ok = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
+    slow = judge.LinkFidelity("b", "agg0>core0", 5e6, 3e6, 6)
+    brief = judge.LinkFidelity("c", "x>y", 5e6, 1e6, 1)  # not saturated long enough
+    good = judge.verdict([ok, brief], [0.3, 0.5, 0.6])
     assert good["verdict"] == "faithful" and good["links_checked"] == 1
-    bad = fidelity.verdict([ok, slow], [0.3, 0.5])
+    bad = judge.verdict([ok, slow], [0.3, 0.5])
     assert bad["verdict"] == "unfaithful" and "agg0>core0: 60.0%" in bad["reasons"][0]
-    cpu = fidelity.verdict([ok], [0.9] * 20)
+    cpu = judge.verdict([ok], [0.9] * 20)
     assert cpu["verdict"] == "unfaithful" and cpu["cpu_bound"]
-    assert fidelity.cpu_busy_fraction((100, 200), (150, 300)) == 0.5
-    assert fidelity.saturated({"kv": {"drops": 3, "backlog": 3000}}, {"kv": {"drops": 1}}, 1e5)
+    assert judge.cpu_busy_fraction((100, 200), (150, 300)) == 0.5
+    assert judge.saturated({"kv": {"drops": 3, "backlog": 3000}}, {"kv": {"drops": 1}}, 1e5)
     # a burst that overflowed a shallow queue, which then drained: not saturation
-    assert not fidelity.saturated({"kv": {"drops": 3, "backlog": 0}}, {"kv": {"drops": 1}}, 1e5)
-    assert fidelity.saturated({"kv": {"drops": 0, "backlog": 60000}}, {}, 1e5)
-    assert not fidelity.saturated({"kv": {"drops": 0, "backlog": 1500}}, {}, 1e5)
+    assert not judge.saturated({"kv": {"drops": 3, "backlog": 0}}, {"kv": {"drops": 1}}, 1e5)
+    assert judge.saturated({"kv": {"drops": 0, "backlog": 60000}}, {}, 1e5)
+    assert not judge.saturated({"kv": {"drops": 0, "backlog": 1500}}, {}, 1e5)
 
 
 def test_cleanup_only_matches_the_projects_names():
@@ -318,16 +318,16 @@ def test_a_bind_beyond_loopback_needs_a_token(write_scenario):
 
 
 def test_a_backlog_that_stood_half_the_interval_tests_the_link_and_a_brief_one_does_not():
-    assert fidelity.standing(50, 50) == 1.0
-    assert fidelity.standing(50, 30) == 0.6
-    assert fidelity.standing(50, 20) is None  # the link idled for want of packets
-    assert fidelity.standing(5, 5) is None  # too few samples: the snapshot test decides
+    assert judge.standing(50, 50) == 1.0
+    assert judge.standing(50, 30) == 0.6
+    assert judge.standing(50, 20) is None  # the link idled for want of packets
+    assert judge.standing(5, 5) is None  # too few samples: the snapshot test decides
     # a link judged by its rate while backlogged: 60% busy at 57% of the rate is 95%
-    lk = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 5.7e6 / 0.6, 4, 0.6)
-    doc = fidelity.verdict([lk], [0.3], backlog_hz=100.0)
+    lk = judge.LinkFidelity("a", "tor0>agg0", 10e6, 5.7e6 / 0.6, 4, 0.6)
+    doc = judge.verdict([lk], [0.3], backlog_hz=100.0)
     assert doc["verdict"] == "faithful" and doc["links"][0]["backlog_share"] == 0.6
     assert "100 Hz" in doc["saturation_test"]
-    assert "snapshot" in fidelity.verdict([lk], [0.3])["saturation_test"]
+    assert "snapshot" in judge.verdict([lk], [0.3])["saturation_test"]
 
 
 def test_a_qdisc_reply_is_parsed_for_its_backlog():

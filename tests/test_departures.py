@@ -6,7 +6,7 @@ import pytest
 
 from testbed.datapath import departures
 from testbed.datapath.departures import Spacing, spacing
-from testbed.emulation import fidelity
+from testbed.emulation import judge
 from testbed.model.tcp import WIRE_FRAME
 
 RATE = 12e6  # a 1514-byte frame takes ~1.009 ms
@@ -100,33 +100,33 @@ def test_a_bulk_dequeue_takes_its_packets_off_the_queue_and_charges_their_bytes(
 
 
 def test_late_departures_make_a_run_unfaithful_and_overrule_a_sampled_low_rate():
-    ok = fidelity.LinkFidelity("tor0-eth5", "tor0>agg0", 10e6, 8.6e6, 6, 0.7)
+    ok = judge.LinkFidelity("tor0-eth5", "tor0>agg0", 10e6, 8.6e6, 6, 0.7)
     on_time = {"tor0-eth5": ("tor0>agg0", Spacing(5000, 3, 0.05))}
-    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=on_time)
+    doc = judge.verdict([ok], [0.3], backlog_hz=100.0, departures=on_time)
     assert doc["verdict"] == "faithful"  # 86% by the samples, but every packet on time
     assert "judged on time" in doc["warnings"][0] and doc["departures"][0]["late"] == 3
     late = {"tor0-eth5": ("tor0>agg0", Spacing(5000, 400, 3.0))}
-    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=late)
+    doc = judge.verdict([ok], [0.3], backlog_hz=100.0, departures=late)
     assert doc["verdict"] == "unfaithful"
     assert any("sent late while queued" in r and "8.0%" in r for r in doc["reasons"])
     assert any("below 95%" in r for r in doc["reasons"])
     few = {"tor0-eth5": ("tor0>agg0", Spacing(50, 40, 3.0))}  # too few to judge either way
-    doc = fidelity.verdict([ok], [0.3], backlog_hz=100.0, departures=few)
+    doc = judge.verdict([ok], [0.3], backlog_hz=100.0, departures=few)
     assert doc["verdict"] == "unfaithful" and not any("late" in r for r in doc["reasons"])
-    assert fidelity.verdict([ok], [0.3])["departure_test"] is None
+    assert judge.verdict([ok], [0.3])["departure_test"] is None
 
 
 def test_the_report_line_sums_the_judged_links_and_names_the_worst():
     departures = {"a": ("tor0>agg0", Spacing(5000, 5, 0.1)),
                   "b": ("agg0>core0", Spacing(3000, 30, 0.9)),
                   "c": ("core0>agg4", Spacing(20, 20, 5.0))}  # too few: not counted
-    doc = fidelity.verdict([], [0.3], backlog_hz=100.0, departures=departures)
-    got = fidelity.departure_summary(doc)
+    doc = judge.verdict([], [0.3], backlog_hz=100.0, departures=departures)
+    got = judge.departure_summary(doc)
     assert got == {"links": 2, "judged": 8000, "late": 35, "worst_link": "agg0>core0",
                    "worst_late_share": 0.01}
-    assert fidelity.describe_departures(got) == (
+    assert judge.describe_departures(got) == (
         "35 of 8000 queued departures late on 2 links (worst agg0>core0: 1.00%)")
-    assert fidelity.departure_summary(fidelity.verdict([], [0.3])) is None
+    assert judge.departure_summary(judge.verdict([], [0.3])) is None
 
 
 def test_a_tracer_without_tracefs_mounts_it_or_names_it_and_leaves_nothing(

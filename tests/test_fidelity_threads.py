@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testbed.emulation import fidelity, threads
+from testbed.emulation import judge, threads
 
 
 def _write_thread(proc, pid, tid, comm, utime, stime, waited_ns=None):
@@ -71,11 +71,11 @@ def test_the_time_a_datapath_thread_waited_for_a_core_is_sampled_and_summed_up(t
     assert got == pytest.approx(0.2) and later == pytest.approx(0.4)
     # no schedstat (the pmd, a kernel without it) and workers: no figure, not a zero
     assert not any(role in ("pmd", "worker") for w in sampler.waits for (_, _, role, _) in w)
-    loads = fidelity.thread_loads(sampler.samples, [True, True], sampler.waits)
+    loads = judge.thread_loads(sampler.samples, [True, True], sampler.waits)
     by_role = {t.role: t for t in loads}
     assert by_role["main"].wait_median == pytest.approx(0.3)
     assert by_role["pmd"].wait_median is None and by_role["worker"].wait_median is None
-    assert fidelity._thread_doc(by_role["main"])["wait_median"] == pytest.approx(0.3)
+    assert judge._thread_doc(by_role["main"])["wait_median"] == pytest.approx(0.3)
 
 
 def test_this_kernel_says_how_long_a_thread_waited_for_a_core():
@@ -133,41 +133,41 @@ def test_a_worker_counts_the_cpu_of_its_threads_that_already_exited():
 def test_loads_count_only_the_intervals_that_carried_saturated_links():
     key = ("ovs-vswitchd", "ovs-vswitchd", "main", 700)
     samples = [{key: 0.1}, {key: 0.97}, {key: 0.99}, {key: 0.2}]
-    loads = fidelity.thread_loads(samples, [False, True, True, False])
+    loads = judge.thread_loads(samples, [False, True, True, False])
     assert loads[0].median == pytest.approx(0.98) and loads[0].saturated
-    idle = fidelity.thread_loads(samples, [False] * 4)  # nothing loaded: all intervals
+    idle = judge.thread_loads(samples, [False] * 4)  # nothing loaded: all intervals
     assert idle[0].median == pytest.approx(0.585) and not idle[0].saturated
 
 
 def test_a_pegged_datapath_thread_makes_a_run_unfaithful_with_the_fix_that_applies():
-    ok = fidelity.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
-    main = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.97, 1.0)
-    calm = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.4, 0.6)
-    worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.3, 0.5)
-    bound = fidelity.verdict([ok], [0.3], threads=[main, worker], datapath="user")
+    ok = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
+    main = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.97, 1.0)
+    calm = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.4, 0.6)
+    worker = judge.ThreadLoad("decode-1", "python3", "worker", 0.3, 0.5)
+    bound = judge.verdict([ok], [0.3], threads=[main, worker], datapath="user")
     assert bound["verdict"] == "unfaithful" and bound["datapath_bound"]
     assert "ovs-vswitchd" in bound["reasons"][0] and "97%" in bound["reasons"][0]
     assert "kernel datapath" in bound["advice"][0] and "ovs_instances" in bound["advice"][0]
-    busy = fidelity.verdict([ok], [0.95], threads=[main], datapath="user")
+    busy = judge.verdict([ok], [0.95], threads=[main], datapath="user")
     assert "ovs_instances" not in busy["advice"][0]  # no idle core for another daemon
     assert bound["datapath_thread"]["role"] == "main"
-    kernel = fidelity.verdict([ok], [0.3], threads=[main], datapath="kernel")
+    kernel = judge.verdict([ok], [0.3], threads=[main], datapath="kernel")
     assert "kernel datapath" not in kernel["advice"][0]
-    fine = fidelity.verdict([ok], [0.3], threads=[calm, worker], datapath="user")
+    fine = judge.verdict([ok], [0.3], threads=[calm, worker], datapath="user")
     assert fine["verdict"] == "faithful" and not fine["datapath_bound"] and not fine["advice"]
     assert not fine["warnings"]
-    near = fidelity.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.91, 0.97)
-    warned = fidelity.verdict([ok], [0.3], threads=[near], datapath="user")
+    near = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.91, 0.97)
+    warned = judge.verdict([ok], [0.3], threads=[near], datapath="user")
     assert warned["verdict"] == "faithful" and "91%" in warned["warnings"][0]
     # nothing saturated to check and the datapath near its ceiling: its packets were lost
     # before any queue could build, so the run is datapath-bound
-    blind = fidelity.verdict([], [0.3], threads=[near], datapath="user")
+    blind = judge.verdict([], [0.3], threads=[near], datapath="user")
     assert blind["verdict"] == "unfaithful" and blind["datapath_bound"]
-    quiet = fidelity.verdict([], [0.3], threads=[calm], datapath="user")
+    quiet = judge.verdict([], [0.3], threads=[calm], datapath="user")
     assert not quiet["datapath_bound"]
-    polling = fidelity.ThreadLoad("ovs-vswitchd", "pmd-c01/id:9", "pmd", 1.0, 1.0)
-    pmd = fidelity.verdict([ok], [0.3], threads=[polling, calm], datapath="user")
+    polling = judge.ThreadLoad("ovs-vswitchd", "pmd-c01/id:9", "pmd", 1.0, 1.0)
+    pmd = judge.verdict([ok], [0.3], threads=[polling, calm], datapath="user")
     assert not pmd["datapath_bound"] and pmd["datapath_thread"]["role"] == "main"
-    busy_worker = fidelity.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
-    slow = fidelity.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
+    busy_worker = judge.ThreadLoad("decode-1", "python3", "worker", 0.99, 1.0)
+    slow = judge.verdict([ok], [0.3], threads=[calm, busy_worker], datapath="user")
     assert slow["verdict"] == "unfaithful" and "decode-1" in slow["reasons"][0]

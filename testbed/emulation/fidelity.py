@@ -1,37 +1,6 @@
-"""Is an emulated run faithful? Achieved vs configured rates on saturated links, CPU headroom.
-
-A link must send at its configured rate whenever its queue holds packets (Mininet-HiFi's
-test, Handigol et al., CoNEXT 2012); an idle link with an empty queue is the traffic's
-doing (TCP backing off, a retransmission timeout), not the machine's. So the root qdisc's
-backlog of every switch egress is sampled at BACKLOG_HZ (testbed.datapath.backlog): in a
-0.5 s interval the share of samples with a backlog is the time the link had work, and a
-link is *saturated* in that interval when its backlog stood for at least STANDING_SHARE of
-it. Its figure is the rate it achieved while backlogged, bytes / (interval x share),
-against the configured rate. Where the backlog cannot be sampled fast (a cluster run reads
-other servers' counters over SSH) the old test stands: a backlog of half a queue at the
-interval's end, or drops with a backlog. (HTB's overlimits counter is no such signal: it
-grows whenever a burst outruns the token bucket, even on a nearly idle link.) CPU headroom
-is 1 - the 95th percentile of whole-machine busy time. The verdict is "faithful" when
-every saturated link reached `min_ratio` of its rate (median over its saturated
-intervals) and headroom stayed above `min_headroom`; otherwise "unfaithful", with the
-reasons. When the CPU was the limit the run should be repeated with a smaller scale or a
-time-dilation factor.
-
-Each packet is judged too, where the kernel's tracepoints can be read
-(testbed.datapath.departures): every departure a switch egress made while its queue held
-packets must leave by the time the emulated wire has sent all before it (size / rate
-each); one more than a frame's time later is *late*, and a link whose late share exceeds
-MAX_LATE_SHARE (over at least MIN_DEPARTURES judged departures) was held idle by the
-machine. The backlog test
-asks whether a link kept its rate over an interval; this one whether it kept it packet by
-packet.
-
-The machine's average is not the whole story: the userspace datapath forwards every port
-in one ovs-vswitchd thread, which saturates while other cores idle. So every thread of the
-datapath and of the workers is sampled too (testbed.emulation.threads); a run whose
-busiest datapath thread spent most of its loaded intervals near a full core is
-`datapath_bound`, never faithful, and the advice names the fix that applies.
-"""
+"""Sample a run while it goes on (every switch egress's backlog and class counters, each
+departure, the CPU, the datapath's and workers' threads) and hand the samples to the
+judgement (testbed.emulation.judge)."""
 
 from __future__ import annotations
 
@@ -44,277 +13,19 @@ from pathlib import Path
 
 from testbed.datapath import tc
 from testbed.datapath.backlog import BacklogReader
-from testbed.datapath.departures import DepartureTracer, Spacing
+from testbed.datapath.departures import DepartureTracer
 from testbed.datapath.departures import available as can_trace
-from testbed.emulation.threads import VSWITCHD, ThreadSampler
-
-MIN_RATIO = 0.95
-# On the 2-core development machine (benchmarks/bench_fabric.py) userspace OVS and the
-# traffic generators keep p95 CPU busy at 74-80% at every scale from 1e-4 to 1e-3, so CPU
-# alone cannot tell a faithful run from a CPU-bound one there; it flags only a pegged
-# machine. The saturated-link ratio is the primary signal.
-MIN_HEADROOM = 0.15
-MIN_SATURATED_INTERVALS = 2
-# Backlog samples per second per switch egress: 100 Hz resolves 10 ms, a few packet times
-# of a replica link (1514 B at 10 Mbit/s: 1.2 ms); reading 40 interfaces costs 0.2 ms of
-# CPU (measured), 80 at 100 Hz about 4% of a core.
-BACKLOG_HZ = 100.0
-# A backlog that stood this share of an interval makes the interval a test of the link's
-# rate; below it the link idled for want of packets and its rate says nothing.
-STANDING_SHARE = 0.5
-MIN_BACKLOG_SAMPLES = 10  # fewer in an interval (a stalled sampler): the snapshot test
-# A thread busy this share of one core (median over the intervals that carried saturated
-# links, or all intervals if none did) had no idle time left: it, not the links, set the
-# pace. A 0.5 s interval at 100 ticks/s resolves about 2%. Measured on the 2-core machine
-# (validate.yaml, dilation 2): ovs-vswitchd's main thread at 90-92% while every
-# saturated link still reached 95% of its rate, so 90% is close to the ceiling, not at it;
-# from THREAD_NEAR up a run is warned, not failed, unless no link was saturated long
-# enough to check: a datapath at its ceiling loses packets, TCP backs off and no queue
-# builds anywhere (bench_fabric at scale 1e-3: 43% of linear throughput, no saturated link,
-# the main thread at 93%), so the absence of evidence is then the datapath's doing.
-# The per-packet test: on the 2-core machine an HTB link at 10-40 Mbit/s pushed past its
-# rate sent 0-1 of 2,000-10,400 queued departures late (p99 lateness 0.01-0.06 of a frame
-# time), idle or with four busy loops at nice -5 beside it: HTB's timer runs in softirq
-# context, ahead of any process (benchmarks/bench_departures.py); so did every loaded link
-# of the demo (0 of ~50,000). 1% late is a hundred times the worst seen.
-MAX_LATE_SHARE = 0.01
-MIN_DEPARTURES = 200
-THREAD_SATURATED = 0.95
-THREAD_NEAR = 0.85
-
-
-@dataclass(frozen=True)
-class ThreadLoad:
-    process: str  # ovs-vswitchd (@netns of a private daemon, #k another) or a worker
-    thread: str  # the kernel's thread name
-    role: str  # main | pmd | handler | revalidator | other | worker
-    median: float  # share of one core over the loaded intervals
-    p95: float
-    wait_median: float | None = None  # share of those intervals it waited for a core
-
-    @property
-    def datapath(self) -> bool:
-        return self.process.startswith(VSWITCHD)
-
-    @property
-    def saturated(self) -> bool:
-        return self.median >= THREAD_SATURATED
-
-
-def thread_loads(samples: list[dict[tuple, float]], loaded: list[bool],
-                 waits: list[dict[tuple, float]] | None = None) -> list[ThreadLoad]:
-    """Per thread, its busy share over the loaded intervals (all when none was loaded);
-    busiest first (by median, then p95). `samples[i]` maps (process, comm, role, tid)
-    -> share in interval i; `waits[i]` the same keys -> share it waited for a core."""
-    hot = [i for i, h in enumerate(loaded) if h] or list(range(len(samples)))
-    per: dict[tuple, list[float]] = {}
-    waited: dict[tuple, list[float]] = {}
-    for i in hot:
-        for key, share in samples[i].items():
-            per.setdefault(key, []).append(share)
-        for key, share in (waits[i] if waits else {}).items():
-            waited.setdefault(key, []).append(share)
-    loads = [ThreadLoad(key[0], key[1], key[2], statistics.median(xs), _p95(xs),
-                        statistics.median(waited[key]) if key in waited else None)
-             for key, xs in per.items()]
-    return sorted(loads, key=lambda t: (-t.median, -t.p95))
-
-
-def advice(datapath_bound: ThreadLoad | None, cpu_bound: bool, worker_bound: ThreadLoad | None,
-           datapath: str | None) -> list[str]:
-    """What to change, for what limited the run."""
-    out = []
-    if datapath_bound is not None:
-        if datapath_bound.role == "main" and datapath != "kernel":
-            split = ("split the fabric over more OVS daemons (emulation.ovs_instances, one "
-                     "forwarding thread each: it needs idle cores), " if not cpu_bound else "")
-            out.append("the userspace datapath forwards every veth port in ovs-vswitchd's main "
-                       f"thread, one core per daemon: {split}raise emulation.time_dilation or "
-                       "lower emulation.scale (fewer packets per second), or use the kernel "
-                       "datapath (emulation.datapath: kernel) where the openvswitch module loads")
-        else:
-            out.append(f"the datapath thread {datapath_bound.thread} is pegged: raise "
-                       "emulation.time_dilation or lower emulation.scale")
-    if cpu_bound or worker_bound is not None:
-        out.append("the machine (or a worker process) ran out of CPU: raise "
-                   "emulation.time_dilation or lower emulation.scale")
-    return out
-
-
-@dataclass(frozen=True)
-class LinkFidelity:
-    interface: str
-    link: str
-    configured_bps: float
-    achieved_bps: float  # median over saturated intervals (while backlogged, if sampled)
-    saturated_intervals: int
-    backlog_share: float | None = None  # median share of the interval with a backlog
-
-    @property
-    def ratio(self) -> float:
-        return self.achieved_bps / self.configured_bps
-
-
-def saturated(cur: dict[str, dict[str, int]], prev: dict[str, dict[str, int]],
-              queue_bytes: float) -> bool:
-    """A standing backlog of half a queue at the interval's end, or drops in it with a
-    queue still not drained. Drops alone are no proof: with shallow queues the TP
-    shards of one transfer, starting together, overflow a link that is idle most of
-    the interval (seen: 46% of the rate yet 'saturated')."""
-    leaves = [k for k in cur if k != tc.LINK]
-    drops = sum(cur[k]["drops"] - prev.get(k, {}).get("drops", 0) for k in leaves)
-    backlog = sum(cur[k].get("backlog", 0) for k in leaves)
-    return backlog >= 0.5 * queue_bytes or (drops > 0 and backlog > 0)
-
-
-def standing(samples: int, backlogged: int, share: float = STANDING_SHARE) -> float | None:
-    """The share of an interval the queue held packets, if enough samples were taken and
-    it stood for at least `share` of it; None otherwise."""
-    if samples < MIN_BACKLOG_SAMPLES or backlogged < share * samples:
-        return None
-    return backlogged / samples
-
-
-def cpu_busy_fraction(prev: tuple[int, int], cur: tuple[int, int]) -> float:
-    busy = (cur[0] - prev[0])
-    total = (cur[1] - prev[1])
-    return busy / total if total > 0 else 0.0
-
-
-def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float = MIN_RATIO,
-            min_headroom: float = MIN_HEADROOM, threads: list[ThreadLoad] | None = None,
-            datapath: str | None = None, backlog_hz: float | None = None,
-            departures: dict[str, tuple[str, Spacing]] | None = None,
-            departures_lost: int = 0, departure_error: str | None = None) -> dict:
-    """The fidelity.json document: figures, the verdict, why and what to change.
-    `departures`: interface -> (link, its per-packet figures), where they were traced."""
-    checked = [lk for lk in links if lk.saturated_intervals >= MIN_SATURATED_INTERVALS]
-    spaced = {i: (name, sp) for i, (name, sp) in (departures or {}).items()
-              if sp.judged >= MIN_DEPARTURES}
-    late = {i: (name, sp) for i, (name, sp) in spaced.items() if sp.late_share > MAX_LATE_SHARE}
-    # packet by packet is exact where the sampler is not: a starved sampler sees a backlog
-    # that had drained between its reads, and under-rates a link that kept its pace
-    slow = [lk for lk in checked if lk.ratio < min_ratio
-            and (lk.interface not in spaced or lk.interface in late)]
-    overruled = [lk for lk in checked if lk.ratio < min_ratio and lk not in slow]
-    p95 = _p95(cpu_busy)
-    headroom = 1.0 - p95 if cpu_busy else None
-    threads = threads or []
-    # PMD threads busy-poll: their CPU is ~100% loaded or idle, so it says nothing here
-    busiest_dp = next((t for t in threads if t.datapath and t.role != "pmd"), None)
-    busiest_worker = next((t for t in threads if not t.datapath), None)
-    dp_bound = None
-    if busiest_dp is not None and (busiest_dp.saturated or
-                                   (not checked and busiest_dp.median >= THREAD_NEAR)):
-        dp_bound = busiest_dp
-    worker_bound = busiest_worker if busiest_worker is not None and \
-        busiest_worker.saturated else None
-    reasons, warnings = [], []
-    if busiest_dp is not None and dp_bound is None and busiest_dp.median >= THREAD_NEAR:
-        warnings.append(f"{busiest_dp.process} thread {busiest_dp.thread} ({busiest_dp.role}) "
-                        f"busy {busiest_dp.median:.0%} of a core: near the datapath's ceiling")
-    if slow:
-        worst = min(slow, key=lambda lk: lk.ratio)
-        reasons.append(f"{len(slow)} saturated link(s) below {min_ratio:.0%} of their rate "
-                       f"(worst {worst.link}: {worst.ratio:.1%})")
-    if late:
-        name, worst = max(late.values(), key=lambda x: x[1].late_share)
-        reasons.append(f"{len(late)} link(s) sent late while queued (worst {name}: "
-                       f"{worst.late_share:.1%} of {worst.judged} departures more than a frame "
-                       "time behind the wire)")
-    for lk in overruled:
-        sp = spaced[lk.interface][1]
-        warnings.append(f"{lk.link} at {lk.ratio:.1%} of its rate by the backlog samples, but "
-                        f"{sp.late} of {sp.judged} queued departures late: judged on time")
-    if departures_lost:
-        warnings.append(f"the departure trace lost {departures_lost} events (buffer overrun): "
-                        "the per-packet figures miss some packets")
-    if headroom is not None and headroom < min_headroom:
-        reasons.append(f"CPU headroom {headroom:.0%} < {min_headroom:.0%}: CPU-bound")
-    if dp_bound is not None:
-        reasons.append(f"datapath-bound: {dp_bound.process} thread {dp_bound.thread} "
-                       f"({dp_bound.role}) busy {dp_bound.median:.0%} of a core")
-    if worker_bound is not None:
-        reasons.append(f"worker {worker_bound.process} busy {worker_bound.median:.0%} of a core")
-    if not checked:
-        reasons.append("no link was saturated long enough to check rates")
-    cpu_bound = headroom is not None and headroom < min_headroom
-    faithful = not slow and not late and not cpu_bound and dp_bound is None and worker_bound is None
-    return {
-        "verdict": "faithful" if faithful else "unfaithful",
-        "reasons": reasons,
-        "warnings": warnings,
-        "advice": advice(dp_bound, cpu_bound, worker_bound, datapath),
-        "cpu_bound": cpu_bound,
-        "datapath": datapath,
-        "datapath_bound": dp_bound is not None,
-        "datapath_thread": _thread_doc(busiest_dp),
-        "worker_thread": _thread_doc(busiest_worker),
-        "threads": [_thread_doc(t) for t in threads[:12]],
-        "cpu_busy_p95": p95,
-        "cpu_headroom": headroom,
-        "min_ratio": min_ratio,
-        "saturation_test": (f"a backlog standing {STANDING_SHARE:.0%} of the interval, sampled "
-                            f"at {backlog_hz:g} Hz; rate while backlogged"
-                            if backlog_hz else "a backlog of half a queue at the interval's "
-                            "end (snapshot)"),
-        "backlog_hz": backlog_hz,
-        "departure_test": (f"departures while queued, more than a frame time behind the "
-                           f"wire; at most {MAX_LATE_SHARE:.0%} late over >= "
-                           f"{MIN_DEPARTURES} judged"
-                           if departures is not None else None),
-        "departure_error": departure_error,
-        "departures_lost": departures_lost,
-        "departures": [
-            {"interface": i, "link": name, "judged": sp.judged, "late": sp.late,
-             "late_share": sp.late_share, "p99_late_frames": sp.p99_late_frames}
-            for i, (name, sp) in sorted((departures or {}).items(),
-                                        key=lambda x: -(x[1][1].late_share or 0))],
-        "links_checked": len(checked),
-        "worst_ratio": min((lk.ratio for lk in checked), default=None),
-        "links": [
-            {"interface": lk.interface, "link": lk.link, "configured_bps": lk.configured_bps,
-             "achieved_bps": lk.achieved_bps, "ratio": lk.ratio,
-             "saturated_intervals": lk.saturated_intervals,
-             "backlog_share": lk.backlog_share}
-            for lk in sorted(checked, key=lambda lk: lk.ratio)
-        ],
-    }
-
-
-def departure_summary(doc: dict) -> dict | None:
-    """A fidelity.json's per-packet test in brief: links judged, departures judged and
-    late, the worst link; None where it did not run."""
-    if doc.get("departure_test") is None:
-        return None
-    rows = [d for d in doc.get("departures", []) if d["judged"] >= MIN_DEPARTURES]
-    worst = max(rows, key=lambda d: d["late_share"], default=None)
-    return {"links": len(rows), "judged": sum(d["judged"] for d in rows),
-            "late": sum(d["late"] for d in rows),
-            "worst_link": worst["link"] if worst else None,
-            "worst_late_share": worst["late_share"] if worst else None}
-
-
-def describe_departures(s: dict) -> str:
-    if not s["links"]:
-        return "no link held a queue long enough to judge its departures"
-    return (f"{s['late']} of {s['judged']} queued departures late on {s['links']} links "
-            f"(worst {s['worst_link']}: {s['worst_late_share']:.2%})")
-
-
-def _thread_doc(t: ThreadLoad | None) -> dict | None:
-    if t is None:
-        return None
-    return {"process": t.process, "thread": t.thread, "role": t.role,
-            "busy_median": round(t.median, 4), "busy_p95": round(t.p95, 4),
-            "wait_median": None if t.wait_median is None else round(t.wait_median, 4)}
-
-
-def _p95(xs: list[float]) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]
+from testbed.emulation.judge import (
+    BACKLOG_HZ,
+    MIN_BACKLOG_SAMPLES,
+    LinkFidelity,
+    cpu_busy_fraction,
+    saturated,
+    standing,
+    thread_loads,
+    verdict,
+)
+from testbed.emulation.threads import ThreadSampler
 
 
 def _read_cpu() -> tuple[int, int]:
@@ -465,7 +176,8 @@ class FidelityMonitor:
                 self._loaded.append(loaded)
             prev, prev_cpu, prev_t = cur, cur_cpu, now
 
-    def stop(self) -> dict:
+    def stop(self, timers: dict[str, dict] | None = None) -> dict:
+        """`timers`: each worker process's wake-up lateness (testbed.workers.lateness)."""
         self._stop.set()
         for thread in (self._thread, self._fast):
             if thread is not None:
@@ -482,7 +194,7 @@ class FidelityMonitor:
         return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded, waits),
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
-                       departure_error=self._trace_error)
+                       departure_error=self._trace_error, timers=timers)
 
     def link_rows(self, to_modelled, measured) -> list[dict]:
         """links.csv rows (the shared format): utilisation of every switch egress per

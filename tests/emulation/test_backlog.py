@@ -14,7 +14,7 @@ import pytest
 
 from testbed.datapath import departures, tc
 from testbed.datapath.backlog import BacklogReader
-from testbed.emulation import cleanup, fidelity
+from testbed.emulation import cleanup, judge
 
 RATE = 2e6
 # the paced sender the shaped-link benchmark uses too
@@ -68,13 +68,13 @@ def test_a_link_pushed_past_its_rate_holds_a_backlog_and_a_paced_one_does_not(sh
         n, busy = _sample(reader, dev, 1.0)
         sender.wait(timeout=10)
         assert n >= 50  # 100 Hz asked; a loaded machine keeps at least half
-        assert fidelity.standing(n, busy) is not None and busy / n > 0.9
+        assert judge.standing(n, busy) is not None and busy / n > 0.9
         time.sleep(1.0)  # drained: 80 packets at 2 Mbit/s take 0.45 s
         assert reader.read()[dev][0] == 0
         sender = _send(ns, 0.3 * RATE, 2.0)  # well under the rate: packets pass at once
         n, busy = _sample(reader, dev, 1.0)
         sender.wait(timeout=10)
-        assert fidelity.standing(n, busy) is None and busy / n < 0.3
+        assert judge.standing(n, busy) is None and busy / n < 0.3
     finally:
         reader.close()
 
@@ -91,7 +91,7 @@ def test_departures_of_a_queued_link_are_on_time_and_a_link_slower_than_claimed_
     assert not tracer.instance.exists()  # the kernel's instance went with the trace
     on_time = got[dev]
     assert lost == 0 and on_time.judged >= 200  # ~170 frames/s queued for 2 s
-    assert on_time.late_share <= fidelity.MAX_LATE_SHARE
+    assert on_time.late_share <= judge.MAX_LATE_SHARE
     # the same departures against a rate 3x the real one: each 2 frame times late, but
     # for pairs HTB sends back to back after its timer fired late (30% under load)
     links = {dev: (departures._ifindexes([dev], netns)[dev], 3 * RATE)}
