@@ -22,7 +22,8 @@ import yaml
 from testbed.clock import RunClock
 from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
-from testbed.emulation.fidelity import FidelityMonitor, departure_summary, describe_departures
+from testbed.emulation.fidelity import FidelityMonitor
+from testbed.emulation.judge import departure_summary, describe_departures
 from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_count
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath
 from testbed.emulation.net import preflight as net_preflight
@@ -44,7 +45,7 @@ from testbed.records import (
 )
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.topologies.placement import private_daemons
-from testbed.workers import journal, tcpinfo
+from testbed.workers import journal, lateness, tcpinfo
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -132,7 +133,7 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
                 restarts = len(network.restarts)
                 result = workers.wait(run_timeout_s(cell), on_tick=_fabric_check(network))
     finally:
-        fidelity = monitor.stop()
+        fidelity = monitor.stop(timers=lateness.read(rundir))
     fidelity["warnings"] += network.restarts[restarts:]
     if result["outcome"] != "finished":
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")

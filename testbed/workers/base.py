@@ -58,6 +58,7 @@ class Worker:
         kind = msg["type"]
         if kind == "start":
             self.loop.clock = self.cfg.clock(float(msg["t0"]))
+            self.loop.watch()
             self.started = True
             self.on_start()
         elif kind == "clock":  # the router measures this machine's clock against its own
@@ -94,3 +95,4 @@ class Worker:
             self.shutdown()
             if self.conn is not None:
                 self.conn.close()
+            self.loop.lateness.write(self.cfg.out, self.instance, self.cfg.dilation)

@@ -2,7 +2,8 @@
 
 RealTimeLoop offers the flow simulator's EventLoop interface
 (`now`, `at`, `after`) on that clock, so the serving classes run unchanged in a worker;
-callbacks run on one thread, and other threads hand work in with `post`.
+callbacks run on one thread, and other threads hand work in with `post`. How late each
+timer ran is recorded (testbed.workers.lateness) once `watch` is called.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from itertools import count
 
 from testbed.clock import RunClock
+from testbed.workers.lateness import PROBE_S, Lateness
 
 CLOCK_PROBES = 5  # round trips per worker on another machine; the fastest one counts
 
@@ -36,6 +38,7 @@ class RealTimeLoop:
         self._inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._stopped = False
         self.processed = 0
+        self.lateness = Lateness()
 
     @property
     def now(self) -> float:
@@ -46,6 +49,16 @@ class RealTimeLoop:
 
     def after(self, delay: float, callback: Callable[[], None]) -> None:
         self.at(self.now + delay, callback)
+
+    def watch(self, probe_s: float = PROBE_S) -> None:
+        """From now on (the run's start) record every timer's lateness, with a probe timer
+        every `probe_s` wall seconds so that a quiet process is sampled too."""
+        self.lateness.since = time.time()
+
+        def probe() -> None:
+            if not self._stopped:
+                self.at(self.clock.to_modelled(time.time() + probe_s), probe)
+        probe()
 
     def post(self, callback: Callable[[], None]) -> None:
         """Run `callback` on the loop thread as soon as possible (thread-safe)."""
@@ -59,8 +72,9 @@ class RealTimeLoop:
     def run(self) -> None:
         while not self._stopped:
             wall = time.time()
-            if self._timers and self.clock.wall(self._timers[0][0]) <= wall:
+            if self._timers and (due := self.clock.wall(self._timers[0][0])) <= wall:
                 _, _, job = heapq.heappop(self._timers)  # due timers first: never starved
+                self.lateness.record(due, wall)
             else:
                 timeout = self.clock.wall(self._timers[0][0]) - wall if self._timers else None
                 try:

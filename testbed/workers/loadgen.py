@@ -4,6 +4,7 @@ target rate, seeded exactly as the flow simulator builds it) into the router on 
 from __future__ import annotations
 
 import threading
+import time
 
 from testbed.workers.base import Worker
 from testbed.workloads.build import build_workload
@@ -25,6 +26,7 @@ class LoadGenerator(Worker):
         for req in self.workload.requests:
             if not clock.sleep_until(req.arrival_s, self._stop):
                 return
+            self.loop.lateness.record(clock.wall(req.arrival_s), time.time())
             self.send({"type": "request", "request": req.request_id,
                        "input_len": req.input_len, "output_len": req.output_len,
                        "hash_ids": list(req.hash_ids), "arrival": req.arrival_s})

@@ -369,6 +369,7 @@ def main(config: str) -> int:
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         result = {**router.result(), "outcome": "router crashed: " + traceback.format_exc(limit=2)}
+    router.loop.lateness.write(cfg.out, "router", cfg.dilation)
     out = Path(cfg.out) / "router.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

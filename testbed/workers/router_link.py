@@ -112,6 +112,7 @@ class ControlLink:
     def _start(self) -> None:
         t0 = time.time() + self.loop.clock.spans.wall(START_MARGIN_S)
         self.loop.clock = self.cfg.clock(t0)
+        self.loop.watch()
         self.t0 = t0
         threading.Thread(target=self._refresh_oracle, daemon=True, name="oracle").start()
         threading.Thread(target=self._post_intents, daemon=True, name="intents").start()

@@ -1,0 +1,59 @@
+"""How late a worker process woke for its timers: the application's own fidelity figure.
+
+The flow model runs every control step (an arrival, a prefill's end, a decode iteration,
+a decision) at its instant; an emulated worker runs it when its thread gets the CPU (and
+Python's lock). So each process records, for every timer it runs after the run started,
+wall time at the call minus the wall time it was due (cyclictest's measure), and a probe
+timer every PROBE_S keeps the sample steady where a process has few timers of its own.
+A machine short of CPU shows here first: the datapath runs in softirq and at high
+priority, the workers at the bottom. Each process writes its figures to
+OUT/lateness/<process>.json as it exits; the fidelity verdict reads them back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from array import array
+from pathlib import Path
+
+FOLDER = "lateness"
+PROBE_S = 0.02  # wall seconds between probe timers: 50 wake-ups a second per process
+
+
+class Lateness:
+    """Wake-up lateness samples of one process, in wall seconds."""
+
+    def __init__(self) -> None:
+        self.samples = array("d")
+        self.since: float | None = None  # wall epoch from which timers count (run start)
+
+    def record(self, due_wall: float, woke_wall: float) -> None:
+        if self.since is not None and due_wall >= self.since:
+            self.samples.append(max(0.0, woke_wall - due_wall))
+
+    def summary(self, dilation: float) -> dict:
+        """Count and quantiles, in wall and in modelled milliseconds."""
+        xs = sorted(self.samples)
+        out: dict = {"count": len(xs), "dilation": dilation}
+        for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+            wall = xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3 if xs else None
+            out[f"{name}_wall_ms"] = wall
+            out[f"{name}_ms"] = None if wall is None else wall / dilation
+        return out
+
+    def write(self, folder: str | Path, process: str, dilation: float) -> None:
+        """Best effort: a full disk or a missing folder leaves the verdict without it."""
+        with contextlib.suppress(OSError):
+            path = Path(folder) / FOLDER
+            path.mkdir(exist_ok=True)
+            (path / f"{process}.json").write_text(json.dumps(self.summary(dilation)))
+
+
+def read(folder: str | Path) -> dict[str, dict]:
+    """process -> its summary, for every process that wrote one in `folder`."""
+    out = {}
+    for path in sorted((Path(folder) / FOLDER).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out[path.stem] = json.loads(path.read_text())
+    return out
