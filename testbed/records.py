@@ -29,8 +29,9 @@ REQUEST_FIELDS = [
     "tbt", "slo_s", "slo_met", "state", "reason", "recovery", "scheduler_fault",
 ]
 TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
-# packets only: the sender's TCP_INFO per connection (testbed/workers/tcpinfo.py)
-TCP_FIELDS = ["retrans_segs", "timeouts", "timeout_s"]
+# packets only: the sender's TCP_INFO per connection (testbed/workers/tcpinfo.py) and the
+# time its thread waited for a core while sending (testbed/workers/lateness.py)
+SENDER_FIELDS = ["retrans_segs", "timeouts", "timeout_s", "cpu_wait_s"]
 LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]
 PARTIAL = "PARTIAL"
 
@@ -216,7 +217,7 @@ def write_cell(cell: Path, requests, transfers, links, summary: dict) -> Path:
     """One run's records in its cell folder (a worker on this machine writes its own,
     so that records neither travel back nor queue behind one writer)."""
     write_csv(cell / "requests.csv", requests, REQUEST_FIELDS)
-    tcp = TCP_FIELDS if any("retrans_segs" in t for t in transfers) else []
+    tcp = SENDER_FIELDS if any("retrans_segs" in t for t in transfers) else []
     write_csv(cell / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)
     write_csv(cell / "links.csv", links, LINK_FIELDS)
     write_json(cell / "summary.json", summary)

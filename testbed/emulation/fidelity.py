@@ -176,8 +176,9 @@ class FidelityMonitor:
                 self._loaded.append(loaded)
             prev, prev_cpu, prev_t = cur, cur_cpu, now
 
-    def stop(self, timers: dict[str, dict] | None = None) -> dict:
-        """`timers`: each worker process's wake-up lateness (testbed.workers.lateness)."""
+    def stop(self, timers: dict[str, dict] | None = None, pushes: dict | None = None) -> dict:
+        """`timers`: each worker process's wake-up lateness, `pushes`: how long the KV
+        pushes waited for a core (testbed.workers.lateness)."""
         self._stop.set()
         for thread in (self._thread, self._fast):
             if thread is not None:
@@ -194,7 +195,8 @@ class FidelityMonitor:
         return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded, waits),
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
-                       departure_error=self._trace_error, timers=timers)
+                       departure_error=self._trace_error, timers=timers,
+                       pushes=pushes)
 
     def link_rows(self, to_modelled, measured) -> list[dict]:
         """links.csv rows (the shared format): utilisation of every switch egress per

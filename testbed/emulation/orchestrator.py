@@ -34,7 +34,7 @@ from testbed.records import (
     FULL_BELOW,
     PACKET_RUN_MIN_FREE,
     REQUEST_FIELDS,
-    TCP_FIELDS,
+    SENDER_FIELDS,
     TRANSFER_FIELDS,
     atomic_write,
     check_room,
@@ -125,6 +125,7 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
                               trace_path=rundir / "departures.trace").start()
     capture = Capture(fabric, emu.capture, rundir / "capture", network.interface_netns,
                       emu.capture_snaplen)
+    result = None
     try:
         with capture, WorkerSet(cfg, cfg_path, fabric.spec, network.launcher(),
                                 rundir / "logs") as workers:
@@ -133,7 +134,8 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
                 restarts = len(network.restarts)
                 result = workers.wait(run_timeout_s(cell), on_tick=_fabric_check(network))
     finally:
-        fidelity = monitor.stop(timers=lateness.read(rundir))
+        fidelity = monitor.stop(timers=lateness.read(rundir),
+                                pushes=lateness.push_waits(result["transfers"]) if result else None)
     fidelity["warnings"] += network.restarts[restarts:]
     if result["outcome"] != "finished":
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")
@@ -204,7 +206,7 @@ def keep_what_finished(rundir: Path, workload, cause: str) -> bool:
                           result.get("counters", {}))
     summary.update(partial=cause, outcome=result.get("outcome"),
                    ended=sum(bool(r.get("state")) for r in requests))
-    tcp = TCP_FIELDS if any("retrans_segs" in t for t in transfers) else []
+    tcp = SENDER_FIELDS if any("retrans_segs" in t for t in transfers) else []
     try:
         write_csv(rundir / "requests.csv", requests, REQUEST_FIELDS)
         write_csv(rundir / "transfers.csv", transfers, TRANSFER_FIELDS + tcp)

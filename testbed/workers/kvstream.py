@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from testbed.model.granularity import split_bytes
 from testbed.topologies.traffic_classes import KV, level_tos
 from testbed.workers import tcpinfo
+from testbed.workers.lateness import run_queue_wait
 from testbed.workers.protocol import kv_header, read_exact, read_kv_header
 
 CHUNK = 256 * 1024
@@ -60,6 +61,7 @@ class ShardResult:
     level_bytes: dict[int, int] | None = None  # payload bytes sent per priority level
     stage: str = "p2d"  # or "reuse": a KV-reuse fetch
     tcp: dict | None = None  # the sender's TCP_INFO at the end (tcpinfo.parse)
+    cpu_wait: float | None = None  # wall s its thread waited for a core while sending
 
 
 def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket:
@@ -93,7 +95,7 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
         if marking is not None:
             sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         sock.connect((host, port))
-        start = time.time()
+        start, waited = time.time(), run_queue_wait()
         sock.sendall(kv_header(request, shard, shards, size, calls, stage))
         if calls > 1:
             level_bytes = _send_calls(sock, size, calls, marking, level if marking else 0)
@@ -106,8 +108,10 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
         ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
         if ack != b"\x01":
             raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
-        return ShardResult(request, shard, shards, size, start, time.time(), level_bytes,
-                           stage, tcpinfo.read(sock))
+        end, now_waited = time.time(), run_queue_wait()
+        return ShardResult(request, shard, shards, size, start, end, level_bytes, stage,
+                           tcpinfo.read(sock),
+                           None if waited is None or now_waited is None else now_waited - waited)
 
 
 def _send_zeros(sock: socket.socket, size: int) -> None:

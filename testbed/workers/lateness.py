@@ -5,9 +5,13 @@ a decision) at its instant; an emulated worker runs it when its thread gets the 
 Python's lock). So each process records, for every timer it runs after the run started,
 wall time at the call minus the wall time it was due (cyclictest's measure), and a probe
 timer every PROBE_S keeps the sample steady where a process has few timers of its own.
-A machine short of CPU shows here first: the datapath runs in softirq and at high
-priority, the workers at the bottom. Each process writes its figures to
-OUT/lateness/<process>.json as it exits; the fidelity verdict reads them back.
+Each process writes its figures to OUT/lateness/<process>.json as it exits; the fidelity
+verdict reads them back.
+
+A timer is a short wake-up, which the kernel's scheduler favours; a KV push is minutes of
+CPU in sum, which it shares. So each push also measures how long its thread sat runnable
+without a core (`run_queue_wait`): time its bytes were held back by the machine, not by
+the network.
 """
 
 from __future__ import annotations
@@ -48,6 +52,31 @@ class Lateness:
             path = Path(folder) / FOLDER
             path.mkdir(exist_ok=True)
             (path / f"{process}.json").write_text(json.dumps(self.summary(dilation)))
+
+
+def run_queue_wait() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (the second
+    field of /proc/thread-self/schedstat); None where the kernel keeps no such file."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def push_waits(transfers: list[dict]) -> dict | None:
+    """Of a run's transfer rows (one per shard, modelled seconds): how many carried their
+    sender's run-queue wait, and the share of their sending time it took, over all of
+    them and at the 99th percentile of shards; None where none carried it."""
+    rows = [(float(t["cpu_wait_s"]), float(t["end"]) - float(t["start"])) for t in transfers
+            if t.get("cpu_wait_s") not in (None, "") and float(t["end"]) > float(t["start"])]
+    if not rows:
+        return None
+    shares = sorted(min(1.0, w / d) for w, d in rows)
+    return {"count": len(rows),
+            "share": sum(w for w, _ in rows) / sum(d for _, d in rows),
+            "p99_share": shares[min(len(shares) - 1, int(0.99 * len(shares)))],
+            "wait_s": sum(w for w, _ in rows)}
 
 
 def read(folder: str | Path) -> dict[str, dict]:

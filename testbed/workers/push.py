@@ -34,7 +34,8 @@ def push_kv(worker, msg: dict) -> None:
     clock = worker.loop.clock
     shards = [{"shard": r.shard, "wire_bytes": r.bytes, "start": clock.to_modelled(r.start),
                "end": clock.to_modelled(r.end), "level_bytes": r.level_bytes or {},
-               "tcp": _stalls(r.tcp, clock)}
+               "tcp": _stalls(r.tcp, clock),
+               "cpu_wait_s": None if r.cpu_wait is None else clock.span(r.cpu_wait)}
               for r in results]
     pruned = levels is not None and rid in levels.pruned
     worker.loop.post(lambda: worker.send({"type": "sent", "request": rid, "shards": shards,

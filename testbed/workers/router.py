@@ -282,7 +282,8 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
             self.transfers.append({
                 "request": rs.req.request_id, "shard": int(s["shard"]), "src": rs.prefill,
                 "dst": rs.decode, "tier": rs.tier, "path": path, "bytes": shard_bytes,
-                "start": float(s["start"]), "end": float(s["end"]), **(s.get("tcp") or {})})
+                "start": float(s["start"]), "end": float(s["end"]), **(s.get("tcp") or {}),
+                "cpu_wait_s": s.get("cpu_wait_s")})
             self.journal.transfer(self.transfers[-1])
         self.ledger.wire_sent[rs.req.request_id] = total
 

@@ -1,0 +1,80 @@
+"""How late workers ran, and the CPU verdict built on it: judged by what a shortage of CPU
+does (late timers, pushes and datapath held off a core), the machine's busy share only
+where none of that was measured."""
+
+import threading
+import time
+
+import pytest
+
+from testbed.clock import RunClock
+from testbed.emulation import judge
+from testbed.workers import lateness
+from testbed.workers.clock import RealTimeLoop
+
+OK = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.9e6, 6)
+CALM = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.6, 0.7, 0.02)
+
+
+def timers(p99_ms: float, count: int = 1000) -> dict:
+    return {"i0": {"count": count, "p99_ms": p99_ms, "p99_wall_ms": 2 * p99_ms},
+            "router": {"count": count, "p99_ms": 0.1, "p99_wall_ms": 0.2}}
+
+
+def test_the_loop_records_each_timer_late_by_the_time_it_was_kept_waiting(tmp_path):
+    loop = RealTimeLoop(RunClock(time.time(), 2.0))
+    loop.at(loop.now + 0.005, lambda: None)  # before watch(): not counted
+    loop.watch(probe_s=0.01)
+    loop.at(loop.now, lambda: time.sleep(0.05))  # holds the loop: the next timer is late
+    loop.at(loop.now + 0.001, lambda: None)
+    loop.at(loop.now + 0.06, loop.stop)
+    loop.run()
+    xs = sorted(loop.lateness.samples)
+    assert len(xs) >= 4  # probes, the two timers and the stop
+    assert xs[-1] >= 0.045  # the timer behind the 50 ms sleep
+    doc = loop.lateness.summary(dilation=2.0)
+    assert doc["count"] == len(xs) and doc["max_ms"] == pytest.approx(doc["max_wall_ms"] / 2)
+    loop.lateness.write(tmp_path, "i3", 2.0)
+    assert lateness.read(tmp_path) == {"i3": doc}
+    assert lateness.read(tmp_path / "nothing") == {}
+
+
+def test_a_push_thread_reads_its_own_run_queue_wait():
+    got = []
+    t = threading.Thread(target=lambda: got.append(lateness.run_queue_wait()))
+    t.start()
+    t.join()
+    assert got[0] is None or got[0] >= 0.0
+    rows = [{"start": 0.0, "end": 1.0, "cpu_wait_s": 0.1}, {"start": 1.0, "end": 2.0,
+            "cpu_wait_s": 0.0}, {"start": 0.0, "end": 1.0, "cpu_wait_s": ""}]
+    doc = lateness.push_waits(rows)
+    assert doc["count"] == 2 and doc["share"] == pytest.approx(0.05)
+    assert lateness.push_waits([{"start": 0, "end": 1}]) is None
+
+
+def test_a_busy_machine_whose_parts_all_ran_on_time_is_faithful_with_a_warning():
+    doc = judge.verdict([OK], [0.99], threads=[CALM], timers=timers(0.4),
+                        pushes={"count": 100, "share": 0.001})
+    assert doc["verdict"] == "faithful" and not doc["cpu_bound"]
+    assert "headroom 1%" in doc["warnings"][0] and doc["datapath_wait"] == 0.02
+    assert doc["timers"][0]["process"] == "i0"  # latest first
+
+
+@pytest.mark.parametrize("late", ["timers", "pushes", "datapath"])
+def test_a_run_held_off_the_cpu_is_cpu_bound_whatever_the_machine_average(late):
+    waiting = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.6, 0.7, 0.12)
+    doc = judge.verdict([OK], [0.3], threads=[waiting if late == "datapath" else CALM],
+                        timers=timers(5.0 if late == "timers" else 0.4),
+                        pushes={"count": 100, "share": 0.2 if late == "pushes" else 0.001})
+    assert doc["verdict"] == "unfaithful" and doc["cpu_bound"]
+    assert len(doc["reasons"]) == 1 and "CPU-bound" in doc["reasons"][0]
+    assert {"timers": "i0", "pushes": "20.0%", "datapath": "12.0%"}[late] in doc["reasons"][0]
+    assert "time_dilation" in doc["advice"][0]
+
+
+def test_without_any_lateness_measured_the_machine_average_decides():
+    doc = judge.verdict([OK], [0.99])
+    assert doc["cpu_bound"] and "headroom" in doc["reasons"][0]
+    few = judge.verdict([OK], [0.99], timers=timers(0.1, count=10),
+                        pushes={"count": 3, "share": 0.0})  # too few samples to count
+    assert few["cpu_bound"] and "nothing measured" in few["cpu_test"]
