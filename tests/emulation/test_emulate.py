@@ -27,6 +27,27 @@ SHORT = {"schedulers": ["rr", "netkv-full"], "seeds": 1, "drain_s": 60,
          "workload.warmup_s": 1, "workload.measure_s": 4}
 
 
+def test_a_run_beside_busy_loops_is_cpu_bound_by_what_it_waited_for(tmp_path):
+    # a busy loop at nice -5 on every core: the workers still wake on time (the scheduler
+    # favours short wake-ups), but the datapath sits runnable without a core, holding
+    # packets where no queue shows them; the verdict must say so, naming what waited
+    path = write_small(tmp_path, TRACE, {**SHORT, "schedulers": ["rr"],
+                                         "emulation.time_dilation": 2})
+    loops = [subprocess.Popen(["nice", "-n", "-5", sys.executable, "-c", "while True: pass"])
+             for _ in range(os.cpu_count() or 1)]
+    try:
+        emulate_quietly(path, tmp_path)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    (fid,) = (tmp_path / "results").glob("*/cells/000-base/rr/seed1/fidelity.json")
+    doc = json.loads(fid.read_text())
+    assert doc["verdict"] == "unfaithful" and doc["cpu_bound"], doc["reasons"]
+    assert any(r.startswith("CPU-bound: ") and ("waited for a core" in r or "woke" in r)
+               for r in doc["reasons"]), doc["reasons"]
+
+
 SCHEDULERS = ["netkv-full", "p2c"]  # p2c: examples/p2c_plugin, by its entry point
 
 
@@ -352,6 +373,17 @@ def test_the_emulate_example_reads_the_wire_as_dataframes_and_links_are_captured
 
     for sched in ("rr", "netkv-full"):
         cell = folder / "cells" / "000-base" / sched / "seed1"
+        # every worker process timed its wake-ups, every push its wait for a core, and
+        # the CPU was judged on them
+        fid = json.loads((cell / "fidelity.json").read_text())
+        spec = load_scenario(path).cluster.spec()
+        names = {"router", "loadgen"} | {i.name for i in spec.prefill_pool + spec.decode_pool}
+        assert {t["process"] for t in fid["timers"]} == names
+        assert all(t["count"] >= 200 and t["p99_ms"] < 100 for t in fid["timers"])
+        assert fid["cpu_test"].startswith("workers' timers")
+        sent = rows(cell / "transfers.csv")
+        assert fid["pushes"]["count"] == len(sent) and all(
+            float(t["cpu_wait_s"]) >= 0 for t in sent)
         pcaps = sorted(p.name for p in (cell / "capture").glob("*.pcap"))
         assert pcaps == sorted(f"{x.replace('>', '_')}.pcap" for x in CAPTURED)
         flows = rows(cell / "capture" / "flows.csv")
