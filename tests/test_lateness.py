@@ -37,6 +37,8 @@ def test_the_loop_records_each_timer_late_by_the_time_it_was_kept_waiting(tmp_pa
     loop.lateness.write(tmp_path, "i3", 2.0)
     assert lateness.read(tmp_path) == {"i3": doc}
     assert lateness.read(tmp_path / "nothing") == {}
+    lateness.clear(tmp_path)  # a folder run again starts without the last run's figures
+    assert lateness.read(tmp_path) == {}
 
 
 def test_a_push_thread_reads_its_own_run_queue_wait():

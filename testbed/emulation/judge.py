@@ -43,10 +43,10 @@ from testbed.datapath.departures import Spacing
 from testbed.emulation.threads import VSWITCHD
 
 MIN_RATIO = 0.95
-# On the 2-core development machine (benchmarks/bench_fabric.py) userspace OVS and the
-# traffic generators keep p95 CPU busy at 74-80% at every scale from 1e-4 to 1e-3, so CPU
-# alone cannot tell a faithful run from a CPU-bound one there; it flags only a pegged
-# machine. The saturated-link ratio is the primary signal.
+# The machine's busy share decides only where no part measured its own lateness
+# (cpu_judgement): on the 2-core development machine (benchmarks/bench_fabric.py) userspace
+# OVS and the traffic generators keep p95 CPU busy at 74-80% at every scale from 1e-4 to
+# 1e-3, so alone it flags only a pegged machine.
 MIN_HEADROOM = 0.15
 MIN_SATURATED_INTERVALS = 2
 # Backlog samples per second per switch egress: 100 Hz resolves 10 ms, a few packet times

@@ -117,6 +117,7 @@ def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int
         controller_pid=network.controller.pid if network.controller else None,
         control_token=secrets.token_hex(16))
     rundir.mkdir(parents=True, exist_ok=True)
+    lateness.clear(rundir)
     cfg_path = cfg.save(rundir / "workers.json")
     os.chmod(cfg_path, 0o600)  # it holds the control token
     monitor = FidelityMonitor(fabric, min_queue_packets=emu.queue_min_packets,

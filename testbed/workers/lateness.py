@@ -79,6 +79,12 @@ def push_waits(transfers: list[dict]) -> dict | None:
             "wait_s": sum(w for w, _ in rows)}
 
 
+def clear(folder: str | Path) -> None:
+    """Before a run: a folder run again must not carry the last run's figures."""
+    for path in (Path(folder) / FOLDER).glob("*.json"):
+        path.unlink(missing_ok=True)
+
+
 def read(folder: str | Path) -> dict[str, dict]:
     """process -> its summary, for every process that wrote one in `folder`."""
     out = {}
