@@ -10,20 +10,20 @@ import pytest
 from testbed.emulation import judge, threads
 
 
-def _write_thread(proc, pid, tid, comm, utime, stime, waited_ns=None):
+def _write_thread(proc, pid, tid, comm, utime, stime, waited_ns=None, runs=4):
     task = proc / str(pid) / "task" / str(tid)
     task.mkdir(parents=True, exist_ok=True)
     rest = " ".join(["S"] + ["0"] * 10 + [str(utime), str(stime)] + ["0"] * 20)
     (task / "stat").write_text(f"{tid} ({comm}) {rest}\n")
     if waited_ns is not None:  # run time, run-queue wait, timeslices
-        (task / "schedstat").write_text(f"123 {waited_ns} 4\n")
+        (task / "schedstat").write_text(f"123 {waited_ns} {runs}\n")
 
 
-def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks, main_waited_ns=0):
+def _fake_proc(tmp_path, main_ticks, pmd_ticks, worker_ticks, main_waited_ns=0, main_runs=4):
     proc = tmp_path / "proc"
     (proc / "700").mkdir(parents=True, exist_ok=True)
     (proc / "700" / "comm").write_text("ovs-vswitchd\n")
-    _write_thread(proc, 700, 700, "ovs-vswitchd", main_ticks, 0, main_waited_ns)
+    _write_thread(proc, 700, 700, "ovs-vswitchd", main_ticks, 0, main_waited_ns, main_runs)
     _write_thread(proc, 700, 703, "pmd-c01/id:9", pmd_ticks, 0)
     _write_thread(proc, 700, 704, "handler3", 1, 1)
     (proc / "900").mkdir(exist_ok=True)
@@ -62,18 +62,25 @@ def test_the_time_a_datapath_thread_waited_for_a_core_is_sampled_and_summed_up(t
     proc = _fake_proc(tmp_path, 0, 0, 0, main_waited_ns=10**9)
     sampler = threads.ThreadSampler(lambda: {"decode-1": 900}, proc=proc)
     sampler.sample(0.0)
-    _fake_proc(tmp_path, 50, 0, 0, main_waited_ns=10**9 + 2 * 10**8)  # 0.2 s in 1 s
+    _fake_proc(tmp_path, 50, 0, 0, main_waited_ns=10**9 + 2 * 10**8,  # 0.2 s in 1 s
+               main_runs=104)  # over 100 times on a core
     sampler.sample(1.0)
-    _fake_proc(tmp_path, 100, 0, 0, main_waited_ns=10**9 + 6 * 10**8)  # 0.4 s in 1 s
+    _fake_proc(tmp_path, 100, 0, 0, main_waited_ns=10**9 + 6 * 10**8,  # 0.4 s in 1 s
+               main_runs=304)
     sampler.sample(1.0)
     (got,), (later,) = ([share for (_, _, role, _), share in w.items() if role == "main"]
                         for w in sampler.waits)
     assert got == pytest.approx(0.2) and later == pytest.approx(0.4)
     # no schedstat (the pmd, a kernel without it) and workers: no figure, not a zero
     assert not any(role in ("pmd", "worker") for w in sampler.waits for (_, _, role, _) in w)
-    loads = judge.thread_loads(sampler.samples, [True, True], sampler.waits)
+    loads = judge.thread_loads(sampler.samples, [True, True], sampler.waits, sampler.waited)
     by_role = {t.role: t for t in loads}
     assert by_role["main"].wait_median == pytest.approx(0.3)
+    # 0.6 s of waiting over 300 times on a core: 2 ms each time it was woken
+    assert by_role["main"].wait_per_run == pytest.approx(0.002)
+    only_second = judge.thread_loads(sampler.samples, [False, True], sampler.waits,
+                                     sampler.waited)
+    assert {t.role: t for t in only_second}["main"].wait_per_run == pytest.approx(0.002)
     assert by_role["pmd"].wait_median is None and by_role["worker"].wait_median is None
     assert judge._thread_doc(by_role["main"])["wait_median"] == pytest.approx(0.3)
 
@@ -82,7 +89,8 @@ def test_this_kernel_says_how_long_a_thread_waited_for_a_core():
     task = f"/proc/self/task/{threading.get_native_id()}"
     if not os.path.exists(f"{task}/schedstat"):
         pytest.skip("this kernel has no schedstat (CONFIG_SCHED_INFO off)")
-    assert isinstance(threads.read_waited(threads.Path(task)), int)
+    waited, runs = threads.read_schedstat(threads.Path(task))
+    assert isinstance(waited, int) and runs > 0
 
 
 def test_a_busy_thread_of_this_process_is_seen_in_the_real_proc():

@@ -26,6 +26,7 @@ from testbed.emulation.judge import (
     verdict,
 )
 from testbed.emulation.threads import ThreadSampler
+from testbed.model.tcp import WIRE_FRAME
 
 
 def _read_cpu() -> tuple[int, int]:
@@ -191,12 +192,19 @@ class FidelityMonitor:
             links.append(LinkFidelity(intf, self._link_name(intf), link.rate_bps,
                                       statistics.median(b for _, b, _ in samples), len(samples),
                                       statistics.median(shares) if shares else None))
-        samples, waits = (self._threads.samples, self._threads.waits) if self._threads else ([], [])
-        return verdict(links, self._cpu, threads=thread_loads(samples, self._loaded, waits),
+        sampler = self._threads
+        loads = thread_loads(sampler.samples, self._loaded, sampler.waits,
+                             sampler.waited) if sampler else []
+        return verdict(links, self._cpu, threads=loads,
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
                        departure_error=self._trace_error, timers=timers,
-                       pushes=pushes)
+                       pushes=pushes, frame_s=self._frame_s())
+
+    def _frame_s(self) -> float | None:
+        """A full frame's time on the fastest switch egress."""
+        rates = [link.rate_bps for _, link in self._egress.values() if link.rate_bps]
+        return WIRE_FRAME * 8 / max(rates) if rates else None
 
     def link_rows(self, to_modelled, measured) -> list[dict]:
         """links.csv rows (the shared format): utilisation of every switch egress per

@@ -25,6 +25,7 @@ class ThreadTimes:
     role: str  # main | pmd | handler | revalidator | other (datapath); worker (a process)
     ticks: int  # user + system CPU ticks so far
     waited_ns: int | None = None  # time runnable but waiting for a core (schedstat)
+    runs: int | None = None  # times it was put on a core (schedstat's timeslices)
 
 
 def parse_stat(text: str) -> tuple[str, int]:
@@ -100,19 +101,22 @@ def read_threads(processes: dict[str, int], proc: Path = Path("/proc")) -> list[
             except (OSError, IndexError, ValueError):
                 continue
             out.append(ThreadTimes(label, tid, comm, datapath_role(comm, tid == pid), ticks,
-                                   read_waited(task)))
+                                   *read_schedstat(task)))
     return out
 
 
-def read_waited(task: Path) -> int | None:
-    """ns the thread spent runnable on a run queue but not running (the second field of
-    schedstat; a kernel without CONFIG_SCHED_INFO has no such file). A datapath thread
-    kept from a core delays packets before they reach any queue, where the departure
-    test cannot see it; this shows it directly, whatever the machine's busy share."""
+def read_schedstat(task: Path) -> tuple[int | None, int | None]:
+    """(ns the thread spent runnable on a run queue but not running, times it was put on
+    a core): the second and third fields of schedstat (a kernel without CONFIG_SCHED_INFO
+    has no such file: None, None). A datapath thread kept from a core delays packets
+    before they reach any queue, where the departure test cannot see it; this shows it
+    directly, whatever the machine's busy share. Their ratio is how long a packet that
+    woke it waited, on average, before it was forwarded."""
     try:
-        return int((task / "schedstat").read_text().split()[1])
+        fields = (task / "schedstat").read_text().split()
+        return int(fields[1]), int(fields[2])
     except (OSError, IndexError, ValueError):
-        return None
+        return None, None
 
 
 def waits(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
@@ -121,6 +125,15 @@ def waits(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tu
     whose waits would be lost with them)."""
     return _per_interval(prev, cur, dt,
                          lambda t: None if t.waited_ns is None else t.waited_ns / 1e9)
+
+
+def waited(prev: list[ThreadTimes], cur: list[ThreadTimes]) -> dict[tuple, tuple[float, int]]:
+    """(process, comm, role, tid) -> (seconds it waited for a core, times it got one) over
+    the interval (datapath threads, as `waits`)."""
+    waited_s = _per_interval(prev, cur, 1.0,
+                             lambda t: None if t.waited_ns is None else t.waited_ns / 1e9)
+    runs = _per_interval(prev, cur, 1.0, lambda t: t.runs)
+    return {k: (w, int(runs[k])) for k, w in waited_s.items() if k in runs}
 
 
 def shares(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
@@ -151,6 +164,7 @@ class ThreadSampler:
         self._prev: list[ThreadTimes] = []
         self.samples: list[dict[tuple, float]] = []
         self.waits: list[dict[tuple, float]] = []  # beside each sample
+        self.waited: list[dict[tuple, tuple[float, int]]] = []  # and these
 
     def _processes(self) -> dict[str, int]:
         found = {}
@@ -167,5 +181,6 @@ class ThreadSampler:
         if got:
             self.samples.append(got)
             self.waits.append(waits(self._prev, cur, dt))
+            self.waited.append(waited(self._prev, cur))
         self._prev = cur
         return got
