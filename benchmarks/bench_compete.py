@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cli.common import handle_signals
 from testbed.datapath.departures import DepartureTracer
 from testbed.emulation.net import EmulatedNetwork
 from testbed.scenario import load_scenario
@@ -47,6 +48,7 @@ def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenario", nargs="?", default="scenarios/validate.yaml")
     ap.add_argument("--competing", default="1,2,4")

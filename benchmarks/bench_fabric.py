@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cli.common import handle_signals
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.net import EmulatedNetwork, kernel_datapath_available
 from testbed.scenario import load_scenario
@@ -178,6 +179,7 @@ def virtualisation() -> str:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", default="1e-4,2e-4,5e-4,1e-3,2e-3")

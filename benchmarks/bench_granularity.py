@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cli.common import handle_signals
 from testbed.emulation.net import EmulatedNetwork
 from testbed.model.granularity import call_overhead_s
 from testbed.scenario import load_scenario
@@ -46,6 +47,7 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bytes", type=int, default=390_000,
                     help="wire bytes of the shard (default: a RAG shard at scale 2e-4)")

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from testbed.api import emulate
+from testbed.cli.common import handle_signals
 from testbed.records import read_csv
 from testbed.scenario import load_scenario
 
@@ -48,6 +49,7 @@ def measure(scenario, fabrics: int, out: Path) -> dict:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "validate.yaml"))
     ap.add_argument("--fabrics", default="1,2", help="comma-separated K values")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cli.common import handle_signals
 from testbed.emulation.net import EmulatedNetwork
 from testbed.scenario import load_scenario
 from testbed.topologies.traffic_classes import BACKGROUND, CONTROL, KV, LEVEL_SHARE, level_tos
@@ -72,6 +73,7 @@ def report(labels, rates, configured, strict) -> None:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=6.0)
     args = ap.parse_args()

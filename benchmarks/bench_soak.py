@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from testbed import api
+from testbed.cli.common import handle_signals
 from testbed.emulation import cleanup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +86,7 @@ def table(mode: str, samples: list[dict[str, int]]) -> list[str]:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--mode", default="api,cli", help="api, cli or both (comma-separated)")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cli.common import handle_signals
 from testbed.scenario import load_scenario
 from testbed.validate.pipeline import validate
 from testbed.validate.selection import row_figures, selection_lines
@@ -71,6 +72,7 @@ def row(name: str, doc: dict, wall: float) -> str:
 
 
 def main() -> None:
+    handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
     ap.add_argument("--seeds", type=int, default=1)
