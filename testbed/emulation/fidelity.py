@@ -26,7 +26,6 @@ from testbed.emulation.judge import (
     verdict,
 )
 from testbed.emulation.threads import ThreadSampler
-from testbed.model.tcp import WIRE_FRAME
 
 
 def _read_cpu() -> tuple[int, int]:
@@ -199,12 +198,7 @@ class FidelityMonitor:
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
                        departure_error=self._trace_error, timers=timers,
-                       pushes=pushes, frame_s=self._frame_s())
-
-    def _frame_s(self) -> float | None:
-        """A full frame's time on the fastest switch egress."""
-        rates = [link.rate_bps for _, link in self._egress.values() if link.rate_bps]
-        return WIRE_FRAME * 8 / max(rates) if rates else None
+                       pushes=pushes)
 
     def link_rows(self, to_modelled, measured) -> list[dict]:
         """links.csv rows (the shared format): utilisation of every switch egress per
