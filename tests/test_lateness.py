@@ -78,6 +78,15 @@ def test_a_run_held_off_the_cpu_is_cpu_bound_whatever_the_machine_average(late):
     assert "time_dilation" in doc["advice"][0]
 
 
+def test_a_datapath_thread_with_little_work_is_not_judged_by_its_share_of_it():
+    # another fabric's daemon, idle once its runs ended: 1% busy, 1% waiting
+    idle = judge.ThreadLoad("ovs-vswitchd@netkv-l1-ovs0", "ovs-vswitchd", "main", 0.01, 0.02,
+                            0.01)
+    doc = judge.verdict([OK], [0.3], threads=[CALM, idle], timers=timers(0.4))
+    assert doc["verdict"] == "faithful"
+    assert doc["datapath_held"] == pytest.approx(0.02 / 0.62)
+
+
 def test_without_any_lateness_measured_the_machine_average_decides():
     doc = judge.verdict([OK], [0.99])
     assert doc["cpu_bound"] and "headroom" in doc["reasons"][0]

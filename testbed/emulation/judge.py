@@ -94,6 +94,7 @@ MIN_TIMER_SAMPLES = 200
 MAX_PUSH_WAIT = 0.05  # the claims' margin: a push held this long moves a transfer by it
 MIN_PUSHES = 20
 MAX_DATAPATH_HELD = 0.15
+MIN_DATAPATH_WORK = 0.1  # of a core, busy or waiting: below it the share is not judged
 THREAD_NEAR = 0.85
 
 
@@ -332,8 +333,11 @@ def cpu_judgement(headroom: float | None, min_headroom: float, timers: dict[str,
     woke = {p: t for p, t in (timers or {}).items()
             if t.get("count", 0) >= MIN_TIMER_SAMPLES and t.get("p99_ms") is not None}
     latest = max(woke.items(), key=lambda x: x[1]["p99_ms"], default=None)
+    # a thread with little work (another fabric's daemon, idle once its runs ended) has a
+    # share of nothing: a few ms of waiting would read as most of its time
     forwarding = [t for t in threads if t.datapath and t.role in ("main", "pmd")
-                  and t.wait_median is not None and t.median + t.wait_median > 0]
+                  and t.wait_median is not None
+                  and t.median + t.wait_median >= MIN_DATAPATH_WORK]
     waiting = max(forwarding, key=lambda t: t.held, default=None)
     held = None if waiting is None else waiting.held
     pushed = pushes if pushes and pushes["count"] >= MIN_PUSHES else None
