@@ -21,6 +21,8 @@ import json
 from array import array
 from pathlib import Path
 
+from testbed.clock import Dilation
+
 FOLDER = "lateness"
 PROBE_S = 0.02  # wall seconds between probe timers: 50 wake-ups a second per process
 
@@ -43,7 +45,7 @@ class Lateness:
         for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
             wall = xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3 if xs else None
             out[f"{name}_wall_ms"] = wall
-            out[f"{name}_ms"] = None if wall is None else wall / dilation
+            out[f"{name}_ms"] = None if wall is None else Dilation(dilation).modelled(wall)
         return out
 
     def write(self, folder: str | Path, process: str, dilation: float) -> None:
