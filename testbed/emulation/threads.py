@@ -119,21 +119,19 @@ def read_schedstat(task: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-def waits(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
-    """(process, comm, role, tid) -> share of the interval the thread waited for a core
-    (datapath threads only: a worker's pushes live in threads shorter than an interval,
-    whose waits would be lost with them)."""
-    return _per_interval(prev, cur, dt,
-                         lambda t: None if t.waited_ns is None else t.waited_ns / 1e9)
-
-
 def waited(prev: list[ThreadTimes], cur: list[ThreadTimes]) -> dict[tuple, tuple[float, int]]:
     """(process, comm, role, tid) -> (seconds it waited for a core, times it got one) over
-    the interval (datapath threads, as `waits`)."""
+    the interval (datapath threads only: a worker's pushes live in threads shorter than an
+    interval, whose waits would be lost with them)."""
     waited_s = _per_interval(prev, cur, 1.0,
                              lambda t: None if t.waited_ns is None else t.waited_ns / 1e9)
     runs = _per_interval(prev, cur, 1.0, lambda t: t.runs)
     return {k: (w, int(runs[k])) for k, w in waited_s.items() if k in runs}
+
+
+def waits(got: dict[tuple, tuple[float, int]], dt: float) -> dict[tuple, float]:
+    """The same threads -> the share of the interval dt they waited for a core."""
+    return {k: seconds / dt for k, (seconds, _) in got.items()} if dt > 0 else {}
 
 
 def shares(prev: list[ThreadTimes], cur: list[ThreadTimes], dt: float) -> dict[tuple, float]:
@@ -180,7 +178,7 @@ class ThreadSampler:
         got = shares(self._prev, cur, dt) if self._prev else {}
         if got:
             self.samples.append(got)
-            self.waits.append(waits(self._prev, cur, dt))
             self.waited.append(waited(self._prev, cur))
+            self.waits.append(waits(self.waited[-1], dt))
         self._prev = cur
         return got
