@@ -171,7 +171,12 @@ def _validity_line(sc, wl) -> str:
     from testbed.model.kv import kv_cache_bytes
     from testbed.validate import validity
 
-    by_tier = validity.floors(sc)
+    try:
+        by_tier = validity.floors(sc)
+    except ValueError:  # the replica's start-up excess outweighs any transfer's fluid time
+        return (f"at scale {sc.emulation.scale:g} no transfer of any size is valid on the "
+                "replica: its links are too slow for the cluster it models; raise "
+                "emulation.scale")
     worst = max(by_tier)
     floor = by_tier[worst]["transfer_floor_bytes"]
     model = sc.model_spec()
