@@ -12,8 +12,10 @@ control plane calls; its transfers (transfers.py), faults (faults.py), prefix fe
 
 from __future__ import annotations
 
+import gc
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -202,6 +204,12 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self._open -= 1
 
     # -- run ---------------------------------------------------------------------------
+    def release(self) -> None:
+        """Drop the run's state now that its records are out. The state is one web of
+        references (the event heap's callbacks, the instances and this simulation), so
+        without this only the cyclic collector frees it, by tracing millions of objects."""
+        vars(self).clear()
+
     def run(self) -> RunResult:
         wl = self.workload
         per_token = kv_bytes_per_token(self.model)
@@ -246,4 +254,27 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,
              follow: Mapping[str, tuple[str, str]] | None = None) -> RunResult:
-    return FlowSimulation(scenario, scheduler_key, seed, workload, follow).run()
+    with collector_paused():
+        sim = FlowSimulation(scenario, scheduler_key, seed, workload, follow)
+        try:
+            return sim.run()
+        finally:
+            sim.release()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off for one run, back as it was after.
+
+    A run's state (caches, flows, requests) lives until the run ends, and the run makes
+    next to no cyclic garbage on the way (peak RSS the same with the collector off), yet
+    the collector's full passes re-scan that whole heap every time it grows by a quarter:
+    30% of the wall time at 8192 GPUs x 60 s (docs/benchmarks.md). Whatever cyclic
+    garbage the run did make is collected as before, after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
