@@ -64,6 +64,26 @@ def test_paths_per_tier():
     assert all(hop in links for path in cross for hop in path)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"pods": 8}])
+def test_every_pair_has_distinct_chained_paths_counted_without_building_them(kwargs):
+    spec = FatTreeSpec(**kwargs)
+    links = {(link.a, link.b) for link in spec.links} | {(link.b, link.a) for link in spec.links}
+    names = [i.name for i in spec.instances]
+    seen_tiers = set()
+    for src in names[:: max(1, len(names) // 12)]:
+        for dst in names:
+            if src == dst:
+                continue
+            paths = spec.paths(src, dst)
+            seen_tiers.add(spec.tier(src, dst))
+            assert spec.path_count(src, dst) == len(paths) == len({tuple(p) for p in paths})
+            for path in paths:
+                assert path[0][0] == src and path[-1][1] == dst
+                assert all(a[1] == b[0] for a, b in zip(path[:-1], path[1:], strict=True))
+                assert all(hop in links for hop in path)
+    assert seen_tiers >= {1, 2, 3}
+
+
 @pytest.mark.parametrize("pods", [4, 8, 16, 32])
 def test_larger_clusters_build(pods):
     spec = FatTreeSpec(pods=pods)

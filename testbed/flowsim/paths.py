@@ -29,9 +29,13 @@ class PathChoice:
         return live or paths
 
     def ecmp_path(self, src: str, dst: str) -> list[Hop]:
-        """Uniform random choice among equal-cost live paths, one per flow (seeded)."""
-        paths = self.live_paths(src, dst)
-        return paths[self.rng.randrange(len(paths))] if len(paths) > 1 else paths[0]
+        """Uniform random choice among equal-cost live paths, one per flow (seeded).
+        With every link up only the chosen path is built (the same draw, the same path)."""
+        if self._links_down:
+            paths = self.live_paths(src, dst)
+            return paths[self.rng.randrange(len(paths))] if len(paths) > 1 else paths[0]
+        n = self.spec.path_count(src, dst)
+        return self.spec.path_at(src, dst, self.rng.randrange(n) if n > 1 else 0)
 
     def pair_path(self, src: str, dst: str) -> list[Hop]:
         """Per-pair ECMP: the path the emulated fabric's controller pins for this pair."""

@@ -298,29 +298,30 @@ class FatTreeSpec:
 
     def paths(self, src: str, dst: str) -> list[list[tuple[str, str]]]:
         """All equal-cost shortest paths from src to dst instance, as directed hops."""
-        return [list(p) for p in self._paths(src, dst)]
+        return [self.path_at(src, dst, i) for i in range(self.path_count(src, dst))]
 
-    def _paths(self, src: str, dst: str) -> list[tuple[tuple[str, str], ...]]:
+    def path_count(self, src: str, dst: str) -> int:
+        """How many equal-cost paths join src and dst (one below tier 2)."""
+        tier = self.tier(src, dst)
+        return 1 if tier < 2 else self.n_aggs if tier == 2 else self.n_aggs * self.n_cores_per_agg
+
+    def path_at(self, src: str, dst: str, i: int) -> list[tuple[str, str]]:
+        """The i-th of `paths(src, dst)`, built alone: an ECMP choice needs one path, and
+        a tier-3 pair of a large fabric has hundreds."""
         x, y = self.by_name[src], self.by_name[dst]
         tier = self.tier(src, dst)
         if tier == 0:
             bus = self.server_node(x.server)
-            return [((src, bus), (bus, dst))]
+            return [(src, bus), (bus, dst)]
         ts, td = self.tor(x.rack), self.tor(y.rack)
         if tier == 1:
-            return [((src, ts), (ts, dst))]
+            return [(src, ts), (ts, dst)]
         if tier == 2:
-            return [
-                ((src, ts), (ts, self.agg(x.pod, j)), (self.agg(x.pod, j), td), (td, dst))
-                for j in range(self.n_aggs)
-            ]
-        out = []
-        for j in range(self.n_aggs):
-            a_s, a_d = self.agg(x.pod, j), self.agg(y.pod, j)
-            for c in self.cores_of_agg(j):
-                core = self.core(c)
-                out.append(((src, ts), (ts, a_s), (a_s, core), (core, a_d), (a_d, td), (td, dst)))
-        return out
+            agg = self.agg(x.pod, i)
+            return [(src, ts), (ts, agg), (agg, td), (td, dst)]
+        j = i // self.n_cores_per_agg
+        a_s, a_d, core = self.agg(x.pod, j), self.agg(y.pod, j), self.core(i)
+        return [(src, ts), (ts, a_s), (a_s, core), (core, a_d), (a_d, td), (td, dst)]
 
     def describe(self) -> str:
         bw = self.tier_bandwidth_gbps
