@@ -103,8 +103,8 @@ class Scheduler:
             best.append(float(low))
             at = np.flatnonzero(values == low)
             tied = at if tied is None else tied[at]
-        rows = tied.tolist()
-        chosen = rows[0] if len(rows) == 1 else self._rng.choice(rows)
+        # drawn from as an array, not a list: thousands of rows may tie
+        chosen = int(tied[0] if len(tied) == 1 else self._rng.choice(tied))
         return feasible[chosen], (best[0] if len(best) == 1 else tuple(best))
 
     # -- shared terms (one candidate, or a table of them) ------------------------------
@@ -253,8 +253,9 @@ class Scheduler:
         low = pushed.min()
         if not low < OUT_OF_REACH:
             return None
-        rows = np.flatnonzero(pushed == low).tolist()
-        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], float(key[rows[0]])
+        rows = np.flatnonzero(pushed == low)  # drawn from as an array: thousands may tie
+        return table[int(rows[0] if len(rows) == 1 else self._rng.choice(rows))], \
+            float(key[rows[0]])
 
     def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
                    oracle: Oracle) -> tuple[np.ndarray, np.ndarray] | None:
