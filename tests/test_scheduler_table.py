@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.model.oracle import Oracle
+from testbed.model.scheduler_base import OUT_OF_REACH
 from testbed.model.schedulers import (
-    OUT_OF_REACH,
     SCHEDULERS,
     Candidate,
     CandidateTable,

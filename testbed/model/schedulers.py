@@ -23,12 +23,12 @@ from testbed.model.kv import effective_transfer_bytes
 from testbed.model.loadgrid import LoadGrid
 from testbed.model.oracle import Oracle
 from testbed.model.scheduler_base import (
-    OUT_OF_REACH,
     Decision,
     RequestInfo,
     Scheduler,
     SchedulerContext,
     SchedulerWrapper,
+    out_of_reach,
 )
 
 __all__ = [
@@ -154,13 +154,14 @@ class NetKV(Scheduler):
         nothing is cached a candidate costs its tier's transfer time plus its entry of
         the load grid (model/loadgrid.py), one lookup in a (tier, excess, batch) grid;
         rows with a cached prefix get their own transfer time. `feasible_only` (a whole
-        table): rows outside D_r get OUT_OF_REACH added (+inf with a prefix)."""
+        table): rows outside D_r are put OUT_OF_REACH (+inf with a prefix)."""
         root, rows = table.root()
         key = self._loads.keys(root)
         if key is None:
             return None
         load = self._loads.values
         tiers, present = self._tier_row(prefill, root, oracle)
+        width = len(load)
         size = effective_transfer_bytes(request.kv_bytes, 0, request.input_len)
         terms = [(1.0, 0.0)] * (present[-1] + 1)  # tiers not present: never looked up
         for tier in present:
@@ -168,13 +169,14 @@ class NetKV(Scheduler):
                                            self.use_inflight)
         bandwidth, latency = np.array(terms).T
         net = transfer_time(size, bandwidth, latency)
-        if len(net) * len(load) <= len(key):  # one lookup in a (tier, excess, batch) grid
-            costs = (net[:, None] + load).ravel()[tiers * len(load) + key]
+        if len(net) * width <= len(key):  # one lookup in a (tier, excess, batch) grid
+            offset, _ = self._tier_row(prefill, root, oracle, stride=width)
+            costs = (net[:, None] + load).ravel()[offset + key]
         else:
             costs = net[tiers] + load[key]
         reserve = self.ctx.memory_reserve_bytes
-        if feasible_only:  # arithmetic, not a masked write: the mask is random, the add not
-            costs += np.logical_not(root.free_memory >= size + reserve) * OUT_OF_REACH
+        if feasible_only:
+            out_of_reach(costs, np.logical_not(root.free_memory >= size + reserve))
         hits = root.hit_rows
         if len(hits):
             tokens, one_length, free, hit_key = root.derived(
