@@ -1,11 +1,12 @@
 """Flow simulator behaviour on small, hand-checkable cases."""
 
+import gc
 import math
 
 import pytest
 
 from testbed.flowsim.network import FluidNetwork
-from testbed.flowsim.simulator import FlowSimulation
+from testbed.flowsim.simulator import FlowSimulation, simulate
 from testbed.model.kv import kv_cache_bytes
 from testbed.records import PARTIAL
 from testbed.runner import ConservationError, check_conservation, run_flowsim
@@ -40,6 +41,29 @@ def test_a_lone_request_follows_the_timing_and_cost_models(trace_path):
     assert row["done"] == pytest.approx(first + 2 * timing.iteration_time(1), rel=1e-6)
     assert row["tbt"] == pytest.approx(timing.iteration_time(1))
     assert row["state"] == "completed"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_run_pauses_the_collector_and_leaves_it_nothing_to_trace(trace_path, monkeypatch,
+                                                                   enabled):
+    sc = Scenario(name="gc", workload={"trace": str(trace_path), "measure_s": 5.0})
+    wl = build_workload(sc, 1)
+    during = []
+    run = FlowSimulation.run
+    monkeypatch.setattr(FlowSimulation, "run",
+                        lambda self: during.append(gc.isenabled()) or run(self))
+    gc.collect()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = simulate(sc, "cla", 1, wl)
+        assert gc.isenabled() is enabled  # restored as it was
+        left = gc.collect()
+    finally:
+        gc.enable()
+    assert during == [False] and len(result.requests) == len(wl.requests) > 20
+    # the run's state (thousands of objects in cycles) was dropped, not left to the
+    # collector
+    assert left < 500, left
 
 
 def test_per_flow_ecmp_can_beat_the_per_path_figure(trace_path):
