@@ -68,8 +68,8 @@ def _timed_out(row: dict) -> bool | None:
 def stall_split(pairs: Sequence[TransferPair]) -> dict:
     """Errors of the transfers whose connection had a retransmission timeout on
     packets, apart from the others': how much of the model's error stalls explain."""
-    return {"timed_out": _stats([p.error for p in pairs if p.timed_out]),
-            "clean": _stats([p.error for p in pairs if p.timed_out is False]),
+    return {"timed_out": error_stats([p.error for p in pairs if p.timed_out]),
+            "clean": error_stats([p.error for p in pairs if p.timed_out is False]),
             "unknown": sum(p.timed_out is None for p in pairs)}
 
 
@@ -101,7 +101,7 @@ def shard_spread(rows: Sequence[dict]) -> list[float]:
     return [max(d) / min(d) for d in groups.values() if len(d) > 1 and min(d) > 0]
 
 
-def _stats(errors: list[float]) -> dict:
+def error_stats(errors: list[float]) -> dict:
     absolute = [abs(e) for e in errors]
     return {
         "n": len(errors),
@@ -120,10 +120,10 @@ def size_bucket(size_bytes: float) -> str:
 
 def error_summary(pairs: Sequence[TransferPair]) -> dict:
     """Overall, per tier and per size bucket: n, median |error|, p90 |error|, mean (bias)."""
-    out = _stats([p.error for p in pairs])
-    out["by_tier"] = {str(t): _stats([p.error for p in pairs if p.tier == t])
+    out = error_stats([p.error for p in pairs])
+    out["by_tier"] = {str(t): error_stats([p.error for p in pairs if p.tier == t])
                       for t in sorted({p.tier for p in pairs})}
-    out["by_size"] = {label: _stats([p.error for p in pairs if size_bucket(p.size_bytes) == label])
+    out["by_size"] = {label: error_stats([p.error for p in pairs if size_bucket(p.size_bytes) == label])
                       for _, _, label in SIZE_BUCKETS
                       if any(size_bucket(p.size_bytes) == label for p in pairs)}
     return out

@@ -39,7 +39,7 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import cache, claims, compare, divergence, validity
+from testbed.validate import arrival, cache, claims, compare, divergence, validity
 from testbed.validate.contention import with_contention
 from testbed.validate.replay import replay_transfers
 from testbed.validate.summary import (
@@ -406,6 +406,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "transfers": {name: compare.error_summary(p) for name, p in shard_pairs.items()},
         "stalls": {"connections": tcpinfo.stalls(emu_rows),
                    "replay_tcp": compare.stall_split(shard_pairs["replay_tcp"])},
+        "arrival": arrival.by_arrival(all_emu, replays["replay_tcp"], by_tier),
         "whole_transfers": {name: with_intervals(p) for name, p in whole.items()},
         "whole_above_floor": {name: with_intervals(p) for name, p in above.items()},
         "whole_below_floor": {name: compare.error_summary(p) for name, p in below.items()},

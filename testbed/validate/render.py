@@ -119,6 +119,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
             lines.append(f"| {label} | {name} | {g['n']} | {_abs(g['median_abs_error'])} | "
                          f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
     lines += _stall_lines(doc.get("stalls"))
+    lines += _arrival_lines(doc.get("arrival"))
     for phase in ("uncalibrated", "calibrated", "tcp"):
         for point, data in doc[phase].items():
             lines += ["", f"## TTFT and transfer time per scheduler: {point}, flow model "
@@ -172,6 +173,26 @@ def _stall_lines(stalls: dict | None) -> list[str]:
             g = split[key]
             lines.append(f"| {label} | {g['n']} | {_abs(g['median_abs_error'])} | "
                          f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
+    return lines
+
+
+def _arrival_lines(by_order: dict | None) -> list[str]:
+    """The replay's error on whole transfers above the floor by arrival order on their
+    path (testbed/validate/arrival.py says what each order means)."""
+    if not by_order or not any(g["n"] for g in by_order.values()):
+        return []
+    lines = ["", "## Where the replay errs: arrival order on the path", "",
+             "Whole transfers above the validity floor, TCP model. *alone*: no other "
+             "transfer shared a link with it while it ran; *first*: others came while it ran; "
+             "*late*: it came while others ran, none after; *both*. Max-min sharing ends "
+             "competing transfers as a work-conserving link does, so the one that came first "
+             "carries the difference: a positive mean there says packets let it keep more "
+             "than an equal share.", "",
+             "| arrival | n | median abs error | p90 abs error | mean error |",
+             "|---|---|---|---|---|"]
+    for order, g in by_order.items():
+        lines.append(f"| {order} | {g['n']} | {_abs(g['median_abs_error'])} | "
+                     f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
     return lines
 
 
