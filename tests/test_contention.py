@@ -12,7 +12,12 @@ from testbed.model import tcp
 from testbed.scenario import load_scenario
 from testbed.validate import compare
 from testbed.validate.calibration import fit_contention
-from testbed.validate.contention import competing_residuals, probe_ends, with_contention
+from testbed.validate.contention import (
+    competing_residuals,
+    last_ends,
+    probe_ends,
+    with_contention,
+)
 from testbed.validate.replay import replay_transfers
 from tests.conftest import ROOT
 from tests.test_tcp_model import _shard_rows, pair_at, path_text
@@ -68,7 +73,7 @@ def test_the_fit_recovers_the_idle_share_that_made_the_probes(sc):
     one slower than the bound as the bound, and the median keeps one such outlier out."""
     factors = {1: 0.95, 2: 0.95, 3: 0.95}
     fit = {"serialisation": 0.5, "hop_delay_s": 3e-4, "shard_spread": 0.0}
-    last_end = probe_ends(sc, factors, fit, 4)
+    last_end = last_ends(sc, factors, fit, 4)
     probes = [(tier, size, starts) for tier in (1, 2, 3) for size, starts in
               ((0.5e9, [0.0, 0.0]), (0.5e9, [0.0] * 4), (2e9, [0.0, 0.0]),
                (0.5e9, [0.0, 0.05, 0.1, 0.15]))]
@@ -105,3 +110,26 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     factors = {int(k): v for k, v in cal["capacity_factor"].items()}
     again = competing_residuals(sc, factors, got["tcp"], got["tiers"], 4)
     assert again == got["competing"]
+
+
+def test_each_probe_transfer_is_judged_in_arrival_order(sc):
+    """Spaced probes 'measured' by the model itself are exact transfer by transfer; where
+    the packets let the first arrival finish in half the model's time, the first error
+    says +100% and the others are untouched."""
+    factors = {1: 0.95, 2: 0.95, 3: 0.95}
+    fit = {"serialisation": 0.5, "hop_delay_s": 3e-4, "shard_spread": 0.0}
+    ends = probe_ends(sc, factors, fit, 4)
+    starts = [0.1, 0.0, 0.05]  # listed out of order: the second listed arrived first
+    made = ends(0.0, 2, 0.5e9, starts)
+    seconds = [e - s for e, s in zip(made, starts, strict=True)]
+    assert max(made) == last_ends(sc, factors, fit, 4)(0.0, 2, 0.5e9, starts)
+    assert seconds[1] < seconds[2] and seconds[1] < seconds[0]  # shared from 0.05 on
+
+    def residual(secs):
+        raw = {"2": {"competing": [{"bytes": 0.5e9, "starts": starts, "seconds": secs}]}}
+        return competing_residuals(sc, factors, fit, raw, 4)[0]["by_arrival"]
+
+    assert residual(seconds) == pytest.approx([0.0, 0.0, 0.0], abs=1e-9)
+    faster = list(seconds)
+    faster[1] /= 2
+    assert residual(faster) == pytest.approx([1.0, 0.0, 0.0], abs=1e-9)

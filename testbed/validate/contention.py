@@ -18,32 +18,40 @@ from testbed.validate.validity import tier_pairs
 
 
 def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
-    """last_end(idle, tier, bytes, starts): when the last of a competing probe's transfers
-    (one per start, modelled seconds) ends in the flow model (TCP terms with the link
-    contention `idle`, or the fluid model when tcp_fit is None), all on the tier pair's
-    one path as on the fabric (its ECMP hashes the pair)."""
+    """ends(idle, tier, bytes, starts): when each of a competing probe's transfers (one per
+    start, modelled seconds) ends in the flow model (TCP terms with the link contention
+    `idle`, or the fluid model when tcp_fit is None), all on the tier pair's one path as
+    on the fabric (its ECMP hashes the pair)."""
     spec = sc.cluster.spec()
     pairs = tier_pairs(spec)
     base = flow_twin(sc, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
 
-    def last_end(idle: float, tier: int, size: float, starts: list[float]) -> float:
+    def ends(idle: float, tier: int, size: float, starts: list[float]) -> list[float]:
         net = FluidNetwork(spec, None, factors,
                            replace(base, contention_idle=idle) if base else None)
         path = spec.paths(*pairs[tier])[0]
         arrivals = sorted((t, j) for j, t in enumerate(starts))
-        last = 0.0
+        out = [0.0] * len(starts)
         while arrivals or net.flows or net.draining:
             nxt = net.next_completion()
             if arrivals and (nxt is None or arrivals[0][0] <= nxt):
                 t, j = arrivals.pop(0)
                 for k in range(shards):
-                    net.add_flow(path, size / shards, t, shard=(k, shards), share=False)
+                    net.add_flow(path, size / shards, t, tag=j, shard=(k, shards),
+                                 share=False)
                 net.recompute(path)
             else:
-                last = nxt
-                net.pop_finished(nxt)
-        return last
-    return last_end
+                for flow in net.pop_finished(nxt):
+                    if flow.tag is not None:
+                        out[flow.tag] = nxt  # its last shard's end is the transfer's
+        return out
+    return ends
+
+
+def last_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
+    """last_end(idle, tier, bytes, starts): when the last of a probe's transfers ends."""
+    ends = probe_ends(sc, factors, tcp_fit, shards)
+    return lambda idle, tier, size, starts: max(ends(idle, tier, size, starts))
 
 
 def _probes(raw: dict) -> list[tuple[int, float, list[float], list[float]]]:
@@ -56,7 +64,7 @@ def _probes(raw: dict) -> list[tuple[int, float, list[float], list[float]]]:
 def contention(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
     """The TCP model's contention delay (tcp.contention_delay), fitted on the competing
     probes alone: never on a workload."""
-    last_end = probe_ends(sc, factors, tcp_fit, shards)
+    last_end = last_ends(sc, factors, tcp_fit, shards)
     return fit_contention([(max(sec), (lambda idle, t=t, b=b, st=st: last_end(idle, t, b, st)))
                            for t, b, st, sec in _probes(raw) if len(sec) >= 2])
 
@@ -65,8 +73,9 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
                         shards: int) -> list[dict]:
     """Per competing probe: the slowest and fastest transfer, and the error on the slowest
     of the fluid model, the TCP model without link contention and with the fitted one."""
-    tcp_end = probe_ends(sc, factors, tcp_fit, shards)
-    fluid_end = probe_ends(sc, factors, None, shards)
+    tcp_ends = probe_ends(sc, factors, tcp_fit, shards)
+    tcp_end = last_ends(sc, factors, tcp_fit, shards)
+    fluid_end = last_ends(sc, factors, None, shards)
     idle = float(tcp_fit.get("contention_idle", 0.0))
     out = []
     for t, b, starts, secs in _probes(raw):
@@ -74,7 +83,13 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
         alone = len(secs) < 2
         est = None if alone else fit_contention(
             [(slowest, lambda idle, t=t, b=b, st=starts: tcp_end(idle, t, b, st))])
+        arrival = sorted(range(len(secs)), key=lambda j: starts[j])
+        modelled = tcp_ends(0.0, t, b, starts)
         out.append({"tier": t, "competing": len(secs), "bytes": b,
+                    # the TCP model's error on each transfer, first arrival first: packets
+                    # need not share as max-min does, and the first carries the difference
+                    "by_arrival": [(modelled[j] - starts[j] - secs[j]) / secs[j]
+                                   for j in arrival],
                     "idle_estimate": None if est is None else est["contention_idle"],
                     "spacing_s": max(starts) / max(len(starts) - 1, 1),
                     "slowest_s": slowest, "fastest_s": min(secs),

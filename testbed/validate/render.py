@@ -329,13 +329,15 @@ def _tcp_fit_lines(cal: dict) -> list[str]:
                   + ("none" if idle is None else f"idle share {100 * idle:.0f}% (the time a "
                      f"stream loses to competitors stretches {1 / (1 - idle):.2f}x)"), "",
                   "| tier | n x size | spacing | slowest / fastest (ms) | TCP model error | "
-                  "with contention | fluid error | its own fit |", "|---|---|---|---|---|---|---|---|"]
+                  "with contention | fluid error | its own fit | TCP model error per "
+                  "transfer, first arrival first |", "|---|---|---|---|---|---|---|---|---|"]
         for c in cal["competing"]:
             lines.append(f"| {c['tier']} | {c['competing']} x {c.get('bytes', 5e8) / 1e6:.0f} MB"
                          f" | {1e3 * c.get('spacing_s', 0.0):.0f} ms | "
                          f"{1e3 * c['slowest_s']:.0f} / {1e3 * c['fastest_s']:.0f} | "
                          f"{_pct(c['tcp_error'])} | {_pct(c.get('contended_error'))} | "
-                         f"{_pct(c['fluid_error'])} | {_abs(c.get('idle_estimate'))} |")
+                         f"{_pct(c['fluid_error'])} | {_abs(c.get('idle_estimate'))} | "
+                         f"{' / '.join(_pct(e) for e in c.get('by_arrival', [])) or '-'} |")
     return lines
 
 
