@@ -103,6 +103,37 @@ def test_rtt_weighting_shares_a_link_in_inverse_proportion_to_rtt(spec):
     assert g1.rate == pytest.approx(g3.rate)
 
 
+def test_seniority_gives_the_earlier_stream_twice_the_share_per_head_start(spec):
+    """Streams on one path: equal when they start together; each seniority_s of head
+    start doubles a stream's share against a later one; the rates sum to the link's (work
+    conserving), and the weights' re-basing far into a run keeps the ratio."""
+    a, b = pair_at(spec, 2)
+    path = spec.paths(a, b)[0]
+
+    def rates(h, starts):
+        params = tcp.TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0.0,
+                               seniority_s=h)
+        net = FluidNetwork(spec, None, None, params)
+        flows = []
+        for t in starts:
+            flows.append(net.add_flow(path, 1e15, t))
+            net.pop_finished(t)
+        return [f.rate for f in flows], min(net.links[hop].kv_capacity for hop in path)
+
+    (r1, r2), cap = rates(0.5, [0.0, 0.0])
+    assert r1 == pytest.approx(r2)
+    (r1, r2), cap = rates(0.5, [0.0, 0.5])
+    assert r1 / r2 == pytest.approx(2.0) and r1 + r2 == pytest.approx(cap)
+    (r1, r2, r3), _ = rates(0.5, [0.0, 0.5, 1.0])
+    assert r1 / r2 == pytest.approx(2.0) and r2 / r3 == pytest.approx(2.0)
+    assert rates(0.0, [0.0, 1.0])[0][0] == pytest.approx(rates(0.0, [0.0, 1.0])[0][1])
+    # 500 doublings apart: the weights are re-based on the way (a moved epoch), the
+    # ratio is kept and stays finite
+    (r1, r2), cap = rates(0.01, [0.0, 5.0])
+    assert r1 == pytest.approx(cap) and r2 / r1 == pytest.approx(2.0 ** -500)
+    assert tcp.seniority(1e9, 1e-3) == tcp.seniority(1e12, 1e-3) < math.inf
+
+
 def test_the_validity_floor_is_where_the_excess_reaches_the_tolerance_and_falls_with_scale():
     rate = 25e9 / 8 / 4
     cluster = tcp.TcpParams(4096)

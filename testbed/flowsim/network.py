@@ -71,6 +71,7 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
         self._umax: dict[int, float] = {}  # link -> largest rate / weight on it (cache)
         self._leveled = 0  # flows above level 0: strict priority is in use
         self._links_down = 0  # directed links failed now
+        self._epoch = None  # start time that seniority weights are relative to
         self.incremental = True  # re-share by invalidation (False: whole components)
 
     # -- flows -----------------------------------------------------------------------
@@ -98,6 +99,8 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent
             flow.weight *= tcpmodel.shard_share(*shard, self.tcp.shard_spread)
+            if self.tcp.seniority_s:
+                flow.weight *= self._seniority(now)
             flow.alone_share = tcpmodel.shard_share(*shard, self.tcp.shard_spread) / shard[1]
         self.flows[flow.flow_id] = flow
         if level:

@@ -1,5 +1,6 @@
 """The TCP model's time course of a flow in the fluid network: its handshake, slow-start
-window doubling every round trip, and the time competitors cost it."""
+window doubling every round trip, its seniority against later streams, and the time
+competitors cost it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,23 @@ class TcpRamp:
         alone = tcpmodel.lone_transfer_time(flow.size, rate, flow.rtt, self.tcp) \
             - self.tcp.tail_rtts * flow.rtt
         return tcpmodel.contention_delay(now - flow.start, alone, idle)
+
+    def _seniority(self, now: float) -> float:
+        """tcp.seniority weight of a stream starting now, against the network's epoch. The
+        epoch moves up before weights would leave the float range: every live flow's
+        weight is then scaled alike, which changes no rate (max-min depends on weights
+        only through their ratios)."""
+        h = self.tcp.seniority_s
+        if self._epoch is None:
+            self._epoch = now
+        elif (now - self._epoch) / h > tcpmodel.MAX_SENIORITY_DOUBLINGS / 2:
+            scale = tcpmodel.seniority(now - self._epoch, h)
+            top = tcpmodel.seniority(tcpmodel.MAX_SENIORITY_DOUBLINGS * h, h)
+            for flow in self.flows.values():  # one stalled for ages: as old as any
+                flow.weight = min(flow.weight * scale, top)
+            self._umax.clear()
+            self._epoch = now
+        return tcpmodel.seniority(self._epoch - now, h)
 
     def _ramp(self, now: float) -> None:
         """Slow start: every due window doubles; a window that no longer binds (the flow

@@ -45,6 +45,7 @@ class TcpParams:
     serialisation: float = 1.0  # share of a segment's store-and-forward time charged per hop
     shard_spread: float = 0.0  # unequal shares among one transfer's shard streams (shard_share)
     contention_idle: float = 0.0  # share of a contended link's time lost (contention_delay)
+    seniority_s: float = 0.0  # head start that doubles a stream's share (0: none; seniority)
 
     def __post_init__(self) -> None:
         if not (self.mss_bytes > 0 and self.init_cwnd > 0):
@@ -55,6 +56,8 @@ class TcpParams:
             raise ValueError("shard_spread must be in [0, 1)")
         if not 0.0 <= self.contention_idle <= MAX_CONTENTION_IDLE:
             raise ValueError(f"contention_idle must be in [0, {MAX_CONTENTION_IDLE}]")
+        if not self.seniority_s >= 0.0:
+            raise ValueError("seniority_s must be >= 0")
 
 
 def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
@@ -107,6 +110,28 @@ def contention_delay(elapsed: float, alone: float, idle: float) -> float:
     competing probes (testbed calibrate); a lone transfer is already in the calibrated
     capacity and slow start, so it gets nothing."""
     return idle / (1.0 - idle) * max(0.0, elapsed - alone)
+
+
+MAX_SENIORITY_DOUBLINGS = 800.0  # 2^800 < 1e241: weights stay finite, ratios exact
+
+
+def seniority(head_start: float, seniority_s: float) -> float:
+    """Weight of a stream that started `head_start` seconds before a reference one, in
+    the max-min sharing of a link they both cross: twice as much per `seniority_s`.
+
+    Streams that meet on a short-queued bottleneck do not split it equally from the
+    instant they meet: the one already sending holds a full window and its place in the
+    queue, and a newcomer takes its share over many round trips (AIMD's slow convergence
+    to fairness: Chiu and Jain, "Analysis of the increase and decrease algorithms for
+    congestion avoidance", 1989). The calibration's spaced probes show it: the first
+    arrival ends sooner than an equal share lets it, the last later. Relative weights
+    by start time keep max-min's other properties (work conserving, streams started
+    together equal); `seniority_s` is fitted on the calibration's staggered probes.
+    0 turns it off."""
+    if not seniority_s:
+        return 1.0
+    return 2.0 ** max(-MAX_SENIORITY_DOUBLINGS,
+                      min(MAX_SENIORITY_DOUBLINGS, head_start / seniority_s))
 
 
 def window_rate(rounds: int, rtt_s: float, params: TcpParams) -> float:

@@ -51,6 +51,11 @@ class TcpCfg(_Strict):
                                    "losses and timeouts; its end moves by x / (1 - x) of the "
                                    "time it lost to competitors; testbed calibrate fits it "
                                    "for the replica from its competing probes)")
+    seniority_s: float = Field(0.0, ge=0, description="head start (modelled seconds) that "
+                               "doubles a stream's share of a link against a later one (a "
+                               "newcomer takes its share over round trips while the stream "
+                               "already sending holds its window; 0: equal shares from the "
+                               "instant they meet)")
 
 
 class NetworkCfg(_Strict):
