@@ -131,6 +131,18 @@ def test_seniority_gives_the_earlier_stream_twice_the_share_per_head_start(spec)
     # ratio is kept and stays finite
     (r1, r2), cap = rates(0.01, [0.0, 5.0])
     assert r1 == pytest.approx(cap) and r2 / r1 == pytest.approx(2.0 ** -500)
+    # the senior stream held to a rate cap: the two juniors split what it leaves (its
+    # weight leaves the link's sum of weights without cancelling theirs to zero)
+    params = tcp.TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0.0,
+                           seniority_s=0.01)
+    net = FluidNetwork(spec, None, None, params)
+    old = net.add_flow(path, 1e15, 0.0)
+    old.cap = 0.25 * cap
+    juniors = [net.add_flow(path, 1e15, 5.0, share=False) for _ in range(2)]
+    net.recompute(path)
+    net.pop_finished(5.0)
+    assert old.rate == pytest.approx(0.25 * cap)
+    assert [j.rate for j in juniors] == pytest.approx([0.375 * cap] * 2)
     assert tcp.seniority(1e9, 1e-3) == tcp.seniority(1e12, 1e-3) < math.inf
 
 

@@ -269,7 +269,11 @@ class MaxMinSharing:
             members = active.get(h)
             if members is not None:
                 members.discard(fid)
-                weights[h] -= flow.weight
                 if not members:
                     del active[h]
                     del weights[h]
+                    continue
+                left = weights[h] - flow.weight
+                if left <= flow.weight * 1e-9:  # cancelled: weights orders of magnitude
+                    left = sum(self.flows[g].weight for g in members)  # apart (seniority)
+                weights[h] = left
