@@ -10,14 +10,18 @@ retransmission timeouts), and the busiest link's idle share between its first an
 departure with its late departures (late: the machine held a queued link; idle with
 none late: the queue was empty, TCP was not sending).
 
+With --spacing F (a fraction of a lone transfer's time) the N transfers start F lone
+times apart instead, and each one's time is printed in arrival order: how much of the
+link the first keeps when the next arrives (what max-min sharing splits equally).
+--sizes sets the modelled GB per transfer (default the calibration's 0.5).
+
 Run: sudo .venv/bin/python benchmarks/bench_compete.py [scenarios/validate.yaml]
-     [--competing 1,2,4] [--repeats 2] [--tiers 2,3]
+     [--competing 1,2,4] [--repeats 2] [--tiers 2,3] [--sizes 0.5,2] [--spacing 0,0.25,0.5]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -33,16 +37,18 @@ from testbed.workers.kvstream import scaled_bytes
 
 
 def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,
-        trace: Path) -> dict:
+        trace: Path, spacing_s: float = 0.0) -> dict:
     tracer = DepartureTracer(rates, trace, network.interface_netns).start()
     try:
-        got = run_probe(network, src, dst, "compete", shards, str(size), str(n))[0]
+        count = f"{n}@{spacing_s:.4f}" if spacing_s else str(n)
+        got = run_probe(network, src, dst, "compete", shards, str(size), count)[0]
     finally:
         spaced, lost = tracer.stop()
     # the bottleneck: the link whose bytes take longest at its rate (on a tier-3 path the
     # core links are slower than the uplinks that carry the same bytes; ECMP may split)
     intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes / rates[x[0]])
-    return {"seconds": got["seconds"], "tcp": got.get("tcp", []), "link": intf,
+    return {"seconds": got["seconds"], "starts": got.get("starts") or [0.0] * n,
+            "tcp": got.get("tcp", []), "link": intf,
             "idle": sp.idle_share(rates[intf]), "late": sp.late, "judged": sp.judged,
             "work_s": sp.sent_bytes * 8 / rates[intf], "lost": lost}
 
@@ -54,13 +60,18 @@ def main() -> None:
     ap.add_argument("--competing", default="1,2,4")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tiers", default=None, help="tiers to probe (default: every tier)")
+    ap.add_argument("--sizes", default=str(COMPETE_GB),
+                    help="modelled GB per transfer, comma-separated")
+    ap.add_argument("--spacing", default="0",
+                    help="starts this many lone-transfer times apart (0: together)")
     args = ap.parse_args()
     sc = load_scenario(args.scenario)
     cell = sc.cells()[0][1]
     emu = cell.emulation
     spec = cell.cluster.spec()
     shards = cell.network.flows_per_transfer or spec.tp
-    size = scaled_bytes(COMPETE_GB * 1e9, emu.scale)
+    sizes = [float(g) for g in args.sizes.split(",")]
+    spacings = [float(f) for f in args.spacing.split(",")]
     tiers = {int(t) for t in args.tiers.split(",")} if args.tiers else None
     with tempfile.TemporaryDirectory() as tmp:
         cell_file = Path(tmp) / "scenario.yaml"
@@ -70,26 +81,37 @@ def main() -> None:
             rates = {intf: link.rate_bps for node, intf, link in fabric.egress_interfaces()
                      if node in fabric.switches}
             print(f"{args.scenario}: scale {emu.scale:g}, dilation {emu.time_dilation:g}, "
-                  f"{shards} shards per transfer of {size} wire bytes; wall seconds")
+                  f"{shards} shards per transfer; wall seconds")
             for tier, (src, dst) in tier_pairs(spec).items():
                 if tiers and tier not in tiers:
                     continue
-                lone = None
-                for n in (int(c) for c in args.competing.split(",")):
-                    for _ in range(args.repeats):
-                        r = one(network, src, dst, n, shards, size, rates, Path(tmp) / "t")
-                        secs = sorted(r["seconds"])
-                        if n == 1:
-                            lone = secs[0] if lone is None else min(lone, secs[0])
-                        rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
-                        resent = [int(t.get("retrans_segs") or 0) for t in r["tcp"]]
-                        print(f"tier {tier} {src}->{dst} N={n}: fastest {secs[0]:.3f} "
-                              f"slowest {secs[-1]:.3f} (median {statistics.median(secs):.3f}); "
-                              f"work-conserving {r['work_s']:.3f}"
-                              + (f", lone {lone:.3f}" if lone else "")
-                              + f"; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
-                              f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} "
-                              f"queued departures late, {r['lost']} events lost", flush=True)
+                for gb in sizes:
+                    size = scaled_bytes(gb * 1e9, emu.scale)
+                    lone = min(one(network, src, dst, 1, shards, size, rates,
+                                   Path(tmp) / "t")["seconds"][0] for _ in range(args.repeats))
+                    print(f"tier {tier} {src}->{dst} {gb:g} GB ({size} wire bytes): lone "
+                          f"{lone:.3f}", flush=True)
+                    for n in (int(c) for c in args.competing.split(",")):
+                        for f in spacings:
+                            if n == 1 and f:
+                                continue
+                            for _ in range(args.repeats):
+                                _report(tier, gb, n, f, lone, one(
+                                    network, src, dst, n, shards, size, rates,
+                                    Path(tmp) / "t", f * lone))
+
+
+def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict) -> None:
+    order = sorted(range(len(r["seconds"])), key=lambda j: r["starts"][j])
+    secs = [r["seconds"][j] for j in order]
+    rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
+    resent = [int(t.get("retrans_segs") or 0) for t in r["tcp"]]
+    print(f"tier {tier} {gb:g} GB N={n} spacing {spacing:g} lone: in arrival order "
+          + " ".join(f"{x:.3f}" for x in secs)
+          + f" (x lone: {' '.join(f'{x / lone:.2f}' for x in secs)}); work-conserving "
+          f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
+          f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} queued departures "
+          f"late, {r['lost']} events lost", flush=True)
 
 
 if __name__ == "__main__":
