@@ -126,8 +126,8 @@ def seniority(head_start: float, seniority_s: float) -> float:
     congestion avoidance", 1989). The calibration's spaced probes show it: the first
     arrival ends sooner than an equal share lets it, the last later. Relative weights
     by start time keep max-min's other properties (work conserving, streams started
-    together equal); `seniority_s` is fitted on the calibration's staggered probes.
-    0 turns it off."""
+    together equal). 0 turns it off, the default: fitted on the probes, the value makes
+    workloads worse (docs/validation.md, "Seniority")."""
     if not seniority_s:
         return 1.0
     return 2.0 ** max(-MAX_SENIORITY_DOUBLINGS,
