@@ -120,14 +120,13 @@ def seniority(head_start: float, seniority_s: float) -> float:
     the max-min sharing of a link they both cross: twice as much per `seniority_s`.
 
     Streams that meet on a short-queued bottleneck do not split it equally from the
-    instant they meet: the one already sending holds a full window and its place in the
-    queue, and a newcomer takes its share over many round trips (AIMD's slow convergence
-    to fairness: Chiu and Jain, "Analysis of the increase and decrease algorithms for
-    congestion avoidance", 1989). The calibration's spaced probes show it: the first
-    arrival ends sooner than an equal share lets it, the last later. Relative weights
-    by start time keep max-min's other properties (work conserving, streams started
-    together equal). 0 turns it off, the default: fitted on the probes, the value makes
-    workloads worse (docs/validation.md, "Seniority")."""
+    instant they meet: the one already sending keeps most of it. The calibration's
+    spaced probes show it (the first arrival ends sooner than an equal share lets it,
+    the last later); on the replica the newcomer's slow start overflows the short queue
+    and it waits out retransmission timeouts. Relative weights by start time keep
+    max-min's other properties (work conserving, streams started together equal). 0
+    turns it off, the default: fitted on the probes, the value makes workloads worse
+    (docs/validation.md, "Seniority")."""
     if not seniority_s:
         return 1.0
     return 2.0 ** max(-MAX_SENIORITY_DOUBLINGS,
