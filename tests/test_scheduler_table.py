@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -220,3 +221,26 @@ def test_a_row_the_equations_refuse_matters_only_if_it_is_feasible():
     req = RequestInfo("r", 4096, 4096 * 327680.0)
     la = make_scheduler("la", SchedulerContext(TimingModel()))
     assert la.select(req, "p", table, oracle).decode != "d0"
+
+
+@pytest.mark.parametrize("weights", [(1.0, 1.0), (1.5, 0.7), (0.0, 2.0), (0.3, 0.0)])
+def test_cla_keys_a_table_by_lookup_exactly_as_its_score(weights):
+    """CLA*'s whole-table key reads the uncached rows from a table by q_d + beta_d and
+    scores the cached ones in full: the same numbers as -score, signs of zero included,
+    with busy instances past beta_max and any weights."""
+    import numpy as np
+
+    from testbed.model.schedulers import CacheLoadAware
+
+    sched = CacheLoadAware(SchedulerContext(TimingModel(), beta_max=64), *weights)
+    for seed in range(10):
+        rng = random.Random(seed)
+        n = 500
+        table = CandidateTable([f"d{i}" for i in range(n)], [200 * GB] * n,
+                               [rng.choice([0, 1, 5, 70]) for _ in range(n)],
+                               [rng.randint(0, 64) for _ in range(n)],
+                               [rng.choice([0] * 5 + [100, 4096, 999]) for _ in range(n)])
+        req = RequestInfo("r", rng.randint(4096, 70000), 1e9)
+        _, key = sched._table_key(req, "p", table, None)
+        want = -sched.score(req, table)
+        assert np.array_equal(key, want) and np.array_equal(np.signbit(key), np.signbit(want))

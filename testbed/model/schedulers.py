@@ -15,6 +15,8 @@ IEEE arithmetic as one at a time, so a thousand-instance cluster costs one pass.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from testbed.model.candidates import Candidate, CandidateTable
@@ -100,6 +102,10 @@ class CacheLoadAware(Scheduler):
         super().__init__(ctx)
         self.w_cache = w_cache
         self.w_load = w_load
+        # -score of a candidate without a cached prefix, by q_d + beta_d (capped at
+        # beta_max: the load term is 0 from there on), computed by `score` itself
+        busy = np.arange(ctx.beta_max + 1, dtype=np.int64)
+        self._uncached = -self.score(RequestInfo("", 1, 0.0), _Busy(busy))
 
     def score(self, request: RequestInfo, cand: Candidate | CandidateTable):
         cache = cand.hit_tokens / request.input_len
@@ -111,7 +117,30 @@ class CacheLoadAware(Scheduler):
         return self.pick_min(feasible, lambda c: -self.score(request, c))
 
     def _table_key(self, request, prefill, table, oracle):
-        return self._push(request, table, -self.score(request, table))
+        """-score for every row: read from the uncached rows' table by q_d + beta_d (the
+        very numbers `score` gives them: a cache term of 0 adds nothing), the rows with
+        a cached prefix scored in full."""
+        busy = table.queued + table.batch
+        if not len(busy) or busy.min() < 0 or request.input_len <= 0:  # scored as they are
+            return self._push(request, table, -self.score(request, table))
+        key = self._uncached[np.minimum(busy, self.ctx.beta_max)]
+        hits = table.hit_rows
+        if len(hits):
+            key[hits] = -self.score(request, _Busy(busy[hits], table.hit_tokens[hits]))
+        return self._push(request, table, key)
+
+
+@dataclass(frozen=True)
+class _Busy:
+    """What CLA*'s score reads of candidates, from their q_d + beta_d."""
+
+    busy: np.ndarray
+    hit_tokens: np.ndarray | int = 0
+    batch: int = 0
+
+    @property
+    def queued(self) -> np.ndarray:
+        return self.busy
 
 
 class NetKV(Scheduler):
