@@ -244,3 +244,21 @@ def test_cla_keys_a_table_by_lookup_exactly_as_its_score(weights):
         _, key = sched._table_key(req, "p", table, None)
         want = -sched.score(req, table)
         assert np.array_equal(key, want) and np.array_equal(np.signbit(key), np.signbit(want))
+
+
+def test_a_subclass_with_its_own_score_is_scored_by_it_over_a_whole_table():
+    """CLA*'s lookup holds for its own score only: a plugin that scores by something
+    else (here free memory) gets its own numbers over a whole table."""
+    from testbed.model.schedulers import CacheLoadAware
+
+    class Roomiest(CacheLoadAware):
+        def score(self, request, cand):
+            return cand.free_memory / GB
+
+    names = [f"d{i}" for i in range(100)]
+    oracle = Oracle({("p", d): 2 for d in names}, {2: 50.0}, {2: 8.0})
+    table = CandidateTable(names, [(10 + i) * GB for i in range(100)], [0] * 100,
+                           [0] * 100, [0] * 100)
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    assert Roomiest(SchedulerContext(TimingModel())).select(req, "p", table, oracle).decode \
+        == "d99"

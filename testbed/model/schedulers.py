@@ -102,10 +102,7 @@ class CacheLoadAware(Scheduler):
         super().__init__(ctx)
         self.w_cache = w_cache
         self.w_load = w_load
-        # -score of a candidate without a cached prefix, by q_d + beta_d (capped at
-        # beta_max: the load term is 0 from there on), computed by `score` itself
-        busy = np.arange(ctx.beta_max + 1, dtype=np.int64)
-        self._uncached = -self.score(RequestInfo("", 1, 0.0), _Busy(busy))
+        self._uncached: tuple[tuple, np.ndarray] | None = None  # see _uncached_key
 
     def score(self, request: RequestInfo, cand: Candidate | CandidateTable):
         cache = cand.hit_tokens / request.input_len
@@ -121,13 +118,24 @@ class CacheLoadAware(Scheduler):
         very numbers `score` gives them: a cache term of 0 adds nothing), the rows with
         a cached prefix scored in full."""
         busy = table.queued + table.batch
-        if not len(busy) or busy.min() < 0 or request.input_len <= 0:  # scored as they are
+        if not len(busy) or busy.min() < 0 or request.input_len <= 0 \
+                or type(self).score is not CacheLoadAware.score:  # scored as they are
             return self._push(request, table, -self.score(request, table))
-        key = self._uncached[np.minimum(busy, self.ctx.beta_max)]
+        key = self._uncached_key()[np.minimum(busy, self.ctx.beta_max)]
         hits = table.hit_rows
         if len(hits):
             key[hits] = -self.score(request, _Busy(busy[hits], table.hit_tokens[hits]))
         return self._push(request, table, key)
+
+    def _uncached_key(self) -> np.ndarray:
+        """-score of a candidate without a cached prefix, by q_d + beta_d (capped at
+        beta_max: the load term is 0 from there on), computed by `score` itself for the
+        weights as they are now."""
+        now = (self.w_cache, self.w_load, self.ctx.beta_max)
+        if self._uncached is None or self._uncached[0] != now:
+            busy = np.arange(self.ctx.beta_max + 1, dtype=np.int64)
+            self._uncached = (now, -self.score(RequestInfo("", 1, 0.0), _Busy(busy)))
+        return self._uncached[1]
 
 
 @dataclass(frozen=True)
