@@ -10,6 +10,7 @@ from testbed.flowsim.reuse_fetch import REUSE
 from testbed.lifecycle import RequestState
 from testbed.model import granularity, mfs, reuse
 from testbed.model.kv import kv_bytes_per_token
+from testbed.topologies.routing import path_text
 
 
 class TransferPlane:
@@ -150,7 +151,7 @@ class TransferPlane:
             if shards == REUSE:
                 self._fetched(rs)
                 continue
-            path = ">".join([flow.path[0][0]] + [h[1] for h in flow.path])
+            path = path_text(flow.path)
             for shard in shards:
                 self.transfers.append({
                     "request": rs.req.request_id, "shard": shard, "src": rs.prefill,

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from testbed.records import read_csv
+from testbed.topologies.routing import path_hops
 from testbed.validate import compare, validity
 
 ORDERS = ("alone", "first", "late", "both")
@@ -29,9 +30,8 @@ def arrival_orders(rows: Sequence[dict]) -> dict[str, str]:
     (shards with start, end and the path they took, a>b>c)."""
     links: dict[str, set[tuple[str, str]]] = {}
     for row in rows:
-        nodes = str(row.get("path") or "").split(">")
         links.setdefault(str(row["request"]), set()).update(
-            zip(nodes[:-1], nodes[1:], strict=True))
+            path_hops(str(row.get("path") or "")))
     whole = sorted((float(r["start"]), float(r["end"]), r["request"])
                    for r in compare.whole_transfers(rows))
     out = {}

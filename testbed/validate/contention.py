@@ -93,7 +93,7 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
                     "idle_estimate": None if est is None else est["contention_idle"],
                     "spacing_s": max(starts) / max(len(starts) - 1, 1),
                     "slowest_s": slowest, "fastest_s": min(secs),
-                    "tcp_error": (tcp_end(0.0, t, b, starts) - slowest) / slowest,
+                    "tcp_error": (max(modelled) - slowest) / slowest,
                     "contended_error": (tcp_end(idle, t, b, starts) - slowest) / slowest,
                     "fluid_error": (fluid_end(0.0, t, b, starts) - slowest) / slowest})
     return out

@@ -14,6 +14,7 @@ from testbed.flowsim.events import EventLoop
 from testbed.flowsim.network import FluidNetwork
 from testbed.model.tcp import TcpParams
 from testbed.topologies.fattree import FatTreeSpec
+from testbed.topologies.routing import path_hops
 
 
 def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "per-transfer",
@@ -52,8 +53,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         src, dst = str(row["src"]), str(row["dst"])
         recorded = str(row.get("path") or "")
         if recorded:  # the path the packets took
-            nodes = recorded.split(">")
-            path = list(zip(nodes, nodes[1:], strict=False))
+            path = path_hops(recorded)
         elif ecmp == "per-transfer":  # one draw per transfer, its shards share it
             if str(row["request"]) not in paths:
                 (paths[str(row["request"])],) = net.transfer_paths(src, dst, ecmp, 1)
