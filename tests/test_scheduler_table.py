@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.model.oracle import Oracle
-from testbed.model.scheduler_base import OUT_OF_REACH
+from testbed.model.scheduler_base import OUT_OF_REACH, out_of_reach
 from testbed.model.schedulers import (
     SCHEDULERS,
     Candidate,
@@ -116,8 +117,9 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     """Thousands of candidates read their load from a (tier, excess, batch) grid; every
     cost is still the number the equations give one candidate (short queues: one grid
     lookup; long ones grow the grid past the table and take two; one cached-prefix
-    length: costed once per tier), and with feasibility folded in, every row
-    outside D_r (by its own s_eff: some fit only thanks to their hit) is out of reach."""
+    length: costed once per tier); D_r over the table or some of its rows is the
+    one-candidate test (some rows fit only thanks to their hit), and a push puts every
+    row outside it out of reach."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(5000)]
     oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
@@ -144,11 +146,13 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     costs = sched._table_costs(req, "p", table, oracle)
     one_by_one = [alone.cost(req, "p", c, oracle) for c in table]
     assert costs.tolist() == one_by_one
-    pushed = sched._table_costs(req, "p", table, oracle, feasible_only=True)
+    # D_r over the whole table, and over any of its rows, as one candidate at a time
     fits = [bool(alone.feasible(req, [c])) for c in table]
     assert 0 < sum(fits) < len(fits)
-    assert [p for p, ok in zip(pushed.tolist(), fits, strict=True) if ok] == \
-        [c for c, ok in zip(one_by_one, fits, strict=True) if ok]
+    assert sched._fits(req, table).tolist() == fits
+    some = np.array(sorted(rng.sample(range(len(names)), 300)), dtype=np.int64)
+    assert sched._fits_rows(req, table, some).tolist() == [fits[i] for i in some.tolist()]
+    pushed = out_of_reach(costs.copy(), np.logical_not(sched._fits(req, table)))
     assert all(p >= OUT_OF_REACH for p, ok in zip(pushed.tolist(), fits, strict=True)
                if not ok)
     # a batch outside [0, beta_max] is left to the equations (and their checks)
@@ -228,7 +232,6 @@ def test_cla_keys_a_table_by_lookup_exactly_as_its_score(weights):
     """CLA*'s whole-table key reads the uncached rows from a table by q_d + beta_d and
     scores the cached ones in full: the same numbers as -score, signs of zero included,
     with busy instances past beta_max and any weights."""
-    import numpy as np
 
     from testbed.model.schedulers import CacheLoadAware
 
@@ -241,7 +244,7 @@ def test_cla_keys_a_table_by_lookup_exactly_as_its_score(weights):
                                [rng.randint(0, 64) for _ in range(n)],
                                [rng.choice([0] * 5 + [100, 4096, 999]) for _ in range(n)])
         req = RequestInfo("r", rng.randint(4096, 70000), 1e9)
-        _, key = sched._table_key(req, "p", table, None)
+        key = sched._table_key(req, "p", table, None)
         want = -sched.score(req, table)
         assert np.array_equal(key, want) and np.array_equal(np.signbit(key), np.signbit(want))
 
@@ -262,3 +265,27 @@ def test_a_subclass_with_its_own_score_is_scored_by_it_over_a_whole_table():
     req = RequestInfo("r", 4096, 4096 * 327680.0)
     assert Roomiest(SchedulerContext(TimingModel())).select(req, "p", table, oracle).decode \
         == "d99"
+
+
+@pytest.mark.parametrize("key", ["netkv-full", "cla", "la"])
+@pytest.mark.parametrize("lowest", ["all fit", "some fit", "none fit"])
+def test_the_lowest_rows_are_asked_for_room_first(key, lowest):
+    """Over a whole table D_r is asked first of the rows tied at the lowest key: where
+    all, some or none of them have the memory, the pick (and its seeded draw) is the
+    cut-then-rank path's."""
+    n = 400
+    names = [f"d{i}" for i in range(n)]
+    oracle = Oracle({("p", d): 2 for d in names}, {2: 50.0}, {2: 8.0})
+    idle = list(range(0, n, 7))  # the lowest key: nothing queued, nothing running
+    room = {"all fit": idle, "some fit": idle[::2], "none fit": []}[lowest]
+    free = [200 * GB if i in room or i not in idle else 1 * GB for i in range(n)]
+    busy = [0 if i in idle else 1 + i % 30 for i in range(n)]
+    table = CandidateTable(names, free, busy, busy, [0] * n)
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    for seed in range(5):
+        ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
+        whole, cut = make_scheduler(key, ctx), make_scheduler(key, ctx)
+        cut._pick_on_table = lambda *_: None
+        a, b = whole.select(req, "p", table, oracle), cut.select(req, "p", table, oracle)
+        assert repr(a) == repr(b)
+        assert (int(a.decode[1:]) in room) == (lowest != "none fit")

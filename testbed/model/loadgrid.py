@@ -41,7 +41,7 @@ class LoadGrid:
             return None
         keys, top = found
         if top >= self._rows:
-            self._grow(max(top + 1, 2 * self._rows, 16))
+            self._grow(max(top + 1, 2 * self._rows, 1))
         return keys
 
     def _keys(self, queued: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray | None, int]:

@@ -5,6 +5,7 @@ the transfer-done callback, and the one-pass pick over a whole table of candidat
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -211,6 +212,18 @@ class Scheduler:
                 request.kv_bytes, table.hit_tokens[hits], request.input_len) + reserve
         return fits
 
+    def _fits_rows(self, request: RequestInfo, table: CandidateTable, rows: np.ndarray
+                   ) -> np.ndarray:
+        """Which of `rows` of a whole table are in D_r (a mask over them), as _fits."""
+        if len(rows) == 1:  # most often one row is lowest: asked as one candidate
+            row = int(rows[0])
+            return _ONE_FITS[table.free_memory[row] >= effective_transfer_bytes(
+                request.kv_bytes, int(table.hit_tokens[row]), request.input_len)
+                + self.ctx.memory_reserve_bytes]
+        return table.free_memory[rows] >= effective_transfer_bytes(
+            request.kv_bytes, table.hit_tokens[rows], request.input_len) \
+            + self.ctx.memory_reserve_bytes
+
     # -- the interface -------------------------------------------------------------
     def select(
         self, request: RequestInfo, prefill: str,
@@ -235,46 +248,50 @@ class Scheduler:
         """Whether this scheduler ranks by the one-column key it gives a whole table
         (_table_key): a subclass, such as a plugin, that overrides rank() or feasible()
         is asked through them."""
-        cls = type(self)
-        owner = next(c for c in cls.__mro__ if "_table_key" in vars(c))
-        return owner is not Scheduler and vars(owner).get("rank") is cls.rank \
-            and cls.feasible is Scheduler.feasible
+        return _ranks_by_table_key(type(self))
 
     def _pick_on_table(self, request: RequestInfo, prefill: str, table: CandidateTable,
                        oracle: Oracle) -> tuple[Candidate, float] | None:
         """feasible() then rank() in fewer passes, with the same result and the same
-        draws: every row keyed, the infeasible pushed out of reach, no cut made. The tied
-        rows come in table order as a cut's would, so the seeded draw picks the same one.
-        None where that shortcut does not hold (nothing feasible below the push, a key
-        that is not a number, an equation refusing a row that may not be feasible): the
-        general path decides and speaks."""
+        draws: every row keyed, no cut made. D_r is asked first only of the rows tied at
+        the lowest key (if any of them is in D_r, the feasible minimum is theirs); only
+        if none is are the rows outside D_r pushed out of reach and the minimum taken
+        again. The tied rows come in table order as a cut's would, so the seeded draw picks
+        the same one. None where that shortcut does not hold (nothing feasible below the
+        push, a key that is not a number, an equation refusing a row that may not be
+        feasible): the general path decides and speaks."""
         try:
-            keyed = self._table_key(request, prefill, table, oracle)
+            key = self._table_key(request, prefill, table, oracle)
+            if key is None:
+                return None
+            if np.shape(key) != (len(table),):  # a number for every row
+                key = np.broadcast_to(key, (len(table),))
+            first = key.argmin()
+            rows = _NO_ROWS
+            if key[first] < OUT_OF_REACH:
+                tied = key == key[first]
+                rows = first.reshape(1) if np.count_nonzero(tied) == 1 \
+                    else np.flatnonzero(tied)
+                fits = self._fits_rows(request, table, rows)
+                if not fits.all():
+                    rows = rows[fits]
+            if not len(rows):  # the lowest are all outside D_r: push every such row
+                pushed = out_of_reach(key.copy(), np.logical_not(self._fits(request, table)))
+                low = pushed.min()
+                if not low < OUT_OF_REACH:
+                    return None
+                rows = np.flatnonzero(pushed == low)
         except ValueError:  # the cut-then-rank path checks only the feasible rows
             return None
-        if keyed is None:
-            return None
-        pushed, key = keyed
-        low = pushed.min()
-        if not low < OUT_OF_REACH:
-            return None
-        rows = np.flatnonzero(pushed == low)  # drawn from as an array: thousands may tie
+        # drawn from as an array: thousands of rows may tie
         return table[int(rows[0] if len(rows) == 1 else self._rng.choice(rows))], \
             float(key[rows[0]])
 
     def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
-                   oracle: Oracle) -> tuple[np.ndarray, np.ndarray] | None:
-        """rank()'s key for every row of a whole table with the rows outside D_r pushed
-        out of reach, and the key as the cost is reported from (see _push); None if this
-        scheduler has no one-column key."""
+                   oracle: Oracle) -> np.ndarray | None:
+        """rank()'s key for every row of a whole table, D_r aside (the key is also the
+        cost reported); None if this scheduler has no one-column key."""
         return None
-
-    def _push(self, request: RequestInfo, table: CandidateTable, key
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """A copy of `key` with the rows outside D_r put out of reach, and `key` itself
-        (the cost reported)."""
-        key = np.broadcast_to(key, (len(table),))
-        return out_of_reach(key.copy(), np.logical_not(self._fits(request, table))), key
 
     def commit(self, request: RequestInfo, prefill: str, chosen: Candidate, oracle: Oracle,
                cost: float = 0.0) -> Decision:
@@ -317,6 +334,19 @@ class SchedulerWrapper:
     def name(self) -> str:
         return self.inner.name
 
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_ONE_FITS = {fits: np.full(1, fits) for fits in (False, True)}
+for _mask in _ONE_FITS.values():
+    _mask.flags.writeable = False
+
+
+@functools.cache
+def _ranks_by_table_key(cls: type) -> bool:
+    """Scheduler._by_whole_table for a class (asked at every decision: found once)."""
+    owner = next(c for c in cls.__mro__ if "_table_key" in vars(c))
+    return owner is not Scheduler and vars(owner).get("rank") is cls.rank \
+        and cls.feasible is Scheduler.feasible
 
 # What an infeasible row's cost becomes in one table pass: no feasible cost comes near
 # it, and anything at or above it goes the general way.

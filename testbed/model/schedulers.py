@@ -30,7 +30,6 @@ from testbed.model.scheduler_base import (
     Scheduler,
     SchedulerContext,
     SchedulerWrapper,
-    out_of_reach,
 )
 
 __all__ = [
@@ -75,7 +74,7 @@ class LoadAware(Scheduler):
         return self.pick_min(feasible, self.load_time)
 
     def _table_key(self, request, prefill, table, oracle):
-        return self._push(request, table, self.load_time(table))
+        return self.load_time(table)
 
 
 class CacheAware(Scheduler):
@@ -120,12 +119,12 @@ class CacheLoadAware(Scheduler):
         busy = table.queued + table.batch
         if not len(busy) or busy.min() < 0 or request.input_len <= 0 \
                 or type(self).score is not CacheLoadAware.score:  # scored as they are
-            return self._push(request, table, -self.score(request, table))
+            return -self.score(request, table)
         key = self._uncached_key()[np.minimum(busy, self.ctx.beta_max)]
         hits = table.hit_rows
         if len(hits):
             key[hits] = -self.score(request, _Busy(busy[hits], table.hit_tokens[hits]))
-        return self._push(request, table, key)
+        return key
 
     def _uncached_key(self) -> np.ndarray:
         """-score of a candidate without a cached prefix, by q_d + beta_d (capped at
@@ -175,8 +174,7 @@ class NetKV(Scheduler):
         return net + self.load_time(cand)
 
     def _table_key(self, request, prefill, table, oracle):
-        costs = self._table_costs(request, prefill, table, oracle, feasible_only=True)
-        return None if costs is None else (costs, costs)  # positive: an add keeps them
+        return self._table_costs(request, prefill, table, oracle)
 
     def rank(self, request, prefill, feasible, oracle):
         if isinstance(feasible, CandidateTable):
@@ -186,12 +184,11 @@ class NetKV(Scheduler):
         return self.pick_min(feasible, lambda c: self.cost(request, prefill, c, oracle))
 
     def _table_costs(self, request: RequestInfo, prefill: str, table: CandidateTable,
-                     oracle: Oracle, feasible_only: bool = False) -> np.ndarray | None:
+                     oracle: Oracle) -> np.ndarray | None:
         """`cost` for every row of `table`, the same numbers by fewer array passes: where
         nothing is cached a candidate costs its tier's transfer time plus its entry of
         the load grid (model/loadgrid.py), one lookup in a (tier, excess, batch) grid;
-        rows with a cached prefix get their own transfer time. `feasible_only` (a whole
-        table): rows outside D_r are put OUT_OF_REACH (+inf with a prefix)."""
+        rows with a cached prefix get their own transfer time."""
         root, rows = table.root()
         key = self._loads.keys(root)
         if key is None:
@@ -206,39 +203,40 @@ class NetKV(Scheduler):
                                            self.use_inflight)
         bandwidth, latency = np.array(terms).T
         net = transfer_time(size, bandwidth, latency)
-        if len(net) * width <= len(key):  # one lookup in a (tier, excess, batch) grid
+        at = None  # each row's entry of a (tier, excess, batch) grid, if one is worth it
+        if len(net) * width <= len(key):
             offset, _ = self._tier_row(prefill, root, oracle, stride=width)
-            costs = (net[:, None] + load).ravel()[offset + key]
+            at = offset + key
+            costs = (net[:, None] + load).ravel()[at]
         else:
             costs = net[tiers] + load[key]
-        reserve = self.ctx.memory_reserve_bytes
-        if feasible_only:
-            out_of_reach(costs, np.logical_not(root.free_memory >= size + reserve))
         hits = root.hit_rows
         if len(hits):
-            tokens, one_length, free, hit_key = root.derived(
+            tokens, one_length, hit_key = root.derived(
                 ("hits", self._loads.beta_max), lambda t: _hit_columns(t, key))
-            at = tiers[hits]
             if one_length:  # one cached-prefix length: costed once per tier
                 s_eff = effective_transfer_bytes(request.kv_bytes, tokens[:1],
                                                  request.input_len)
-                hit_costs = transfer_time(s_eff, bandwidth, latency)[at]
+                hit_net = transfer_time(s_eff, bandwidth, latency)
+                if at is not None:  # a grid of its own, read at the same entries
+                    costs[hits] = (hit_net[:, None] + load).ravel()[at[hits]]
+                    return costs if rows is None else costs[rows]
+                hit_costs = hit_net[tiers[hits]]
             else:
                 s_eff = effective_transfer_bytes(request.kv_bytes, tokens, request.input_len)
-                hit_costs = transfer_time(s_eff, bandwidth[at], latency[at])
+                tier = tiers[hits]
+                hit_costs = transfer_time(s_eff, bandwidth[tier], latency[tier])
             hit_costs += load[hit_key]
-            if feasible_only:
-                hit_costs[np.logical_not(free >= s_eff + reserve)] = np.inf
             costs[hits] = hit_costs
         return costs if rows is None else costs[rows]
 
 
 def _hit_columns(table: CandidateTable, key: np.ndarray) -> tuple:
     """For the rows with a cached prefix: their hit lengths, whether these are all one,
-    their free memory and load-grid keys."""
+    and their load-grid keys."""
     rows = table.hit_rows
     tokens = table.hit_tokens[rows]
-    return tokens, tokens.min() == tokens.max(), table.free_memory[rows], key[rows]
+    return tokens, tokens.min() == tokens.max(), key[rows]
 
 
 class FlowKVLoadAware(Scheduler):
