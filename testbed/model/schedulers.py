@@ -165,6 +165,13 @@ class NetKV(Scheduler):
         self.use_congestion = use_congestion
         self.name = name
         self._loads = LoadGrid(self.load_time, ctx.beta_max)
+        self._buffer = np.zeros(0)
+
+    def _grid(self, size: int) -> np.ndarray:
+        """A scratch array of `size` for a decision's cost grid, kept between decisions."""
+        if len(self._buffer) < size:
+            self._buffer = np.zeros(max(size, 2 * len(self._buffer)))
+        return self._buffer[:size]
 
     def cost(self, request: RequestInfo, prefill: str, cand: Candidate | CandidateTable,
              oracle: Oracle):
@@ -203,24 +210,34 @@ class NetKV(Scheduler):
                                            self.use_inflight)
         bandwidth, latency = np.array(terms).T
         net = transfer_time(size, bandwidth, latency)
-        at = None  # each row's entry of a (tier, excess, batch) grid, if one is worth it
-        if len(net) * width <= len(key):
-            offset, _ = self._tier_row(prefill, root, oracle, stride=width)
-            at = offset + key
-            costs = (net[:, None] + load).ravel()[at]
-        else:
-            costs = net[tiers] + load[key]
         hits = root.hit_rows
+        hit_key = None
         if len(hits):
             tokens, one_length, hit_key = root.derived(
                 ("hits", self._loads.beta_max), lambda t: _hit_columns(t, key))
             if one_length:  # one cached-prefix length: costed once per tier
-                s_eff = effective_transfer_bytes(request.kv_bytes, tokens[:1],
+                s_eff = effective_transfer_bytes(request.kv_bytes, int(tokens[0]),
                                                  request.input_len)
                 hit_net = transfer_time(s_eff, bandwidth, latency)
-                if at is not None:  # a grid of its own, read at the same entries
-                    costs[hits] = (hit_net[:, None] + load).ravel()[at[hits]]
-                    return costs if rows is None else costs[rows]
+        if len(net) * width <= len(key):  # one lookup in a (tier, excess, batch) grid
+            offset, _ = self._tier_row(prefill, root, oracle, stride=width)
+            cells = len(net) * width
+            shape = (len(net), width)
+            if hit_key is None or not one_length:
+                grid = self._grid(cells)
+                np.add(net[:, None], load, out=grid.reshape(shape))
+                costs = grid[offset + key]
+            else:  # the cached rows' entries lie in a second grid, past the first
+                grid = self._grid(2 * cells)
+                np.add(net[:, None], load, out=grid[:cells].reshape(shape))
+                np.add(hit_net[:, None], load, out=grid[cells:].reshape(shape))
+                costs = grid[offset + root.derived(("past", self._loads.beta_max, cells),
+                                                   lambda t: _shifted(key, hits, cells))]
+                hit_key = None
+        else:
+            costs = net[tiers] + load[key]
+        if hit_key is not None:
+            if one_length:
                 hit_costs = hit_net[tiers[hits]]
             else:
                 s_eff = effective_transfer_bytes(request.kv_bytes, tokens, request.input_len)
@@ -229,6 +246,13 @@ class NetKV(Scheduler):
             hit_costs += load[hit_key]
             costs[hits] = hit_costs
         return costs if rows is None else costs[rows]
+
+
+def _shifted(key: np.ndarray, hits: np.ndarray, by: int) -> np.ndarray:
+    """`key` with the rows `hits` moved `by` entries on."""
+    past = key.copy()
+    past[hits] += by
+    return past
 
 
 def _hit_columns(table: CandidateTable, key: np.ndarray) -> tuple:
