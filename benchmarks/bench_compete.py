@@ -15,6 +15,11 @@ times apart instead, and each one's time is printed in arrival order: how much o
 link the first keeps when the next arrives (what max-min sharing splits equally).
 --sizes sets the modelled GB per transfer (default the calibration's 0.5).
 
+After the repeats of each competing probe it prints how far each repeat's transfers are
+from the other repeats' (leave one out: at the same arrival position, or at any where all
+started together): the error of a model that knew every repeat but not which one it
+was asked about, the floor for any deterministic flow model on these probes.
+
 Run: sudo .venv/bin/python benchmarks/bench_compete.py [scenarios/validate.yaml]
      [--competing 1,2,4] [--repeats 2] [--tiers 2,3] [--sizes 0.5,2] [--spacing 0,0.25,0.5]
 """
@@ -22,6 +27,7 @@ Run: sudo .venv/bin/python benchmarks/bench_compete.py [scenarios/validate.yaml]
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -73,6 +79,7 @@ def main() -> None:
     sizes = [float(g) for g in args.sizes.split(",")]
     spacings = [float(f) for f in args.spacing.split(",")]
     tiers = {int(t) for t in args.tiers.split(",")} if args.tiers else None
+    spread: dict[tuple, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         cell_file = Path(tmp) / "scenario.yaml"
         cell_file.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
@@ -95,13 +102,46 @@ def main() -> None:
                         for f in spacings:
                             if n == 1 and f:
                                 continue
+                            runs = []
                             for _ in range(args.repeats):
-                                _report(tier, gb, n, f, lone, one(
+                                runs.append(_report(tier, gb, n, f, lone, one(
                                     network, src, dst, n, shards, size, rates,
-                                    Path(tmp) / "t", f * lone))
+                                    Path(tmp) / "t", f * lone)))
+                            if n > 1:
+                                spread[(tier, gb, n, f)] = _spread(runs, together=not f)
+                                _print_spread(f"tier {tier} {gb:g} GB N={n} spacing {f:g}",
+                                              spread[(tier, gb, n, f)])
+            if spread:
+                _print_spread("all competing probes", [e for v in spread.values() for e in v])
 
 
-def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict) -> None:
+def _spread(runs: list[list[float]], together: bool) -> list[float]:
+    """Each transfer's time against the median of the other repeats' (leave one out): at
+    the same arrival position, or any position where all started together (which of them
+    wins is not theirs to know). What the best deterministic model of these probes would
+    err by, since it cannot tell one repeat of the same probe from another."""
+    errors = []
+    for i, run in enumerate(runs):
+        others = [r for k, r in enumerate(runs) if k != i]
+        for j, t in enumerate(run):
+            pool = [x for r in others for x in r] if together else [r[j] for r in others]
+            if pool:
+                errors.append(t / statistics.median(pool) - 1)
+    return errors
+
+
+def _print_spread(label: str, errors: list[float]) -> None:
+    if not errors:
+        return
+    size = sorted(abs(e) for e in errors)
+    print(f"{label}: repeat against repeats, n={len(errors)}: median |error| "
+          f"{size[len(size) // 2]:.1%}, p90 {size[int(0.9 * (len(size) - 1))]:.1%}, "
+          f"largest {size[-1]:.1%}", flush=True)
+
+
+def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict
+            ) -> list[float]:
+    """Print one run; its transfers' times in arrival order."""
     order = sorted(range(len(r["seconds"])), key=lambda j: r["starts"][j])
     secs = [r["seconds"][j] for j in order]
     rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
@@ -112,6 +152,7 @@ def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict) 
           f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
           f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} queued departures "
           f"late, {r['lost']} events lost", flush=True)
+    return secs
 
 
 if __name__ == "__main__":

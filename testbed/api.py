@@ -215,7 +215,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              target_ci: float | None = None, budget_s: float | None = None,
              reuse_calibration: bool = True,
              calibration_max_age_s: float = 24 * 3600.0,
-             fabrics: int | str = "auto", dask: str | None = None) -> ValidationResult:
+             fabrics: int | str = "auto", dask: str | None = None,
+             repeats: int = 0) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
@@ -223,7 +224,9 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     interval half-width, a fraction: 0.03 is 3 points) and budget_s (wall seconds) make it
     sequential: planned first, stopped once every primary claim is resolved. fabrics: seeds
     on that many fabrics side by side, or "auto" (`testbed validate --help`); dask: seeds
-    on the servers of that Dask scheduler (as `emulate`). Needs root and Open vSwitch."""
+    on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
+    that many times on packets, for how far packets are from themselves. Needs root and
+    Open vSwitch."""
     from testbed.runner import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
@@ -248,7 +251,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 on_live=bar.live, target_ci=target_ci, budget_s=budget_s,
                                 use_cache=reuse_calibration,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
-                                fabrics=fabrics, dask=dask)
+                                fabrics=fabrics, dask=dask, repeats=repeats)
     return ValidationResult(folder)
 
 

@@ -1,8 +1,9 @@
 """The `testbed` command line, one module per command family: flow (the flow model),
-packets (fabric, emulation, calibration, validation), cluster (provisioning, remote
-machines) and vm (the Vagrant box); common holds the group and the SCENARIO parameter type."""
+packets (fabric, emulation, calibration, validation), folders (finished runs: judge,
+compare, repeat), cluster (provisioning, remote machines) and vm (the Vagrant box); common
+holds the group and the SCENARIO parameter type."""
 
-from testbed.cli import cluster, flow, packets, vm  # noqa: F401 - registers the commands
+from testbed.cli import cluster, flow, folders, packets, vm  # noqa: F401 - registers commands
 from testbed.cli.common import main
 
 __all__ = ["main"]

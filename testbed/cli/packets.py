@@ -1,5 +1,5 @@
-"""Commands on packets: the controller, the fabric, emulate, calibrate, validate, judge,
-compare, clean."""
+"""Commands on packets: the controller, the fabric, emulate, calibrate, validate, clean
+(those over finished run folders are in cli/folders.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from testbed.cli.common import (
     scenario_options,
 )
 from testbed.cli.options import dask_option, fabrics_option
-from testbed.scenario import ScenarioError
 from testbed.workloads.mooncake import TraceError
 
 
@@ -358,11 +357,15 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--recalibrate", is_flag=True,
               help="Measure the fabric anew (and refresh the cache) instead of reusing it.")
 @click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+@click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N", help="Run the first seed N more times on packets (RR alone where "
+              "it is scheduled) and report how far packets are from themselves per transfer: "
+              "the floor for any flow model's error. Each costs one more packet run.")
 @force_option
 @fabrics_option
 @dask_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
-             budget: float | None, max_age_h: float, recalibrate: bool,
+             budget: float | None, max_age_h: float, recalibrate: bool, repeats: int,
              verbose: bool, force: bool, fabrics: int | str, dask_address: str | None) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
@@ -403,7 +406,7 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
                                 calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics,
-                                dask=dask_address)
+                                dask=dask_address, repeats=repeats)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:
@@ -445,54 +448,3 @@ def clean(dry_run: bool) -> None:
               "openvswitch-switch), then run `testbed clean` again")
     click.echo("nothing to clean" if left.empty else
                f"{'would clean' if dry_run else 'cleaned'}: {left.describe()}")
-
-
-@main.command()
-@click.argument("folder", type=click.Path(file_okay=False))
-def judge(folder: str) -> None:
-    """Judge a finished validation FOLDER again with today's flow model (no root).
-
-    Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
-    calibrated, with TCP terms) beside the old runs, and rewrites comparison.json,
-    report.md and plots/. Use it after changing the flow model or its network.tcp
-    settings to see how the verdict moves, without emulating again.
-    """
-    from testbed.validate.pipeline import judge_again
-    from testbed.validate.summary import summary_lines
-
-    try:
-        doc = judge_again(Path(folder))
-    except (ValueError, ScenarioError, TraceError) as exc:
-        _fail(str(exc))
-    for line in summary_lines(doc["targets"]):
-        click.echo(line)
-    click.echo(f"report: {Path(folder) / 'report.md'}")
-
-@main.command("compare")
-@click.argument("reference", type=click.Path(file_okay=False))
-@click.argument("model", type=click.Path(file_okay=False))
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Where report.md and comparison.json go (default: MODEL/compare).")
-def compare_cmd(reference: str, model: str, out_dir: str | None) -> None:
-    """Compare two run folders cell by cell: REFERENCE (e.g. packets) vs MODEL (flows).
-
-    Pairs every transfer by (request, shard) and reports the model's relative error
-    overall, per tier and per size bucket; per sweep point compares TTFT and transfer
-    time per scheduler and whether both rank the schedulers the same. Two flow-level
-    runs work too, e.g. per-transfer against per-flow ECMP.
-    """
-    from testbed.validate.report import RunFolderError, compare_runs
-
-    out = Path(out_dir) if out_dir else Path(model) / "compare"
-    try:
-        doc = compare_runs(Path(reference), Path(model), out)
-    except RunFolderError as exc:
-        _fail(str(exc))
-    t = doc["transfers"]
-    click.echo(f"{doc['cells']} cells, {t['n']} transfers: median |error| "
-               f"{100 * t['median_abs_error']:.1f}%, bias {100 * t['mean_error']:+.1f}%")
-    for point, data in doc["points"].items():
-        r = data["ranking"]
-        click.echo(f"{point}: ranking {'agrees' if r['same_order'] else 'differs'} "
-                   f"(tau {r['kendall_tau']:.2f})")
-    click.echo(f"report: {out / 'report.md'}")

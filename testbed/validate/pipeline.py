@@ -39,7 +39,7 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import arrival, cache, claims, compare, divergence, validity
+from testbed.validate import arrival, cache, claims, compare, divergence, repeat, validity
 from testbed.validate.contention import with_contention
 from testbed.validate.replay import replay_transfers
 from testbed.validate.summary import (
@@ -146,14 +146,16 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
              budget_s: float | None = None, use_cache: bool = True,
              cache_max_age_s: float = cache.DEFAULT_MAX_AGE_S,
              on_note: Callable[[str], None] | None = None,
-             fabrics: int | str = "auto", dask: str | None = None) -> Path:
+             fabrics: int | str = "auto", dask: str | None = None, repeats: int = 0) -> Path:
     """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
     sequential (testbed/validate/rounds.py): planned from a flow-model pilot before the
     fabric starts, and stopped after the round where every primary claim is resolved.
     `on_note(line)` gets the plan, the calibration's source and a line per look;
     `fabrics`: how many fabrics run seeds side by side (emulation/lanes.py), or "auto";
     `dask`: a Dask scheduler whose fabric workers run the seeds, one per server at a time
-    (emulation/servers.py); this machine then calibrates only."""
+    (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
+    seed again that many times on packets (RR alone where it is scheduled) to measure how
+    far packets are from themselves (validate/repeat.py)."""
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
@@ -215,6 +217,10 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
                         on_live=on_live, after_round=looks, fabrics=lanes, on_note=note,
                         dask=dask)
+    again = repeat.repeat_scenario(scenario)
+    for i in range(repeats):
+        note(f"packets again ({i + 1} of {repeats}): {', '.join(again.schedulers)}, seed 1")
+        run_emulation(again, folder / repeat.REPEATS, on_step, verbose=verbose, on_note=note)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
     judged = scenario
@@ -396,6 +402,10 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     verdicts = {name: ttft_verdicts(emu_cells, flow_cells[name])
                 for name in ("calibrated", "tcp")}
     decisions = _decisions(emu_cells, flow_cells, loads, verdicts["tcp"])
+    floor = repeat.packets_against_packets(
+        [emu_cells] + [faithful_cells(cells_of(f))[0]
+                       for f in repeat.repeat_folders(emu_folder.parent)],
+        by_tier, replays["replay_tcp"])
     return {
         "scenario": scenario.name,
         "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
@@ -407,6 +417,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "stalls": {"connections": tcpinfo.stalls(emu_rows),
                    "replay_tcp": compare.stall_split(shard_pairs["replay_tcp"])},
         "arrival": arrival.by_arrival(all_emu, replays["replay_tcp"], by_tier),
+        "repeat": floor,
         "whole_transfers": {name: with_intervals(p) for name, p in whole.items()},
         "whole_above_floor": {name: with_intervals(p) for name, p in above.items()},
         "whole_below_floor": {name: compare.error_summary(p) for name, p in below.items()},
@@ -450,7 +461,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                               engine_comparison(faithful_pts, pts["tcp"]),
                               verdicts["tcp"], len(all_emu),
                               len(flagged)), **claim_targets(gains),
-                    **divergence_targets(decisions)},
+                    **divergence_targets(decisions), **repeat.repeat_targets(floor)},
     }
 
 

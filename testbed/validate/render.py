@@ -71,6 +71,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
         f"{_abs(t['replay_p90_abs_transfer_error'])} {_ci(t['replay_p90_ci'])} | "
         f"<= {_abs(t['transfer_p90_target'])}: "
         f"{_verdict(_le(t['replay_p90_abs_transfer_error'], t['transfer_p90_target']))} |",
+        *_floor_rows(t),
         f"| median abs per-transfer error, both engines | "
         f"{_abs(t['engines_median_abs_transfer_error'])} | (scheduling divergence included) |",
         f"| mean-TTFT verdicts per scheduler (agree / disagree / inconclusive) | "
@@ -120,6 +121,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
                          f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
     lines += _stall_lines(doc.get("stalls"))
     lines += _arrival_lines(doc.get("arrival"))
+    lines += _repeat_lines(doc.get("repeat"))
     for phase in ("uncalibrated", "calibrated", "tcp"):
         for point, data in doc[phase].items():
             lines += ["", f"## TTFT and transfer time per scheduler: {point}, flow model "
@@ -193,6 +195,42 @@ def _arrival_lines(by_order: dict | None) -> list[str]:
     for order, g in by_order.items():
         lines.append(f"| {order} | {g['n']} | {_abs(g['median_abs_error'])} | "
                      f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
+    return lines
+
+
+def _floor_rows(t: dict) -> list[str]:
+    """The summary table's rows for packets against packets, where it was measured."""
+    if t.get("packets_p90_abs_transfer_error") is None:
+        return []
+    return [f"| p90 abs per-transfer error, packets against packets ({t['packets_runs']} "
+            f"runs of one seed) | {_abs(t['packets_p90_abs_transfer_error'])} (median "
+            f"{_abs(t['packets_median_abs_transfer_error'])}); the replay on the same "
+            f"transfers: {_abs(t['replay_same_p90_abs_transfer_error'])} | the floor: no "
+            f"model is judged closer than packets are to themselves |"]
+
+
+def _repeat_lines(floor: dict | None) -> list[str]:
+    """Packets against packets (testbed/validate/repeat.py), beside the replay."""
+    if not floor:
+        return []
+    same = floor.get("replay_same_transfers") or {}
+    lines = ["", "## Packets against packets", "",
+             f"The first seed ran {floor['runs']} times on packets ({', '.join(floor['cells'])}"
+             "; faithful runs only). Each run's time of a whole transfer above the validity "
+             "floor, placed alike in every run, against the other runs' median: what the "
+             "best deterministic model of these runs would err by, since it cannot tell one "
+             "run from another.", "",
+             "| | n | median abs error | p90 abs error | mean error |", "|---|---|---|---|---|",
+             f"| packets against packets | {floor['n']} | {_abs(floor['median_abs_error'])} | "
+             f"{_abs(floor['p90_abs_error'])} | {_pct(floor['mean_error'])} |"]
+    if same:
+        lines.append(f"| the replay (TCP model), same transfers of the first run | {same['n']} | "
+                     f"{_abs(same['median_abs_error'])} | {_abs(same['p90_abs_error'])} | "
+                     f"{_pct(same['mean_error'])} |")
+    lines.append("")
+    lines.append("By arrival order on the path (as above): " + "; ".join(
+        f"{order} n={g['n']}, p90 {_abs(g['p90_abs_error'])}"
+        for order, g in floor["by_arrival"].items() if g["n"]) + ".")
     return lines
 
 

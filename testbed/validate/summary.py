@@ -96,6 +96,11 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
         f"mean TTFT: {v['agree']} agree, {v['disagree']} disagree, {v['inconclusive']} "
         f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
         f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
+    if t.get("packets_p90_abs_transfer_error") is not None:
+        lines.append(f"packets against packets ({t['packets_runs']} runs of one seed, the "
+                     f"floor for any flow model): median {pct(t['packets_median_abs_transfer_error'])}"
+                     f", p90 {pct(t['packets_p90_abs_transfer_error'])}; the replay on the same "
+                     f"transfers: p90 {pct(t['replay_same_p90_abs_transfer_error'])}")
     f = t.get("forced_ttft_verdicts")
     if f:
         lines.append(f"mean TTFT at the packets' placements (the flow model forced to them: "

@@ -67,7 +67,8 @@ def emulate_quietly(path, tmp_path) -> None:
 def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_path):
     # RR vs NetKV-Full; the fabric settings of the test above (its cached calibration
     # fits). A 90-point target width is met at the first look, so of the two planned
-    # rounds (two trace segments) only the first runs, unless its runs were unfaithful
+    # rounds (two trace segments) only the first runs, unless its runs were unfaithful;
+    # then RR's first seed runs once more on packets, for packets against packets
     from testbed.validate.sequential import look_level
 
     path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
@@ -76,7 +77,7 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
                            str(out), "--target-ci", "90%", "--budget", "20m",
-                           "--fabrics", "1"], cwd=ROOT,
+                           "--fabrics", "1", "--repeats", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert cleanup.find_leftovers().empty
@@ -106,6 +107,12 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
         assert (folder / "plots" / "gains_000-base.png").stat().st_size > 1000
     report = (folder / "report.md").read_text()
     assert "## The paper's claims" in report and "### Plan and stop" in report
+    assert "packets again (1 of 1): rr, seed 1" in " ".join(done.stderr.split())
+    (again,) = (folder / "repeats").glob("fabric-test-emulation-*")
+    assert [p.relative_to(again / "cells").as_posix()
+            for p in sorted((again / "cells").glob("*/*/seed*"))] == ["000-base/rr/seed1"]
+    if doc["repeat"] is not None:  # transfers above the floor, faithful in both runs
+        assert doc["repeat"]["runs"] == 2 and "## Packets against packets" in report
 
 
 def rows(path):

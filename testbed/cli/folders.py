@@ -1,0 +1,162 @@
+"""Commands over finished run folders, no root needed: judge a validation again, compare
+two runs, and measure how far repeated packet runs are from each other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import yaml
+
+from testbed.cli.common import _fail, main
+from testbed.scenario import ScenarioError
+from testbed.workloads.mooncake import TraceError
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False))
+def judge(folder: str) -> None:
+    """Judge a finished validation FOLDER again with today's flow model (no root).
+
+    Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
+    calibrated, with TCP terms) beside the old runs, and rewrites comparison.json,
+    report.md and plots/. Use it after changing the flow model or its network.tcp
+    settings to see how the verdict moves, without emulating again.
+    """
+    from testbed.validate.pipeline import judge_again
+    from testbed.validate.summary import summary_lines
+
+    try:
+        doc = judge_again(Path(folder))
+    except (ValueError, ScenarioError, TraceError) as exc:
+        _fail(str(exc))
+    for line in summary_lines(doc["targets"]):
+        click.echo(line)
+    click.echo(f"report: {Path(folder) / 'report.md'}")
+
+@main.command("compare")
+@click.argument("reference", type=click.Path(file_okay=False))
+@click.argument("model", type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where report.md and comparison.json go (default: MODEL/compare).")
+def compare_cmd(reference: str, model: str, out_dir: str | None) -> None:
+    """Compare two run folders cell by cell: REFERENCE (e.g. packets) vs MODEL (flows).
+
+    Pairs every transfer by (request, shard) and reports the model's relative error
+    overall, per tier and per size bucket; per sweep point compares TTFT and transfer
+    time per scheduler and whether both rank the schedulers the same. Two flow-level
+    runs work too, e.g. per-transfer against per-flow ECMP.
+    """
+    from testbed.validate.report import RunFolderError, compare_runs
+
+    out = Path(out_dir) if out_dir else Path(model) / "compare"
+    try:
+        doc = compare_runs(Path(reference), Path(model), out)
+    except RunFolderError as exc:
+        _fail(str(exc))
+    t = doc["transfers"]
+    click.echo(f"{doc['cells']} cells, {t['n']} transfers: median |error| "
+               f"{100 * t['median_abs_error']:.1f}%, bias {100 * t['mean_error']:+.1f}%")
+    for point, data in doc["points"].items():
+        r = data["ranking"]
+        click.echo(f"{point}: ranking {'agrees' if r['same_order'] else 'differs'} "
+                   f"(tau {r['kendall_tau']:.2f})")
+    click.echo(f"report: {out / 'report.md'}")
+
+
+# what repeated runs must share to be repeats of one another
+_SAME = ("name", "cluster", "emulation.scale", "emulation.time_dilation")
+
+
+@main.command("repeat")
+@click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--scheduler", "schedulers", multiple=True, metavar="KEY",
+              help="Judge this scheduler's cells (repeatable; default: rr where every run "
+              "has it, else all). Others than RR place requests by load, so the transfers "
+              "around one placed alike differ from run to run.")
+def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
+    """How far repeated packet runs of one scenario are from each other (no root).
+
+    FOLDERS: validation folders (their packet run and any made again with `validate
+    --repeats`) or emulation run folders, of the same scenario, two runs at least. For
+    every cell (point, scheduler, seed) that every run has, faithful in all, each run's
+    time of a whole transfer placed alike in every run (same hosts and paths) and above
+    the validity floor is set against the other runs' median. The median and p90 of that
+    error are the floor for any flow model's per-transfer error on this fabric: packets
+    are no closer to themselves. RR's runs place every request alike; a scheduler that
+    reads load soon places them apart, and only what it placed alike counts.
+
+      testbed repeat results/validate-validate-A results/validate-validate-B
+    """
+    from testbed.validate import repeat
+    from testbed.validate.pipeline import cells_of
+    from testbed.validate.verdicts import faithful_cells
+
+    runs, scenarios = [], []
+    for name in folders:
+        folder = Path(name)
+        emus = sorted(folder.glob("*-emulation-*")) + repeat.repeat_folders(folder)
+        for run in emus or [folder]:
+            cells = cells_of(run)
+            if not cells:
+                _fail(f"{run}: no packet run here (expected cells/<point>/<scheduler>/seed*/)")
+            kept, flagged = faithful_cells(cells)
+            if not kept:
+                _fail(f"{run}: the fidelity monitor flagged every cell ({', '.join(flagged)}); "
+                      "an unfaithful run says nothing of packets: leave it out")
+            runs.append(kept)
+        scenarios.append(_scenario_of(folder))
+    for field in _SAME:
+        values = [_field(s, field) for s in scenarios]
+        if any(v != values[0] for v in values):
+            _fail(f"{folders[values.index(next(v for v in values if v != values[0]))]}: "
+                  f"{field} differs from {folders[0]}'s; repeats must share it")
+    if not schedulers:
+        everywhere = set.intersection(*({k.split("/")[1] for k in r} for r in runs))
+        schedulers = ("rr",) if "rr" in everywhere else tuple(everywhere)
+    runs = [{k: c for k, c in r.items() if k.split("/")[1] in schedulers} for r in runs]
+    if len(runs) < 2:
+        _fail("one packet run only: give two folders, or a validation made with --repeats")
+    floor = repeat.packets_against_packets(runs, _floors(Path(folders[0]), scenarios[0]))
+    if floor is None:
+        _fail("no transfer above the validity floor was placed alike in every run "
+              "(no cell faithful in all of them, or a scheduler that reads load)")
+    click.echo(f"{floor['runs']} packet runs, cells {', '.join(floor['cells'])}: packets "
+               f"against packets, n={floor['n']}: median |error| "
+               f"{100 * floor['median_abs_error']:.1f}%, p90 {100 * floor['p90_abs_error']:.1f}%")
+    for order, g in floor["by_arrival"].items():
+        if g["n"]:
+            click.echo(f"  {order}: n={g['n']}, median {100 * g['median_abs_error']:.1f}%, "
+                       f"p90 {100 * g['p90_abs_error']:.1f}%")
+
+
+def _scenario_of(folder: Path) -> dict:
+    try:
+        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        _fail(f"{folder}: no readable scenario.yaml ({exc})")
+    if not isinstance(raw, dict):
+        _fail(f"{folder}/scenario.yaml: not a scenario")
+    return raw
+
+
+def _field(raw: dict, dotted: str):
+    for part in dotted.split("."):
+        raw = raw.get(part) if isinstance(raw, dict) else None
+    return raw
+
+
+def _floors(folder: Path, raw: dict) -> dict[int, dict]:
+    """The validity floor a validation judged with, or the scenario's own."""
+    from testbed.scenario import Scenario
+    from testbed.validate import validity
+
+    try:
+        tiers = json.loads((folder / "comparison.json").read_text())["validity"]["tiers"]
+        return {int(t): v for t, v in tiers.items()}
+    except (OSError, ValueError, KeyError):
+        try:
+            return validity.floors(Scenario.model_validate(raw))
+        except ValueError as exc:
+            _fail(f"{folder}/scenario.yaml: {exc}")

@@ -1,0 +1,147 @@
+"""Packets against packets: repeated runs of one seed set against each other."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from testbed.records import write_csv
+from testbed.scenario import Scenario
+from testbed.validate.repeat import (
+    REPEATS,
+    packets_against_packets,
+    repeat_scenario,
+    spread_errors,
+)
+from tests.conftest import TRACE
+
+FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
+PATH = "i0>tor0>agg0>tor1>i6"
+FLOORS = {2: {"transfer_floor_bytes": 1e9}}  # whole transfers of 2 GB clear it
+
+
+def transfer(request, start, seconds, path=PATH, size=1e9, dst="i6"):
+    """Two shards of `size` each; the slower ends `seconds` after the start."""
+    return [{"request": request, "shard": k, "src": "i0", "dst": dst, "tier": 2,
+             "path": path, "bytes": size, "start": start,
+             "end": start + seconds * (0.9 if k == 0 else 1.0)} for k in range(2)]
+
+
+def test_each_run_is_set_against_the_others_median():
+    one = transfer("a", 0.0, 1.0) + transfer("b", 5.0, 2.0)
+    two = transfer("a", 0.0, 1.5) + transfer("b", 5.0, 2.0)
+    three = transfer("a", 0.0, 1.2) + transfer("b", 5.0, 2.0)
+    errors, requests, _ = spread_errors([one, two, three], FLOORS)
+    assert requests == ["a", "a", "a", "b", "b", "b"]
+    # a: 1.0 against median(1.5, 1.2) = 1.35; 1.5 against 1.1; 1.2 against 1.25
+    assert errors[:3] == pytest.approx([1.0 / 1.35 - 1, 1.5 / 1.1 - 1, 1.2 / 1.25 - 1])
+    assert errors[3:] == [0.0, 0.0, 0.0]
+    # two runs: each against the other
+    errors, _, _ = spread_errors([one, two], FLOORS)
+    assert errors[:2] == pytest.approx([1.0 / 1.5 - 1, 0.5])
+    assert spread_errors([one], FLOORS) == ([], [], [])
+
+
+def test_only_transfers_placed_alike_and_above_the_floor_count():
+    one = (transfer("a", 0.0, 1.0) + transfer("b", 2.0, 1.0)
+           + transfer("c", 4.0, 1.0, size=1e8))  # c: below the floor
+    moved = (transfer("a", 0.0, 1.3) + transfer("b", 2.0, 1.0, dst="i7")  # b: elsewhere
+             + transfer("c", 4.0, 3.0, size=1e8))
+    rerouted = transfer("a", 0.0, 1.3, path="i0>tor0>agg1>tor1>i6")
+    errors, requests, _ = spread_errors([one, moved], FLOORS)
+    assert requests == ["a", "a"] and errors == pytest.approx([1.0 / 1.3 - 1, 0.3])
+    assert spread_errors([one, rerouted], FLOORS)[0] == []  # a took another path
+
+
+def _cells(root, runs: dict[str, list[dict]]):
+    """Run folders' cells as the emulation writes them, one per key."""
+    cells = {}
+    for key, rows in runs.items():
+        cell = root / "cells" / key
+        cell.mkdir(parents=True)
+        write_csv(cell / "transfers.csv", rows, FIELDS)
+        (cell / "summary.json").write_text(json.dumps({"fidelity": "faithful"}))
+        cells[key] = cell
+    return cells
+
+
+def test_the_floor_over_cells_with_the_replay_on_the_same_transfers(tmp_path):
+    key = "000-base/rr/seed1"
+    first = transfer("a", 0.0, 1.0) + transfer("b", 0.5, 1.0)  # b came while a ran
+    again = transfer("a", 0.0, 1.25) + transfer("b", 0.5, 0.8)
+    cells = [_cells(tmp_path / "one", {key: first}), _cells(tmp_path / "two", {key: again})]
+    replay = {key: transfer("a", 0.0, 1.1) + transfer("b", 0.5, 1.0)}
+    floor = packets_against_packets(cells, FLOORS, replay)
+    assert floor["runs"] == 2 and floor["cells"] == [key] and floor["n"] == 4
+    # -0.2 and +0.25 for each: a 1.0 against 1.25 and back, b 1.0 against 0.8 and back
+    assert floor["median_abs_error"] == pytest.approx(0.225)
+    assert floor["p90_abs_error"] == pytest.approx(0.25)
+    assert floor["by_arrival"]["first"]["n"] == 2 and floor["by_arrival"]["late"]["n"] == 2
+    same = floor["replay_same_transfers"]
+    assert same["n"] == 2 and same["median_abs_error"] == pytest.approx(0.05)
+    assert packets_against_packets(cells[:1], FLOORS) is None
+    # a cell only one run has is not judged
+    cells[1] = _cells(tmp_path / "three", {"000-base/rr/seed2": again})
+    assert packets_against_packets(cells, FLOORS) is None
+
+
+def test_the_scenario_run_again_is_its_first_seed_of_rr_where_it_has_rr():
+    base = Scenario(name="r", workload={"trace": str(TRACE), "measure_s": 4.0}, seeds=3,
+                    schedulers=["netkv-full", "rr", "cla"])
+    again = repeat_scenario(base)
+    assert again.seeds == 1 and again.schedulers == ["rr"]
+    assert repeat_scenario(base.with_overrides({"schedulers": ["cla"]})).schedulers == ["cla"]
+
+
+def test_a_validation_judged_with_runs_made_again_reports_the_floor(tmp_path):
+    """A flow run stands in for packets: made again, it repeats itself exactly, so the
+    floor is 0, and the report and summary carry it beside the replay."""
+    from testbed.cli import main
+    from testbed.runner import run_flowsim
+
+    base = Scenario(name="rep", workload={"trace": str(TRACE), "measure_s": 4.0},
+                    schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
+    folder = tmp_path / "rep-validate-x"
+    folder.mkdir()
+    run_flowsim(base, folder).folder.rename(folder / "rep-emulation-x")
+    (folder / REPEATS).mkdir()
+    run_flowsim(repeat_scenario(base), folder / REPEATS).folder.rename(
+        folder / REPEATS / "rep-emulation-y")
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(base.model_dump(mode="json")))
+    (folder / "calibration.json").write_text(json.dumps(
+        {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
+         "tiers": {}}))
+    done = CliRunner().invoke(main, ["judge", str(folder)])
+    assert done.exit_code == 0, done.output
+    doc = json.loads((folder / "comparison.json").read_text())
+    floor = doc["repeat"]
+    assert floor["runs"] == 2 and floor["cells"] == ["000-base/rr/seed1"]
+    assert floor["n"] > 0 and floor["p90_abs_error"] == 0.0
+    assert floor["replay_same_transfers"]["n"] == floor["n"] // 2
+    assert "packets against packets (2 runs of one seed" in " ".join(done.output.split())
+    assert "## Packets against packets" in (folder / "report.md").read_text()
+    # and `testbed repeat` reads the same runs from the folder
+    got = CliRunner().invoke(main, ["repeat", str(folder)])
+    assert got.exit_code == 0, got.output
+    assert f"n={floor['n']}: median |error| 0.0%, p90 0.0%" in got.output
+
+
+def test_the_repeat_command_names_what_it_cannot_use(tmp_path):
+    from testbed.cli import main
+
+    key = "000-base/rr/seed1"
+    for name, scenario in (("a", "one"), ("b", "one"), ("c", "other")):
+        run = tmp_path / name
+        _cells(run, {key: transfer("x", 0.0, 1.0)})
+        (run / "scenario.yaml").write_text(yaml.safe_dump({"name": scenario}))
+    alone = CliRunner().invoke(main, ["repeat", str(tmp_path / "a")])
+    assert alone.exit_code == 2 and "one packet run only" in alone.output
+    other = CliRunner().invoke(main, ["repeat", str(tmp_path / "a"), str(tmp_path / "c")])
+    assert other.exit_code == 2 and "name differs" in " ".join(other.output.split())
+    flagged = tmp_path / "b" / "cells" / key / "summary.json"
+    flagged.write_text(json.dumps({"fidelity": "unfaithful"}))
+    bad = CliRunner().invoke(main, ["repeat", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "flagged every cell" in " ".join(bad.output.split())
