@@ -56,6 +56,28 @@ def test_only_transfers_placed_alike_and_above_the_floor_count():
     assert spread_errors([one, rerouted], FLOORS)[0] == []  # a took another path
 
 
+def test_only_transfers_offered_alike_count():
+    """Where a shard, or a transfer that shared the path, started at another moment in
+    one run (a lost SYN, a late prefill), the runs were not offered the same load: the
+    replay is given that difference, so packets against packets leave it out."""
+    base = transfer("a", 0.0, 1.0) + transfer("b", 0.5, 1.0)
+    same = transfer("a", 0.0, 1.2) + transfer("b", 0.52, 1.0)  # b within 5% of its time
+    assert spread_errors([base, same], FLOORS)[1] == ["a", "a", "b", "b"]
+    # one shard of a started 0.2 s after its first: a's own start differs
+    late_shard = transfer("a", 0.0, 1.2) + transfer("b", 0.5, 1.0)
+    late_shard[1] = {**late_shard[1], "start": 0.2}
+    # a's own shards differ; b, its competitor, saw a start when it did (a competitor is
+    # judged by its first shard's start: by every shard's, next to none would count)
+    assert spread_errors([base, late_shard], FLOORS)[1] == ["b", "b"]
+    # b came 0.3 s later: b differs, and so does a's load (b shared its path)
+    later = transfer("a", 0.0, 1.2) + transfer("b", 0.8, 1.0)
+    assert spread_errors([base, later], FLOORS)[1] == []
+    # a transfer on a path of its own is not touched by b's move
+    apart = transfer("c", 0.1, 1.0, path="i1>tor0>agg1>tor2>i9", dst="i9")
+    got = spread_errors([base + apart, later + apart], FLOORS)[1]
+    assert got == ["c", "c"]
+
+
 def _cells(root, runs: dict[str, list[dict]]):
     """Run folders' cells as the emulation writes them, one per key."""
     cells = {}

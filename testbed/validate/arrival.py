@@ -28,6 +28,17 @@ ORDERS = ("alone", "first", "late", "both")
 def arrival_orders(rows: Sequence[dict]) -> dict[str, str]:
     """Request -> its whole transfer's arrival order, from one run's transfers.csv rows
     (shards with start, end and the path they took, a>b>c)."""
+    out = {}
+    for request, (before, after) in neighbours(rows).items():
+        out[request] = ("both" if before and after else "late" if before
+                        else "first" if after else "alone")
+    return out
+
+
+def neighbours(rows: Sequence[dict]) -> dict[str, tuple[set[str], set[str]]]:
+    """Request -> the other requests whose transfers shared a link with its own while it
+    was in flight: those there when it started (or starting with it), and those that
+    came after."""
     links: dict[str, set[tuple[str, str]]] = {}
     for row in rows:
         links.setdefault(str(row["request"]), set()).update(
@@ -37,18 +48,15 @@ def arrival_orders(rows: Sequence[dict]) -> dict[str, str]:
     out = {}
     for start, end, request in whole:
         mine = links.get(request, set())
-        before = after = False
+        before: set[str] = set()
+        after: set[str] = set()
         for other_start, other_end, other in whole:  # sorted by start
-            if other_start >= end or (before and after):
+            if other_start >= end:
                 break
             if other == request or other_end <= start or not links.get(other, set()) & mine:
                 continue
-            if other_start <= start:  # there when it started (or started with it)
-                before = True
-            else:
-                after = True
-        out[request] = ("both" if before and after else "late" if before
-                        else "first" if after else "alone")
+            (before if other_start <= start else after).add(other)
+        out[request] = (before, after)
     return out
 
 

@@ -2,14 +2,24 @@
 are from each other, transfer by transfer.
 
 No flow model can be judged closer to packets than packets are to themselves: where two
-runs of the same transfer (same request, hosts, paths and, within the run's jitter,
-start) take different times, a deterministic model can at best predict what they do
-on the whole. So the per-transfer error of the flow model is read against this floor.
-Each run's time of a whole transfer is set against the median of the other runs' times
-(leave one out: with two runs, the other one), for the transfers every run placed
-alike and above the validity floor. RR places requests without looking at timing, so
-its repeated runs place (nearly) every request alike; a scheduler that reads load or
-congestion soon places them differently, and only what it placed alike counts.
+runs offer the network the same transfer under the same load and it still takes
+different times, a deterministic model, which sees only what was offered (what the
+replay is given), can at best predict what the runs do on the whole. So the replay's
+per-transfer error is read against this floor. Each run's time of such a whole transfer
+is set against the median of the other runs' (leave one out: with two runs, the other
+one), above the validity floor.
+
+"Offered alike": the same hosts and paths in every run, every shard starting at the
+same moment relative to the transfer's first start, and every transfer that shared a
+link with it in any run (its competitors) starting, by its first shard, at the same
+moment too (by every shard, next to no transfer of a loaded run would count), each to
+within START_TOLERANCE of the transfer's time (a shift that small moves its time by
+no more than that). Where starts differ (a connection that waited out a lost SYN, a
+prefill that ran late), the replay is given the difference and packets against packets
+are not, so such transfers do not count; `offered_alike` says what share of the
+transfers above the floor did. RR places requests without looking at timing, so its
+repeated runs place (nearly) every request alike; a scheduler that reads load soon
+places them apart, and only what it placed alike counts.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from pathlib import Path
 from testbed.records import read_csv
 from testbed.validate import arrival, compare, validity
 
+START_TOLERANCE = 0.05  # of a transfer's time: shard starts that count as the same
+
 
 def _placements(rows: Sequence[dict]) -> dict[str, frozenset]:
     """Request -> its shards' (shard, src, dst, path): where the run put its transfer."""
@@ -31,18 +43,54 @@ def _placements(rows: Sequence[dict]) -> dict[str, frozenset]:
     return {request: frozenset(shards) for request, shards in out.items()}
 
 
+def _offered_alike(runs: Sequence[Sequence[dict]], whole: Sequence[Mapping[str, dict]]
+                   ) -> set[str]:
+    """The requests every run placed alike and started alike (see START_TOLERANCE)."""
+    placed = [_placements(rows) for rows in runs]
+    starts = [{} for _ in runs]
+    for i, rows in enumerate(runs):
+        for r in rows:
+            starts[i][(str(r["request"]), str(r["shard"]))] = float(r["start"])
+    out = set()
+    for request in set.intersection(*(set(w) for w in whole)):
+        if len({p.get(request) for p in placed}) != 1:
+            continue
+        shortest = min(w[request]["end"] - w[request]["start"] for w in whole)
+        shards = [s for s, *_ in placed[0][request]]
+        offsets = [[starts[i][(request, s)] - w[request]["start"] for s in shards]
+                   for i, w in enumerate(whole)]
+        if all(abs(a - b) <= START_TOLERANCE * shortest
+               for other in offsets[1:] for a, b in zip(offsets[0], other, strict=True)):
+            out.add(request)
+    return out
+
+
+def _load_alike(request: str, whole: Sequence[Mapping[str, dict]],
+                       near: Sequence[Mapping[str, tuple[set[str], set[str]]]]) -> bool:
+    """Whether `request`'s transfer, and every transfer that shared a link with it in
+    any run, is in every run and started at the same moment in all (START_TOLERANCE)."""
+    shortest = min(w[request]["end"] - w[request]["start"] for w in whole)
+    others = set().union(*(n[request][0] | n[request][1] for n in near if request in n))
+    for other in others | {request}:
+        starts = [w[other]["start"] for w in whole if other in w]
+        if len(starts) < len(whole) or max(starts) - min(starts) > START_TOLERANCE * shortest:
+            return False
+    return True
+
+
 def spread_errors(runs: Sequence[Sequence[dict]], floors: Mapping[int, dict]
                   ) -> tuple[list[float], list[str], list[str]]:
     """Each run's whole-transfer time against the other runs' median, for transfers
-    placed alike in every run and above the floor: the errors, each one's request and
-    its arrival order in its own run (testbed/validate/arrival.py)."""
+    offered alike in every run (see the module's docstring) and above the floor: the
+    errors, each one's request and its arrival order in its own run
+    (validate/arrival.py)."""
     if len(runs) < 2:
         return [], [], []
-    placed = [_placements(rows) for rows in runs]
     whole = [{str(w["request"]): w for w in compare.whole_transfers(rows)} for rows in runs]
-    alike = set.intersection(*(set(w) for w in whole))
-    alike = sorted(r for r in alike if len({p.get(r) for p in placed}) == 1)
+    offered = _offered_alike(runs, whole)
+    near = [arrival.neighbours(rows) for rows in runs]
     orders = [arrival.arrival_orders(rows) for rows in runs]
+    alike = sorted(r for r in offered if _load_alike(r, whole, near))
     errors, requests, kinds = [], [], []
     for request in alike:
         first = whole[0][request]
@@ -62,29 +110,34 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
                             replay: Mapping[str, list[dict]] | None = None) -> dict | None:
     """The floor over every cell (point/scheduler/seed) that all of `cells` (each one
     run's cells, the first the validation's own) ran: n, median and p90 |error|, by
-    arrival order, the cells used; with `replay` (the flow model's replay of the first
-    run), the model's error on the very same transfers beside it. None with fewer than
-    two runs of any cell."""
+    arrival order, the cells used, and the share of the transfers above the floor that
+    were offered alike; with `replay` (the flow model's replay of the first run), the
+    model's error on the very same transfers beside it. None with fewer than two runs
+    of any cell."""
     keys = sorted(set.intersection(*(set(c) for c in cells))) if len(cells) > 1 else []
     errors, kinds, model = [], [], []
-    used = []
+    used, above, judged = [], 0, 0
     for key in keys:
         runs = [read_csv(c[key] / "transfers.csv") for c in cells]
+        above += sum(validity.above_floor(int(w["tier"]), float(w["bytes"]), floors)
+                     for w in compare.whole_transfers(runs[0]))
         got, requests, orders = spread_errors(runs, floors)
         if not got:
             continue
         used.append(key)
+        mine = set(requests)
+        judged += len(mine)
         errors += got
         kinds += orders
         if replay is not None and key in replay:
-            judged = set(requests)
             pairs, _ = compare.match_transfers(
-                [w for w in compare.whole_transfers(runs[0]) if str(w["request"]) in judged],
+                [w for w in compare.whole_transfers(runs[0]) if str(w["request"]) in mine],
                 compare.whole_transfers(replay[key]))
             model += [p.error for p in pairs]
     if not used:
         return None
     return {"runs": len(cells), "cells": used, **compare.error_stats(errors),
+            "offered_alike": judged / above,
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
             "replay_same_transfers": compare.error_stats(model) if replay is not None else None}
