@@ -110,6 +110,21 @@ def test_the_floor_over_cells_with_the_replay_on_the_same_transfers(tmp_path):
     assert packets_against_packets(cells, FLOORS) is None
 
 
+def test_runs_are_set_against_each_other_by_pairs(tmp_path):
+    """With three runs, a transfer one run offered differently still counts in the
+    pair of runs that offered it alike."""
+    key = "000-base/rr/seed1"
+    far = "i1>tor0>agg1>tor2>i9"  # b shares no link with a
+    runs = [transfer("a", 0.0, 1.0) + transfer("b", 0.0, 2.0, path=far, dst="i9"),
+            transfer("a", 0.0, 1.1) + transfer("b", 0.0, 2.2, path=far, dst="i9"),
+            transfer("a", 0.4, 1.0) + transfer("b", 0.0, 2.0, path=far, dst="i9")]
+    cells = [_cells(tmp_path / str(i), {key: rows}) for i, rows in enumerate(runs)]
+    floor = packets_against_packets(cells, FLOORS)
+    assert floor["runs"] == 3
+    assert floor["n"] == 2 + 6  # a in runs 0 and 1 only (it came 0.4 s late in run 2)
+    assert floor["offered_alike"] == 1.0  # both of the first run's, each in some pair
+
+
 def test_the_scenario_run_again_is_its_first_seed_of_rr_where_it_has_rr():
     base = Scenario(name="r", workload={"trace": str(TRACE), "measure_s": 4.0}, seeds=3,
                     schedulers=["netkv-full", "rr", "cla"])

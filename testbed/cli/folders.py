@@ -80,12 +80,14 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
 
     FOLDERS: validation folders (their packet run and any made again with `validate
     --repeats`) or emulation run folders, of the same scenario, two runs at least. For
-    every cell (point, scheduler, seed) that every run has, faithful in all, each run's
-    time of a whole transfer placed alike in every run (same hosts and paths) and above
-    the validity floor is set against the other runs' median. The median and p90 of that
-    error are the floor for any flow model's per-transfer error on this fabric: packets
-    are no closer to themselves. RR's runs place every request alike; a scheduler that
-    reads load soon places them apart, and only what it placed alike counts.
+    every cell (point, scheduler, seed) and every pair of runs that ran it faithfully,
+    each run's time of a whole transfer above the validity floor is set against the
+    other's where the two offered it alike: the same hosts and paths, and its shards and
+    every transfer that shared a link with it starting at the same moments (within 5% of
+    its time). The median and p90 of that error are the floor for any flow model's
+    per-transfer error on this fabric: packets are no closer to themselves. RR's runs
+    place every request alike; a scheduler that reads load soon places them apart, and
+    only what it placed alike counts.
 
       testbed repeat results/validate-validate-A results/validate-validate-B
     """
@@ -122,8 +124,10 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     if floor is None:
         _fail("no transfer above the validity floor was placed alike in every run "
               "(no cell faithful in all of them, or a scheduler that reads load)")
-    click.echo(f"{floor['runs']} packet runs, cells {', '.join(floor['cells'])}: packets "
-               f"against packets, n={floor['n']}: median |error| "
+    click.echo(f"{floor['runs']} packet runs, cells {', '.join(floor['cells'])}; "
+               f"{100 * floor['offered_alike']:.0f}% of the first run's transfers above the "
+               f"floor offered alike in some pair; packets against packets, n={floor['n']}: "
+               f"median |error| "
                f"{100 * floor['median_abs_error']:.1f}%, p90 {100 * floor['p90_abs_error']:.1f}%")
     for order, g in floor["by_arrival"].items():
         if g["n"]:

@@ -216,13 +216,13 @@ def _repeat_lines(floor: dict | None) -> list[str]:
     same = floor.get("replay_same_transfers") or {}
     lines = ["", "## Packets against packets", "",
              f"The first seed ran {floor['runs']} times on packets ({', '.join(floor['cells'])}"
-             "; faithful runs only). Each run's time of a whole transfer above the validity "
-             "floor against the other runs' median, where every run offered it alike (the "
-             "same hosts and paths; its shards, and every transfer that shared a link with "
-             "it, starting at the same moments): what the best deterministic model of these "
-             "runs would err by, since it sees only what was offered. "
-             f"{100 * floor['offered_alike']:.0f}% of the transfers above the floor were "
-             "offered alike.", "",
+             "; faithful runs only). In every pair of runs, each one's time of a whole "
+             "transfer above the validity floor against the other's, where the two offered it "
+             "alike (the same hosts and paths; its shards, and every transfer that shared a "
+             "link with it, starting at the same moments): what the best deterministic model "
+             "of these runs would err by, since it sees only what was offered. "
+             f"{100 * floor['offered_alike']:.0f}% of the first run's transfers above the "
+             "floor were offered alike in some pair.", "",
              "| | n | median abs error | p90 abs error | mean error |", "|---|---|---|---|---|",
              f"| packets against packets | {floor['n']} | {_abs(floor['median_abs_error'])} | "
              f"{_abs(floor['p90_abs_error'])} | {_pct(floor['mean_error'])} |"]

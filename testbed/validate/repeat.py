@@ -5,11 +5,12 @@ No flow model can be judged closer to packets than packets are to themselves: wh
 runs offer the network the same transfer under the same load and it still takes
 different times, a deterministic model, which sees only what was offered (what the
 replay is given), can at best predict what the runs do on the whole. So the replay's
-per-transfer error is read against this floor. Each run's time of such a whole transfer
-is set against the median of the other runs' (leave one out: with two runs, the other
-one), above the validity floor.
+per-transfer error is read against this floor. For every pair of runs, each one's time
+of a whole transfer above the validity floor that the two offered alike is set against
+the other's. By pairs, not across all runs at once: the more runs, the fewer transfers
+every one of them offers alike.
 
-"Offered alike": the same hosts and paths in every run, every shard starting at the
+"Offered alike": the same hosts and paths in both runs, every shard starting at the
 same moment relative to the transfer's first start, and every transfer that shared a
 link with it in any run (its competitors) starting, by its first shard, at the same
 moment too (by every shard, next to no transfer of a loaded run would count), each to
@@ -24,6 +25,7 @@ places them apart, and only what it placed alike counts.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -108,36 +110,46 @@ def spread_errors(runs: Sequence[Sequence[dict]], floors: Mapping[int, dict]
 
 def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping[int, dict],
                             replay: Mapping[str, list[dict]] | None = None) -> dict | None:
-    """The floor over every cell (point/scheduler/seed) that all of `cells` (each one
-    run's cells, the first the validation's own) ran: n, median and p90 |error|, by
-    arrival order, the cells used, and the share of the transfers above the floor that
-    were offered alike; with `replay` (the flow model's replay of the first run), the
-    model's error on the very same transfers beside it. None with fewer than two runs
-    of any cell."""
-    keys = sorted(set.intersection(*(set(c) for c in cells))) if len(cells) > 1 else []
-    errors, kinds, model = [], [], []
-    used, above, judged = [], 0, 0
-    for key in keys:
-        runs = [read_csv(c[key] / "transfers.csv") for c in cells]
-        above += sum(validity.above_floor(int(w["tier"]), float(w["bytes"]), floors)
-                     for w in compare.whole_transfers(runs[0]))
-        got, requests, orders = spread_errors(runs, floors)
-        if not got:
-            continue
-        used.append(key)
-        mine = set(requests)
-        judged += len(mine)
-        errors += got
-        kinds += orders
+    """The floor over the cells (point/scheduler/seed) of `cells` (each one run's cells,
+    the first the validation's own), every pair of runs that both ran a cell: n, median
+    and p90 |error|, by arrival order, the cells used, and the share of the first run's
+    transfers above the floor that some other run offered alike; with `replay` (the flow
+    model's replay of the first run), the model's error on those very transfers. None
+    where no transfer was offered alike in any pair."""
+    rows: dict[tuple[int, str], list[dict]] = {}
+
+    def of(i: int, key: str) -> list[dict]:
+        if (i, key) not in rows:
+            rows[i, key] = read_csv(cells[i][key] / "transfers.csv")
+        return rows[i, key]
+
+    errors, kinds = [], []
+    used: set[str] = set()
+    mine: dict[str, set[str]] = {}  # cell -> the first run's transfers judged
+    for i, j in itertools.combinations(range(len(cells)), 2):
+        for key in sorted(set(cells[i]) & set(cells[j])):
+            got, requests, orders = spread_errors([of(i, key), of(j, key)], floors)
+            if not got:
+                continue
+            used.add(key)
+            errors += got
+            kinds += orders
+            if i == 0:
+                mine.setdefault(key, set()).update(requests)
+    if not errors:
+        return None
+    again = set().union(*(set(c) for c in cells[1:])) & set(cells[0])  # cells run again
+    above = sum(validity.above_floor(int(w["tier"]), float(w["bytes"]), floors)
+                for key in again for w in compare.whole_transfers(of(0, key)))
+    model = []
+    for key, judged in mine.items():
         if replay is not None and key in replay:
             pairs, _ = compare.match_transfers(
-                [w for w in compare.whole_transfers(runs[0]) if str(w["request"]) in mine],
+                [w for w in compare.whole_transfers(of(0, key)) if str(w["request"]) in judged],
                 compare.whole_transfers(replay[key]))
             model += [p.error for p in pairs]
-    if not used:
-        return None
-    return {"runs": len(cells), "cells": used, **compare.error_stats(errors),
-            "offered_alike": judged / above,
+    return {"runs": len(cells), "cells": sorted(used), **compare.error_stats(errors),
+            "offered_alike": sum(len(v) for v in mine.values()) / above if above else 0.0,
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
             "replay_same_transfers": compare.error_stats(model) if replay is not None else None}
