@@ -9,13 +9,16 @@ TCP terms (bootstrap 95% CI), how many transfers fell below the floor, the mean-
 verdict per scheduler with its CI, ranking agreement per seed, the faithful runs, the
 gain verdicts (flow minus packets within 5 points: agree / disagree / inconclusive) and
 the requests judged per wall-minute (measured on faithful packet runs).
+With --repeats N each row's first seed runs N more times on packets (RR), and the row
+gives packets against packets on the transfers offered alike (testbed/validate/repeat.py)
+beside the replay on the same transfers: the floor for the per-transfer targets.
 Targets: median <= 5%, p90 <= 15%, TTFT within 5% with the CI inside +-10%, same ranking,
 every run faithful, every gain verdict conclusive. With three rows or more, last: which
 flow-model terms are on by default, each chosen leaving one row out in turn
 (testbed/validate/selection.py; benchmarks/bench_select.py does it on finished folders).
 
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
-     [--measure 12] [--target-ci 0.05 --budget 540] [--set FIELD=VALUE ...]
+     [--measure 12] [--target-ci 0.05 --budget 540] [--repeats 3] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -68,7 +71,18 @@ def row(name: str, doc: dict, wall: float) -> str:
             f"{above} / {below} | {ttft or '-'} | {ranks or '-'} | "
             f"{t['runs'] - t['unfaithful_runs']}/{t['runs']} | "
             f"{g.get('agree', 0)} / {g.get('disagree', 0)} / {g.get('inconclusive', 0)} | "
-            f"{judged} ({60 * judged / wall:.0f}/min) | {wall:.0f} s |")
+            f"{judged} ({60 * judged / wall:.0f}/min) | {floor(doc.get('repeat'))} | "
+            f"{wall:.0f} s |")
+
+
+def floor(rep: dict | None) -> str:
+    """Packets against packets, and the replay on the same transfers (--repeats)."""
+    if not rep:
+        return "-"
+    same = rep.get("replay_same_transfers") or {}
+    return (f"{pct(rep['median_abs_error'])} / {pct(rep['p90_abs_error'])} "
+            f"(replay {pct(same.get('median_abs_error'))} / {pct(same.get('p90_abs_error'))}, "
+            f"{same.get('n', 0)} transfers, {rep['runs']} runs)")
 
 
 def main() -> None:
@@ -81,11 +95,14 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=None, help="sequential: wall seconds")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out", default="/tmp/netkv-bench-validate")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="run each row's first seed N more times on packets (RR): the floor")
     args = ap.parse_args()
     lines = ["| row | replay median (TCP, above floor) [CI] | p90 [CI] | fluid median / p90 "
              "(all) | transfers above / below floor | mean TTFT per scheduler | same ranking "
-             "(seeds) | faithful | gains a/d/i | judged (per wall-minute) | wall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(seeds) | faithful | gains a/d/i | judged (per wall-minute) | packets against packets "
+             "median / p90 | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     figures = {}
     for name in args.rows.split(","):
         path, over = ROWS[name]
@@ -97,7 +114,8 @@ def main() -> None:
             over[key] = yaml.safe_load(value)
         sc = load_scenario(path, over)
         t0 = time.perf_counter()
-        folder = validate(sc, Path(args.out), target_ci=args.target_ci, budget_s=args.budget)
+        folder = validate(sc, Path(args.out), target_ci=args.target_ci, budget_s=args.budget,
+                          repeats=args.repeats)
         wall = time.perf_counter() - t0
         doc = json.loads((folder / "comparison.json").read_text())
         lines.append(row(name, doc, wall))
