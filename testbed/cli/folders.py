@@ -120,7 +120,9 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     runs = [{k: c for k, c in r.items() if k.split("/")[1] in schedulers} for r in runs]
     if len(runs) < 2:
         _fail("one packet run only: give two folders, or a validation made with --repeats")
-    floor = repeat.packets_against_packets(runs, _floors(Path(folders[0]), scenarios[0]))
+    first = Path(folders[0])
+    floor = repeat.packets_against_packets(runs, _floors(first, scenarios[0]),
+                                           _replay(first, scenarios[0], runs[0]))
     if floor is None:
         _fail("no transfer above the validity floor was placed alike in every run "
               "(no cell faithful in all of them, or a scheduler that reads load)")
@@ -133,6 +135,27 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
         if g["n"]:
             click.echo(f"  {order}: n={g['n']}, median {100 * g['median_abs_error']:.1f}%, "
                        f"p90 {100 * g['p90_abs_error']:.1f}%")
+    same = floor["replay_same_transfers"]
+    if same and same["n"]:
+        click.echo(f"the flow model's replay (TCP terms, {first}'s calibration) of the first "
+                   f"run, same transfers, n={same['n']}: median |error| "
+                   f"{100 * same['median_abs_error']:.1f}%, p90 {100 * same['p90_abs_error']:.1f}%")
+
+
+def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
+    """The verdict's model replaying `cells` (the first run's), where `folder` is a
+    validation with its calibration; None otherwise."""
+    from testbed.scenario import Scenario
+    from testbed.validate.pipeline import replay_cells
+    from testbed.validate.twin import replay_twin
+
+    try:
+        cal = json.loads((folder / "calibration.json").read_text())
+        factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
+        scenario = Scenario.model_validate(raw)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return replay_cells(replay_twin(scenario, factors, cal.get("tcp", {})), cells, factors)
 
 
 def _scenario_of(folder: Path) -> dict:

@@ -48,7 +48,7 @@ from testbed.validate.summary import (
     targets,
     with_intervals,
 )
-from testbed.validate.twin import flow_twin
+from testbed.validate.twin import flow_twin, replay_twin
 from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
 from testbed.workers import tcpinfo
 
@@ -362,14 +362,12 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     loads = {name: {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
              for name, cells in flow_cells.items()}
     tcp_twin = flow_twin(scenario, factors, cal.get("tcp", {}))
-    # packets' transfer records start once connect() returns (workers/kvstream.py), so a
-    # replay of them must not charge the handshake again; the engines' own runs do
-    replay_twin = tcp_twin.with_overrides({"network.tcp.handshake_rtts": 0})
+    replayer = replay_twin(scenario, factors, cal.get("tcp", {}))
     replays = {"replay_uncalibrated": replay_cells(scenario, all_emu, None),
                "replay_calibrated": replay_cells(scenario, all_emu, factors),
-               "replay_tcp": replay_cells(replay_twin, all_emu, factors)}
+               "replay_tcp": replay_cells(replayer, all_emu, factors)}
     # each TCP term on its own: the full model less one term (or plus RTT weighting)
-    ablations = {name: whole_pairs(all_emu, replay_cells(replay_twin.with_overrides(over),
+    ablations = {name: whole_pairs(all_emu, replay_cells(replayer.with_overrides(over),
                                                          all_emu, factors))
                  for name, over in TCP_ABLATIONS.items()}
     # per-transfer errors: every emulated run (replay judges the network model on what
@@ -435,7 +433,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                 [int(r["tier"]) for r in whole_rows], factors),
         },
         "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
-        "contention": _contention(cal, replay_twin, all_emu, emu_cells, factors, flow_cells,
+        "contention": _contention(cal, replayer, all_emu, emu_cells, factors, flow_cells,
                                   loads),
         "decisions": decisions,
         "excluded_runs": flagged,
@@ -465,14 +463,14 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     }
 
 
-def _contention(cal: dict, replay_twin, all_emu: dict, emu_cells: dict, factors: dict,
+def _contention(cal: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
                 flow_cells: dict, loads: dict) -> dict | None:
     """The fitted link contention judged both ways beside the verdict's model: the replay
     (the network model on the packets' own decisions) and both engines (its own)."""
     idle = float(cal.get("tcp", {}).get("contention_idle") or 0.0)
     if not idle or "tcp_contended" not in flow_cells:
         return None
-    replayed = replay_cells(replay_twin.with_overrides({"network.tcp.contention_idle": idle}),
+    replayed = replay_cells(replayer.with_overrides({"network.tcp.contention_idle": idle}),
                             all_emu, factors)
     return {"idle": idle,
             "replay": with_intervals(whole_pairs(all_emu, replayed)),

@@ -25,3 +25,11 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         if contention:
             over["network.tcp.contention_idle"] = float(tcp_fit.get("contention_idle", 0.0))
     return scenario.with_overrides(over) if over else scenario
+
+
+def replay_twin(scenario, capacity_factor: dict[int, float], tcp_fit: dict):
+    """The verdict's model (TCP terms) as it replays the packets' transfer records: those
+    start once connect() returns (workers/kvstream.py), so the handshake is not charged
+    again; the engines' own runs charge it."""
+    return flow_twin(scenario, capacity_factor, tcp_fit).with_overrides(
+        {"network.tcp.handshake_rtts": 0})
