@@ -224,7 +224,8 @@ def _repeat_lines(floor: dict | None) -> list[str]:
              f"{100 * floor['offered_alike']:.0f}% of the first run's transfers above the "
              "floor were offered alike in some pair.", "",
              "| | n | median abs error | p90 abs error | mean error |", "|---|---|---|---|---|",
-             f"| packets against packets | {floor['n']} | {_abs(floor['median_abs_error'])} | "
+             f"| packets against packets (a transfer once per run of each pair) | {floor['n']} | "
+             f"{_abs(floor['median_abs_error'])} | "
              f"{_abs(floor['p90_abs_error'])} | {_pct(floor['mean_error'])} |"]
     if same:
         lines.append(f"| the replay (TCP model), same transfers of the first run | {same['n']} | "
