@@ -12,6 +12,25 @@ def trace_path() -> Path:
     return TRACE
 
 
+def flow_validation(folder: Path, scenario) -> Path:
+    """A finished validation folder whose packets run is a flow run standing in for it
+    (`<name>-emulation-x`), with its scenario and a neutral calibration: what `testbed
+    judge` reads, without root."""
+    import json
+
+    import yaml
+
+    from testbed.runner import run_flowsim
+
+    folder.mkdir()
+    run_flowsim(scenario, folder).folder.rename(folder / f"{scenario.name}-emulation-x")
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
+    (folder / "calibration.json").write_text(json.dumps(
+        {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
+         "tiers": {}}))
+    return folder
+
+
 @pytest.fixture
 def write_scenario(tmp_path):
     """Write a YAML scenario into tmp_path and return its path."""

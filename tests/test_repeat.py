@@ -16,7 +16,7 @@ from testbed.validate.repeat import (
     repeat_scenario,
     spread_errors,
 )
-from tests.conftest import TRACE
+from tests.conftest import TRACE, flow_validation
 
 FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
 PATH = "i0>tor0>agg0>tor1>i6"
@@ -141,16 +141,10 @@ def test_a_validation_judged_with_runs_made_again_reports_the_floor(tmp_path):
 
     base = Scenario(name="rep", workload={"trace": str(TRACE), "measure_s": 4.0},
                     schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
-    folder = tmp_path / "rep-validate-x"
-    folder.mkdir()
-    run_flowsim(base, folder).folder.rename(folder / "rep-emulation-x")
+    folder = flow_validation(tmp_path / "rep-validate-x", base)
     (folder / REPEATS).mkdir()
     run_flowsim(repeat_scenario(base), folder / REPEATS).folder.rename(
         folder / REPEATS / "rep-emulation-y")
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(base.model_dump(mode="json")))
-    (folder / "calibration.json").write_text(json.dumps(
-        {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
-         "tiers": {}}))
     done = CliRunner().invoke(main, ["judge", str(folder)])
     assert done.exit_code == 0, done.output
     doc = json.loads((folder / "comparison.json").read_text())

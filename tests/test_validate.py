@@ -11,7 +11,7 @@ from testbed.topologies.fattree import FatTreeSpec
 from testbed.validate import compare
 from testbed.validate.replay import replay_transfers
 from testbed.workloads.build import build_workload
-from tests.conftest import TRACE
+from tests.conftest import TRACE, flow_validation
 
 GiB = 2**30
 
@@ -179,22 +179,13 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
 
 
 def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
-    import yaml
     from click.testing import CliRunner
 
     from testbed.cli import main
-    from testbed.runner import run_flowsim
 
     base = Scenario(name="jdg", workload={"trace": str(TRACE), "measure_s": 4.0},
                     schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
-    folder = tmp_path / "jdg-validate-x"
-    folder.mkdir()
-    ran = run_flowsim(base, folder).folder  # stands in for the packets run
-    ran.rename(folder / "jdg-emulation-x")
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(base.model_dump(mode="json")))
-    (folder / "calibration.json").write_text(json.dumps(
-        {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
-         "tiers": {}}))
+    folder = flow_validation(tmp_path / "jdg-validate-x", base)  # a flow run for packets
     done = CliRunner().invoke(main, ["judge", str(folder)])
     assert done.exit_code == 0, done.output
     assert "all 2 emulated runs faithful" in done.output
