@@ -35,6 +35,7 @@ def judge(folder: str) -> None:
         click.echo(line)
     click.echo(f"report: {Path(folder) / 'report.md'}")
 
+
 @main.command("compare")
 @click.argument("reference", type=click.Path(file_okay=False))
 @click.argument("model", type=click.Path(file_okay=False))
@@ -124,8 +125,9 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     floor = repeat.packets_against_packets(runs, _floors(first, scenarios[0]),
                                            _replay(first, scenarios[0], runs[0]))
     if floor is None:
-        _fail("no transfer above the validity floor was placed alike in every run "
-              "(no cell faithful in all of them, or a scheduler that reads load)")
+        _fail("no transfer above the validity floor was offered alike in any pair of runs "
+              "(no cell faithful in two of them, a scheduler that reads load, or starts that "
+              "moved: a longer window or more runs give more)")
     click.echo(f"{floor['runs']} packet runs, cells {', '.join(floor['cells'])}; "
                f"{100 * floor['offered_alike']:.0f}% of the first run's transfers above the "
                f"floor offered alike in some pair; packets against packets, n={floor['n']}: "

@@ -68,7 +68,7 @@ def _offered_alike(runs: Sequence[Sequence[dict]], whole: Sequence[Mapping[str, 
 
 
 def _load_alike(request: str, whole: Sequence[Mapping[str, dict]],
-                       near: Sequence[Mapping[str, tuple[set[str], set[str]]]]) -> bool:
+                near: Sequence[Mapping[str, tuple[set[str], set[str]]]]) -> bool:
     """Whether `request`'s transfer, and every transfer that shared a link with it in
     any run, is in every run and started at the same moment in all (START_TOLERANCE)."""
     shortest = min(w[request]["end"] - w[request]["start"] for w in whole)
