@@ -211,19 +211,19 @@ class NetKV(Scheduler):
         bandwidth, latency = np.array(terms).T
         net = transfer_time(size, bandwidth, latency)
         hits = root.hit_rows
-        hit_key = None
+        hit_net = None  # one cached-prefix length: its transfer time per tier
         if len(hits):
             tokens, one_length, hit_key = root.derived(
                 ("hits", self._loads.beta_max), lambda t: _hit_columns(t, key))
-            if one_length:  # one cached-prefix length: costed once per tier
+            if one_length:
                 s_eff = effective_transfer_bytes(request.kv_bytes, int(tokens[0]),
                                                  request.input_len)
                 hit_net = transfer_time(s_eff, bandwidth, latency)
-        if len(net) * width <= len(key):  # one lookup in a (tier, excess, batch) grid
+        cells = len(net) * width
+        if cells <= len(key):  # one lookup in a (tier, excess, batch) grid
             offset, _ = self._tier_row(prefill, root, oracle, stride=width)
-            cells = len(net) * width
             shape = (len(net), width)
-            if hit_key is None or not one_length:
+            if hit_net is None:
                 grid = self._grid(cells)
                 np.add(net[:, None], load, out=grid.reshape(shape))
                 costs = grid[offset + key]
@@ -233,11 +233,11 @@ class NetKV(Scheduler):
                 np.add(hit_net[:, None], load, out=grid[cells:].reshape(shape))
                 costs = grid[offset + root.derived(("past", self._loads.beta_max, cells),
                                                    lambda t: _shifted(key, hits, cells))]
-                hit_key = None
+                hits = hits[:0]  # costed with the rest
         else:
             costs = net[tiers] + load[key]
-        if hit_key is not None:
-            if one_length:
+        if len(hits):
+            if hit_net is not None:
                 hit_costs = hit_net[tiers[hits]]
             else:
                 s_eff = effective_transfer_bytes(request.kv_bytes, tokens, request.input_len)

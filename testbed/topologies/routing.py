@@ -102,7 +102,6 @@ def pair_path(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]], src:
     return hops
 
 
-
 def path_text(hops: list[tuple[str, str]]) -> str:
     """A path as transfers.csv records it: a>b>c."""
     return ">".join([hops[0][0]] + [h[1] for h in hops])
@@ -112,6 +111,7 @@ def path_hops(text: str) -> list[tuple[str, str]]:
     """The directed hops of a recorded path (a>b>c); none for an empty one."""
     nodes = text.split(">")
     return list(zip(nodes[:-1], nodes[1:], strict=True))
+
 
 class PairPaths:
     """Per-pair paths on the whole fabric (no failures), cached: the hops the controller

@@ -28,11 +28,12 @@ ORDERS = ("alone", "first", "late", "both")
 def arrival_orders(rows: Sequence[dict]) -> dict[str, str]:
     """Request -> its whole transfer's arrival order, from one run's transfers.csv rows
     (shards with start, end and the path they took, a>b>c)."""
-    out = {}
-    for request, (before, after) in neighbours(rows).items():
-        out[request] = ("both" if before and after else "late" if before
-                        else "first" if after else "alone")
-    return out
+    return {request: order(*near) for request, near in neighbours(rows).items()}
+
+
+def order(before: set[str], after: set[str]) -> str:
+    """The arrival order of a transfer with these neighbours (see neighbours)."""
+    return "both" if before and after else "late" if before else "first" if after else "alone"
 
 
 def neighbours(rows: Sequence[dict]) -> dict[str, tuple[set[str], set[str]]]:

@@ -91,7 +91,6 @@ def spread_errors(runs: Sequence[Sequence[dict]], floors: Mapping[int, dict]
     whole = [{str(w["request"]): w for w in compare.whole_transfers(rows)} for rows in runs]
     offered = _offered_alike(runs, whole)
     near = [arrival.neighbours(rows) for rows in runs]
-    orders = [arrival.arrival_orders(rows) for rows in runs]
     alike = sorted(r for r in offered if _load_alike(r, whole, near))
     errors, requests, kinds = [], [], []
     for request in alike:
@@ -104,7 +103,7 @@ def spread_errors(runs: Sequence[Sequence[dict]], floors: Mapping[int, dict]
         for i, t in enumerate(times):
             errors.append(t / statistics.median(times[:i] + times[i + 1:]) - 1)
             requests.append(request)
-            kinds.append(orders[i][request])
+            kinds.append(arrival.order(*near[i][request]))
     return errors, requests, kinds
 
 
