@@ -104,8 +104,10 @@ def link_down(fabric, a: str, b: str):
 
 
 def test_two_flows_on_the_oversubscribed_core_share_it_fairly(fabric):
-    with link_down(fabric, "agg0", "core0"):  # one core path left
-        procs = start_iperfs(fabric, [("i0", "i4", 5301), ("i1", "i5", 5302)], "-t 6 -O 1")
+    # one core path left; long enough that one retransmission timeout, which can leave a
+    # flow silent for a second on this shallow-queued replica, does not decide the shares
+    with link_down(fabric, "agg0", "core0"):
+        procs = start_iperfs(fabric, [("i0", "i4", 5301), ("i1", "i5", 5302)], "-t 12 -O 1")
         rates = [json.loads(p.communicate(timeout=30)[0])["end"]["sum_received"]
                  ["bits_per_second"] for p in procs]
     core = fabric.fabric.rate_bps(25.0)
