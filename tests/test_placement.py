@@ -6,10 +6,14 @@ from collections import Counter
 
 import pytest
 
+from testbed.emulation import net
+from testbed.emulation.lanes import lane_cell
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.topologies.placement import (
+    auto_daemons,
     interface_netns,
     netns_path,
+    planned_daemons,
     private_daemons,
     switch_daemons,
 )
@@ -68,7 +72,74 @@ def test_scenarios_that_cannot_be_split_are_refused(write_scenario, emulation, m
 def test_private_daemons_counts_what_a_run_starts():
     from testbed.scenario import EmulationCfg
 
-    assert private_daemons(EmulationCfg()) == 0  # the system's Open vSwitch
-    assert private_daemons(EmulationCfg(private_ovs=True)) == 1
+    assert private_daemons(EmulationCfg(ovs_instances=1)) == 0  # the system's Open vSwitch
+    assert private_daemons(EmulationCfg(ovs_instances=1, private_ovs=True)) == 1
     assert private_daemons(EmulationCfg(ovs_instances=3)) == 3
 
+
+
+@pytest.mark.parametrize("cores, datapath, one_machine, daemons", [
+    (2, "user", True, 1), (4, "user", True, 1), (5, "user", True, 1), (8, "user", True, 2),
+    (16, "user", True, 4), (31, "user", True, 7), (200, "user", True, 20),
+    (64, "kernel", True, 1), (64, "user", False, 1),
+])
+def test_auto_gives_a_daemon_per_four_cores_of_the_userspace_datapath(cores, datapath,
+                                                                     one_machine, daemons):
+    n, why = auto_daemons(cores, 20, datapath, one_machine)
+    assert n == daemons and why
+    if datapath == "kernel":
+        assert "kernel datapath" in why
+    elif not one_machine:
+        assert "several servers" in why
+    elif cores == 200:
+        assert "20 switches" in why
+
+
+def test_auto_is_the_default_and_only_a_machine_resolves_it(write_scenario):
+    from testbed.scenario import EmulationCfg
+
+    sc = load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"))
+    assert sc.emulation.ovs_instances == "auto"
+    with pytest.raises(ValueError, match="resolve it for the machine"):
+        private_daemons(sc.emulation)
+    assert planned_daemons(sc.emulation) == 1
+    assert planned_daemons(EmulationCfg(ovs_instances=3)) == 3
+    on16, why = net.resolve_split(sc, "user", 16)
+    assert on16.emulation.ovs_instances == 4 and "16 cores" in why
+    assert on16.model_dump(exclude={"emulation"}) == sc.model_dump(exclude={"emulation"})
+    assert net.resolve_split(sc, "kernel", 16)[0].emulation.ovs_instances == 1
+    assert net.resolve_split(sc, "user", 16, one_machine=False)[0].emulation.ovs_instances == 1
+    given = load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"
+                                         "emulation: {ovs_instances: 2}\n"))
+    assert net.resolve_split(given, "user", 16) == (given, None)  # the user's call stands
+    with pytest.raises(ScenarioError, match="emulation.ovs_instances"):
+        load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"
+                                     "emulation: {ovs_instances: many}\n"))
+
+
+def test_fabrics_side_by_side_split_their_share_of_the_cores(write_scenario):
+    cell = lane_cell(load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n")))
+    assert cell.emulation.ovs_instances == "auto"  # each lane's share is its own to split
+    on8, split = net.plan_split(cell, 8)
+    assert on8.emulation.ovs_instances == 2 and split["ovs_daemons"] == 2
+    on2, split = net.plan_split(cell, 2)
+    assert private_daemons(on2.emulation) == 1 and split["kind"] == "user"  # private, alone
+    assert split["why"] == "2 cores: a split needs more than 4"
+
+
+def test_a_network_resolves_auto_from_its_machine(write_scenario, tmp_path, monkeypatch):
+    """What a 16-core server with only the userspace datapath gets: four daemons, the
+    switch ports in their four namespaces, and the choice explained."""
+    path = write_scenario("name: x\nworkload: {trace: TRACE}\n")
+    monkeypatch.setattr(net, "choose_datapath", lambda _preference: "user")
+    monkeypatch.setattr(net.os, "cpu_count", lambda: 16)
+    network = net.EmulatedNetwork(load_scenario(path), path, tmp_path)
+    assert network.private == 4 and network.scenario.emulation.ovs_instances == 4
+    assert set(network.interface_netns.values()) == {netns_path(k) for k in range(4)}
+    assert network.split == {"kind": "user", "ovs_daemons": 4,
+                             "why": "16 cores, a daemon per 4"}
+    assert net.describe_split(network.split) == \
+        "the userspace datapath on 4 OVS daemons (16 cores, a daemon per 4)"
+    monkeypatch.setattr(net.os, "cpu_count", lambda: 2)
+    small = net.EmulatedNetwork(load_scenario(path), path, tmp_path)
+    assert small.private == 0 and small.split["ovs_daemons"] == 1  # the system's OVS

@@ -163,7 +163,19 @@ def check(scenario) -> None:
         out.print(f"size    : {line}")
     if wl is not None:
         out.print(f"packets : {_validity_line(first, wl)}")
+    out.print(f"fabric  : {_split_line(first)}")
     out.print("[green]scenario is valid[/]")
+
+
+def _split_line(cell) -> str:
+    """The datapath a packet-level run of `cell` would use here, and over how many OVS
+    daemons (emulation.ovs_instances: auto is resolved from this machine's cores)."""
+    from testbed.emulation.net import EmulationError, describe_split, plan_split
+
+    try:
+        return f"here, {describe_split(plan_split(cell)[1])}"
+    except EmulationError as exc:
+        return f"no packet-level run here: {exc}"
 
 def _validity_line(sc, wl) -> str:
     """Where the scenario's transfers sit against the replica's validity floor (tier 3,

@@ -37,7 +37,8 @@ def controller(scenario, openflow_sockets, cluster) -> None:
 
     Serves the congestion oracle (GET /oracle, POST /intent, GET /status) and Prometheus
     metrics (/metrics) on emulation.bind, loopback by default. `testbed net up` starts
-    it for you; run it by hand to point your own switches at it.
+    it for you; run it by hand to point your own switches at it (with
+    emulation.ovs_instances "auto" it expects them in the root namespace).
     """
     sc = scenario
     from testbed.controller.main import run
@@ -55,7 +56,8 @@ def controller(scenario, openflow_sockets, cluster) -> None:
         except InventoryError as exc:
             _fail(str(exc))
     run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(sc.network.ecmp), emu.kv_port, private_daemons(emu), openflow_sockets,
+        packet_ecmp(sc.network.ecmp), emu.kv_port,
+        0 if emu.ovs_instances == "auto" else private_daemons(emu), openflow_sockets,
         emu.token, read)
 
 class Fraction(click.ParamType):
@@ -135,7 +137,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
     `sh curl -s http://127.0.0.1:8000/oracle`. Leaving the CLI, Ctrl-C, SIGTERM or an
     error tears everything down; after a crash, `testbed clean` removes leftovers.
     """
-    from testbed.emulation.net import EmulatedNetwork, EmulationError
+    from testbed.emulation.net import EmulatedNetwork, EmulationError, describe_split
     from testbed.records import atomic_write, stamp, write_json
 
     sc = scenario
@@ -164,7 +166,8 @@ def net_up(scenario, hold: float | None, out_dir: str,
         fabric = network.fabric
         console.print(
             f"[green]fabric up[/]: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
-            f"{len(fabric.links)} links, datapath {network.datapath}, scale {emu.scale:g}\n"
+            f"{len(fabric.links)} links, datapath {describe_split(network.split)}, "
+            f"scale {emu.scale:g}\n"
             f"oracle  http://{emu.bind}:{emu.oracle_port}/oracle\n"
             f"metrics http://{emu.bind}:{emu.metrics_port}/metrics\n"
             f"logs    {workdir}", highlight=False)

@@ -159,7 +159,8 @@ def advice(datapath_bound: ThreadLoad | None, cpu_bound: bool, worker_bound: Thr
     if datapath_bound is not None:
         if datapath_bound.role == "main" and datapath != "kernel":
             split = ("split the fabric over more OVS daemons (emulation.ovs_instances, one "
-                     "forwarding thread each: it needs idle cores), " if not cpu_bound else "")
+                     "forwarding thread each: it needs idle cores; auto takes one per 4 "
+                     "cores), " if not cpu_bound else "")
             out.append("the userspace datapath forwards every veth port in ovs-vswitchd's main "
                        f"thread, one core per daemon: {split}raise emulation.time_dilation or "
                        "lower emulation.scale (fewer packets per second), or use the kernel "

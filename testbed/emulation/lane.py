@@ -40,7 +40,7 @@ def serve(spec: dict) -> int:
     cell = load_scenario(cell_file)
     try:
         with EmulatedNetwork(cell, cell_file, Path(spec["workdir"]) / "fabric",
-                             quiet=not spec.get("verbose")) as net:
+                             quiet=not spec.get("verbose"), cores=spec["cores"]) as net:
             say({"ready": True})
             workloads: dict[int, object] = {}
             for line in sys.stdin:
@@ -49,7 +49,7 @@ def serve(spec: dict) -> int:
                 if seed not in workloads:
                     workloads = {seed: build_workload(cell, seed)}  # one seed at a time
                 try:
-                    records, verdict = run_task(net, cell, cell_file, task["scheduler"], seed,
+                    records, verdict = run_task(net, cell, task["scheduler"], seed,
                                                 Path(task["rundir"]), task["tag"],
                                                 workloads[seed])
                 except (WorkerError, ConservationError) as exc:

@@ -70,7 +70,8 @@ def lane_count(requested: int | str, cores: int, seeds: int, per_fabric: float,
 
 
 def lane_cell(cell):
-    """The scenario a lane runs: the cell on its own userspace daemon(s)."""
+    """The scenario a lane runs: the cell on its own userspace daemon(s) (with
+    emulation.ovs_instances "auto", as many as its share of the cores carries)."""
     data = cell.model_dump(mode="json")
     data["emulation"].update(private_ovs=True, datapath="user")
     return type(cell).model_validate(data)
@@ -89,10 +90,17 @@ def _enter_netns(path: str) -> None:
         os.close(fd)
 
 
+def lane_cores(count: int) -> int:
+    """Each of `count` fabrics' share of this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // count)
+
+
 class Lane:
-    def __init__(self, index: int, cell, workdir: Path, verbose: bool = False):
+    def __init__(self, index: int, cell, workdir: Path, verbose: bool = False,
+                 cores: int = 1):
         self.index = index
         self.cell = lane_cell(cell)
+        self.cores = cores  # its share of the machine: what an "auto" datapath split splits
         self.workdir = Path(workdir) / f"lane{index}"
         self.netns = lane_netns(index)
         self.state = STATE_DIR / f"lane{index}"
@@ -119,7 +127,7 @@ class Lane:
                                      f"{done.stderr.strip()} (testbed clean removes leftovers)")
         read, write = os.pipe()
         spec = {"cell_file": str(cell_file.resolve()), "workdir": str(self.workdir.resolve()),
-                "reply_fd": write, "verbose": self.verbose}
+                "reply_fd": write, "verbose": self.verbose, "cores": self.cores}
         env = {**os.environ, "NETKV_STATE_DIR": str(self.state), "NETKV_LANE": str(self.index),
                "NETKV_NETNS_PREFIX": lane_daemon_prefix(self.index)}
         with self.log.open("w") as log:
@@ -181,7 +189,9 @@ class LanePool:
 
     def __init__(self, count: int, cell, workdir: Path, verbose: bool = False,
                  start_timeout_s: float = 300.0, first_index: int = 0):
-        self.lanes = [Lane(first_index + k, cell, workdir, verbose) for k in range(count)]
+        share = lane_cores(count)
+        self.lanes = [Lane(first_index + k, cell, workdir, verbose, share)
+                      for k in range(count)]
         self.start_timeout_s = start_timeout_s
 
     def __enter__(self) -> LanePool:

@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from testbed.datapath import tc
 from testbed.emulation import child, cleanup
 from testbed.emulation.child import die_with_parent
@@ -28,10 +30,13 @@ from testbed.emulation.hosts import host_gone
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
 from testbed.emulation.switches import switch_class
 from testbed.emulation.system_ovs import SystemOvsWatch
+from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric
-from testbed.topologies.placement import interface_netns, private_daemons
+from testbed.topologies.placement import auto_daemons, interface_netns, private_daemons
 
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
+# beside the run's scenario: the one its controller and workers read once "auto" is a count
+RESOLVED_SCENARIO = "scenario-resolved.yaml"
 
 
 class EmulationError(RuntimeError):
@@ -49,6 +54,38 @@ def choose_datapath(preference: str) -> str:
         raise EmulationError("emulation.datapath is 'kernel' but this kernel has no "
                              "openvswitch module; use 'user' or 'auto'")
     return preference
+
+
+def resolve_split(scenario, datapath: str, cores: int, one_machine: bool = True):
+    """(scenario, why): the scenario with emulation.ovs_instances "auto" made a count for
+    a fabric with `cores` cores on `datapath` (placement.auto_daemons), or as given with
+    why None."""
+    emu = scenario.emulation
+    if emu.ovs_instances != "auto":
+        return scenario, None
+    switches = sum(len(v) for v in scenario.cluster.spec().switches.values())
+    n, why = auto_daemons(cores, switches, datapath, one_machine)
+    return scenario.model_copy(update={"emulation": emu.model_copy(
+        update={"ovs_instances": n})}), why
+
+
+def plan_split(scenario, cores: int | None = None, one_machine: bool = True):
+    """(scenario, split) for a fabric on this machine: the datapath it will use, the
+    scenario with an "auto" daemon count resolved (resolve_split), and the choice as a
+    record: {"kind", "ovs_daemons", "why"}."""
+    datapath = choose_datapath(scenario.emulation.datapath)
+    resolved, why = resolve_split(scenario, datapath, cores or os.cpu_count() or 1,
+                                  one_machine)
+    return resolved, {"kind": datapath,
+                      "ovs_daemons": max(1, private_daemons(resolved.emulation)),
+                      "why": why or "emulation.ovs_instances as given"}
+
+
+def describe_split(split: dict) -> str:
+    """A plan_split record in words."""
+    n = split["ovs_daemons"]
+    kind = {"user": "userspace"}.get(split["kind"], split["kind"])
+    return f"the {kind} datapath on {n} OVS daemon{'s' if n > 1 else ''} ({split['why']})"
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -115,7 +152,10 @@ def set_static_arp(net, hosts: dict) -> None:
 class EmulatedNetwork:
     hosts_here = True  # its hosts' shells are processes on this machine
 
-    def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True):
+    def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True,
+                 cores: int | None = None):
+        """`cores`: what an "auto" datapath split may use (this machine's by default; a
+        fabric side by side with others, its share)."""
         self.scenario = scenario
         self.scenario_file = Path(scenario_file)
         self.workdir = Path(workdir)
@@ -125,9 +165,12 @@ class EmulatedNetwork:
         self.controller: subprocess.Popen | None = None
         self.run_id = f"{os.getpid()}-{int(time.time() * 1000)}"
         self.manifest = STATE_DIR / f"{self.run_id}.json"
-        self.datapath = choose_datapath(scenario.emulation.datapath)
-        self.ovs_instances = scenario.emulation.ovs_instances
-        self.private = private_daemons(scenario.emulation)  # 0: the system's OVS
+        # "auto" becomes this machine's count; the controller and the workers read it
+        # from the resolved copy start() writes
+        self.scenario, self.split = plan_split(scenario, cores, self.hosts_here)
+        self.resolved = self.scenario is not scenario
+        self.datapath = self.split["kind"]
+        self.private = private_daemons(self.scenario.emulation)  # 0: the system's OVS
         if self.private and self.datapath != "user":
             raise EmulationError("private OVS daemons (emulation.ovs_instances > 1 or "
                                  "private_ovs) run the userspace datapath, but this run uses "
@@ -241,6 +284,10 @@ class EmulatedNetwork:
     def start(self) -> EmulatedNetwork:
         preflight(self.scenario)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.resolved:
+            self.scenario_file = self.workdir / RESOLVED_SCENARIO
+            atomic_write(self.scenario_file, yaml.safe_dump(
+                self.scenario.model_dump(mode="json"), sort_keys=False))
         self._write_manifest()
         try:
             self._start_daemons()  # first: the controller polls their namespaces

@@ -24,8 +24,19 @@ from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.judge import departure_summary, describe_departures
-from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_count
-from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath
+from testbed.emulation.lanes import (
+    LanePool,
+    fabric_cores,
+    lane_cell,
+    lane_cores,
+    lane_count,
+)
+from testbed.emulation.net import (
+    EmulatedNetwork,
+    EmulationError,
+    choose_datapath,
+    describe_split,
+)
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.emulation.servers import ServerError, ServerPool, unpack
@@ -44,7 +55,7 @@ from testbed.records import (
     write_json,
 )
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
-from testbed.topologies.placement import private_daemons
+from testbed.topologies.placement import planned_daemons
 from testbed.workers import journal, lateness, tcpinfo
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
@@ -98,17 +109,17 @@ class LiveWatch:
             self.on_live(doc)
 
 
-def run_one(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int,
-            rundir: Path, tag: str, on_live: Callable[[dict], None] | None = None
-            ) -> tuple[dict, list[dict], dict]:
+def run_one(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, tag: str,
+            on_live: Callable[[dict], None] | None = None) -> tuple[dict, list[dict], dict]:
     """One scheduler x seed on a fabric that is up: router result, link rows, fidelity;
-    `on_live(doc)` gets the router's live view while it runs."""
+    `on_live(doc)` gets the router's live view while it runs. The workers read the
+    fabric's scenario file (its datapath split resolved)."""
     emu = cell.emulation
     fabric = network.fabric
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     rundir = rundir.resolve()  # absolute: a cluster run copies files to the same paths
     cfg = RunConfig(
-        scenario=str(cell_file.resolve()), scheduler=key, seed=seed, t0=0.0,
+        scenario=str(network.scenario_file.resolve()), scheduler=key, seed=seed, t0=0.0,
         dilation=emu.time_dilation, scale=emu.scale,
         router_socket=network.control_address(tag), out=str(rundir),
         oracle_url=network.base_url, kv_port=emu.kv_port,
@@ -159,14 +170,12 @@ def _fabric_check(network) -> Callable[[], None]:
     return check
 
 
-def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: int,
-             rundir: Path, tag: str, workload, on_live: Callable[[dict], None] | None = None
-             ) -> tuple[dict, dict]:
+def run_task(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, tag: str,
+             workload, on_live: Callable[[dict], None] | None = None) -> tuple[dict, dict]:
     """One scheduler x seed, checked and summarised: its records (a run_cells result) and
     its fidelity verdict. A run that ends early keeps what finished (keep_what_finished)."""
     try:
-        result, links, fidelity = run_one(network, cell, cell_file, key, seed, rundir, tag,
-                                          on_live)
+        result, links, fidelity = run_one(network, cell, key, seed, rundir, tag, on_live)
     except BaseException as exc:
         kept = keep_what_finished(rundir, workload, interruption(exc))
         if isinstance(exc, WorkerError | OSError) and free_bytes(rundir) < FULL_BELOW:
@@ -183,7 +192,8 @@ def run_task(network: EmulatedNetwork, cell, cell_file: Path, key: str, seed: in
                "warnings": fidelity["warnings"], "advice": fidelity["advice"],
                "tcp": tcpinfo.stalls(result["transfers"]),
                "departures": departure_summary(fidelity),
-               "oracle": oracle_health(result, cell.recovery.oracle_max_age_s)}
+               "oracle": oracle_health(result, cell.recovery.oracle_max_age_s),
+               "datapath": network.split}
     return {"requests": result["requests"], "transfers": result["transfers"], "links": links,
             "summary": summary, "files": {"fidelity.json": fidelity}}, verdict
 
@@ -287,7 +297,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                     atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"),
                                                             sort_keys=False))
                     with EmulatedNetwork(setup, setup_file, celldir / "setup",
-                                         quiet=not verbose) as net:
+                                         quiet=not verbose, cores=lane_cores(count)) as net:
                         on_fabric(net, celldir)
                 yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
                                     on_step, after_round, on_note, verdicts)
@@ -308,7 +318,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                         on_step(f"{slug(point)} {task.scheduler} seed {task.seed}",
                                 cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
                     records, verdict = run_task(
-                        net, cell, cell_file, task.scheduler, task.seed, root / task.rel,
+                        net, cell, task.scheduler, task.seed, root / task.rel,
                         f"{index}-{task.scheduler}-{task.seed}", workload, on_live)
                     verdicts.append({"cell": task.rel, **verdict})
                     yield task, records
@@ -334,7 +344,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
 
 
 def lanes_default(cell) -> float:
-    return fabric_cores(private_daemons(cell.emulation) or 1)
+    return fabric_cores(planned_daemons(cell.emulation))
 
 
 def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldir: Path,
@@ -488,4 +498,6 @@ def fidelity_lines(verdicts: list[dict]) -> str:
             lines.append(f"  - TCP: {tcpinfo.describe(v['tcp'])}")
         if v.get("oracle"):
             lines.append(f"  - oracle: {v['oracle']}")
+        if v.get("datapath"):
+            lines.append(f"  - datapath: {describe_split(v['datapath'])}")
     return "\n".join(lines) + "\n"

@@ -26,12 +26,14 @@ class EmulationCfg(_Strict):
         120.0, ge=5, le=3600, description="wall seconds every worker has to start and "
         "connect to the router before the run fails: raise it for slow or software-emulated "
         "servers (a cluster run starts each remote worker over SSH)")
-    ovs_instances: int = Field(
-        1, ge=1, le=64, description="Open vSwitch daemons the userspace datapath is split "
-        "over, each in its own network namespace, switches shared out round-robin per "
-        "layer: the userspace datapath forwards every port in one thread, so one daemon "
-        "is one core. 1 (the system's OVS) is right on 2 cores; about cores/4 on a server "
-        "(README, Fidelity)")
+    ovs_instances: int | Literal["auto"] = Field(
+        "auto", description="Open vSwitch daemons the userspace datapath is split over, "
+        "each in its own network namespace, switches shared out round-robin per layer: the "
+        "userspace datapath forwards every port in one thread, so one daemon is one core. "
+        "auto: chosen when the run starts, from the machine: 1 (the system's OVS) on the "
+        "kernel datapath, over a cluster or on 4 cores or fewer, else a daemon per 4 cores "
+        "(of the fabric's share when fabrics run side by side), at most the switches "
+        "(docs/fabric.md)")
     private_ovs: bool = Field(
         False, description="carry the switches on the run's own OVS daemon(s) in their own "
         "namespaces even with ovs_instances 1, not the system's Open vSwitch (userspace "
@@ -74,6 +76,18 @@ class EmulationCfg(_Strict):
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
         "default, bbr on many kernels)")
+
+    @field_validator("ovs_instances", mode="before")
+    @classmethod
+    def _auto_or_a_count(cls, v):
+        """One message for both branches of the union, not one per branch."""
+        if v == "auto":
+            return v
+        if (isinstance(v, int | float) and not isinstance(v, bool)
+                and float(v).is_integer() and 1 <= v <= 64):
+            return int(v)
+        raise ValueError(f"expected 'auto' or a whole number of daemons from 1 to 64, "
+                         f"got {v!r}")
 
     @field_validator("bind")
     @classmethod

@@ -74,7 +74,7 @@ class Scenario(_Strict):
         if emu.private_ovs and emu.datapath == "kernel":
             raise ValueError("emulation.private_ovs runs the switches on private userspace "
                              "daemons; set emulation.datapath: user (or auto)")
-        if emu.ovs_instances > 1:
+        if emu.ovs_instances != "auto" and emu.ovs_instances > 1:
             if emu.datapath == "kernel":
                 raise ValueError("emulation.ovs_instances splits the userspace datapath; the "
                                  "kernel datapath forwards on every core already (use 1)")

@@ -60,10 +60,42 @@ def netns_path(daemon: int) -> str:
     return f"/run/netns/{netns_name(daemon)}"
 
 
+# A daemon per this many cores: on a 16-core server `bench_fabric` (8 long flows, scale
+# 2e-4 to 1e-3) was faithful on 4 daemons and flagged on 1 and 2 (docs/fabric.md); the
+# other cores carry the workers, router and controller.
+CORES_PER_DAEMON = 4
+
+
+def auto_daemons(cores: int, switches: int, datapath: str,
+                 one_machine: bool = True) -> tuple[int, str]:
+    """(daemons, why) for emulation.ovs_instances: auto, given the cores the fabric may
+    use and the datapath the run chose."""
+    if datapath == "kernel":
+        return 1, "the kernel datapath forwards on every core already"
+    if not one_machine:
+        return 1, "a fabric over several servers uses each server's own Open vSwitch"
+    if cores <= CORES_PER_DAEMON:
+        return 1, (f"{cores} core{'s' if cores > 1 else ''}: a split needs more than "
+                   f"{CORES_PER_DAEMON}")
+    n = min(cores // CORES_PER_DAEMON, switches)
+    return n, f"{cores} cores, a daemon per {CORES_PER_DAEMON}" + (
+        f", at most the fabric's {switches} switches" if n == switches else "")
+
+
 def private_daemons(emu) -> int:
     """How many private OVS daemons a run of this emulation section starts: 0 when the
-    system's Open vSwitch carries the fabric (one instance, not asked to be private)."""
+    system's Open vSwitch carries the fabric (one instance, not asked to be private).
+    An "auto" count is the machine's to choose (EmulatedNetwork resolves it)."""
+    if emu.ovs_instances == "auto":
+        raise ValueError("emulation.ovs_instances is 'auto': resolve it for the machine "
+                         "that runs the fabric first")
     return emu.ovs_instances if emu.ovs_instances > 1 or emu.private_ovs else 0
+
+
+def planned_daemons(emu) -> int:
+    """The daemons one fabric is planned with before a run resolves "auto": one, since
+    fabrics side by side share the cores out first and each lane splits its share."""
+    return 1 if emu.ovs_instances == "auto" else max(1, private_daemons(emu))
 
 
 def interface_netns(fabric, n: int) -> dict[str, str]:

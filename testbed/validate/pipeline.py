@@ -254,11 +254,11 @@ def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, 
     keep busy here (cache: fabric_cores)."""
     from testbed.emulation.lanes import fabric_cores, lane_count
     from testbed.emulation.net import choose_datapath
-    from testbed.topologies.placement import private_daemons
+    from testbed.topologies.placement import planned_daemons
 
     cell = scenario.cells()[0][1]
     timings, _ = cache.load_timings()
-    per = fabric_cores(private_daemons(cell.emulation) or 1, timings.get("fabric_cores"))
+    per = fabric_cores(planned_daemons(cell.emulation), timings.get("fabric_cores"))
     return lane_count(fabrics, os.cpu_count() or 1, seeds or cell.seeds, per,
                       choose_datapath(cell.emulation.datapath))
 

@@ -14,6 +14,7 @@ from collections import defaultdict
 import pytest
 
 from testbed.emulation import cleanup
+from testbed.emulation.net import plan_split
 from testbed.records import PARTIAL
 from testbed.scenario import load_scenario
 from testbed.workloads.build import build_workload
@@ -50,6 +51,10 @@ def test_a_starved_run_is_cpu_bound_by_what_waited_though_the_machine_looks_idle
     assert doc["verdict"] == "unfaithful" and doc["cpu_bound"], doc["reasons"]
     assert any(r.startswith("CPU-bound: ") and ("for a core" in r or "woke" in r)
                for r in doc["reasons"]), doc["reasons"]
+    # the datapath split auto chose on this machine is on record with the verdict
+    (top,) = (tmp_path / "results").glob("*/fidelity.json")
+    (run,) = json.loads(top.read_text())["runs"]
+    assert run["datapath"] == plan_split(load_scenario(path))[1]
 
 
 SCHEDULERS = ["netkv-full", "p2c"]  # p2c: examples/p2c_plugin, by its entry point
@@ -344,6 +349,9 @@ def test_a_run_on_two_ovs_daemons_ends_and_its_link_fault_reaches_their_switches
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["wire_bytes_sent"] == summary["wire_bytes_received"] > 0
     report = json.loads((cell / "fidelity.json").read_text())
+    (verdict,) = json.loads((run / "fidelity.json").read_text())["runs"]
+    assert verdict["datapath"] == {"kind": "user", "ovs_daemons": 2,
+                                   "why": "emulation.ovs_instances as given"}
     sampled = {t["process"] for t in report["threads"] if t["role"] == "main"}
     assert {"ovs-vswitchd@netkv-ovs0", "ovs-vswitchd@netkv-ovs1"} <= sampled, sampled
     # tor0's ports live in a daemon's namespace: captured there, all four directions
