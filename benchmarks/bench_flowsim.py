@@ -39,6 +39,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
+
 from testbed.flowsim.simulator import simulate
 from testbed.model.cache import PrefixCache, full_block_count
 from testbed.model.kv import MODEL_PRESETS, kv_bytes_per_token, kv_cache_bytes
@@ -141,6 +143,7 @@ def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
     CandidateTable asked again and again (what is derived per table paid once), and over
     a new one at every decision, as the flow simulator hands them over (the table built
     outside the timing); the oracle's lazy tier map, rows cached per prefill."""
+    from testbed.model.loadgrid import load_key, seed_keys
     from testbed.model.oracle import Oracle
     from testbed.model.schedulers import CandidateTable
 
@@ -164,8 +167,15 @@ def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
     hits = table.hit_rows  # the simulator knows them from its prefix index
     live = table.names  # and keeps one tuple of the live instances' names
 
-    def new_table() -> CandidateTable:  # as the simulator hands one over per decision
-        return CandidateTable(live, *(c.copy() for c in columns), index=index, hit_rows=hits)
+    beta_max = ctx.beta_max
+    kept = np.array([load_key(q, b, beta_max) for q, b in
+                     zip(table.queued.tolist(), table.batch.tolist(), strict=True)])
+
+    def new_table() -> CandidateTable:  # as the simulator hands one over per decision,
+        fresh = CandidateTable(live, *(c.copy() for c in columns), index=index,
+                               hit_rows=hits)
+        seed_keys(fresh, kept.copy(), beta_max)  # with the load keys its board keeps
+        return fresh
 
     for key in ("netkv-full", "cla"):
         for fresh in (False, True):

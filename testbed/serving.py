@@ -24,6 +24,7 @@ import numpy as np
 from testbed.lifecycle import RequestState, served_state
 from testbed.model import reuse
 from testbed.model.cache import PrefixCache, full_block_count
+from testbed.model.loadgrid import load_key
 from testbed.model.timing import TimingModel
 from testbed.workloads.requests import Request
 
@@ -168,19 +169,30 @@ class EarliestFree:
 class DecodeBoard:
     """What a router sees of many decode instances (free memory, queued, batch) as
     columns, kept current by the instances themselves: a scheduler over a thousand of
-    them reads three arrays instead of three thousand properties per decision."""
+    them reads three arrays instead of three thousand properties per decision. With
+    `beta_max`, each one's load key too (loadgrid.load_key: its load term's place)."""
 
-    def __init__(self):
+    def __init__(self, beta_max: int | None = None):
+        self.beta_max = beta_max
         self.free_memory = np.zeros(0)
         self.queued = np.zeros(0, dtype=np.int64)
         self.batch = np.zeros(0, dtype=np.int64)
+        self.load_key = np.zeros(0, dtype=np.int64)
 
     def slot(self) -> int:
         n = len(self.free_memory)
         self.free_memory = np.append(self.free_memory, 0.0)
         self.queued = np.append(self.queued, 0)
         self.batch = np.append(self.batch, 0)
+        self.load_key = np.append(self.load_key, 0)
         return n
+
+    def publish(self, slot: int, free_memory: float, queued: int, batch: int) -> None:
+        self.free_memory[slot] = free_memory
+        self.queued[slot] = queued
+        self.batch[slot] = batch
+        if self.beta_max is not None:
+            self.load_key[slot] = load_key(queued, batch, self.beta_max)
 
 
 class DecodeInstance:
@@ -230,9 +242,7 @@ class DecodeInstance:
     def _publish(self) -> None:
         """Bring this instance's column entries up to date (after every change)."""
         if self.board is not None:
-            self.board.free_memory[self.slot] = self.free_memory
-            self.board.queued[self.slot] = self.queued
-            self.board.batch[self.slot] = len(self.batch)
+            self.board.publish(self.slot, self.free_memory, self.queued, len(self.batch))
 
     @property
     def free_memory(self) -> float:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testbed.model.loadgrid import LoadGrid, load_key, seed_keys
 from testbed.model.oracle import Oracle
 from testbed.model.scheduler_base import OUT_OF_REACH, out_of_reach
 from testbed.model.schedulers import (
@@ -21,6 +22,7 @@ from testbed.model.schedulers import (
     make_scheduler,
 )
 from testbed.model.timing import TimingModel
+from testbed.serving import DecodeBoard
 
 GB = 1e9
 
@@ -155,10 +157,53 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     pushed = out_of_reach(costs.copy(), np.logical_not(sched._fits(req, table)))
     assert all(p >= OUT_OF_REACH for p, ok in zip(pushed.tolist(), fits, strict=True)
                if not ok)
+    # the load keys a board keeps (an engine's table carries them) give the same costs
+    kept = CandidateTable(names, table.free_memory, table.queued, table.batch,
+                          table.hit_tokens)
+    seed_keys(kept, board_keys(table, ctx.beta_max), ctx.beta_max)
+    assert sched._table_costs(req, "p", kept, oracle).tolist() == one_by_one
     # a batch outside [0, beta_max] is left to the equations (and their checks)
     odd = CandidateTable(names[:40], [30 * GB] * 40, [0] * 40, [65] + [1] * 39, [0] * 40)
+    seed_keys(odd, board_keys(odd, ctx.beta_max), ctx.beta_max)  # no keys for it
     assert sched._table_costs(req, "p", odd, oracle) is None
     sched._terms = None
+
+
+def board_keys(table: CandidateTable, beta_max: int) -> np.ndarray:
+    return np.array([load_key(q, b, beta_max) for q, b in
+                     zip(table.queued.tolist(), table.batch.tolist(), strict=True)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(queued=st.lists(st.integers(0, 400), min_size=1, max_size=50),
+       batch=st.lists(st.integers(-2, 70), min_size=50, max_size=50))
+def test_a_boards_load_key_is_the_grids_key(queued, batch):
+    """load_key, kept per instance as it publishes, is the key LoadGrid finds for its row
+    (-1 where the batch is outside [0, beta_max], and then no table is given keys)."""
+    batch = batch[:len(queued)]
+    table = CandidateTable([f"d{i}" for i in range(len(queued))], [1.0] * len(queued),
+                           queued, batch, [0] * len(queued))
+    grid = LoadGrid(lambda loads: np.zeros(np.shape(loads.batch)), 64)
+    keys = board_keys(table, 64)
+    found = grid.keys(table)
+    if found is None:
+        assert (keys < 0).any()
+    else:
+        assert keys.tolist() == found.tolist()
+        kept = CandidateTable(table.names, [1.0] * len(queued), queued, batch,
+                              [0] * len(queued))
+        seed_keys(kept, keys, 64)
+        assert grid.keys(kept).tolist() == found.tolist()
+
+
+def test_a_decode_board_keeps_each_instances_load_key_as_it_publishes():
+    board = DecodeBoard(beta_max=8)
+    slots = [board.slot() for _ in range(3)]
+    for slot, (queued, batch) in zip(slots, [(0, 0), (5, 8), (20, 3)], strict=True):
+        board.publish(slot, 1e9, queued, batch)
+    assert board.load_key.tolist() == [0, 5 * 9 + 8, 15 * 9 + 3]
+    board.publish(slots[1], 1e9, 0, 2)  # drained: its key follows
+    assert board.load_key[slots[1]] == 2
 
 
 @settings(max_examples=15, deadline=None)

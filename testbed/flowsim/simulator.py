@@ -33,6 +33,7 @@ from testbed.model.cache import HolderIndex, PrefixCache
 from testbed.model.candidates import CandidateTable
 from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
+from testbed.model.loadgrid import seed_keys
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import switches_roles
 from testbed.records import LinkSamples
@@ -85,7 +86,8 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
         self._deadlines: dict[str, float] = {}  # request -> its P2D deadline, once
         self.holders = HolderIndex()  # which decode caches hold a trace id's blocks
-        self.board = DecodeBoard()  # what the router sees of every decode instance
+        # what the router sees of every decode instance
+        self.board = DecodeBoard(scenario.cluster.beta_max)
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
         self._live: tuple | None = None  # (left out, live names, their rows, board slots)
         self.flows_per_transfer = scenario.network.flows_per_transfer or self.spec.tp
@@ -193,9 +195,11 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
                 hit[rows[-1]] = tokens
         rows.sort()
         board = self.board
-        return CandidateTable(names, board.free_memory[slots].copy(),
-                              board.queued[slots].copy(), board.batch[slots].copy(), hit,
-                              index=position, hit_rows=np.array(rows, dtype=np.int64))
+        table = CandidateTable(names, board.free_memory[slots].copy(),
+                               board.queued[slots].copy(), board.batch[slots].copy(), hit,
+                               index=position, hit_rows=np.array(rows, dtype=np.int64))
+        seed_keys(table, board.load_key[slots].copy(), board.beta_max)
+        return table
 
     def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)

@@ -22,6 +22,26 @@ class _Loads:
     batch: np.ndarray
 
 
+def load_key(queued: int, batch: int, beta_max: int) -> int:
+    """One candidate's index into a LoadGrid's values (what LoadGrid.keys gives its row),
+    or -1 where the batch lies outside [0, beta_max]: kept current by whoever holds the
+    candidates' reports, so a decision over thousands reads the keys, not computes them."""
+    if not 0 <= batch <= beta_max:
+        return -1
+    return max(0, queued + batch - beta_max) * (beta_max + 1) + batch
+
+
+def seed_keys(table, keys: np.ndarray, beta_max: int) -> None:
+    """Give `table` its rows' load keys (load_key of each, kept by the table's maker), as
+    LoadGrid.keys would find them; nothing where a row has none."""
+    if len(keys) and keys.min() >= 0:
+        table.memo[_memo_key(beta_max)] = (keys, int(keys.max()) // (beta_max + 1))
+
+
+def _memo_key(beta_max: int) -> tuple:
+    return ("load-keys", beta_max)
+
+
 class LoadGrid:
     """load_time at excess 0..E (rows) x batch 0..beta_max (columns), grown as needed."""
 
@@ -35,7 +55,7 @@ class LoadGrid:
         """Each candidate's index into `values` (a table's, found once per table), the
         grid grown to hold them all; None when a batch is outside [0, beta_max] (the
         equations' own checks then speak)."""
-        found = table.derived(("load-keys", self.beta_max),
+        found = table.derived(_memo_key(self.beta_max),
                               lambda t: self._keys(t.queued, t.batch))
         if found[0] is None:
             return None
@@ -45,6 +65,7 @@ class LoadGrid:
         return keys
 
     def _keys(self, queued: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray | None, int]:
+        """load_key over columns, in place, and the largest excess."""
         beta_max = self.beta_max
         if not len(batch) or batch.view(np.uint64).max() > beta_max:  # negatives wrap
             return None, 0

@@ -166,12 +166,19 @@ class NetKV(Scheduler):
         self.name = name
         self._loads = LoadGrid(self.load_time, ctx.beta_max)
         self._buffer = np.zeros(0)
+        self._places = np.zeros(0, dtype=np.int64)
 
     def _grid(self, size: int) -> np.ndarray:
         """A scratch array of `size` for a decision's cost grid, kept between decisions."""
         if len(self._buffer) < size:
             self._buffer = np.zeros(max(size, 2 * len(self._buffer)))
         return self._buffer[:size]
+
+    def _at(self, size: int) -> np.ndarray:
+        """A scratch array of `size` for each row's place in that grid."""
+        if len(self._places) < size:
+            self._places = np.zeros(max(size, 2 * len(self._places)), dtype=np.int64)
+        return self._places[:size]
 
     def cost(self, request: RequestInfo, prefill: str, cand: Candidate | CandidateTable,
              oracle: Oracle):
@@ -201,66 +208,54 @@ class NetKV(Scheduler):
         if key is None:
             return None
         load = self._loads.values
-        tiers, present = self._tier_row(prefill, root, oracle)
         width = len(load)
-        size = effective_transfer_bytes(request.kv_bytes, 0, request.input_len)
+        # each row's tier times the grid's width: where its tier's row of the grid starts
+        offset, present = self._tier_row(prefill, root, oracle, stride=width)
         terms = [(1.0, 0.0)] * (present[-1] + 1)  # tiers not present: never looked up
         for tier in present:
             terms[tier] = self._tier_terms(tier, prefill, oracle, self.use_congestion,
                                            self.use_inflight)
-        bandwidth, latency = np.array(terms).T
-        net = transfer_time(size, bandwidth, latency)
+        sizes = [effective_transfer_bytes(request.kv_bytes, 0, request.input_len)]
         hits = root.hit_rows
-        hit_net = None  # one cached-prefix length: its transfer time per tier
+        one_length = False  # the cached rows all hit one prefix length: a size of theirs
         if len(hits):
-            tokens, one_length, hit_key = root.derived(
-                ("hits", self._loads.beta_max), lambda t: _hit_columns(t, key))
+            tokens, one_length = root.derived("hit-tokens", _hit_tokens)
             if one_length:
-                s_eff = effective_transfer_bytes(request.kv_bytes, int(tokens[0]),
-                                                 request.input_len)
-                hit_net = transfer_time(s_eff, bandwidth, latency)
-        cells = len(net) * width
-        if cells <= len(key):  # one lookup in a (tier, excess, batch) grid
-            offset, _ = self._tier_row(prefill, root, oracle, stride=width)
-            shape = (len(net), width)
-            if hit_net is None:
-                grid = self._grid(cells)
-                np.add(net[:, None], load, out=grid.reshape(shape))
-                costs = grid[offset + key]
-            else:  # the cached rows' entries lie in a second grid, past the first
-                grid = self._grid(2 * cells)
-                np.add(net[:, None], load, out=grid[:cells].reshape(shape))
-                np.add(hit_net[:, None], load, out=grid[cells:].reshape(shape))
-                costs = grid[offset + root.derived(("past", self._loads.beta_max, cells),
-                                                   lambda t: _shifted(key, hits, cells))]
+                sizes.append(effective_transfer_bytes(request.kv_bytes, int(tokens[0]),
+                                                      request.input_len))
+        # (size, tier) -> transfer time, each a float: a handful, not tiny arrays
+        net = np.array([[transfer_time(size, b, lat) for b, lat in terms] for size in sizes])
+        cells = len(terms) * width
+        if cells <= len(key):  # one lookup in a (size, tier, excess, batch) grid
+            at = self._at(len(key))
+            np.add(offset, key, out=at)
+            grid = self._grid(len(sizes) * cells)
+            np.add(net[:, :, None], load, out=grid.reshape(len(sizes), len(terms), width))
+            if one_length:  # the cached rows' entries lie in the second size's grid
+                np.add.at(at, hits, cells)
                 hits = hits[:0]  # costed with the rest
+            costs = grid.take(at)
         else:
-            costs = net[tiers] + load[key]
+            tiers = self._tier_row(prefill, root, oracle)[0]
+            costs = net[0][tiers] + load[key]
         if len(hits):
-            if hit_net is not None:
-                hit_costs = hit_net[tiers[hits]]
+            tiers = self._tier_row(prefill, root, oracle)[0]
+            if one_length:
+                hit_costs = net[1][tiers[hits]]
             else:
                 s_eff = effective_transfer_bytes(request.kv_bytes, tokens, request.input_len)
                 tier = tiers[hits]
+                bandwidth, latency = np.array(terms).T
                 hit_costs = transfer_time(s_eff, bandwidth[tier], latency[tier])
-            hit_costs += load[hit_key]
+            hit_costs += load[key[hits]]
             costs[hits] = hit_costs
         return costs if rows is None else costs[rows]
 
 
-def _shifted(key: np.ndarray, hits: np.ndarray, by: int) -> np.ndarray:
-    """`key` with the rows `hits` moved `by` entries on."""
-    past = key.copy()
-    past[hits] += by
-    return past
-
-
-def _hit_columns(table: CandidateTable, key: np.ndarray) -> tuple:
-    """For the rows with a cached prefix: their hit lengths, whether these are all one,
-    and their load-grid keys."""
-    rows = table.hit_rows
-    tokens = table.hit_tokens[rows]
-    return tokens, tokens.min() == tokens.max(), key[rows]
+def _hit_tokens(table: CandidateTable) -> tuple:
+    """The rows with a cached prefix: their hit lengths, and whether these are all one."""
+    tokens = table.hit_tokens[table.hit_rows]
+    return tokens, tokens.min() == tokens.max()
 
 
 class FlowKVLoadAware(Scheduler):
