@@ -215,14 +215,16 @@ class Scheduler:
     def _fits_rows(self, request: RequestInfo, table: CandidateTable, rows: np.ndarray
                    ) -> np.ndarray:
         """Which of `rows` of a whole table are in D_r (a mask over them), as _fits."""
-        if len(rows) == 1:  # most often one row is lowest: asked as one candidate
-            row = int(rows[0])
-            return _ONE_FITS[table.free_memory[row] >= effective_transfer_bytes(
-                request.kv_bytes, int(table.hit_tokens[row]), request.input_len)
-                + self.ctx.memory_reserve_bytes]
         return table.free_memory[rows] >= effective_transfer_bytes(
             request.kv_bytes, table.hit_tokens[rows], request.input_len) \
             + self.ctx.memory_reserve_bytes
+
+    def _fits_row(self, request: RequestInfo, table: CandidateTable, row: int) -> bool:
+        """Whether one row of a whole table is in D_r, as _fits (asked as one candidate:
+        most often one row is lowest)."""
+        return bool(table.free_memory[row] >= effective_transfer_bytes(
+            request.kv_bytes, int(table.hit_tokens[row]), request.input_len)
+            + self.ctx.memory_reserve_bytes)
 
     # -- the interface -------------------------------------------------------------
     def select(
@@ -270,11 +272,14 @@ class Scheduler:
             rows = _NO_ROWS
             if key[first] < OUT_OF_REACH:
                 tied = key == key[first]
-                rows = first.reshape(1) if np.count_nonzero(tied) == 1 \
-                    else np.flatnonzero(tied)
-                fits = self._fits_rows(request, table, rows)
-                if not fits.all():
-                    rows = rows[fits]
+                if np.count_nonzero(tied) == 1:
+                    if self._fits_row(request, table, int(first)):
+                        rows = first.reshape(1)
+                else:
+                    rows = np.flatnonzero(tied)
+                    fits = self._fits_rows(request, table, rows)
+                    if not fits.all():
+                        rows = rows[fits]
             if not len(rows):  # the lowest are all outside D_r: push every such row
                 pushed = out_of_reach(key.copy(), np.logical_not(self._fits(request, table)))
                 low = pushed.min()
@@ -336,10 +341,6 @@ class SchedulerWrapper:
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
-_ONE_FITS = {fits: np.full(1, fits) for fits in (False, True)}
-for _mask in _ONE_FITS.values():
-    _mask.flags.writeable = False
-
 
 @functools.cache
 def _ranks_by_table_key(cls: type) -> bool:
