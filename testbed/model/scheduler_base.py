@@ -180,12 +180,14 @@ class Scheduler:
             row = on_arrays(prefill, names) if on_arrays else np.array(
                 [oracle.tier(prefill, n) for n in names], dtype=np.int64)
             present = np.flatnonzero(np.bincount(row)).tolist()  # np.unique, for 0..3
+            # kept per prefill (thousands at the largest fabrics): in the fewest bytes
+            row = row.astype(_smallest(present[-1]))
             hit = self._tier_rows[key] = (names, oracle.tier_map, row, present, {})
         scaled = hit[2]
         if stride != 1:
             scaled = hit[4].get(stride)
             if scaled is None:
-                scaled = hit[4][stride] = hit[2] * stride
+                scaled = hit[4][stride] = hit[2].astype(_smallest(hit[3][-1] * stride)) * stride
         return (scaled if rows is None else scaled[rows]), hit[3]
 
     def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
@@ -341,6 +343,12 @@ class SchedulerWrapper:
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _smallest(top: int) -> type:
+    """The smallest signed integer type holding 0..top."""
+    return next(t for t in (np.int8, np.int16, np.int32) if top <= np.iinfo(t).max) \
+        if top <= np.iinfo(np.int32).max else np.int64
 
 @functools.cache
 def _ranks_by_table_key(cls: type) -> bool:
