@@ -83,8 +83,8 @@ class EmulationCfg(_Strict):
         """One message for both branches of the union, not one per branch."""
         if v == "auto":
             return v
-        if (isinstance(v, int | float) and not isinstance(v, bool)
-                and float(v).is_integer() and 1 <= v <= 64):
+        if isinstance(v, int | float) and not isinstance(v, bool) and 1 <= v <= 64 \
+                and float(v).is_integer():
             return int(v)
         raise ValueError(f"expected 'auto' or a whole number of daemons from 1 to 64, "
                          f"got {v!r}")
