@@ -4,11 +4,13 @@ is fresh) and this machine's phase times."""
 from __future__ import annotations
 
 import json
+import os
 
 import click
 import pytest
 
 from testbed.cli.packets import Duration, Fraction
+from testbed.emulation.lanes import fabric_split
 from testbed.scenario import load_scenario
 from testbed.validate import cache
 from tests.conftest import ROOT
@@ -39,6 +41,23 @@ def test_a_calibration_is_reused_for_the_same_fabric_only_and_while_fresh(own_ca
         assert cache.calibration_key(scenario(**other)) != cache.calibration_key(sc)
     assert cache.calibration_key(scenario(schedulers=["rr"], seeds=3)) == \
         cache.calibration_key(sc)
+
+
+def test_a_calibration_on_one_datapath_split_is_not_reused_on_another(own_cache):
+    """With ovs_instances: auto the scenario alone does not say how many OVS daemons
+    carried the calibration's fabric (one fabric on a server, or fabrics side by side
+    each on its share): the split it was measured on is part of its key."""
+    sc = scenario()
+    four = {"kind": "user", "ovs_daemons": 4, "why": "16 cores, a daemon per 4"}
+    one = {"kind": "user", "ovs_daemons": 1, "why": "5 cores: a split needs more than 4"}
+    cache.save_calibration(sc, {"capacity_factor": {"1": 0.9}}, split=four)
+    assert cache.load_calibration(sc, split=four)[0] == {"capacity_factor": {"1": 0.9}}
+    assert cache.load_calibration(sc, split=one)[0] is None
+    assert cache.load_calibration(sc, split={**four, "why": "said otherwise"})[0] is not None
+    # the split validate plans for fabrics side by side is each one's share
+    cell = sc.cells()[0][1]
+    assert fabric_split(cell, 2)["kind"] == "user"
+    assert fabric_split(cell, 2)["ovs_daemons"] == max(1, (os.cpu_count() or 1) // 2 // 4)
 
 
 def test_an_unreadable_cache_entry_is_measured_again(own_cache):

@@ -33,7 +33,7 @@ import yaml
 from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR
-from testbed.emulation.net import EmulationError
+from testbed.emulation.net import EmulationError, plan_split
 from testbed.topologies.placement import lane_daemon_prefix, lane_netns
 
 CLONE_NEWNET = 0x40000000
@@ -88,6 +88,14 @@ def _enter_netns(path: str) -> None:
             raise OSError(ctypes.get_errno(), f"setns {path}")
     finally:
         os.close(fd)
+
+
+def fabric_split(cell, count: int) -> dict:
+    """The datapath split (net.plan_split's record) of a fabric of `cell` here when `count`
+    run side by side (one: the cell's own)."""
+    if count > 1:
+        return plan_split(lane_cell(cell), lane_cores(count))[1]
+    return plan_split(cell)[1]
 
 
 def lane_cores(count: int) -> int:

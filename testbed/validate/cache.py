@@ -48,23 +48,27 @@ def machine() -> dict:
     return {"host": platform.node(), "cpus": os.cpu_count()}
 
 
-def calibration_key(scenario) -> str:
-    """What a calibration depends on: the fabric as emulated, the machine, the code."""
+def calibration_key(scenario, split: dict | None = None) -> str:
+    """What a calibration depends on: the fabric as emulated (with `split`, the datapath
+    and OVS daemons that carry it: net.plan_split's record), the machine, the code."""
     dump = scenario.model_dump(mode="json")
     what = {"format": FORMAT, "version": _version(), **machine(),
             **{k: dump[k] for k in ("cluster", "network", "emulation")}}
+    if split is not None:
+        what["split"] = [split["kind"], split["ovs_daemons"]]
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _calibration_file(scenario) -> Path:
-    return cache_dir() / "calibration" / f"{calibration_key(scenario)}.json"
+def _calibration_file(scenario, split: dict | None) -> Path:
+    return cache_dir() / "calibration" / f"{calibration_key(scenario, split)}.json"
 
 
 def load_calibration(scenario, max_age_s: float = DEFAULT_MAX_AGE_S,
-                     now: float | None = None) -> tuple[dict | None, str]:
+                     now: float | None = None, split: dict | None = None
+                     ) -> tuple[dict | None, str]:
     """(calibration, why): the cached calibration of this fabric if fresh, else None and
     the reason it was not used."""
-    path = _calibration_file(scenario)
+    path = _calibration_file(scenario, split)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -78,8 +82,9 @@ def load_calibration(scenario, max_age_s: float = DEFAULT_MAX_AGE_S,
     return doc["calibration"], f"reusing the calibration measured {age / 60:.0f} min ago ({path})"
 
 
-def save_calibration(scenario, calibration: dict, now: float | None = None) -> Path:
-    path = _calibration_file(scenario)
+def save_calibration(scenario, calibration: dict, now: float | None = None,
+                     split: dict | None = None) -> Path:
+    path = _calibration_file(scenario, split)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps({"measured_at": now or time.time(), **machine(),
                                    "calibration": calibration}, indent=1))

@@ -156,17 +156,13 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
     seed again that many times on packets (RR alone where it is scheduled) to measure how
     far packets are from themselves (validate/repeat.py)."""
+    from testbed.emulation.lanes import fabric_split
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
 
     note = on_note or (lambda _line: None)
     started = time.monotonic()
-    if calibration is not None:
-        check_calibration(calibration, scenario)
-    elif use_cache:
-        calibration, why = cache.load_calibration(scenario, cache_max_age_s)
-        note(why)
     looks = basis = None
     sequential_run = target_ci is not None or budget_s is not None
     if dask is not None:
@@ -179,6 +175,12 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
                                   rounds.MAX_ROUNDS if sequential_run else None)
         if fabrics != 1:
             note(f"{lanes} fabric(s) side by side ({why})")
+    if calibration is not None:
+        check_calibration(calibration, scenario)
+    elif use_cache:  # measured on a fabric split as this run's calibration fabric will be
+        calibration, why = cache.load_calibration(scenario, cache_max_age_s, split=fabric_split(
+            scenario.cells()[0][1], 1 if dask else lanes))
+        note(why)
     if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
                                        calibrated=calibration is not None, lanes=lanes)
@@ -202,7 +204,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
             measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
             phases["calibration_s"] = time.monotonic() - t
             if use_cache:
-                cache.save_calibration(scenario, measured[0])
+                cache.save_calibration(scenario, measured[0], split=network.split)
         if looks is not None:
             cal = calibration or measured[0]
             looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
