@@ -350,6 +350,7 @@ def _smallest(top: int) -> type:
     return next(t for t in (np.int8, np.int16, np.int32) if top <= np.iinfo(t).max) \
         if top <= np.iinfo(np.int32).max else np.int64
 
+
 @functools.cache
 def _ranks_by_table_key(cls: type) -> bool:
     """Scheduler._by_whole_table for a class (asked at every decision: found once)."""

@@ -209,8 +209,7 @@ class NetKV(Scheduler):
             return None
         load = self._loads.values
         width = len(load)
-        # each row's tier times the grid's width: where its tier's row of the grid starts
-        offset, present = self._tier_row(prefill, root, oracle, stride=width)
+        tiers, present = self._tier_row(prefill, root, oracle)
         terms = [(1.0, 0.0)] * (present[-1] + 1)  # tiers not present: never looked up
         for tier in present:
             terms[tier] = self._tier_terms(tier, prefill, oracle, self.use_congestion,
@@ -227,6 +226,8 @@ class NetKV(Scheduler):
         net = np.array([[transfer_time(size, b, lat) for b, lat in terms] for size in sizes])
         cells = len(terms) * width
         if cells <= len(key):  # one lookup in a (size, tier, excess, batch) grid
+            # each row's tier times the grid's width: where its tier's row of it starts
+            offset, _ = self._tier_row(prefill, root, oracle, stride=width)
             at = self._at(len(key))
             np.add(offset, key, out=at)
             grid = self._grid(len(sizes) * cells)
@@ -236,10 +237,8 @@ class NetKV(Scheduler):
                 hits = hits[:0]  # costed with the rest
             costs = grid.take(at)
         else:
-            tiers = self._tier_row(prefill, root, oracle)[0]
             costs = net[0][tiers] + load[key]
         if len(hits):
-            tiers = self._tier_row(prefill, root, oracle)[0]
             if one_length:
                 hit_costs = net[1][tiers[hits]]
             else:
