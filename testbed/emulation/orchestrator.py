@@ -24,19 +24,8 @@ from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.judge import departure_summary, describe_departures
-from testbed.emulation.lanes import (
-    LanePool,
-    fabric_cores,
-    lane_cell,
-    lane_cores,
-    lane_count,
-)
-from testbed.emulation.net import (
-    EmulatedNetwork,
-    EmulationError,
-    choose_datapath,
-    describe_split,
-)
+from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_cores, lane_count
+from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.emulation.servers import ServerError, ServerPool, unpack
