@@ -139,7 +139,7 @@ def test_a_network_resolves_auto_from_its_machine(write_scenario, tmp_path, monk
     assert network.split == {"kind": "user", "ovs_daemons": 4,
                              "why": "16 cores, a daemon per 4"}
     assert net.describe_split(network.split) == \
-        "the userspace datapath on 4 OVS daemons (16 cores, a daemon per 4)"
+        "datapath user on 4 OVS daemons (16 cores, a daemon per 4)"
     monkeypatch.setattr(net.os, "cpu_count", lambda: 2)
     small = net.EmulatedNetwork(load_scenario(path), path, tmp_path)
     assert small.private == 0 and small.split["ovs_daemons"] == 1  # the system's OVS

@@ -166,7 +166,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
         fabric = network.fabric
         console.print(
             f"[green]fabric up[/]: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
-            f"{len(fabric.links)} links, datapath {describe_split(network.split)}, "
+            f"{len(fabric.links)} links, {describe_split(network.split)}, "
             f"scale {emu.scale:g}\n"
             f"oracle  http://{emu.bind}:{emu.oracle_port}/oracle\n"
             f"metrics http://{emu.bind}:{emu.metrics_port}/metrics\n"

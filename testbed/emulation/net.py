@@ -82,10 +82,10 @@ def plan_split(scenario, cores: int | None = None, one_machine: bool = True):
 
 
 def describe_split(split: dict) -> str:
-    """A plan_split record in words."""
+    """A plan_split record in words: `datapath user on 4 OVS daemons (why)`."""
     n = split["ovs_daemons"]
-    kind = {"user": "userspace"}.get(split["kind"], split["kind"])
-    return f"the {kind} datapath on {n} OVS daemon{'s' if n > 1 else ''} ({split['why']})"
+    return (f"datapath {split['kind']} on {n} OVS daemon{'s' if n > 1 else ''} "
+            f"({split['why']})")
 
 
 def _port_free(host: str, port: int) -> bool:

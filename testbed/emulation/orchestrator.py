@@ -488,5 +488,5 @@ def fidelity_lines(verdicts: list[dict]) -> str:
         if v.get("oracle"):
             lines.append(f"  - oracle: {v['oracle']}")
         if v.get("datapath"):
-            lines.append(f"  - datapath: {describe_split(v['datapath'])}")
+            lines.append(f"  - {describe_split(v['datapath'])}")
     return "\n".join(lines) + "\n"
