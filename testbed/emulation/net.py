@@ -88,6 +88,20 @@ def describe_split(split: dict) -> str:
             f"({split['why']})")
 
 
+def write_resolved(scenario, workdir: Path) -> Path:
+    """The scenario with its datapath split resolved, beside the fabric's logs."""
+    path = workdir / RESOLVED_SCENARIO
+    atomic_write(path, yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    return path
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "".join(log.read_text().splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
 def _port_free(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -154,8 +168,6 @@ class EmulatedNetwork:
 
     def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True,
                  cores: int | None = None):
-        """`cores`: what an "auto" datapath split may use (this machine's by default; a
-        fabric side by side with others, its share)."""
         self.scenario = scenario
         self.scenario_file = Path(scenario_file)
         self.workdir = Path(workdir)
@@ -165,8 +177,8 @@ class EmulatedNetwork:
         self.controller: subprocess.Popen | None = None
         self.run_id = f"{os.getpid()}-{int(time.time() * 1000)}"
         self.manifest = STATE_DIR / f"{self.run_id}.json"
-        # "auto" becomes this machine's count; the controller and the workers read it
-        # from the resolved copy start() writes
+        # "auto" becomes a count for `cores` (this machine's, or a side-by-side fabric's
+        # share); the controller and the workers read it from the copy start() writes
         self.scenario, self.split = plan_split(scenario, cores, self.hosts_here)
         self.resolved = self.scenario is not scenario
         self.datapath = self.split["kind"]
@@ -254,7 +266,7 @@ class EmulatedNetwork:
             if self.controller is not None and self.controller.poll() is not None:
                 raise EmulationError(f"the controller exited while waiting for {what}; "
                                      f"see {self.workdir / 'controller.log'}:\n"
-                                     + self._controller_tail())
+                                     + _tail(self.workdir / "controller.log"))
             try:
                 if check():
                     return
@@ -274,20 +286,12 @@ class EmulatedNetwork:
         return (f"{st['switches_connected']} of {st['switches_expected']} switches connected, "
                 f"{st['switches_ready']} with their routes, {min(st['polls'], 1)} poll")
 
-    def _controller_tail(self) -> str:
-        try:
-            return "".join((self.workdir / "controller.log").read_text().splitlines(True)[-15:])
-        except OSError:
-            return ""
-
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> EmulatedNetwork:
         preflight(self.scenario)
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.resolved:
-            self.scenario_file = self.workdir / RESOLVED_SCENARIO
-            atomic_write(self.scenario_file, yaml.safe_dump(
-                self.scenario.model_dump(mode="json"), sort_keys=False))
+            self.scenario_file = write_resolved(self.scenario, self.workdir)
         self._write_manifest()
         try:
             self._start_daemons()  # first: the controller polls their namespaces
