@@ -111,20 +111,27 @@ def test_a_cut_table_on_a_fabric_tier_map_ranks_as_one_candidate_at_a_time(seed)
         by_table.transfer_done(src, decision.tier)
 
 
-@settings(max_examples=16, deadline=None)
+@settings(max_examples=24, deadline=None)
 @given(seed=st.integers(0, 10**6), long_queues=st.booleans(),
-       hits=st.sampled_from(["none", "one length", "two lengths"]))
+       hits=st.sampled_from(["none", "one length", "two lengths"]), in_runs=st.booleans())
 def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, long_queues,
-                                                                         hits):
+                                                                         hits, in_runs):
     """Thousands of candidates read their load from a (tier, excess, batch) grid; every
     cost is still the number the equations give one candidate (short queues: one grid
     lookup; long ones grow the grid past the table and take two; one cached-prefix
-    length: costed once per tier); D_r over the table or some of its rows is the
-    one-candidate test (some rows fit only thanks to their hit), and a push puts every
-    row outside it out of reach."""
+    length: costed once per tier; tiers in a few runs, as a fat-tree's rows come, read
+    per run); D_r over the table or some of its rows is the one-candidate test (some
+    rows fit only thanks to their hit), and a push puts every row outside it out of
+    reach."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(5000)]
-    oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
+    if in_runs:  # the prefill's rack, its pod, the rest: a handful of runs
+        cuts = sorted(rng.sample(range(1, len(names)), rng.randint(1, 6)))
+        bounds = zip([0, *cuts], [*cuts, len(names)], strict=True)
+        tier_of = [1 + k % 3 for k, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
+    else:
+        tier_of = [rng.choice([1, 2, 3]) for _ in names]
+    oracle = Oracle({("p", d): t for d, t in zip(names, tier_of, strict=True)},
                     {1: 100.0, 2: 50.0, 3: 25.0}, {1: 3.0, 2: 8.0, 3: 15.0},
                     {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
     length = rng.randint(512, 65536)
@@ -146,6 +153,7 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
         alone.inflight.increment(tier, "p")
     sched._terms = {}  # as within one select()
     costs = sched._table_costs(req, "p", table, oracle)
+    assert (sched._tier_runs("p", table, oracle) is not None) == in_runs
     one_by_one = [alone.cost(req, "p", c, oracle) for c in table]
     assert costs.tolist() == one_by_one
     # D_r over the whole table, and over any of its rows, as one candidate at a time

@@ -170,6 +170,34 @@ class Scheduler:
         from (a superset of the table's), remembered per tier map for that set (an engine
         passes the same names while its candidate set does not change)."""
         root, rows = table.root()
+        hit = self._tier_entry(prefill, root, oracle)
+        scaled = hit[2]
+        if stride != 1:
+            scaled = hit[4].get(stride)
+            if scaled is None:
+                scaled = hit[4][stride] = hit[2].astype(_smallest(hit[3][-1] * stride)) * stride
+        return (scaled if rows is None else scaled[rows]), hit[3]
+
+    def _tier_runs(self, prefill: str, root: CandidateTable, oracle: Oracle
+                   ) -> list[tuple[int, int, int]] | None:
+        """The tier row from `prefill` over a whole table as runs of one tier, (start,
+        stop, tier), or None if it has more than MAX_RUNS: names follow the topology, so
+        in a fat-tree a prefill sees its rack, its pod and the rest as a few runs, and a
+        per-tier term is laid on a slice instead of gathered per row."""
+        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
+        runs = extra.get("runs", _MISSING)
+        if runs is _MISSING:
+            starts = [0, *(np.flatnonzero(np.diff(row)) + 1).tolist()]
+            runs = extra["runs"] = None if len(starts) > self.MAX_RUNS else [
+                (lo, hi, int(row[lo])) for lo, hi in zip(starts, [*starts[1:], len(row)],
+                                                         strict=True)]
+        return runs
+
+    MAX_RUNS = 16
+
+    def _tier_entry(self, prefill: str, root: CandidateTable, oracle: Oracle) -> tuple:
+        """(names, tier map, tier row, tiers present, what is derived from the row),
+        remembered per prefill and candidate set (see _tier_row)."""
         names = root.names
         key = (prefill, id(names))  # the entry holds `names`, so the id stays its own
         hit = self._tier_rows.get(key)
@@ -183,12 +211,7 @@ class Scheduler:
             # kept per prefill (thousands at the largest fabrics): in the fewest bytes
             row = row.astype(_smallest(present[-1]))
             hit = self._tier_rows[key] = (names, oracle.tier_map, row, present, {})
-        scaled = hit[2]
-        if stride != 1:
-            scaled = hit[4].get(stride)
-            if scaled is None:
-                scaled = hit[4][stride] = hit[2].astype(_smallest(hit[3][-1] * stride)) * stride
-        return (scaled if rows is None else scaled[rows]), hit[3]
+        return hit
 
     def feasible(self, request: RequestInfo, candidates: Sequence[Candidate] | CandidateTable
                  ) -> list[Candidate] | CandidateTable:
@@ -343,6 +366,7 @@ class SchedulerWrapper:
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_MISSING = object()
 
 
 def _smallest(top: int) -> type:

@@ -120,7 +120,8 @@ class CacheLoadAware(Scheduler):
         if not len(busy) or busy.min() < 0 or request.input_len <= 0 \
                 or type(self).score is not CacheLoadAware.score:  # scored as they are
             return -self.score(request, table)
-        key = self._uncached_key()[np.minimum(busy, self.ctx.beta_max)]
+        # q_d + beta_d past beta_max reads the last entry: a clipped index is the cap
+        key = self._uncached_key().take(busy, mode="clip")
         hits = table.hit_rows
         if len(hits):
             key[hits] = -self.score(request, _Busy(busy[hits], table.hit_tokens[hits]))
@@ -201,8 +202,10 @@ class NetKV(Scheduler):
                      oracle: Oracle) -> np.ndarray | None:
         """`cost` for every row of `table`, the same numbers by fewer array passes: where
         nothing is cached a candidate costs its tier's transfer time plus its entry of
-        the load grid (model/loadgrid.py), one lookup in a (tier, excess, batch) grid;
-        rows with a cached prefix get their own transfer time."""
+        the load grid (model/loadgrid.py), one lookup in a (tier, excess, batch) grid:
+        per run of one tier where the rows come so (a fat-tree's, in name order), else
+        by each row's offset into it; rows with a cached prefix get their own transfer
+        time, the same sum."""
         root, rows = table.root()
         key = self._loads.keys(root)
         if key is None:
@@ -224,8 +227,16 @@ class NetKV(Scheduler):
                                                       request.input_len))
         # (size, tier) -> transfer time, each a float: a handful, not tiny arrays
         net = np.array([[transfer_time(size, b, lat) for b, lat in terms] for size in sizes])
-        cells = len(terms) * width
-        if cells <= len(key):  # one lookup in a (size, tier, excess, batch) grid
+        runs = self._tier_runs(prefill, root, oracle)
+        if runs is not None:  # a few runs of one tier: each a slice, read from its tier's grid
+            grid = self._grid(len(terms) * width).reshape(len(terms), width)
+            np.add(net[0][:, None], load, out=grid)
+            costs = np.empty(len(key))
+            for lo, hi, tier in runs:  # every key is in the grid (grown to hold them), so
+                # 'clip' clips nothing; it only spares `out` the bounds check's buffer
+                grid[tier].take(key[lo:hi], out=costs[lo:hi], mode="clip")
+        elif len(terms) * width <= len(key):  # one lookup in a (size, tier, excess, batch) grid
+            cells = len(terms) * width
             # each row's tier times the grid's width: where its tier's row of it starts
             offset, _ = self._tier_row(prefill, root, oracle, stride=width)
             at = self._at(len(key))
@@ -238,7 +249,7 @@ class NetKV(Scheduler):
             costs = grid.take(at)
         else:
             costs = net[0][tiers] + load[key]
-        if len(hits):
+        if len(hits):  # the same sums as the grid's: a tier's transfer time + the load
             if one_length:
                 hit_costs = net[1][tiers[hits]]
             else:
