@@ -14,6 +14,7 @@ from testbed.validate import compare
 from testbed.validate.calibration import fit_contention
 from testbed.validate.contention import (
     competing_residuals,
+    join_stall,
     last_ends,
     probe_ends,
     with_contention,
@@ -88,6 +89,34 @@ def test_the_fit_recovers_the_idle_share_that_made_the_probes(sc):
     assert fit_contention(made + [early, stalled])["contention_idle"] == \
         pytest.approx(0.3, abs=1e-3)
     assert fit_contention([])["contention_idle"] == 0.0
+
+
+def test_the_join_stall_fit_recovers_the_stall_that_made_the_staggered_probes(sc):
+    """Staggered probes 'measured' by the model itself with a 0.2 s join stall (every
+    tier, 2 and 4 transfers) give back 0.2 s from their first arrivals; probes started
+    together have no newcomer and are not used."""
+    factors = {1: 0.95, 2: 0.95, 3: 0.95}
+    fit = {"serialisation": 0.5, "hop_delay_s": 3e-4, "shard_spread": 0.0}
+    ends = probe_ends(sc, factors, fit, 4)
+    # large enough that the incumbent still sends when the stall ends: past that, a
+    # longer stall changes nothing and the probe bounds it only from below
+    probes = [(tier, 8e9, starts) for tier in (1, 2, 3)
+              for starts in ([0.0, 0.05], [0.0, 0.05, 0.1, 0.15])]
+    raw = {str(t): {"competing": []} for t in (1, 2, 3)}
+    for tier, size, starts in probes:
+        made = ends(0.0, tier, size, starts, 0.2)
+        raw[str(tier)]["competing"].append(
+            {"bytes": size, "starts": starts,
+             "seconds": [e - s for e, s in zip(made, starts, strict=True)]})
+    raw["1"]["competing"].append({"bytes": 0.5e9, "starts": [0.0, 0.0],
+                                  "seconds": [9.0, 9.0]})  # together: no newcomer
+    got = join_stall(sc, factors, fit, raw, 4)
+    assert got["join_stall_s"] == pytest.approx(0.2, rel=1e-3)
+    assert len(got["join_stall_estimates"]) == len(probes)
+    # the incumbent ends sooner; the newcomer, last on a link kept busy, when it would have
+    stalled, plain = ends(0.0, 2, 2e9, [0.0, 0.05], 0.2), ends(0.0, 2, 2e9, [0.0, 0.05])
+    assert stalled[0] < plain[0] and stalled[1] == pytest.approx(plain[1])
+    assert join_stall(sc, factors, fit, {"1": {"competing": []}}, 4)["join_stall_s"] == 0.0
 
 
 def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):

@@ -146,6 +146,45 @@ def test_seniority_gives_the_earlier_stream_twice_the_share_per_head_start(spec)
     assert tcp.seniority(1e9, 1e-3) == tcp.seniority(1e12, 1e-3) < math.inf
 
 
+def test_a_newcomer_on_a_busy_path_waits_out_its_join_stall_and_the_incumbent_keeps_the_link(
+        spec):
+    """join_stall_s: a stream joining a path others keep saturated sends nothing for the
+    stall after its handshake, then ramps up as any; one started together with the others,
+    one whose bytes fit in its first window, one on an idle path and any with the term off
+    start at once."""
+    a, b = pair_at(spec, 2)
+    path = spec.paths(a, b)[0]
+    first_window = 10 * 1000.0
+
+    def newcomer(stall, size, incumbent_at=0.0, joins_at=1.0):
+        params = tcp.TcpParams(mss_bytes=1000.0, init_cwnd=10, handshake_rtts=1.0,
+                               join_stall_s=stall)
+        net = FluidNetwork(spec, None, None, params)
+        old = net.add_flow(path, 1e15, incumbent_at) if incumbent_at is not None else None
+        net.pop_finished(joins_at)
+        new = net.add_flow(path, size, joins_at)
+        handshake = joins_at + new.rtt
+        return net, old, new, handshake
+
+    net, old, new, handshake = newcomer(0.3, 1e9)
+    assert new.ramp_at == pytest.approx(handshake + 0.3)
+    net.pop_finished(handshake + 0.2)  # still silent: the incumbent keeps the whole link
+    cap = min(net.links[h].kv_capacity for h in path)
+    assert new.rate == 0.0 and old.rate == pytest.approx(cap)
+    net.pop_finished(new.ramp_at)  # then its slow start begins
+    assert new.rate > 0.0 and old.rate == pytest.approx(cap - new.rate)
+    assert newcomer(0.0, 1e9)[2].ramp_at == pytest.approx(newcomer(0.0, 1e9)[3])  # off
+    for size in (first_window, first_window / 2):  # fits its first window: no stall
+        _, _, new, handshake = newcomer(0.3, size)
+        assert new.ramp_at == pytest.approx(handshake)
+    _, _, new, handshake = newcomer(0.3, 1e9, incumbent_at=None)  # an idle path
+    assert new.ramp_at == pytest.approx(handshake)
+    _, _, new, handshake = newcomer(0.3, 1e9, incumbent_at=1.0)  # started together
+    assert new.ramp_at == pytest.approx(handshake)
+    with pytest.raises(ValueError, match="join_stall_s"):
+        tcp.TcpParams(1000.0, join_stall_s=-1.0)
+
+
 def test_the_validity_floor_is_where_the_excess_reaches_the_tolerance_and_falls_with_scale():
     rate = 25e9 / 8 / 4
     cluster = tcp.TcpParams(4096)

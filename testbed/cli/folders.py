@@ -148,7 +148,7 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
     """The verdict's model replaying `cells` (the first run's), where `folder` is a
     validation with its calibration; None otherwise."""
     from testbed.scenario import Scenario
-    from testbed.validate.pipeline import replay_cells
+    from testbed.validate.replay import replay_cells
     from testbed.validate.twin import replay_twin
 
     try:

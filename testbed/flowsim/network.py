@@ -95,6 +95,8 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             flow.rtt = self.path_rtt(path)
             flow.window_cap = 0.0  # the handshake
             flow.ramp_at = now + self.tcp.handshake_rtts * flow.rtt
+            if self.tcp.join_stall_s:
+                flow.ramp_at += tcpmodel.join_stall(size, self._path_busy(flow), self.tcp)
             heapq.heappush(self._ramps, (flow.ramp_at, flow.flow_id))
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent

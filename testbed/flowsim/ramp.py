@@ -1,6 +1,6 @@
 """The TCP model's time course of a flow in the fluid network: its handshake, slow-start
-window doubling every round trip, its seniority against later streams, and the time
-competitors cost it."""
+window doubling every round trip, its seniority against later streams, its silence on
+joining a busy path, and the time competitors cost it."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ class TcpRamp:
         alone = tcpmodel.lone_transfer_time(flow.size, rate, flow.rtt, self.tcp) \
             - self.tcp.tail_rtts * flow.rtt
         return tcpmodel.contention_delay(now - flow.start, alone, idle)
+
+    def _path_busy(self, flow: Flow) -> bool:
+        """Whether others keep a link of the flow's path saturated as it joins (tcp.join_stall):
+        its own rate is still zero, so the link's rate is theirs."""
+        link_list = self.link_list
+        return any(0.0 < link_list[h].kv_full <= link_list[h].kv_rate for h in flow.links)
 
     def _seniority(self, now: float) -> float:
         """tcp.seniority weight of a stream starting now, against the network's epoch. The

@@ -46,6 +46,7 @@ class TcpParams:
     shard_spread: float = 0.0  # unequal shares among one transfer's shard streams (shard_share)
     contention_idle: float = 0.0  # share of a contended link's time lost (contention_delay)
     seniority_s: float = 0.0  # head start that doubles a stream's share (0: none; seniority)
+    join_stall_s: float = 0.0  # a newcomer's silence on a busy path (0: none; join_stall)
 
     def __post_init__(self) -> None:
         if not (self.mss_bytes > 0 and self.init_cwnd > 0):
@@ -58,6 +59,8 @@ class TcpParams:
             raise ValueError(f"contention_idle must be in [0, {MAX_CONTENTION_IDLE}]")
         if not self.seniority_s >= 0.0:
             raise ValueError("seniority_s must be >= 0")
+        if not self.join_stall_s >= 0.0:
+            raise ValueError("join_stall_s must be >= 0")
 
 
 def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
@@ -131,6 +134,27 @@ def seniority(head_start: float, seniority_s: float) -> float:
         return 1.0
     return 2.0 ** max(-MAX_SENIORITY_DOUBLINGS,
                       min(MAX_SENIORITY_DOUBLINGS, head_start / seniority_s))
+
+
+def join_stall(stream_bytes: float, path_busy: bool, params: TcpParams) -> float:
+    """Seconds a stream that joins a busy path sends nothing after its handshake.
+
+    On a short-queued bottleneck that other streams keep full, a newcomer's slow start
+    overflows the queue as soon as its window doubles: its burst is lost, and with a
+    window of a few segments it cannot recover by fast retransmit, so it waits out
+    retransmission timeouts while the incumbents keep the link (the calibration's staggered
+    probes: the second of two transfers met 2-4 timeouts, the first none;
+    docs/validation.md, "Seniority"). A stream whose bytes fit in its first window never
+    doubles it and loses nothing: it only waits its turn, which max-min sharing gives it.
+    Streams that start together (a transfer's shards, transfers arriving at one instant)
+    find no incumbent. `path_busy`: a link of its path was saturated by others when it
+    came. `join_stall_s` is fitted on the staggered probes (testbed calibrate); 0, the
+    default, turns it off."""
+    if not params.join_stall_s or not path_busy:
+        return 0.0
+    if stream_bytes <= params.init_cwnd * params.mss_bytes:
+        return 0.0
+    return params.join_stall_s
 
 
 def window_rate(rounds: int, rtt_s: float, params: TcpParams) -> float:

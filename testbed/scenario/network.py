@@ -56,6 +56,12 @@ class TcpCfg(_Strict):
                                "newcomer takes its share over round trips while the stream "
                                "already sending holds its window; 0: equal shares from the "
                                "instant they meet)")
+    join_stall_s: float = Field(0.0, ge=0, le=60, description="modelled seconds a stream "
+                                "that joins a path other streams keep saturated sends nothing "
+                                "after its handshake, unless its bytes fit in its first window "
+                                "(its slow start overflows a short queue and it waits out "
+                                "retransmission timeouts; testbed calibrate fits it for the "
+                                "replica from its staggered probes; 0: none)")
 
 
 class NetworkCfg(_Strict):

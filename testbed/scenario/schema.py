@@ -150,10 +150,10 @@ class Scenario(_Strict):
                                         t.hop_delay_us * 1e-6, t.init_cwnd, t.serialisation)
             return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts,
                            shard_spread=t.shard_spread, contention_idle=t.contention_idle,
-                           seniority_s=t.seniority_s)
+                           seniority_s=t.seniority_s, join_stall_s=t.join_stall_s)
         return TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts,
                          t.hop_delay_us * 1e-6, t.serialisation, t.shard_spread,
-                         t.contention_idle, t.seniority_s)
+                         t.contention_idle, t.seniority_s, t.join_stall_s)
 
     def profile(self):
         return PROFILES[self.workload.profile]

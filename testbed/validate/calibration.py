@@ -113,20 +113,38 @@ def fit_contention(probes: Sequence[tuple[float, Callable[[float], float]]]) -> 
     share). Per probe the idle share whose last end matches the measured one (bisection:
     a slower link only ends later; 0 if the model is already late, the bound if even it
     is early); the median over probes is fitted, so one stalled probe does not set it."""
-    estimates = []
-    for measured, last_end in probes:
-        lo, hi = 0.0, MAX_CONTENTION_IDLE
-        if last_end(lo) >= measured:
-            estimates.append(lo)
-            continue
-        if last_end(hi) <= measured:
-            estimates.append(hi)
-            continue
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if last_end(mid) < measured else (lo, mid)
-        estimates.append((lo + hi) / 2)
+    estimates = [_matching(measured, last_end, MAX_CONTENTION_IDLE)
+                 for measured, last_end in probes]
     if not estimates:
         return {"contention_idle": 0.0, "contention_estimates": []}
     return {"contention_idle": round(statistics.median(estimates), 4),
             "contention_estimates": [round(e, 4) for e in estimates]}
+
+
+def fit_join_stall(probes: Sequence[tuple[float, Callable[[float], float], float]]) -> dict:
+    """The TCP model's join stall (tcp.join_stall) from staggered probes: each is (the
+    first arrival's measured time, the model's as a function of the stall, and the
+    largest stall worth trying: the probe's span). A newcomer's silence leaves the link to
+    the incumbent, so the first arrival ends sooner the longer the stall (while the link
+    stays busy the last one ends when it would have anyway); per probe the stall at which
+    it ends when the packets' did (bisection), and the median over probes is fitted."""
+    estimates = [_matching(-measured, lambda x, m=model: -m(x), top)
+                 for measured, model, top in probes]
+    if not estimates:
+        return {"join_stall_s": 0.0, "join_stall_estimates": []}
+    return {"join_stall_s": round(statistics.median(estimates), 6),
+            "join_stall_estimates": [round(e, 6) for e in estimates]}
+
+
+def _matching(measured: float, model: Callable[[float], float], top: float) -> float:
+    """The x in [0, top] at which the increasing `model` gives `measured` (bisection; 0 if
+    the model is already over it, `top` if even that is under)."""
+    lo, hi = 0.0, top
+    if model(lo) >= measured:
+        return lo
+    if model(hi) <= measured:
+        return hi
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if model(mid) < measured else (lo, mid)
+    return (lo + hi) / 2

@@ -3,8 +3,10 @@
 A probe is n transfers on one tier pair's path (the fabric's ECMP hashes the pair), started
 together or spaced; the flow model replays it with the replica's TCP terms, and the contention
 delay (tcp.contention_delay) is fitted so that its last transfer ends when the packets'
-did (calibration.fit_contention). Pure: no fabric, so an old validation's
-calibration can be fitted again when it is judged anew.
+did (calibration.fit_contention), the join stall (tcp.join_stall) so that a spaced
+probe's first arrival ends when the packets' did (calibration.fit_join_stall). Pure:
+no fabric, so an old validation's calibration can be fitted again when it is judged
+anew.
 """
 
 from __future__ import annotations
@@ -12,23 +14,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 from testbed.flowsim.network import FluidNetwork
-from testbed.validate.calibration import fit_contention
+from testbed.validate.calibration import fit_contention, fit_join_stall
 from testbed.validate.twin import flow_twin
 from testbed.validate.validity import tier_pairs
 
 
 def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
-    """ends(idle, tier, bytes, starts): when each of a competing probe's transfers (one per
-    start, modelled seconds) ends in the flow model (TCP terms with the link contention
-    `idle`, or the fluid model when tcp_fit is None), all on the tier pair's one path as
-    on the fabric (its ECMP hashes the pair)."""
+    """ends(idle, tier, bytes, starts, stall=0): when each of a competing probe's transfers
+    (one per start, modelled seconds) ends in the flow model (TCP terms with the link
+    contention `idle` and the join stall `stall`, or the fluid model when tcp_fit is
+    None), all on the tier pair's one path as on the fabric (its ECMP hashes the pair)."""
     spec = sc.cluster.spec()
     pairs = tier_pairs(spec)
     base = flow_twin(sc, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
 
-    def ends(idle: float, tier: int, size: float, starts: list[float]) -> list[float]:
-        net = FluidNetwork(spec, None, factors,
-                           replace(base, contention_idle=idle) if base else None)
+    def ends(idle: float, tier: int, size: float, starts: list[float],
+             stall: float = 0.0) -> list[float]:
+        net = FluidNetwork(spec, None, factors, replace(
+            base, contention_idle=idle, join_stall_s=stall) if base else None)
         path = spec.paths(*pairs[tier])[0]
         arrivals = sorted((t, j) for j, t in enumerate(starts))
         out = [0.0] * len(starts)
@@ -69,6 +72,22 @@ def contention(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
                            for t, b, st, sec in _probes(raw) if len(sec) >= 2])
 
 
+def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
+    """The TCP model's join stall (tcp.join_stall), fitted on the staggered probes alone
+    (never on a workload): the first arrival's time matched, link contention off as in
+    the verdict's model."""
+    ends = probe_ends(sc, factors, tcp_fit, shards)
+
+    def first(stall: float, tier: int, size: float, starts: list[float]) -> float:
+        j = starts.index(min(starts))
+        return ends(0.0, tier, size, starts, stall)[j] - starts[j]
+
+    return fit_join_stall([
+        (sec[st.index(min(st))], lambda stall, t=t, b=b, st=st: first(stall, t, b, st),
+         max(s + x for s, x in zip(st, sec, strict=True)))
+        for t, b, st, sec in _probes(raw) if len(sec) >= 2 and st.count(min(st)) == 1])
+
+
 def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
                         shards: int) -> list[dict]:
     """Per competing probe: the slowest and fastest transfer, and the error on the slowest
@@ -100,13 +119,18 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
 
 
 def with_contention(sc, cal: dict) -> dict:
-    """`cal` with its link contention fitted, if it has competing probes but was taken
-    before the term existed."""
+    """`cal` with its link contention and join stall fitted, if it has competing probes
+    but was taken before either term existed."""
     fit = cal.get("tcp")
     tiers = cal.get("tiers", {})
-    if not fit or "contention_idle" in fit or not any(t.get("competing") for t in tiers.values()):
+    missing = [name for name in ("contention_idle", "join_stall_s") if name not in (fit or {})]
+    if not fit or not missing or not any(t.get("competing") for t in tiers.values()):
         return cal
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
     shards = sc.network.flows_per_transfer or sc.cluster.spec().tp
-    fit = {**fit, **contention(sc, factors, fit, tiers, shards)}
+    fit = dict(fit)
+    if "contention_idle" in missing:
+        fit.update(contention(sc, factors, fit, tiers, shards))
+    if "join_stall_s" in missing:
+        fit.update(join_stall(sc, factors, fit, tiers, shards))
     return {**cal, "tcp": fit, "competing": competing_residuals(sc, factors, fit, tiers, shards)}

@@ -39,9 +39,18 @@ from testbed.metrics import aggregate, percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
-from testbed.validate import arrival, cache, claims, compare, divergence, repeat, validity
+from testbed.validate import (
+    arrival,
+    beside,
+    cache,
+    claims,
+    compare,
+    divergence,
+    repeat,
+    validity,
+)
 from testbed.validate.contention import with_contention
-from testbed.validate.replay import replay_transfers
+from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import (
     claim_targets,
     divergence_targets,
@@ -82,34 +91,6 @@ def transfer_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]
     for key, cell in ref_cells.items():
         if key in model_rows:
             got, _ = compare.match_transfers(read_csv(cell / "transfers.csv"), model_rows[key])
-            pairs.extend(got)
-    return pairs
-
-
-def replay_cells(scenario, emu_cells: dict[str, Path],
-                 capacity_factor: dict[int, float] | None) -> dict[str, list[dict]]:
-    """`scenario` decides the flow model (fluid or tcp: flow_twin)."""
-    bg = scenario.network.background
-    out = {}
-    for key, cell in emu_cells.items():
-        rows = read_csv(cell / "transfers.csv")
-        out[key] = replay_transfers(scenario.cluster.spec(), rows,
-                                    ecmp=packet_ecmp(scenario.network.ecmp),
-                                    background={1: bg.tier1, 2: bg.tier2, 3: bg.tier3},
-                                    capacity_factor=capacity_factor,
-                                    tcp=scenario.tcp_params(),
-                                    rtt_exponent=scenario.network.tcp.rtt_exponent)
-    return out
-
-
-def whole_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]) -> list:
-    """Pairs of whole transfers (first shard's start to slowest shard's end)."""
-    pairs = []
-    for key, cell in ref_cells.items():
-        if key in model_rows:
-            got, _ = compare.match_transfers(
-                compare.whole_transfers(read_csv(cell / "transfers.csv")),
-                compare.whole_transfers(model_rows[key]))
             pairs.extend(got)
     return pairs
 
@@ -321,9 +302,7 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     # the same model made to place every request where the packets did
     flows["tcp_forced"] = run_flowsim(flow_twin(scenario, factors, fit), folder,
                                       follow=divergence.recorded(cells_of(emu_folder))).folder
-    if fit.get("contention_idle"):
-        flows["tcp_contended"] = run_flowsim(flow_twin(scenario, factors, fit, contention=True),
-                                             folder).folder
+    flows.update(beside.engine_runs(scenario, factors, fit, folder))
     seq_file = folder / "sequential.json"
     sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
     doc = build_document(scenario, emu_folder, flows, cal, factors, sequential)
@@ -435,8 +414,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                 [int(r["tier"]) for r in whole_rows], factors),
         },
         "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
-        "contention": _contention(cal, replayer, all_emu, emu_cells, factors, flow_cells,
-                                  loads),
+        **beside.judged(cal.get("tcp", {}), replayer, all_emu, emu_cells, factors, flow_cells),
         "decisions": decisions,
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
@@ -463,22 +441,6 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                               len(flagged)), **claim_targets(gains),
                     **divergence_targets(decisions), **repeat.repeat_targets(floor)},
     }
-
-
-def _contention(cal: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
-                flow_cells: dict, loads: dict) -> dict | None:
-    """The fitted link contention judged both ways beside the verdict's model: the replay
-    (the network model on the packets' own decisions) and both engines (its own)."""
-    idle = float(cal.get("tcp", {}).get("contention_idle") or 0.0)
-    if not idle or "tcp_contended" not in flow_cells:
-        return None
-    replayed = replay_cells(replayer.with_overrides({"network.tcp.contention_idle": idle}),
-                            all_emu, factors)
-    return {"idle": idle,
-            "replay": with_intervals(whole_pairs(all_emu, replayed)),
-            "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_contended"])),
-            "ttft_verdicts": ttft_verdicts(emu_cells, flow_cells["tcp_contended"]),
-            "seed_rankings": seed_rankings(emu_cells, flow_cells["tcp_contended"])}
 
 
 def _decisions(emu_cells: dict, flow_cells: dict, loads: dict, free: dict) -> dict | None:

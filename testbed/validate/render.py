@@ -311,13 +311,23 @@ def _validity_lines(doc: dict) -> list[str]:
                   "TCP model is the replay_tcp row above; each variant changes one term.", "",
                   header[0].format("variant"), header[1]]
         lines += [_interval_row(name, w) for name, w in doc["tcp_ablation"].items()]
-    return lines + _contention_lines(doc) + [""]
+    return lines + _beside_lines(doc) + [""]
 
 
-def _contention_lines(doc: dict) -> list[str]:
-    """The fitted link contention both ways beside the verdict's model."""
-    c = doc.get("contention")
-    if not c:
+# what each term judged beside the verdict's model does, given its fitted value
+_BESIDE_TEXT = {
+    "contention": lambda v: (f"the time a stream loses to competitors stretches "
+                             f"{1 / (1 - v):.2f}x (idle share {100 * v:.0f}%)"),
+    "join_stall": lambda v: (f"a stream that joins a path others keep saturated sends "
+                             f"nothing for {1e3 * v:.0f} modelled ms after its handshake "
+                             "unless it fits in its first window"),
+}
+
+
+def _beside_lines(doc: dict) -> list[str]:
+    """Each fitted term both ways beside the verdict's model (validate/beside.py)."""
+    terms = {k: doc[k] for k in _BESIDE_TEXT if doc.get(k)}
+    if not terms:
         return []
     whole = doc["whole_transfers"]
 
@@ -328,18 +338,19 @@ def _contention_lines(doc: dict) -> list[str]:
                 f"{_abs(replay.get('p90_abs_error'))} | {_abs(engines.get('median_abs_error'))}"
                 f" / {_abs(engines.get('p90_abs_error'))} | {kinds.count('agree')} / "
                 f"{kinds.count('disagree')} / {kinds.count('inconclusive')} | {same} |")
-    return ["", f"Link contention, fitted on the calibration's competing probes alone: the "
-            f"time a stream loses to competitors stretches {1 / (1 - c['idle']):.2f}x (idle "
-            f"share {100 * c['idle']:.0f}%). Judged both ways beside the verdict's model, "
-            "which leaves it out "
-            "(docs/validation.md, \"Links under contention\"):", "",
-            "| model | replay median / p90 | both engines median / p90 | mean TTFT agree / "
-            "disagree / inconclusive | same ranking (seeds) |", "|---|---|---|---|---|",
-            row("TCP model (the verdict's)", whole.get("replay_tcp", {}),
-                whole.get("engines_tcp", {}), doc["ttft_verdicts"]["tcp"],
-                doc["seed_rankings"]["tcp"]),
-            row(f"with link contention ({c['idle']:.2f})", c["replay"], c["engines"],
-                c["ttft_verdicts"], c["seed_rankings"])]
+    lines = ["", "Terms fitted on the calibration's probes alone, judged both ways beside the "
+             "verdict's model, which leaves them out (docs/validation.md, \"Which terms are "
+             "on\"):", ""]
+    lines += [f"- {t['title']} ({t['value']:.3g}): {_BESIDE_TEXT[k](t['value'])}"
+              for k, t in terms.items()]
+    lines += ["", "| model | replay median / p90 | both engines median / p90 | mean TTFT agree "
+              "/ disagree / inconclusive | same ranking (seeds) |", "|---|---|---|---|---|",
+              row("TCP model (the verdict's)", whole.get("replay_tcp", {}),
+                  whole.get("engines_tcp", {}), doc["ttft_verdicts"]["tcp"],
+                  doc["seed_rankings"]["tcp"])]
+    lines += [row(f"with {t['title']}", t["replay"], t["engines"], t["ttft_verdicts"],
+                  t["seed_rankings"]) for t in terms.values()]
+    return lines
 
 
 def _interval_row(name: str, w: dict) -> str:

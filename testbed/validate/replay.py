@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.network import FluidNetwork
 from testbed.model.tcp import TcpParams
+from testbed.records import read_csv
 from testbed.topologies.fattree import FatTreeSpec
-from testbed.topologies.routing import path_hops
+from testbed.topologies.routing import packet_ecmp, path_hops
+from testbed.validate import compare
 
 
 def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "per-transfer",
@@ -75,3 +78,31 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         loop.at(float(row["start"]), lambda row=row: start(row))
     loop.run(until=float("inf"))
     return sorted(out, key=lambda r: (str(r["request"]), int(r["shard"])))
+
+
+def replay_cells(scenario, emu_cells: dict[str, Path],
+                 capacity_factor: dict[int, float] | None) -> dict[str, list[dict]]:
+    """`scenario` decides the flow model (fluid or tcp: flow_twin)."""
+    bg = scenario.network.background
+    out = {}
+    for key, cell in emu_cells.items():
+        rows = read_csv(cell / "transfers.csv")
+        out[key] = replay_transfers(scenario.cluster.spec(), rows,
+                                    ecmp=packet_ecmp(scenario.network.ecmp),
+                                    background={1: bg.tier1, 2: bg.tier2, 3: bg.tier3},
+                                    capacity_factor=capacity_factor,
+                                    tcp=scenario.tcp_params(),
+                                    rtt_exponent=scenario.network.tcp.rtt_exponent)
+    return out
+
+
+def whole_pairs(ref_cells: dict[str, Path], model_rows: dict[str, list[dict]]) -> list:
+    """Pairs of whole transfers (first shard's start to slowest shard's end)."""
+    pairs = []
+    for key, cell in ref_cells.items():
+        if key in model_rows:
+            got, _ = compare.match_transfers(
+                compare.whole_transfers(read_csv(cell / "transfers.csv")),
+                compare.whole_transfers(model_rows[key]))
+            pairs.extend(got)
+    return pairs

@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import math
 
+from testbed.validate.beside import TERMS as BESIDE
+
 # term -> (the model without it, the model with it), as a validation's flow runs name them
-TERMS = {"TCP terms": ("calibrated", "tcp"), "link contention": ("tcp", "tcp_contended")}
+TERMS = {"TCP terms": ("calibrated", "tcp"),
+         **{t.title: ("tcp", t.model) for t in BESIDE.values()}}
 FIGURES = ("replay_p90", "ttft_error")
 
 
 def row_figures(doc: dict) -> dict[str, dict[str, float]]:
     """model -> {replay_p90, ttft_error} of one validation; a model the validation did not
-    run (no fitted contention) is left out."""
+    run (a term not fitted) is left out."""
     whole = doc["whole_transfers"]
     runs = {"calibrated": (whole.get("replay_calibrated"), doc["ttft_verdicts"].get("calibrated")),
             "tcp": (whole.get("replay_tcp"), doc["ttft_verdicts"].get("tcp"))}
-    c = doc.get("contention")
-    if c:
-        runs["tcp_contended"] = (c["replay"], c["ttft_verdicts"])
+    for key in BESIDE:
+        if doc.get(key):
+            runs[doc[key]["model"]] = (doc[key]["replay"], doc[key]["ttft_verdicts"])
     out = {}
     for model, (replay, verdicts) in runs.items():
         errors = [abs(v["point"]) for by in (verdicts or {}).values() for v in by.values()
@@ -71,7 +74,7 @@ def selection_lines(rows: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     def pct(x) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    models = [m for m in ("calibrated", "tcp", "tcp_contended")
+    models = [m for m in ("calibrated", "tcp", *(t.model for t in BESIDE.values()))
               if any(m in r for r in rows.values())]
     lines = ["| row | " + " | ".join(f"{m}: replay p90 / mean-TTFT error" for m in models)
              + " |", "|---|" + "---|" * len(models)]

@@ -1,0 +1,68 @@
+"""Terms of the TCP model judged beside the verdict's model, not in it.
+
+Each is fitted on the calibration's probes alone, never on a workload (contention.py),
+and every validation runs it both ways: the replay (the network model on the packets'
+own transfers) and both engines (the flow model deciding for itself). The held-out
+selection (selection.py) then says whether it earns a place in the default model; until
+one does, the verdict leaves it out (docs/validation.md, "Which terms are on").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.records import read_csv
+from testbed.runner import run_flowsim
+from testbed.validate.replay import replay_cells, whole_pairs
+from testbed.validate.summary import with_intervals
+from testbed.validate.twin import flow_twin
+from testbed.validate.verdicts import seed_rankings, ttft_verdicts
+
+
+@dataclass(frozen=True)
+class Term:
+    field: str  # its network.tcp field, and its key in the calibration's "tcp" fit
+    model: str  # its flow-model run's name, and the selection's model with it on
+    title: str  # what the report and the selection call it
+
+
+TERMS = {
+    "contention": Term("contention_idle", "tcp_contended", "link contention"),
+    "join_stall": Term("join_stall_s", "tcp_joined", "join stall"),
+}
+
+
+def fitted(fit: dict, term: Term) -> float:
+    """The term's fitted value (0: not fitted, or fitted to nothing)."""
+    return float(fit.get(term.field) or 0.0)
+
+
+def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path) -> dict[str, Path]:
+    """The flow model with each fitted term on, the rest as the verdict's: run name ->
+    its folder."""
+    return {t.model: run_flowsim(flow_twin(scenario, factors, fit, beside=(t.field,)),
+                                 folder).folder
+            for t in TERMS.values() if fitted(fit, t)}
+
+
+def judged(fit: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
+           flow_cells: dict) -> dict[str, dict | None]:
+    """Each fitted term both ways: the replay with it (on every packet run) and both
+    engines with it (faithful runs), as the verdict's model is judged."""
+    out: dict[str, dict | None] = {}
+    for key, t in TERMS.items():
+        value = fitted(fit, t)
+        if not value or t.model not in flow_cells:
+            out[key] = None
+            continue
+        cells = flow_cells[t.model]
+        replayed = replay_cells(replayer.with_overrides({f"network.tcp.{t.field}": value}),
+                                all_emu, factors)
+        engines = {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
+        out[key] = {"title": t.title, "field": t.field, "model": t.model, "value": value,
+                    "replay": with_intervals(whole_pairs(all_emu, replayed)),
+                    "engines": with_intervals(whole_pairs(emu_cells, engines)),
+                    "ttft_verdicts": ttft_verdicts(emu_cells, cells),
+                    "seed_rankings": seed_rankings(emu_cells, cells)}
+    return out
