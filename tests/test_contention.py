@@ -117,6 +117,15 @@ def test_the_join_stall_fit_recovers_the_stall_that_made_the_staggered_probes(sc
     stalled, plain = ends(0.0, 2, 2e9, [0.0, 0.05], 0.2), ends(0.0, 2, 2e9, [0.0, 0.05])
     assert stalled[0] < plain[0] and stalled[1] == pytest.approx(plain[1])
     assert join_stall(sc, factors, fit, {"1": {"competing": []}}, 4)["join_stall_s"] == 0.0
+    # an incumbent as fast as alone (or faster: the packets' noise) bounds the stall from
+    # below only: the least stall that leaves it alone, not the probe's whole span
+    (tier, size, starts), alone = probes[0], ends(0.0, 1, 8e9, [0.0])[0]
+    for measured in (alone, 0.9 * alone):
+        raw = {"1": {"competing": [{"bytes": size, "starts": starts,
+                                    "seconds": [measured, 9.0]}]}}
+        least = join_stall(sc, factors, fit, raw, 4)["join_stall_s"]
+        assert ends(0.0, 1, size, starts, least)[0] == pytest.approx(alone)
+        assert ends(0.0, 1, size, starts, 0.9 * least)[0] > alone * (1 + 1e-6)
 
 
 def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):

@@ -128,12 +128,21 @@ def fit_join_stall(probes: Sequence[tuple[float, Callable[[float], float], float
     the incumbent, so the first arrival ends sooner the longer the stall (while the link
     stays busy the last one ends when it would have anyway); per probe the stall at which
     it ends when the packets' did (bisection), and the median over probes is fitted."""
-    estimates = [_matching(-measured, lambda x, m=model: -m(x), top)
-                 for measured, model, top in probes]
+    estimates = [_first_matching(measured, model, top) for measured, model, top in probes]
     if not estimates:
         return {"join_stall_s": 0.0, "join_stall_estimates": []}
     return {"join_stall_s": round(statistics.median(estimates), 6),
             "join_stall_estimates": [round(e, 6) for e in estimates]}
+
+
+def _first_matching(measured: float, model: Callable[[float], float], top: float) -> float:
+    """The least stall in [0, top] at which the decreasing `model` (the first arrival's
+    time) comes down to `measured`. It stops decreasing once the first arrival has the
+    link to itself until it ends, so a measurement at or below that floor gives the stall
+    where the floor begins: more is not in the data."""
+    floor = model(top)
+    target = max(measured, floor + 1e-9 * abs(floor))
+    return _matching(-target, lambda x: -model(x), top)
 
 
 def _matching(measured: float, model: Callable[[float], float], top: float) -> float:
