@@ -38,8 +38,10 @@ COMPETE_GB = 0.5  # modelled size of each competing transfer
 COMPETING = (1, 2, 4, 8)  # transfers of COMPETE_GB started together on one path
 # more competing probes per tier, (modelled GB each, how many, start spacing in lone
 # transfers of COMPETE_GB): the other two decades of size, and starts that do not
-# coincide (each transfer half a lone transfer's time after the previous)
-COMPETE_MORE = ((0.032, 8, 0.0), (2.0, 2, 0.0), (COMPETE_GB, 4, 0.5))
+# coincide (each transfer half a lone transfer's time after the previous; two large ones
+# a lone transfer apart, so the first still sends long after the second joins: what the
+# join stall is fitted on)
+COMPETE_MORE = ((0.032, 8, 0.0), (2.0, 2, 0.0), (COMPETE_GB, 4, 0.5), (2.0, 2, 1.0))
 SPREAD_REPEATS = 6  # more lone transfers of COMPETE_GB per tier: the shard spread is noisy
 PROBE_PORT_OFFSET = 2  # kv_port + 2
 
