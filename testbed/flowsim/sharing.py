@@ -162,20 +162,27 @@ class MaxMinSharing:
         return link.kv_rate >= link.kv_full
 
     def _fit(self, flow: Flow) -> bool:
-        """Whether the flow is at its cap or has a bottleneck (see _reshare)."""
-        cap = flow.effective_cap()
+        """Whether the flow is at its cap or has a bottleneck (see _reshare). Asked dozens
+        of times per request at the largest fabrics, so Flow.effective_cap and
+        _largest_share's cache are read inline."""
+        rate, cap, window = flow.rate, flow.cap, flow.window_cap
+        if window is not None and (cap is None or window < cap):
+            cap = window
         if cap is not None:
-            if flow.rate > cap / SATURATED:  # over a cap lowered since
+            if rate > cap / SATURATED:  # over a cap lowered since
                 return False
-            if flow.rate >= cap * SATURATED:
+            if rate >= cap * SATURATED:
                 return True
-        share = flow.rate / flow.weight
-        link_list = self.link_list
+        share = rate / flow.weight
+        link_list, umax = self.link_list, self._umax
         for h in flow.links:
             link = link_list[h]
-            if link.kv_rate >= link.kv_full and share >= self._largest_share(h) * \
-                    SATURATED:
-                return True
+            if link.kv_rate >= link.kv_full:
+                top = umax.get(h)
+                if top is None:
+                    top = self._largest_share(h)
+                if share >= top * SATURATED:
+                    return True
         return False
 
     def _largest_share(self, h: int) -> float:
