@@ -113,16 +113,17 @@ def test_a_cut_table_on_a_fabric_tier_map_ranks_as_one_candidate_at_a_time(seed)
 
 @settings(max_examples=24, deadline=None)
 @given(seed=st.integers(0, 10**6), long_queues=st.booleans(),
-       hits=st.sampled_from(["none", "one length", "two lengths"]), in_runs=st.booleans())
+       hits=st.sampled_from(["none", "one length", "two lengths", "few of one length",
+                             "few of two lengths"]), in_runs=st.booleans())
 def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, long_queues,
                                                                          hits, in_runs):
     """Thousands of candidates read their load from a (tier, excess, batch) grid; every
     cost is still the number the equations give one candidate (short queues: one grid
     lookup; long ones grow the grid past the table and take two; one cached-prefix
     length: costed once per tier; tiers in a few runs, as a fat-tree's rows come, read
-    per run); D_r over the table or some of its rows is the one-candidate test (some
-    rows fit only thanks to their hit), and a push puts every row outside it out of
-    reach."""
+    per run, with a few cached rows costed apart); D_r over the table or some of its
+    rows is the one-candidate test (some rows fit only thanks to their hit), and a push
+    puts every row outside it out of reach."""
     rng = random.Random(seed)
     names = [f"d{i}" for i in range(5000)]
     if in_runs:  # the prefill's rack, its pod, the rest: a handful of runs
@@ -138,7 +139,10 @@ def test_netkv_costs_of_a_large_table_are_the_one_candidate_costs_bitwise(seed, 
     req = RequestInfo("r", length, length * 327680.0)
     queues = [0, 1, 5, 12, 300] if long_queues else [0, 1, 5, 12]
     lengths = {"none": [0], "one length": [0, 0, 0, length // 32 * 16],
-               "two lengths": [0, 0, 0, 512, length // 16 * 16]}[hits]
+               "two lengths": [0, 0, 0, 512, length // 16 * 16],
+               # as in runs: a handful of rows hold the prefix, each costed apart
+               "few of one length": [0] * 199 + [length // 32 * 16],
+               "few of two lengths": [0] * 198 + [512, length // 16 * 16]}[hits]
     reserve = 2 * GB  # memory near the request's own size: rows that fit only with a hit
     free = [30 * GB, 200 * GB, req.kv_bytes * 0.75 + reserve, req.kv_bytes * 0.3 + reserve]
     table = CandidateTable(names, [rng.choice(free) for _ in names],

@@ -227,8 +227,10 @@ class NetKV(Scheduler):
                                                       request.input_len))
         # (size, tier) -> transfer time, each a float: a handful, not tiny arrays
         net = np.array([[transfer_time(size, b, lat) for b, lat in terms] for size in sizes])
-        runs = self._tier_runs(prefill, root, oracle)
-        if runs is not None:  # a few runs of one tier: each a slice, read from its tier's grid
+        # a few runs of one tier, and few cached rows (each costed apart): a slice per run,
+        # read from its tier's grid; many cached rows are cheaper moved into a second grid
+        runs = self._tier_runs(prefill, root, oracle) if len(hits) <= len(key) >> 6 else None
+        if runs is not None:
             grid = self._grid(len(terms) * width).reshape(len(terms), width)
             np.add(net[0][:, None], load, out=grid)
             costs = np.empty(len(key))
