@@ -90,12 +90,14 @@ def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
 
 def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
                         shards: int) -> list[dict]:
-    """Per competing probe: the slowest and fastest transfer, and the error on the slowest
-    of the fluid model, the TCP model without link contention and with the fitted one."""
+    """Per competing probe: the slowest and fastest transfer, the error on the slowest of
+    the fluid model, the TCP model without link contention and with the fitted one, and
+    the TCP model's error per transfer in arrival order without and with the join stall."""
     tcp_ends = probe_ends(sc, factors, tcp_fit, shards)
     tcp_end = last_ends(sc, factors, tcp_fit, shards)
     fluid_end = last_ends(sc, factors, None, shards)
     idle = float(tcp_fit.get("contention_idle", 0.0))
+    stall = float(tcp_fit.get("join_stall_s", 0.0))
     out = []
     for t, b, starts, secs in _probes(raw):
         slowest = max(secs)
@@ -104,11 +106,14 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
             [(slowest, lambda idle, t=t, b=b, st=starts: tcp_end(idle, t, b, st))])
         arrival = sorted(range(len(secs)), key=lambda j: starts[j])
         modelled = tcp_ends(0.0, t, b, starts)
+        joined = tcp_ends(0.0, t, b, starts, stall) if stall else modelled
         out.append({"tier": t, "competing": len(secs), "bytes": b,
                     # the TCP model's error on each transfer, first arrival first: packets
                     # need not share as max-min does, and the first carries the difference
                     "by_arrival": [(modelled[j] - starts[j] - secs[j]) / secs[j]
                                    for j in arrival],
+                    "by_arrival_joined": [(joined[j] - starts[j] - secs[j]) / secs[j]
+                                          for j in arrival],
                     "idle_estimate": None if est is None else est["contention_idle"],
                     "spacing_s": max(starts) / max(len(starts) - 1, 1),
                     "slowest_s": slowest, "fastest_s": min(secs),

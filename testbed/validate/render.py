@@ -375,22 +375,27 @@ def _tcp_fit_lines(cal: dict) -> list[str]:
         lines.append(f"| {r['tier']} | {r['bytes'] / 1e6:.0f} MB | {1e3 * r['seconds']:.1f} ms | "
                      f"{_pct(r['tcp_error'])} |")
     if cal.get("competing"):
-        idle = fit.get("contention_idle")
+        idle, stall = fit.get("contention_idle"), fit.get("join_stall_s")
         lines += ["", "Competing transfers on one path, started together or spaced (slowest of "
                   "n; fastest beside it shows how unequal the shares were); the link "
                   "contention fitted on them: "
                   + ("none" if idle is None else f"idle share {100 * idle:.0f}% (the time a "
-                     f"stream loses to competitors stretches {1 / (1 - idle):.2f}x)"), "",
+                     f"stream loses to competitors stretches {1 / (1 - idle):.2f}x)")
+                  + "; the join stall fitted on the spaced ones: "
+                  + ("none" if stall is None else f"{1e3 * stall:.0f} modelled ms"), "",
                   "| tier | n x size | spacing | slowest / fastest (ms) | TCP model error | "
                   "with contention | fluid error | its own fit | TCP model error per "
-                  "transfer, first arrival first |", "|---|---|---|---|---|---|---|---|---|"]
+                  "transfer, first arrival first | the same with the join stall |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for c in cal["competing"]:
             lines.append(f"| {c['tier']} | {c['competing']} x {c.get('bytes', 5e8) / 1e6:.0f} MB"
                          f" | {1e3 * c.get('spacing_s', 0.0):.0f} ms | "
                          f"{1e3 * c['slowest_s']:.0f} / {1e3 * c['fastest_s']:.0f} | "
                          f"{_pct(c['tcp_error'])} | {_pct(c.get('contended_error'))} | "
                          f"{_pct(c['fluid_error'])} | {_abs(c.get('idle_estimate'))} | "
-                         f"{' / '.join(_pct(e) for e in c.get('by_arrival', [])) or '-'} |")
+                         f"{' / '.join(_pct(e) for e in c.get('by_arrival', [])) or '-'} | "
+                         f"{' / '.join(_pct(e) for e in c.get('by_arrival_joined', [])) or '-'}"
+                         " |")
     return lines
 
 
