@@ -100,16 +100,18 @@ def test_the_join_stall_fit_recovers_the_stall_that_made_the_staggered_probes(sc
     ends = probe_ends(sc, factors, fit, 4)
     # large enough that the incumbent still sends when the stall ends: past that, a
     # longer stall changes nothing and the probe bounds it only from below
-    probes = [(tier, 8e9, starts) for tier in (1, 2, 3)
-              for starts in ([0.0, 0.05], [0.0, 0.05, 0.1, 0.15])]
+    lone = {tier: ends(0.0, tier, 8e9, [0.0])[0] for tier in (1, 2, 3)}
+    probes = [(tier, 8e9, [k * 0.2 * lone[tier] for k in range(n)]) for tier in (1, 2, 3)
+              for n in (2, 4)]  # a fifth of a lone transfer apart
     raw = {str(t): {"competing": []} for t in (1, 2, 3)}
     for tier, size, starts in probes:
         made = ends(0.0, tier, size, starts, 0.2)
         raw[str(tier)]["competing"].append(
             {"bytes": size, "starts": starts,
              "seconds": [e - s for e, s in zip(made, starts, strict=True)]})
-    raw["1"]["competing"].append({"bytes": 0.5e9, "starts": [0.0, 0.0],
-                                  "seconds": [9.0, 9.0]})  # together: no newcomer
+    for jitter in (0.0, 3e-4):  # together (the senders' launch apart): no newcomer
+        raw["1"]["competing"].append({"bytes": 0.5e9, "starts": [0.0, jitter],
+                                      "seconds": [0.2, 9.0]})
     got = join_stall(sc, factors, fit, raw, 4)
     assert got["join_stall_s"] == pytest.approx(0.2, rel=1e-3)
     assert len(got["join_stall_estimates"]) == len(probes)
@@ -119,7 +121,7 @@ def test_the_join_stall_fit_recovers_the_stall_that_made_the_staggered_probes(sc
     assert join_stall(sc, factors, fit, {"1": {"competing": []}}, 4)["join_stall_s"] == 0.0
     # an incumbent as fast as alone (or faster: the packets' noise) bounds the stall from
     # below only: the least stall that leaves it alone, not the probe's whole span
-    (tier, size, starts), alone = probes[0], ends(0.0, 1, 8e9, [0.0])[0]
+    (tier, size, starts), alone = probes[0], lone[1]
     for measured in (alone, 0.9 * alone):
         raw = {"1": {"competing": [{"bytes": size, "starts": starts,
                                     "seconds": [measured, 9.0]}]}}

@@ -11,6 +11,7 @@ anew.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from testbed.flowsim.network import FluidNetwork
@@ -85,7 +86,22 @@ def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
     return fit_join_stall([
         (sec[st.index(min(st))], lambda stall, t=t, b=b, st=st: first(stall, t, b, st),
          max(s + x for s, x in zip(st, sec, strict=True)))
-        for t, b, st, sec in _probes(raw) if len(sec) >= 2 and st.count(min(st)) == 1])
+        for t, b, st, sec in _probes(raw) if _spaced(st, sec)])
+
+
+# a probe is staggered when each transfer starts at least this share of the first one's
+# time after the one before: "together" probes start microseconds apart (the senders'
+# launch), which says nothing of who was there first
+SPACED_SHARE = 0.05
+
+
+def _spaced(starts: list[float], seconds: list[float]) -> bool:
+    """Whether a competing probe's transfers were started apart on purpose."""
+    if len(starts) < 2:
+        return False
+    first = seconds[starts.index(min(starts))]
+    ordered = sorted(starts)
+    return all(b - a >= SPACED_SHARE * first for a, b in itertools.pairwise(ordered))
 
 
 def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
