@@ -47,3 +47,26 @@ def test_figures_of_a_validation_document():
     assert got["calibrated"] == {"replay_p90": 0.3, "ttft_error": 0.2}
     assert got["tcp"] == {"replay_p90": 0.2, "ttft_error": 0.05}  # nan left out
     assert "tcp_contended" not in got
+
+
+def test_the_join_stall_is_in_the_verdicts_model_and_judged_by_its_absence():
+    """The verdict's model carries the fitted join stall; the model judged beside it is
+    the same without it (link contention: the other way round), and the selection asks
+    each in its own direction."""
+    from testbed.scenario import load_scenario
+    from testbed.validate.beside import TERMS as BESIDE
+    from testbed.validate.selection import TERMS
+    from testbed.validate.twin import flow_twin, replay_twin
+    from tests.conftest import ROOT
+
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
+    fit = {"join_stall_s": 0.07, "contention_idle": 0.4}
+    assert flow_twin(sc, {1: 1.0}, fit).tcp_params().join_stall_s == 0.07
+    assert replay_twin(sc, {1: 1.0}, fit).tcp_params().join_stall_s == 0.07
+    assert flow_twin(sc, {1: 1.0}, fit).tcp_params().contention_idle == 0.0
+    stall, cont = BESIDE["join_stall"], BESIDE["contention"]
+    off = flow_twin(sc, {1: 1.0}, fit, beside=stall.other_way(fit)).tcp_params()
+    on = flow_twin(sc, {1: 1.0}, fit, beside=cont.other_way(fit)).tcp_params()
+    assert (off.join_stall_s, on.contention_idle, on.join_stall_s) == (0.0, 0.4, 0.07)
+    assert TERMS["join stall"] == ("tcp_unjoined", "tcp")
+    assert TERMS["link contention"] == ("tcp", "tcp_contended")

@@ -1,10 +1,12 @@
-"""Terms of the TCP model judged beside the verdict's model, not in it.
+"""Terms of the TCP model judged both ways beside the verdict's model.
 
 Each is fitted on the calibration's probes alone, never on a workload (contention.py),
-and every validation runs it both ways: the replay (the network model on the packets'
-own transfers) and both engines (the flow model deciding for itself). The held-out
-selection (selection.py) then says whether it earns a place in the default model; until
-one does, the verdict leaves it out (docs/validation.md, "Which terms are on").
+and every validation runs the model the other way too: with the term where the verdict
+leaves it out (link contention), without it where the verdict has it (the join stall).
+Both the replay (the network model on the packets' own transfers) and both engines (the
+flow model deciding for itself) are judged so, and the held-out selection (selection.py)
+says whether each earns its place in the default model (docs/validation.md, "Which
+terms are on").
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ from testbed.validate.verdicts import seed_rankings, ttft_verdicts
 @dataclass(frozen=True)
 class Term:
     field: str  # its network.tcp field, and its key in the calibration's "tcp" fit
-    model: str  # its flow-model run's name, and the selection's model with it on
+    model: str  # its flow-model run's name: the verdict's model the other way
     title: str  # what the report and the selection call it
+    in_verdict: bool  # in the verdict's model (judged without it) or not (judged with it)
+
+    def other_way(self, fit: dict) -> dict[str, float]:
+        """The network.tcp setting of the model judged beside the verdict's."""
+        return {self.field: 0.0 if self.in_verdict else fitted(fit, self)}
 
 
 TERMS = {
-    "contention": Term("contention_idle", "tcp_contended", "link contention"),
-    "join_stall": Term("join_stall_s", "tcp_joined", "join stall"),
+    "contention": Term("contention_idle", "tcp_contended", "link contention", False),
+    "join_stall": Term("join_stall_s", "tcp_unjoined", "join stall", True),
 }
 
 
@@ -39,17 +46,18 @@ def fitted(fit: dict, term: Term) -> float:
 
 
 def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path) -> dict[str, Path]:
-    """The flow model with each fitted term on, the rest as the verdict's: run name ->
-    its folder."""
-    return {t.model: run_flowsim(flow_twin(scenario, factors, fit, beside=(t.field,)),
+    """The flow model the other way for each fitted term, the rest as the verdict's: run
+    name -> its folder."""
+    return {t.model: run_flowsim(flow_twin(scenario, factors, fit, beside=t.other_way(fit)),
                                  folder).folder
             for t in TERMS.values() if fitted(fit, t)}
 
 
 def judged(fit: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
            flow_cells: dict) -> dict[str, dict | None]:
-    """Each fitted term both ways: the replay with it (on every packet run) and both
-    engines with it (faithful runs), as the verdict's model is judged."""
+    """Each fitted term the other way: the replay (on every packet run) and both engines
+    (faithful runs) with it where the verdict leaves it out and without it where the
+    verdict has it, judged as the verdict's model is."""
     out: dict[str, dict | None] = {}
     for key, t in TERMS.items():
         value = fitted(fit, t)
@@ -57,10 +65,11 @@ def judged(fit: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
             out[key] = None
             continue
         cells = flow_cells[t.model]
-        replayed = replay_cells(replayer.with_overrides({f"network.tcp.{t.field}": value}),
-                                all_emu, factors)
+        replayed = replay_cells(replayer.with_overrides(
+            {f"network.tcp.{f}": v for f, v in t.other_way(fit).items()}), all_emu, factors)
         engines = {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
         out[key] = {"title": t.title, "field": t.field, "model": t.model, "value": value,
+                    "in_verdict": t.in_verdict,
                     "replay": with_intervals(whole_pairs(all_emu, replayed)),
                     "engines": with_intervals(whole_pairs(emu_cells, engines)),
                     "ttft_verdicts": ttft_verdicts(emu_cells, cells),

@@ -6,11 +6,11 @@ from testbed.topologies.routing import packet_ecmp
 
 
 def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
-              tcp_fit: dict | None = None, beside: tuple[str, ...] = ()):
+              tcp_fit: dict | None = None, beside: dict[str, float] | None = None):
     """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
     calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
-    the replica, and the fitted values of the network.tcp fields named in `beside` too
-    (terms judged beside the verdict's model, not in it: validate/beside.py)."""
+    the replica as fitted, the join stall among them, and `beside` sets network.tcp fields
+    on top (a term judged beside the verdict's model, on or off: validate/beside.py)."""
     over: dict = {}
     if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
         over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
@@ -22,8 +22,9 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
         over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
         over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
-        for name in beside:
-            over[f"network.tcp.{name}"] = float(tcp_fit.get(name, 0.0))
+        over["network.tcp.join_stall_s"] = float(tcp_fit.get("join_stall_s", 0.0))
+        for name, value in (beside or {}).items():
+            over[f"network.tcp.{name}"] = value
     return scenario.with_overrides(over) if over else scenario
 
 
