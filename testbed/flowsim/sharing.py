@@ -162,27 +162,20 @@ class MaxMinSharing:
         return link.kv_rate >= link.kv_full
 
     def _fit(self, flow: Flow) -> bool:
-        """Whether the flow is at its cap or has a bottleneck (see _reshare). Asked dozens
-        of times per request at the largest fabrics, so Flow.effective_cap and
-        _largest_share's cache are read inline."""
-        rate, cap, window = flow.rate, flow.cap, flow.window_cap
-        if window is not None and (cap is None or window < cap):
-            cap = window
+        """Whether the flow is at its cap or has a bottleneck (see _reshare)."""
+        cap = flow.effective_cap()
         if cap is not None:
-            if rate > cap / SATURATED:  # over a cap lowered since
+            if flow.rate > cap / SATURATED:  # over a cap lowered since
                 return False
-            if rate >= cap * SATURATED:
+            if flow.rate >= cap * SATURATED:
                 return True
-        share = rate / flow.weight
-        link_list, umax = self.link_list, self._umax
+        share = flow.rate / flow.weight
+        link_list = self.link_list
         for h in flow.links:
             link = link_list[h]
-            if link.kv_rate >= link.kv_full:
-                top = umax.get(h)
-                if top is None:
-                    top = self._largest_share(h)
-                if share >= top * SATURATED:
-                    return True
+            if link.kv_rate >= link.kv_full and share >= self._largest_share(h) * \
+                    SATURATED:
+                return True
         return False
 
     def _largest_share(self, h: int) -> float:

@@ -185,13 +185,12 @@ class Scheduler:
         in a fat-tree a prefill sees its rack, its pod and the rest as a few runs, and a
         per-tier term is laid on a slice instead of gathered per row."""
         _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
-        runs = extra.get("runs", _MISSING)
-        if runs is _MISSING:
+        if "runs" not in extra:
             starts = [0, *(np.flatnonzero(np.diff(row)) + 1).tolist()]
-            runs = extra["runs"] = None if len(starts) > self.MAX_RUNS else [
+            extra["runs"] = None if len(starts) > self.MAX_RUNS else [
                 (lo, hi, int(row[lo])) for lo, hi in zip(starts, [*starts[1:], len(row)],
                                                          strict=True)]
-        return runs
+        return extra["runs"]
 
     MAX_RUNS = 16
 
@@ -366,7 +365,6 @@ class SchedulerWrapper:
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
-_MISSING = object()
 
 
 def _smallest(top: int) -> type:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.records import read_csv
 from testbed.runner import run_flowsim
 from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import with_intervals
@@ -54,10 +53,10 @@ def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path) ->
 
 
 def judged(fit: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
-           flow_cells: dict) -> dict[str, dict | None]:
+           flow_cells: dict, loads: dict) -> dict[str, dict | None]:
     """Each fitted term the other way: the replay (on every packet run) and both engines
-    (faithful runs) with it where the verdict leaves it out and without it where the
-    verdict has it, judged as the verdict's model is."""
+    (faithful runs; `loads`: each flow run's transfers) with it where the verdict leaves
+    it out and without it where the verdict has it, judged as the verdict's model is."""
     out: dict[str, dict | None] = {}
     for key, t in TERMS.items():
         value = fitted(fit, t)
@@ -67,11 +66,10 @@ def judged(fit: dict, replayer, all_emu: dict, emu_cells: dict, factors: dict,
         cells = flow_cells[t.model]
         replayed = replay_cells(replayer.with_overrides(
             {f"network.tcp.{f}": v for f, v in t.other_way(fit).items()}), all_emu, factors)
-        engines = {k: read_csv(c / "transfers.csv") for k, c in cells.items()}
         out[key] = {"title": t.title, "field": t.field, "model": t.model, "value": value,
                     "in_verdict": t.in_verdict,
                     "replay": with_intervals(whole_pairs(all_emu, replayed)),
-                    "engines": with_intervals(whole_pairs(emu_cells, engines)),
+                    "engines": with_intervals(whole_pairs(emu_cells, loads[t.model])),
                     "ttft_verdicts": ttft_verdicts(emu_cells, cells),
                     "seed_rankings": seed_rankings(emu_cells, cells)}
     return out
