@@ -119,3 +119,37 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
             hops = list(net.links)
             net.set_background({hops[x % len(hops)]: rng.uniform(0.0, 0.9)}, now)
         check(net)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripts())
+def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(script):
+    """Under the TCP model a transfer's streams share unequally by their order among the
+    ones still sending (tcp.shard_share): a stream leaving moves its siblings' weights on
+    other paths, and the incremental re-sharing still gives the full recomputation's
+    rates."""
+    from testbed.model.tcp import TcpParams
+
+    spec_index, ops = script
+    spec = SPECS[spec_index]
+    params = TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0,
+                       shard_spread=0.6)
+    net = FluidNetwork(spec, random.Random(0), tcp=params)
+    names = [i.name for i in spec.instances]
+    pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
+    now = 0.0
+    for op, x in ops:
+        rng = random.Random(x)
+        now += 1e-3
+        if op in ("remove", "level") and net.flows:
+            victim = sorted(net.flows)[x % len(net.flows)]
+            net.remove_flows(now, lambda f, v=victim: f.flow_id == v)
+        else:  # a transfer of 1-4 streams over the pair's paths, one re-sharing for all
+            a, b = pairs[x % len(pairs)]
+            paths = spec.paths(a, b)
+            n = rng.randrange(1, 5)
+            streams = [net.add_flow(paths[rng.randrange(len(paths))], 1e12, now,
+                                    shard=(k, n), share=False, group=(now, x)) for k in range(n)]
+            net.recompute({h for f in streams for h in f.path}, changed=streams)
+            net.pop_finished(now)  # the (instant) handshakes end
+        check(net)

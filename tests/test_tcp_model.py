@@ -360,6 +360,30 @@ def test_under_contention_a_spread_transfer_ends_later_than_equal_shares_predict
     assert {w["request"]: w["end"] for w in sp}["x"] > first * (1 + 1e-3)
 
 
+@pytest.mark.parametrize("grouped", [True, False])
+def test_a_spread_transfers_last_stream_competes_as_one_stream(spec, grouped):
+    """Transfer x (two streams, spread 0.5: weights 1.5 and 0.5) meets stranger y on one
+    link. Once x's fast stream is done its slow one is all x has left: it shares the link
+    with y as one TCP stream with another (equal halves), not at a third of y's weight as
+    a fixed per-stream handicap would leave it (what a flow without its transfer gets)."""
+    a, b = pair_at(spec, 2)
+    path = spec.paths(a, b)[0]
+    params = tcp.TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0,
+                           shard_spread=0.5)
+    net = FluidNetwork(spec, None, None, params)
+    group = "x" if grouped else None
+    fast, slow = (net.add_flow(path, size, 0.0, shard=(k, 2), group=group)
+                  for k, size in ((0, 1e9), (1, 1e12)))
+    other = net.add_flow(path, 1e12, 0.0)
+    net.pop_finished(0.0)  # the (instant) handshake ends
+    cap = min(net.links[h].capacity for h in path)
+    assert [fast.rate, slow.rate, other.rate] == pytest.approx([cap / 2, cap / 6, cap / 3])
+    done = net.pop_finished(net.next_completion())
+    assert done == [fast]
+    want = [cap / 2, cap / 2] if grouped else [cap / 3, 2 * cap / 3]
+    assert [slow.rate, other.rate] == pytest.approx(want)
+
+
 def test_fit_shard_spread_reads_the_ratio_after_the_fixed_cost():
     from testbed.validate.calibration import fit_shard_spread
 

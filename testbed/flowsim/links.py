@@ -71,6 +71,9 @@ class Flow:
     version: int = 0  # bumped at every rate change: older completion entries are stale
     due: float | None = None  # its entry in the completion heap (when its bytes are out)
     alone_share: float = 1.0  # of its path's rate, alone with its own transfer's streams
+    group: object = None  # its transfer, whose streams share unequally (tcp.shard_share)
+    shard_k: int = 0  # its stream's index in that transfer
+    shard_factor: float = 1.0  # the tcp.shard_share in its weight now
 
     def effective_cap(self) -> float | None:
         cap, window = self.cap, self.window_cap

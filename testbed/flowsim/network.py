@@ -68,6 +68,7 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
         self._ends: list[tuple[float, int, int]] = []  # (bytes out, flow id, version)
         self._ramps: list[tuple[float, int]] = []  # (window doubles, flow id)
         self._unbound: set[int] = set()  # in slow start, window no longer binding
+        self._groups: dict[object, list[Flow]] = {}  # transfer -> its unequal streams
         self._umax: dict[int, float] = {}  # link -> largest rate / weight on it (cache)
         self._leveled = 0  # flows above level 0: strict priority is in use
         self._links_down = 0  # directed links failed now
@@ -77,9 +78,11 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
     # -- flows -----------------------------------------------------------------------
     def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
                  level: int = 0, shard: tuple[int, int] = (0, 1), share: bool = True,
-                 streams: int = 1) -> Flow:
+                 streams: int = 1, group: object = None) -> Flow:
         """`shard` (k, n): this flow is stream k of a transfer's n parallel ones (under the
-        TCP model they share unequally: tcp.shard_share). `share=False` leaves the
+        TCP model they share unequally: tcp.shard_share); `group` (any key, the same for
+        all n) names the transfer, so that its streams still sending share unequally among
+        themselves when one is done (_rerank). `share=False` leaves the
         re-sharing to the caller (flows arriving together: one recompute for all).
         `streams` > 1: one fluid flow for that many identical streams on one path, started
         together (size is theirs together): max-min gives each the same rate, so one flow
@@ -100,10 +103,14 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             heapq.heappush(self._ramps, (flow.ramp_at, flow.flow_id))
             if self.rtt_exponent:
                 flow.weight = flow.rtt ** -self.rtt_exponent
-            flow.weight *= tcpmodel.shard_share(*shard, self.tcp.shard_spread)
+            flow.shard_factor = tcpmodel.shard_share(*shard, self.tcp.shard_spread)
+            flow.weight *= flow.shard_factor
             if self.tcp.seniority_s:
                 flow.weight *= self._seniority(now)
-            flow.alone_share = tcpmodel.shard_share(*shard, self.tcp.shard_spread) / shard[1]
+            flow.alone_share = flow.shard_factor / shard[1]
+            if group is not None and shard[1] > 1 and self.tcp.shard_spread:
+                flow.group, flow.shard_k = group, shard[0]
+                self._groups.setdefault(group, []).append(flow)
         self.flows[flow.flow_id] = flow
         if level:
             self._leveled += 1
@@ -133,8 +140,30 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             for h in flow.links:
                 self.link_list[h].flows.discard(flow.flow_id)
             touched.update(flow.links)
+        for group in {f.group for f in flows if f.group is not None}:
+            touched.update(self._rerank(group))
         if flows:
             self._recompute_links(touched, flows)
+
+    def _rerank(self, group: object) -> set[int]:
+        """A transfer's streams still sending take tcp.shard_share by their order among
+        themselves, so that together they weigh as many streams as they are: the inequality
+        is among one transfer's streams (who loses packets first), not a handicap against
+        others' (TCP is fair per stream), and the last one alone weighs one stream. Alone
+        on a bottleneck this changes no end (the link stays full and the first still ends
+        1 + spread times sooner). Returns the links of streams whose weight moved."""
+        live = [f for f in self._groups.pop(group) if f.flow_id in self.flows]
+        if not live:
+            return set()
+        self._groups[group] = live
+        moved: set[int] = set()
+        for rank, flow in enumerate(sorted(live, key=lambda f: f.shard_k)):
+            factor = tcpmodel.shard_share(rank, len(live), self.tcp.shard_spread)
+            if factor != flow.shard_factor:
+                flow.weight *= factor / flow.shard_factor
+                flow.shard_factor = factor
+                moved.update(flow.links)
+        return moved
 
     # -- time ------------------------------------------------------------------------
     def _clock(self, now: float) -> None:

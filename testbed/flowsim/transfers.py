@@ -36,10 +36,11 @@ class TransferPlane:
         shard = rs.eff_bytes / self.flows_per_transfer
         paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
                                         self.flows_per_transfer)
+        group = object()  # this transfer's streams (a retried one is another)
         flows = [self.net.add_flow(path, shard * len(ks), now, tag=(rs, ks),
                                    level=self._initial_level,
                                    shard=(ks[0], self.flows_per_transfer), share=False,
-                                   streams=len(ks))
+                                   streams=len(ks), group=group)
                  for path, ks in self._stream_groups(paths)]  # one re-sharing for all
         rs.flows_left = len(flows)
         self.net.recompute({hop for path in paths for hop in path}, changed=flows)

@@ -41,7 +41,7 @@ def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int)
             if arrivals and (nxt is None or arrivals[0][0] <= nxt):
                 t, j = arrivals.pop(0)
                 for k in range(shards):
-                    net.add_flow(path, size / shards, t, tag=j, shard=(k, shards),
+                    net.add_flow(path, size / shards, t, tag=j, shard=(k, shards), group=j,
                                  share=False)
                 net.recompute(path)
             else:

@@ -68,7 +68,8 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
             out.append({**row, "end": loop.now})
             return
         net.add_flow(path, size, loop.now, tag=dict(row),
-                     shard=(int(row["shard"]), shards[str(row["request"])]))
+                     shard=(int(row["shard"]), shards[str(row["request"])]),
+                     group=str(row["request"]))
         reschedule()
 
     shards: dict[str, int] = {}
