@@ -150,6 +150,12 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     factors = {int(k): v for k, v in cal["capacity_factor"].items()}
     again = competing_residuals(sc, factors, got["tcp"], got["tiers"], 4)
     assert again == got["competing"]
+    # fitted for another flow model (no marker): fitted again, whatever it held
+    stale = {**got, "tcp": {k: v for k, v in got["tcp"].items() if k != "probe_fits"}}
+    stale["tcp"].update(contention_idle=0.01, join_stall_s=9.9)
+    refit = with_contention(sc, stale)["tcp"]
+    for name in ("contention_idle", "join_stall_s", "probe_fits"):
+        assert refit[name] == got["tcp"][name]
 
 
 def test_each_probe_transfer_is_judged_in_arrival_order(sc):

@@ -26,7 +26,7 @@ from testbed.validate.calibration import (
     fit_tcp,
     fit_tier,
 )
-from testbed.validate.contention import competing_residuals, contention, join_stall
+from testbed.validate.contention import competing_residuals, probe_fits
 from testbed.validate.validity import tier_pairs
 from testbed.workers.kvstream import scaled_bytes
 
@@ -140,8 +140,7 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
                                if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9])
     tcp_fit["shard_spread"] = spread["shard_spread"]
     tcp_fit["shard_ratios"] = spread["ratios"]
-    tcp_fit.update(contention(sc, factors, tcp_fit, raw, shards))
-    tcp_fit.update(join_stall(sc, factors, tcp_fit, raw, shards))
+    tcp_fit.update(probe_fits(sc, factors, tcp_fit, raw, shards))
     compete = competing_residuals(sc, factors, tcp_fit, raw, shards)
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,

@@ -139,19 +139,29 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
     return out
 
 
+# Which flow model the probe fits were made with (stored as the fit's "probe_fits"): the
+# fits depend on how the model shares a path, so a calibration fitted by another is fitted
+# again from its own probes. 2: a transfer's streams ranked among those still sending.
+PROBE_FITS = 2
+
+
+def probe_fits(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
+    """Every term fitted on the competing probes alone (never on a workload), marked with
+    the flow model they were fitted for."""
+    fitted = contention(sc, factors, tcp_fit, raw, shards)
+    fitted.update(join_stall(sc, factors, {**tcp_fit, **fitted}, raw, shards))
+    return {**fitted, "probe_fits": PROBE_FITS}
+
+
 def with_contention(sc, cal: dict) -> dict:
-    """`cal` with its link contention and join stall fitted, if it has competing probes
-    but was taken before either term existed."""
+    """`cal` with its link contention and join stall fitted again from its own competing
+    probes, if it was fitted before either term existed or for another flow model."""
     fit = cal.get("tcp")
     tiers = cal.get("tiers", {})
-    missing = [name for name in ("contention_idle", "join_stall_s") if name not in (fit or {})]
-    if not fit or not missing or not any(t.get("competing") for t in tiers.values()):
+    if not fit or fit.get("probe_fits") == PROBE_FITS or \
+            not any(t.get("competing") for t in tiers.values()):
         return cal
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
     shards = sc.network.flows_per_transfer or sc.cluster.spec().tp
-    fit = dict(fit)
-    if "contention_idle" in missing:
-        fit.update(contention(sc, factors, fit, tiers, shards))
-    if "join_stall_s" in missing:
-        fit.update(join_stall(sc, factors, fit, tiers, shards))
+    fit = {**fit, **probe_fits(sc, factors, fit, tiers, shards)}
     return {**cal, "tcp": fit, "competing": competing_residuals(sc, factors, fit, tiers, shards)}
