@@ -150,6 +150,13 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     factors = {int(k): v for k, v in cal["capacity_factor"].items()}
     again = competing_residuals(sc, factors, got["tcp"], got["tiers"], 4)
     assert again == got["competing"]
+    # its lone transfers' shards, if it had recorded them, give the spread again
+    lone = [{"bytes": 0.5e9, "seconds": 0.2, "shards": [
+        0.01 + 0.19 * x for x in tcp.lone_shard_ends(4, 0.25)]}] * 3
+    tiers = {t: {**v, "overhead_s": 0.01, "samples": lone} for t, v in got["tiers"].items()}
+    with_lone = {**got, "tiers": tiers,
+                 "tcp": {k: v for k, v in got["tcp"].items() if k != "probe_fits"}}
+    assert with_contention(sc, with_lone)["tcp"]["shard_spread"] == pytest.approx(0.25)
     # fitted for another flow model (no marker): fitted again, whatever it held
     stale = {**got, "tcp": {k: v for k, v in got["tcp"].items() if k != "probe_fits"}}
     stale["tcp"].update(contention_idle=0.01, join_stall_s=9.9)

@@ -310,8 +310,6 @@ def test_shard_shares_sum_to_an_equal_split_and_spread_linearly():
         assert sum(shares) == pytest.approx(n)
         assert shares == sorted(shares, reverse=True)
     assert [tcp.shard_share(k, 4, 0.4) for k in (0, 3)] == pytest.approx([1.4, 0.6])
-    assert tcp.spread_from_ratio(1.5) == pytest.approx(0.5)
-    assert tcp.spread_from_ratio(0.8) == 0.0 and tcp.spread_from_ratio(9) == tcp.MAX_SHARD_SPREAD
 
 
 def _shard_rows(request, src, dst, path, size, n, start):
@@ -384,11 +382,37 @@ def test_a_spread_transfers_last_stream_competes_as_one_stream(spec, grouped):
     assert [slow.rate, other.rate] == pytest.approx(want)
 
 
-def test_fit_shard_spread_reads_the_ratio_after_the_fixed_cost():
+def test_fit_shard_spread_fits_every_shards_end_after_the_fixed_cost():
+    """Transfers whose shards end as the model's lone profile says (after a fixed cost)
+    give that spread back; a transfer whose fastest shard alone is far off moves the
+    per-transfer estimate less than the slowest / fastest ratio would (the ratio is kept
+    for the report)."""
     from testbed.validate.calibration import fit_shard_spread
 
-    got = fit_shard_spread([([0.11, 0.13, 0.16], 0.01), ([0.21, 0.31], 0.01),
-                            ([0.5], 0.0)])
-    assert got["ratios"] == pytest.approx([1.5, 1.5])
-    assert got["shard_spread"] == pytest.approx(0.5)
+    def ends(spread, n, total, fixed):
+        return [fixed + total * x for x in tcp.lone_shard_ends(n, spread)]
+
+    exact = [(ends(x, n, 0.2, 0.01), 0.01) for x, n in ((0.3, 4), (0.3, 4), (0.4, 2))]
+    got = fit_shard_spread(exact + [([0.5], 0.0)])  # one shard: nothing to fit
+    assert got["spread_estimates"] == pytest.approx([0.3, 0.3, 0.4])
+    assert got["shard_spread"] == pytest.approx(0.3)
+    assert got["ratios"] == pytest.approx([1.3, 1.3, 1.4])
+    odd = ends(0.3, 4, 0.2, 0.01)
+    odd[0] = 0.01 + 0.2 / 2.0  # its first shard twice as fast: the ratio says spread 1.0
+    (est,) = fit_shard_spread([(odd, 0.01)])["spread_estimates"]
+    assert 0.3 < est < 0.6
     assert fit_shard_spread([])["shard_spread"] == 0.0
+
+
+def test_lone_shard_ends_are_what_the_network_gives_a_transfer_alone(spec):
+    a, b = pair_at(spec, 2)
+    path = path_text(spec.paths(a, b)[0])
+    no_start = dict(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0)
+    for n, spread in ((4, 0.5), (3, 0.2), (8, 0.7)):
+        rows = _shard_rows("r", a, b, path, 4e9, n, 0.0)
+        out = replay_transfers(spec, rows, tcp=tcp.TcpParams(**no_start, shard_spread=spread))
+        ends = sorted(r["end"] for r in out)
+        assert [e / ends[-1] for e in ends] == pytest.approx(tcp.lone_shard_ends(n, spread))
+        assert ends[-1] / ends[0] == pytest.approx(1 + spread)
+
+

@@ -95,10 +95,24 @@ def shard_share(k: int, n: int, spread: float) -> float:
     return 1.0 + spread * (1.0 - 2.0 * k / (n - 1))
 
 
-def spread_from_ratio(slowest_over_fastest: float) -> float:
-    """The shard_spread whose fastest shard ends `slowest_over_fastest` times before the
-    slowest, alone on a bottleneck (shard_share's first shard: 1 + spread)."""
-    return min(max(slowest_over_fastest - 1.0, 0.0), MAX_SHARD_SPREAD)
+def lone_shard_ends(n: int, spread: float) -> list[float]:
+    """When each of a transfer's n equal streams ends, alone on a bottleneck, as shares
+    of the transfer's time (earliest first; the last is 1): the streams still sending
+    share the link by shard_share of their order among themselves, so the link stays
+    full and the first ends 1 / (1 + spread) of the way. The whole profile, not only
+    the first, is what the spread is fitted to (testbed calibrate)."""
+    left = [1.0] * n  # bytes left, each stream's share of the transfer times n
+    t, ends = 0.0, []
+    while left:
+        m = len(left)
+        rates = [shard_share(k, m, spread) / m for k in range(m)]  # of the link, sum 1
+        dt = min(b / r for b, r in zip(left, rates, strict=True))
+        t += dt
+        left = [b - r * dt for b, r in zip(left, rates, strict=True)]
+        while left and left[0] <= 1e-12 * n:  # the first in order ends first
+            left.pop(0)
+            ends.append(t / n)
+    return ends
 
 
 def contention_delay(elapsed: float, alone: float, idle: float) -> float:

@@ -20,9 +20,9 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.validate.calibration import (
+    CAPACITY_FIT_MIN_GB,
     TierFit,
     capacity_factors,
-    fit_shard_spread,
     fit_tcp,
     fit_tier,
 )
@@ -33,7 +33,6 @@ from testbed.workers.kvstream import scaled_bytes
 # modelled sizes per transfer, three decades: chatbot's small KV (tens of MB per shard)
 # up to RAG's largest; the small ones are what the TCP terms are fitted on
 PROBE_GB = (0.008, 0.032, 0.128, 0.5, 2.0, 8.0)
-CAPACITY_FIT_MIN_GB = 0.5  # the capacity factor is fitted where start-up is negligible
 COMPETE_GB = 0.5  # modelled size of each competing transfer
 COMPETING = (1, 2, 4, 8)  # transfers of COMPETE_GB started together on one path
 # more competing probes per tier, (modelled GB each, how many, start spacing in lone
@@ -133,14 +132,8 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
                        for d in r["samples"]], predict)
-    # the spread where start-up is negligible, as for the capacity factor
-    spread = fit_shard_spread([(d["shards"], f.overhead_s) for f in fits
-                               for d in raw[str(f.tier)]["samples"]
-                               + raw[str(f.tier)]["spread_samples"]
-                               if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9])
-    tcp_fit["shard_spread"] = spread["shard_spread"]
-    tcp_fit["shard_ratios"] = spread["ratios"]
-    tcp_fit.update(probe_fits(sc, factors, tcp_fit, raw, shards))
+    tcp_fit.update(probe_fits(sc, factors, tcp_fit, {
+        str(f.tier): {"overhead_s": f.overhead_s, **raw[str(f.tier)]} for f in fits}, shards))
     compete = competing_residuals(sc, factors, tcp_fit, raw, shards)
     return {
         "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,

@@ -15,7 +15,7 @@ import itertools
 from dataclasses import replace
 
 from testbed.flowsim.network import FluidNetwork
-from testbed.validate.calibration import fit_contention, fit_join_stall
+from testbed.validate.calibration import fit_contention, fit_join_stall, lone_spread
 from testbed.validate.twin import flow_twin
 from testbed.validate.validity import tier_pairs
 
@@ -140,27 +140,33 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
 
 
 # Which flow model the probe fits were made with (stored as the fit's "probe_fits"): the
-# fits depend on how the model shares a path, so a calibration fitted by another is fitted
-# again from its own probes. 2: a transfer's streams ranked among those still sending.
-PROBE_FITS = 2
+# fits depend on how the model shares a path, so a calibration fitted for another is
+# fitted again from its own probes. 2: a transfer's streams ranked among those still
+# sending; 3: the shard spread fitted on every shard's end.
+PROBE_FITS = 3
 
 
-def probe_fits(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
-    """Every term fitted on the competing probes alone (never on a workload), marked with
-    the flow model they were fitted for."""
-    fitted = contention(sc, factors, tcp_fit, raw, shards)
-    fitted.update(join_stall(sc, factors, {**tcp_fit, **fitted}, raw, shards))
+def probe_fits(sc, factors: dict[int, float], tcp_fit: dict, tiers: dict, shards: int) -> dict:
+    """Every term fitted on the calibration's probes alone (never on a workload): the
+    shard spread on its lone transfers, then link contention and the join stall on its
+    competing ones; marked with the flow model they were fitted for. `tiers` as a
+    calibration records them."""
+    fitted = lone_spread(tiers)
+    fitted.update(contention(sc, factors, {**tcp_fit, **fitted}, tiers, shards))
+    fitted.update(join_stall(sc, factors, {**tcp_fit, **fitted}, tiers, shards))
     return {**fitted, "probe_fits": PROBE_FITS}
 
 
 def with_contention(sc, cal: dict) -> dict:
-    """`cal` with its link contention and join stall fitted again from its own competing
-    probes, if it was fitted before either term existed or for another flow model."""
+    """`cal` with its probe fits made again from its own probes if they were made for
+    another flow model (or before a term existed): the shard spread from its lone
+    transfers, link contention and the join stall where it has competing probes."""
     fit = cal.get("tcp")
     tiers = cal.get("tiers", {})
-    if not fit or fit.get("probe_fits") == PROBE_FITS or \
-            not any(t.get("competing") for t in tiers.values()):
+    if not fit or fit.get("probe_fits") == PROBE_FITS:
         return cal
+    if not any(t.get("competing") for t in tiers.values()):
+        return {**cal, "tcp": {**fit, **lone_spread(tiers)}}
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
     shards = sc.network.flows_per_transfer or sc.cluster.spec().tp
     fit = {**fit, **probe_fits(sc, factors, fit, tiers, shards)}
