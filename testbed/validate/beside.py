@@ -2,7 +2,7 @@
 
 Each is fitted on the calibration's probes alone, never on a workload (contention.py),
 and every validation runs the model the other way too: with the term where the verdict
-leaves it out (link contention), without it where the verdict has it (the join stall).
+leaves it out (link contention, the join stall), without it where the verdict has it.
 Both the replay (the network model on the packets' own transfers) and both engines (the
 flow model deciding for itself) are judged so, and the held-out selection (selection.py)
 says whether each earns its place in the default model (docs/validation.md, "Which
@@ -35,7 +35,7 @@ class Term:
 
 TERMS = {
     "contention": Term("contention_idle", "tcp_contended", "link contention", False),
-    "join_stall": Term("join_stall_s", "tcp_unjoined", "join stall", True),
+    "join_stall": Term("join_stall_s", "tcp_joined", "join stall", False),
 }
 
 

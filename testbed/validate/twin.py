@@ -9,8 +9,9 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
               tcp_fit: dict | None = None, beside: dict[str, float] | None = None):
     """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
     calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
-    the replica as fitted, the join stall among them, and `beside` sets network.tcp fields
-    on top (a term judged beside the verdict's model, on or off: validate/beside.py)."""
+    the replica as fitted (handshake, slow start, tail, shard spread), and `beside` sets
+    network.tcp fields on top (a term judged beside the verdict's model: link contention
+    and the join stall, which the held-out selection left out: validate/beside.py)."""
     over: dict = {}
     if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
         over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
@@ -22,7 +23,6 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
         over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
         over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
-        over["network.tcp.join_stall_s"] = float(tcp_fit.get("join_stall_s", 0.0))
         for name, value in (beside or {}).items():
             over[f"network.tcp.{name}"] = value
     return scenario.with_overrides(over) if over else scenario
