@@ -38,6 +38,11 @@ def test_both_references_solve_a_shared_bottleneck_with_a_cap_and_a_lower_level(
     assert rates[c.flow_id] == pytest.approx(0.0, abs=1e-3)
 
 
+def _pairs(spec: FatTreeSpec) -> list[tuple[str, str]]:
+    names = [i.name for i in spec.instances]
+    return list(itertools.permutations(names, 2))
+
+
 def check(net: FluidNetwork) -> None:
     """Rates agree with both references to 1e-9: relative, or absolute against the largest
     link capacity (a rate that is zero in one and a few ulps of a capacity in the other is
@@ -80,8 +85,7 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
     net = FluidNetwork(spec, random.Random(0))
     net.incremental, levels, net.INCREMENTAL_MAX_FLOWS = FILLS[fill]
     net.INCREMENTAL_MAX_SHARE = 0.0
-    names = [i.name for i in spec.instances]
-    pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
+    pairs = _pairs(spec)
     now = 0.0
     for op, x in ops:
         rng = random.Random(x)
@@ -135,8 +139,7 @@ def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(script)
     params = TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0,
                        shard_spread=0.6)
     net = FluidNetwork(spec, random.Random(0), tcp=params)
-    names = [i.name for i in spec.instances]
-    pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
+    pairs = _pairs(spec)
     now = 0.0
     for op, x in ops:
         rng = random.Random(x)
