@@ -83,13 +83,14 @@ def shard_share(k: int, n: int, spread: float) -> float:
     "The end-to-end performance effects of parallel TCP sockets on a lossy wide-area
     network", IPDPS 2002). A fluid model with equal shares ends them together. With these
     weights, alone on a bottleneck, the slowest ends when equal shares would (the link stays
-    full) and the fastest (1 + spread) times sooner: the spread is fitted from that ratio on
-    lone transfers (testbed calibrate). `n` counts the transfer's streams still sending
-    (the flow model ranks them again when one is done): the inequality is among one
-    transfer's streams, while against other transfers they weigh together as many streams
-    as they are, as TCP is fair per stream. Under contention the difference matters: once
-    the fast shards are done the transfer holds fewer streams at the bottleneck, so its
-    last shard ends later than equal shares would end the whole transfer."""
+    full) and the fastest (1 + spread) times sooner: the spread is fitted on lone transfers,
+    every shard's end against lone_shard_ends (testbed calibrate). `n` counts the
+    transfer's streams still sending (the flow model ranks them again when one is done):
+    the inequality is among one transfer's streams, while against other transfers they
+    weigh together as many streams as they are, as TCP is fair per stream. Under
+    contention the difference matters: once the fast shards are done the transfer holds
+    fewer streams at the bottleneck, so its last shard ends later than equal shares would
+    end the whole transfer."""
     if n <= 1 or spread <= 0:
         return 1.0
     return 1.0 + spread * (1.0 - 2.0 * k / (n - 1))
