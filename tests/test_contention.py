@@ -17,7 +17,7 @@ from testbed.validate.contention import (
     join_stall,
     last_ends,
     probe_ends,
-    with_contention,
+    with_probe_fits,
 )
 from testbed.validate.replay import replay_transfers
 from tests.conftest import ROOT
@@ -135,7 +135,7 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     gets the fit and per-probe residuals with and without it; one that has it is kept."""
     cal = json.loads((ROOT / "tests" / "data" / "calibration-no-contention.json").read_text())
     assert "contention_idle" not in cal["tcp"]
-    got = with_contention(sc, copy.deepcopy(cal))
+    got = with_probe_fits(sc, copy.deepcopy(cal))
     idle = got["tcp"]["contention_idle"]
     assert 0.0 < idle <= tcp.MAX_CONTENTION_IDLE
     lone = [c for c in got["competing"] if c["competing"] == 1]
@@ -146,7 +146,7 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     def med(key):
         return sorted(abs(c[key]) for c in shared)[len(shared) // 2]
     assert med("contended_error") < med("tcp_error")
-    assert with_contention(sc, got) is got
+    assert with_probe_fits(sc, got) is got
     factors = {int(k): v for k, v in cal["capacity_factor"].items()}
     again = competing_residuals(sc, factors, got["tcp"], got["tiers"], 4)
     assert again == got["competing"]
@@ -156,11 +156,11 @@ def test_an_old_calibration_is_fitted_anew_from_its_own_probes(sc):
     tiers = {t: {**v, "overhead_s": 0.01, "samples": lone} for t, v in got["tiers"].items()}
     with_lone = {**got, "tiers": tiers,
                  "tcp": {k: v for k, v in got["tcp"].items() if k != "probe_fits"}}
-    assert with_contention(sc, with_lone)["tcp"]["shard_spread"] == pytest.approx(0.25)
+    assert with_probe_fits(sc, with_lone)["tcp"]["shard_spread"] == pytest.approx(0.25)
     # fitted for another flow model (no marker): fitted again, whatever it held
     stale = {**got, "tcp": {k: v for k, v in got["tcp"].items() if k != "probe_fits"}}
     stale["tcp"].update(contention_idle=0.01, join_stall_s=9.9)
-    refit = with_contention(sc, stale)["tcp"]
+    refit = with_probe_fits(sc, stale)["tcp"]
     for name in ("contention_idle", "join_stall_s", "probe_fits"):
         assert refit[name] == got["tcp"][name]
 

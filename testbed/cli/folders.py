@@ -148,7 +148,7 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
     """The verdict's model replaying `cells` (the first run's), where `folder` is a
     validation with its calibration; None otherwise."""
     from testbed.scenario import Scenario
-    from testbed.validate.contention import with_contention
+    from testbed.validate.contention import with_probe_fits
     from testbed.validate.replay import replay_cells
     from testbed.validate.twin import replay_twin
 
@@ -158,7 +158,7 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
         scenario = Scenario.model_validate(raw)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    cal = with_contention(scenario, cal)  # its probe fits, for this flow model
+    cal = with_probe_fits(scenario, cal)
     return replay_cells(replay_twin(scenario, factors, cal.get("tcp", {})), cells, factors)
 
 

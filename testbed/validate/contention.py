@@ -157,7 +157,7 @@ def probe_fits(sc, factors: dict[int, float], tcp_fit: dict, tiers: dict, shards
     return {**fitted, "probe_fits": PROBE_FITS}
 
 
-def with_contention(sc, cal: dict) -> dict:
+def with_probe_fits(sc, cal: dict) -> dict:
     """`cal` with its probe fits made again from its own probes if they were made for
     another flow model (or before a term existed): the shard spread from its lone
     transfers, link contention and the join stall where it has competing probes."""

@@ -49,7 +49,7 @@ from testbed.validate import (
     repeat,
     validity,
 )
-from testbed.validate.contention import with_contention
+from testbed.validate.contention import with_probe_fits
 from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import (
     claim_targets,
@@ -291,7 +291,7 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     """Everything after the packets: the flow model's runs, the comparisons, the report.
     Needs no root, so a validation can be judged again under a changed flow model."""
     factors = _factors(cal)
-    cal = with_contention(scenario, cal)
+    cal = with_probe_fits(scenario, cal)
     fit = cal.get("tcp", {})
     if on_step:
         on_step("flow model (uncalibrated, calibrated, with TCP terms, forced to the packets' "

@@ -338,18 +338,17 @@ def _beside_lines(doc: dict) -> list[str]:
                 f"{_abs(replay.get('p90_abs_error'))} | {_abs(engines.get('median_abs_error'))}"
                 f" / {_abs(engines.get('p90_abs_error'))} | {kinds.count('agree')} / "
                 f"{kinds.count('disagree')} / {kinds.count('inconclusive')} | {same} |")
-    lines = ["", "Terms fitted on the calibration's probes alone, each judged the other way "
-             "beside the verdict's model (docs/validation.md, \"Which terms are on\"):", ""]
-    lines += [f"- {t['title']} ({t['value']:.3g}, "
-              f"{'in' if t.get('in_verdict') else 'not in'} the verdict's model): "
-              f"{_BESIDE_TEXT[k](t['value'])}" for k, t in terms.items()]
+    lines = ["", "Terms fitted on the calibration's probes alone, judged both ways beside the "
+             "verdict's model, which leaves them out (docs/validation.md, \"Which terms are "
+             "on\"):", ""]
+    lines += [f"- {t['title']} ({t['value']:.3g}): {_BESIDE_TEXT[k](t['value'])}"
+              for k, t in terms.items()]
     lines += ["", "| model | replay median / p90 | both engines median / p90 | mean TTFT agree "
               "/ disagree / inconclusive | same ranking (seeds) |", "|---|---|---|---|---|",
               row("TCP model (the verdict's)", whole.get("replay_tcp", {}),
                   whole.get("engines_tcp", {}), doc["ttft_verdicts"]["tcp"],
                   doc["seed_rankings"]["tcp"])]
-    lines += [row(f"{'without' if t.get('in_verdict') else 'with'} {t['title']}", t["replay"],
-                  t["engines"], t["ttft_verdicts"],
+    lines += [row(f"with {t['title']}", t["replay"], t["engines"], t["ttft_verdicts"],
                   t["seed_rankings"]) for t in terms.values()]
     return lines
 

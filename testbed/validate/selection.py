@@ -18,8 +18,7 @@ from testbed.validate.beside import TERMS as BESIDE
 
 # term -> (the model without it, the model with it), as a validation's flow runs name them
 TERMS = {"TCP terms": ("calibrated", "tcp"),
-         **{t.title: (t.model, "tcp") if t.in_verdict else ("tcp", t.model)
-            for t in BESIDE.values()}}
+         **{t.title: ("tcp", t.model) for t in BESIDE.values()}}
 FIGURES = ("replay_p90", "ttft_error")
 
 

@@ -6,12 +6,12 @@ from testbed.topologies.routing import packet_ecmp
 
 
 def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
-              tcp_fit: dict | None = None, beside: dict[str, float] | None = None):
+              tcp_fit: dict | None = None, beside: tuple[str, ...] = ()):
     """The flow-model scenario that matches what the packets did; with `tcp_fit` (the
     calibration's "tcp" section, or {} for the derived defaults) it has the TCP terms of
-    the replica as fitted (handshake, slow start, tail, shard spread), and `beside` sets
-    network.tcp fields on top (a term judged beside the verdict's model: link contention
-    and the join stall, which the held-out selection left out: validate/beside.py)."""
+    the replica as fitted (handshake, slow start, tail, shard spread), and the fitted
+    values of the network.tcp fields named in `beside` too (terms judged beside the
+    verdict's model, not in it: link contention, the join stall; validate/beside.py)."""
     over: dict = {}
     if packet_ecmp(scenario.network.ecmp) != scenario.network.ecmp:
         over["network.ecmp"] = packet_ecmp(scenario.network.ecmp)
@@ -23,8 +23,8 @@ def flow_twin(scenario, capacity_factor: dict[int, float] | None = None,
         over["network.tcp.hop_delay_us"] = float(tcp_fit.get("hop_delay_s", 0.0)) * 1e6
         over["network.tcp.serialisation"] = float(tcp_fit.get("serialisation", 1.0))
         over["network.tcp.shard_spread"] = float(tcp_fit.get("shard_spread", 0.0))
-        for name, value in (beside or {}).items():
-            over[f"network.tcp.{name}"] = value
+        for name in beside:
+            over[f"network.tcp.{name}"] = float(tcp_fit.get(name, 0.0))
     return scenario.with_overrides(over) if over else scenario
 
 
