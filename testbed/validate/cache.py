@@ -20,7 +20,8 @@ from pathlib import Path
 
 from testbed.records import atomic_write
 
-FORMAT = 2  # 2: competing probes of three sizes, spaced starts, the contention fit
+FORMAT = 3  # 2: competing probes of three sizes, spaced starts, the contention fit;
+# 3: SYNs ride the control class (the probes no longer wait out dropped SYNs)
 DEFAULT_MAX_AGE_S = 24 * 3600.0
 # Phase times measured on the 2-core development machine (demo scenario, dilation 2):
 # the planner's figures until this machine has measured its own.

@@ -157,3 +157,45 @@ def test_class_counters_read_over_raw_netlink_are_pyroute2s(shaped_link):
     # class, so its queue overflowed
     assert got[dev]["background"]["bytes"] > 0.8 * RATE / 8
     assert got[dev]["background"]["drops"] > 0 and got[dev]["link"]["bytes"] > 0
+
+
+
+_TCP_EXCHANGE = """
+import socket, sys
+from testbed.topologies.traffic_classes import KV
+if sys.argv[1] == "serve":
+    conn, _ = socket.create_server(("10.77.0.2", 7000)).accept()
+    while conn.recv(65536):
+        pass
+    sys.exit(0)
+sock = socket.socket()
+sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, KV.tos)
+sock.connect(("10.77.0.2", 7000))
+sock.sendall(bytes(30000))
+sock.close()
+"""
+
+
+def test_a_kv_connections_syn_rides_the_control_class_and_its_data_the_kv_class(shaped_link):
+    # a SYN marked as KV must not take (or be dropped for want of) a KV data slot
+    ns, dev = shaped_link
+    netns = {dev: f"/run/netns/{ns}"}
+    before = tc.all_counters([dev], netns=netns)[dev]
+    here = Path(__file__).parents[2]
+    server = subprocess.Popen(["ip", "netns", "exec", ns[:-1] + "b", sys.executable, "-c",
+                               _TCP_EXCHANGE, "serve"], cwd=here)
+    try:
+        for tries in range(1, 101):  # a try before the server listens is refused
+            done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                                   _TCP_EXCHANGE, "send"], cwd=here, capture_output=True,
+                                  text=True)
+            if done.returncode == 0 or "refused" not in done.stderr:
+                break
+        assert done.returncode == 0, done.stderr
+        server.wait(timeout=30)
+    finally:
+        server.kill()
+    after = tc.all_counters([dev], netns=netns)[dev]
+    moved = {name: after[name]["packets"] - before[name]["packets"] for name in after}
+    assert moved["control"] == tries  # one SYN per try, nothing else
+    assert after["kv"]["bytes"] - before["kv"]["bytes"] > 30000  # the data, by its TOS
