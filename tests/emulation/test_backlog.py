@@ -1,6 +1,6 @@
 """The fast backlog reader and the per-packet departure trace on a real shaped link: two
 namespaces joined by a veth, HTB at 2 Mbit/s on one end, UDP pushed through it at twice
-its rate, then paced under it."""
+its rate, then paced under it; and the classes a KV connection's packets take there."""
 
 from __future__ import annotations
 
@@ -157,7 +157,6 @@ def test_class_counters_read_over_raw_netlink_are_pyroute2s(shaped_link):
     # class, so its queue overflowed
     assert got[dev]["background"]["bytes"] > 0.8 * RATE / 8
     assert got[dev]["background"]["drops"] > 0 and got[dev]["link"]["bytes"] > 0
-
 
 
 _TCP_EXCHANGE = """
