@@ -112,9 +112,18 @@ def test_the_join_stall_fit_recovers_the_stall_that_made_the_staggered_probes(sc
     for jitter in (0.0, 3e-4):  # together (the senders' launch apart): no newcomer
         raw["1"]["competing"].append({"bytes": 0.5e9, "starts": [0.0, jitter],
                                       "seconds": [0.2, 9.0]})
+    # small transfers asked together whose launch drifted more than 5% of their time
+    # apart: together, as asked (a calibration from before the field reads them spaced)
+    drifted = {"bytes": 0.032e9, "starts": [0.0, 1e-3], "seconds": [0.01, 0.01]}
+    raw["2"]["competing"].append({**drifted, "asked_spacing_s": 0.0})
     got = join_stall(sc, factors, fit, raw, 4)
     assert got["join_stall_s"] == pytest.approx(0.2, rel=1e-3)
     assert len(got["join_stall_estimates"]) == len(probes)
+    for probe in raw["2"]["competing"][:-1]:  # spaced as asked, whatever they measured
+        probe["asked_spacing_s"] = 0.2
+    assert len(join_stall(sc, factors, fit, raw, 4)["join_stall_estimates"]) == len(probes)
+    raw["2"]["competing"][-1].pop("asked_spacing_s")
+    assert len(join_stall(sc, factors, fit, raw, 4)["join_stall_estimates"]) == len(probes) + 1
     # the incumbent ends sooner; the newcomer, last on a link kept busy, when it would have
     stalled, plain = ends(0.0, 2, 2e9, [0.0, 0.05], 0.2), ends(0.0, 2, 2e9, [0.0, 0.05])
     assert stalled[0] < plain[0] and stalled[1] == pytest.approx(plain[1])

@@ -118,14 +118,15 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         if on_step:
             on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
         lone_wall = statistics.median(secs for _, secs, _ in repeats)
-        plan = [(COMPETE_GB, [str(n) for n in COMPETING])] + [
-            (gb, [f"{n}@{spacing * lone_wall:.4f}" if spacing else str(n)])
-            for gb, n, spacing in COMPETE_MORE]
+        plan = [(COMPETE_GB, [str(n) for n in COMPETING], 0.0)] + [
+            (gb, [f"{n}@{spacing * lone_wall:.4f}" if spacing else str(n)],
+             spacing * lone_wall) for gb, n, spacing in COMPETE_MORE]
         raw[str(tier)]["competing"] = [
             {"bytes": gb * 1e9, "competing": d["competing"],
+             "asked_spacing_s": emu.dilation.modelled(asked),
              "starts": [emu.dilation.modelled(x) for x in d.get("starts", [])],
              "seconds": [emu.dilation.modelled(x) for x in d["seconds"]]}
-            for gb, counts in plan
+            for gb, counts, asked in plan
             for d in run_probe(network, src, dst, "compete", shards,
                                str(scaled_bytes(gb * 1e9, emu.scale)), *counts)]
     factors = capacity_factors(fits)

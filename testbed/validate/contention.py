@@ -83,10 +83,12 @@ def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
         j = starts.index(min(starts))
         return ends(0.0, tier, size, starts, stall)[j] - starts[j]
 
+    spaced = [(int(t), d["bytes"], d["starts"], d["seconds"])
+              for t, r in raw.items() for d in r.get("competing", []) if _spaced(d)]
     return fit_join_stall([
         (sec[st.index(min(st))], lambda stall, t=t, b=b, st=st: first(stall, t, b, st),
          max(s + x for s, x in zip(st, sec, strict=True)))
-        for t, b, st, sec in _probes(raw) if _spaced(st, sec)])
+        for t, b, st, sec in spaced])
 
 
 # a probe is staggered when each transfer starts at least this share of the first one's
@@ -95,8 +97,14 @@ def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
 SPACED_SHARE = 0.05
 
 
-def _spaced(starts: list[float], seconds: list[float]) -> bool:
-    """Whether a competing probe's transfers were started apart on purpose."""
+def _spaced(probe: dict) -> bool:
+    """Whether a competing probe's transfers were started apart on purpose: as the
+    calibration asked (`asked_spacing_s`), or, in a calibration from before it recorded
+    that, as its starts say (a together probe of small transfers, a few ms each, can
+    read as spaced there: the senders' launch is ms apart on a loaded machine)."""
+    if "asked_spacing_s" in probe:
+        return probe["asked_spacing_s"] > 0
+    starts, seconds = probe.get("starts") or [], probe["seconds"]
     if len(starts) < 2:
         return False
     first = seconds[starts.index(min(starts))]
