@@ -58,11 +58,12 @@ def last_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
     return lambda idle, tier, size, starts: max(ends(idle, tier, size, starts))
 
 
-def _probes(raw: dict) -> list[tuple[int, float, list[float], list[float]]]:
-    """(tier, modelled bytes, starts, seconds) of every competing probe; a calibration
-    from before staggered starts has none recorded (all together)."""
+def _probes(raw: dict, only=None) -> list[tuple[int, float, list[float], list[float]]]:
+    """(tier, modelled bytes, starts, seconds) of every competing probe, or of those whose
+    record `only` accepts; a calibration from before staggered starts has none recorded
+    (all together)."""
     return [(int(t), d["bytes"], d.get("starts") or [0.0] * len(d["seconds"]), d["seconds"])
-            for t, r in raw.items() for d in r.get("competing", [])]
+            for t, r in raw.items() for d in r.get("competing", []) if only is None or only(d)]
 
 
 def contention(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
@@ -83,12 +84,10 @@ def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: 
         j = starts.index(min(starts))
         return ends(0.0, tier, size, starts, stall)[j] - starts[j]
 
-    spaced = [(int(t), d["bytes"], d["starts"], d["seconds"])
-              for t, r in raw.items() for d in r.get("competing", []) if _spaced(d)]
     return fit_join_stall([
         (sec[st.index(min(st))], lambda stall, t=t, b=b, st=st: first(stall, t, b, st),
          max(s + x for s, x in zip(st, sec, strict=True)))
-        for t, b, st, sec in spaced])
+        for t, b, st, sec in _probes(raw, only=_spaced)])
 
 
 # a probe is staggered when each transfer starts at least this share of the first one's
