@@ -13,6 +13,7 @@ the wire with the next layer rather than after everything already queued.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import threading
@@ -79,24 +80,116 @@ def kv_socket(tos: int = KV.tos, congestion: str | None = None) -> socket.socket
     return sock
 
 
+class ConnectionPool:
+    """Idle KV connections kept for the next shard to the same receiver, as a serving
+    system keeps its transport's (NCCL, Mooncake's transfer engine): no handshake, SYN or
+    teardown per transfer, which on the replica cost a round trip of milliseconds and,
+    queued behind data, a dropped SYN's 1 s timeout. Keyed by receiver, shard index,
+    congestion control and send mode (each sets socket options once). One shard at a
+    time per connection: a transfer that finds none idle opens one."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple, list[socket.socket]] = {}
+        self._seen: dict[int, dict] = {}  # fileno -> TCP_INFO when its last shard ended
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple) -> socket.socket | None:
+        """An idle connection for `key` whose receiver has not closed it, or None."""
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                sock = idle.pop() if idle else None
+            if sock is None or _alive(sock):
+                return sock
+            self.drop(sock)
+
+    def give(self, key: tuple, sock: socket.socket) -> None:
+        with self._lock:
+            self._idle.setdefault(key, []).append(sock)
+
+    def drop(self, sock: socket.socket) -> None:
+        self._seen.pop(sock.fileno(), None)
+        sock.close()
+
+    def stalls(self, sock: socket.socket, now: dict | None) -> dict | None:
+        """TCP_INFO's counters over this shard alone: the connection's since its last
+        shard (resent segments, timeouts and their time are counted per connection)."""
+        if now is None:
+            return None
+        before = self._seen.get(sock.fileno())
+        self._seen[sock.fileno()] = now
+        if before is None:
+            return now
+        return {k: (v - before[k] if k in tcpinfo.RECORDED and v is not None
+                    and before.get(k) is not None else v) for k, v in now.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for socks in idle.values():
+            for sock in socks:
+                sock.close()
+        self._seen.clear()
+
+
+def _alive(sock: socket.socket) -> bool:
+    """An idle kept connection is usable while nothing is readable on it: the receiver
+    sends nothing between shards, so EOF, bytes or an error mean it closed or reset."""
+    poller = select.poll()  # not select(): a worker may hold more than 1024 descriptors
+    try:
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+def _mode(marking: Marking | None, calls: int) -> str:
+    return "levels" if marking is not None else "calls" if calls > 1 else "plain"
+
+
+def _open(host: str, port: int, tos: int, congestion: str | None,
+          marking: Marking | None, timeout: float, keep: bool) -> socket.socket:
+    """A new KV connection. A kept one has Nagle off: no FIN pushes its shard's last
+    partial segment out, and Nagle would hold it until the header's ACK, which the
+    receiver's delayed ACK holds back (tens of ms on the replica's wire)."""
+    sock = kv_socket(tos, congestion)
+    try:
+        sock.settimeout(timeout)
+        if marking is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
+        if keep:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def send_shard(host: str, port: int, request: str, shard: int, shards: int, size: int,
                tos: int = KV.tos, timeout: float = 300.0,
                congestion: str | None = None, marking: Marking | None = None,
-               calls: int = 1, stage: str = "p2d") -> ShardResult:
-    """One shard on its own connection. calls > 1: as that many messages, each framed
-    and acknowledged before the next (block-wise or segment transfers)."""
+               calls: int = 1, stage: str = "p2d",
+               pool: ConnectionPool | None = None) -> ShardResult:
+    """One shard on its own connection, or on an idle one of `pool` (kept for the next).
+    calls > 1: as that many messages, each framed and acknowledged before the next
+    (block-wise or segment transfers)."""
     level_bytes: dict[int, int] | None = None
     calls = max(1, min(calls, size)) if size > 0 else 1
     if marking is not None:
         level, _ = marking.decide(0, size)
         tos = level_tos(level, marking.levels)
-    with kv_socket(tos, congestion) as sock:
+    key = (host, port, shard, congestion, _mode(marking, calls))
+    sock = pool.take(key) if pool is not None else None
+    if sock is None:
+        sock = _open(host, port, tos, congestion, marking, timeout, keep=pool is not None)
+    else:  # its last shard may have left another level's TOS or the layers' timeout
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
         sock.settimeout(timeout)
-        if marking is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
-        sock.connect((host, port))
+    try:
         start, waited = time.time(), run_queue_wait()
-        sock.sendall(kv_header(request, shard, shards, size, calls, stage))
+        sock.sendall(kv_header(request, shard, shards, size, calls, stage,
+                               keep=pool is not None))
         if calls > 1:
             level_bytes = _send_calls(sock, size, calls, marking, level if marking else 0)
         elif marking is None:
@@ -104,14 +197,27 @@ def send_shard(host: str, port: int, request: str, shard: int, shards: int, size
         else:
             level_bytes = _send_layers(sock, size, marking, level)
             sock.settimeout(timeout)
-        sock.shutdown(socket.SHUT_WR)
+        if pool is None:
+            sock.shutdown(socket.SHUT_WR)
         ack = sock.recv(1)  # the receiver acknowledges once every byte has landed
         if ack != b"\x01":
             raise ConnectionError(f"{request}/{shard}: receiver closed without acknowledging")
         end, now_waited = time.time(), run_queue_wait()
-        return ShardResult(request, shard, shards, size, start, end, level_bytes, stage,
-                           tcpinfo.read(sock),
-                           None if waited is None or now_waited is None else now_waited - waited)
+        tcp = tcpinfo.read(sock)
+        if pool is not None:
+            tcp = pool.stalls(sock, tcp)
+    except BaseException:
+        if pool is not None:
+            pool.drop(sock)
+        else:
+            sock.close()
+        raise
+    if pool is not None:
+        pool.give(key, sock)
+    else:
+        sock.close()
+    return ShardResult(request, shard, shards, size, start, end, level_bytes, stage, tcp,
+                       None if waited is None or now_waited is None else now_waited - waited)
 
 
 def _send_zeros(sock: socket.socket, size: int) -> None:
@@ -180,8 +286,10 @@ def _send_layers(sock: socket.socket, size: int, marking: Marking, level: int
 def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
                   tos: int = KV.tos, congestion: str | None = None,
                   marking: Callable[[int], Marking] | None = None,
-                  calls: int = 1, stage: str = "p2d") -> list[ShardResult]:
-    """Send every shard on its own connection, in parallel; results in shard order."""
+                  calls: int = 1, stage: str = "p2d",
+                  pool: ConnectionPool | None = None) -> list[ShardResult]:
+    """Send every shard on its own connection (one of `pool`'s if given), in parallel;
+    results in shard order."""
     results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
     def one(k: int) -> None:
@@ -189,7 +297,7 @@ def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
             results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
                                     tos, congestion=congestion,
                                     marking=marking(k) if marking else None, calls=calls,
-                                    stage=stage)
+                                    stage=stage, pool=pool)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 
@@ -257,22 +365,39 @@ class KVReceiver:
             raise ConnectionError(f"{calls} calls carried {got} of {size} bytes")
 
     def _serve(self, conn: socket.socket) -> None:
-        head: dict = {}
+        """Shards on one connection: one, or while the sender keeps it (header "keep"),
+        each acknowledged and reported as it lands."""
         with conn:
-            try:
-                head = read_kv_header(conn.recv)
-                start = time.time()
-                if head.get("calls", 1) > 1:
-                    self._calls(conn, head["bytes"], head["calls"])
-                else:
-                    _drain(conn, head["bytes"])
-                if read_exact(conn.recv, 1):
-                    raise ConnectionError("more bytes than the header announced")
-                result = ShardResult(str(head["request"]), int(head["shard"]),
-                                     int(head["shards"]), int(head["bytes"]), start, time.time(),
-                                     stage=str(head.get("stage", "p2d")))
-                conn.sendall(b"\x01")
-            except (OSError, ValueError) as exc:
-                self.on_error(str(exc), head.get("request"))
-                return
-        self.on_shard(result)
+            got = self._one(conn, end_ok=False)
+            while got is not None and got[1]:  # kept: report it, then wait for the next
+                self.on_shard(got[0])
+                got = self._one(conn, end_ok=True)
+        if got is not None:  # the last, on a connection now closed
+            self.on_shard(got[0])
+
+    def _one(self, conn: socket.socket, end_ok: bool) -> tuple[ShardResult, bool] | None:
+        """The next shard on `conn` and whether the sender keeps the connection; None at
+        its end, or after an error (reported)."""
+        head: dict | None = {}
+        try:
+            head = read_kv_header(conn.recv, end_ok=end_ok)
+            if head is None:
+                return None
+            start = time.time()
+            if head.get("calls", 1) > 1:
+                self._calls(conn, head["bytes"], head["calls"])
+            else:
+                _drain(conn, head["bytes"])
+            keep = bool(head.get("keep"))
+            if keep:  # no FIN follows to push the acknowledgement (see _open)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            elif read_exact(conn.recv, 1):
+                raise ConnectionError("more bytes than the header announced")
+            result = ShardResult(str(head["request"]), int(head["shard"]),
+                                 int(head["shards"]), int(head["bytes"]), start, time.time(),
+                                 stage=str(head.get("stage", "p2d")))
+            conn.sendall(b"\x01")
+        except (OSError, ValueError) as exc:
+            self.on_error(str(exc), (head or {}).get("request"))
+            return None
+        return result, keep

@@ -113,10 +113,11 @@ def read_message(recv) -> dict | None:
 
 
 def kv_header(request: str, shard: int, shards: int, size: int, calls: int = 1,
-              stage: str = "p2d") -> bytes:
+              stage: str = "p2d", keep: bool = False) -> bytes:
     """calls > 1: the payload follows as that many framed messages (4-byte length, then
     the bytes), each acknowledged before the next (granularity.py's send calls).
-    stage "reuse": a KV-reuse fetch, not a P2D transfer (a worker may receive both)."""
+    stage "reuse": a KV-reuse fetch, not a P2D transfer (a worker may receive both).
+    keep: the connection stays open for the sender's next shard (a pooled connection)."""
     if size < 0 or not 0 <= shard < shards or calls < 1:
         raise ProtocolError(f"bad shard {shard}/{shards}, size {size} or calls {calls}")
     head = {"request": request, "shard": shard, "shards": shards, "bytes": size}
@@ -124,12 +125,18 @@ def kv_header(request: str, shard: int, shards: int, size: int, calls: int = 1,
         head["calls"] = calls
     if stage != "p2d":
         head["stage"] = stage
+    if keep:
+        head["keep"] = True
     body = json.dumps(head).encode()
     return MAGIC + struct.pack("!H", len(body)) + body
 
 
-def read_kv_header(recv) -> dict:
+def read_kv_header(recv, end_ok: bool = False) -> dict | None:
+    """The next shard's header; None at a clean end of stream where `end_ok` (a kept
+    connection closed between shards)."""
     magic = read_exact(recv, 4)
+    if not magic and end_ok:
+        return None
     if magic != MAGIC:
         raise ProtocolError(f"not a KV stream (magic {magic!r}, expected {MAGIC!r})")
     (length,) = struct.unpack("!H", read_exact(recv, 2))
