@@ -63,8 +63,9 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
         line = recv.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"probe receiver in {dst} failed: {line}{recv.stdout.read()}")
+        keep = ["--keep"] if network.scenario.emulation.kv_connections == "persistent" else []
         send = subprocess.run(
-            launcher.command(src, _probe_cmd(mode, ip, str(port), str(shards),
+            launcher.command(src, _probe_cmd(*keep, mode, ip, str(port), str(shards),
                                              network.scenario.emulation.tcp_congestion,
                                              *args)),
             capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent)

@@ -13,6 +13,7 @@ import traceback
 from testbed.workers.channel import Connection, connect
 from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
+from testbed.workers.kvstream import ConnectionPool
 
 
 class Worker:
@@ -25,6 +26,9 @@ class Worker:
         self.loop = RealTimeLoop(cfg.clock(time.time()))
         self.conn: Connection | None = None
         self.started = False
+        # KV connections kept between transfers (emulation.kv_connections: persistent)
+        self.kv_pool = (ConnectionPool()
+                        if self.scenario.emulation.kv_connections == "persistent" else None)
 
     # -- hooks -------------------------------------------------------------------------
     def handle(self, msg: dict) -> None:
@@ -93,6 +97,8 @@ class Worker:
             return 1
         finally:
             self.shutdown()
+            if self.kv_pool is not None:
+                self.kv_pool.close()
             if self.conn is not None:
                 self.conn.close()
             self.loop.lateness.write(self.cfg.out, self.instance, self.cfg.dilation)

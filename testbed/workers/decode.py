@@ -111,7 +111,7 @@ class DecodeWorker(Worker):
             results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
                                     congestion=self.scenario.emulation.tcp_congestion,
                                     marking=(lambda _k: marking) if marking else None,
-                                    stage="reuse")
+                                    stage="reuse", pool=self.kv_pool)
         except (OSError, ValueError) as exc:
             print(f"{self.instance}: fetch {rid} failed: {exc}", file=sys.stderr)
             return

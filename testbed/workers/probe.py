@@ -15,6 +15,10 @@ timeouts and seconds in them, per transfer]}.
 shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
 granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
 {request, bytes} for every shard that lands, after its "ready" line.
+`--keep` before the mode: senders keep their connections between transfers
+(emulation.kv_connections: persistent), opened by an untimed transfer of one byte per
+shard (as many at once as the next set needs) before the timed ones, as a run's warm-up
+opens them.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ import sys
 import threading
 import time
 
-from testbed.workers.kvstream import KVReceiver, send_shard, send_transfer
+from testbed.workers.kvstream import ConnectionPool, KVReceiver, send_shard, send_transfer
 
 
 def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
-             spacing: float = 0.0) -> tuple[list[float], list[float], list[dict]]:
+             spacing: float = 0.0, pool: ConnectionPool | None = None
+             ) -> tuple[list[float], list[float], list[dict]]:
     """n transfers, started together or `spacing` seconds apart; each one's start and end
     in seconds from the first start and its shards' TCP stalls summed (segments resent,
     retransmission timeouts)."""
@@ -43,7 +48,7 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
         if delay > 0:
             time.sleep(delay)  # the probe's schedule: transfer j starts j spacings in
         starts[j] = time.time() - t0
-        results = send_transfer(host, port, f"{name}-{j}", sizes, congestion=cc)
+        results = send_transfer(host, port, f"{name}-{j}", sizes, congestion=cc, pool=pool)
         ends[j] = max(r.end for r in results) - t0
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
                      for k in ("retrans_segs", "timeouts", "timeout_s")}
@@ -55,7 +60,16 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
     return starts, ends, stalls
 
 
+def _warm(host: str, port: int, shards: int, n: int, cc: str,
+          pool: ConnectionPool | None) -> None:
+    """Open n transfers' worth of kept connections (nothing when not keeping)."""
+    if pool is not None:
+        _compete(host, port, "warm", [1] * shards, n, cc, pool=pool)
+
+
 def main(argv: list[str]) -> int:
+    pool = ConnectionPool() if argv[:1] == ["--keep"] else None
+    argv = argv[1:] if pool is not None else argv
     if len(argv) == 3 and argv[0] == "recv":
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -67,10 +81,11 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) >= 6 and argv[0] == "send":
         host, port, shards, cc = argv[1], int(argv[2]), int(argv[3]), argv[4]
+        _warm(host, port, shards, 1, cc, pool)
         for k, total in enumerate(int(b) for b in argv[5:]):
             sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
             t0 = time.time()
-            results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc)
+            results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc, pool=pool)
             print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0,
                               "shards": [r.end - t0 for r in results]}), flush=True)
         return 0
@@ -79,16 +94,20 @@ def main(argv: list[str]) -> int:
         sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
         for k, arg in enumerate(argv[6:]):
             n, _, spacing = arg.partition("@")
+            _warm(host, port, shards, int(n), cc, pool)
             starts, ends, stalls = _compete(host, port, f"compete{k}", sizes, int(n), cc,
-                                            float(spacing or 0.0))
+                                            float(spacing or 0.0), pool)
             print(json.dumps({"bytes": total, "competing": int(n), "starts": starts,
                               "seconds": ends, "tcp": stalls}), flush=True)
         return 0
     if len(argv) >= 6 and argv[0] == "calls":
         host, port, cc, size = argv[1], int(argv[2]), argv[3], int(argv[4])
         for k, calls in enumerate(int(c) for c in argv[5:]):
+            if pool is not None:  # the calls mode's own connection
+                send_shard(host, port, "warm", 0, 1, calls, congestion=cc, calls=calls, pool=pool)
             t0 = time.time()
-            r = send_shard(host, port, f"calls{k}", 0, 1, size, congestion=cc, calls=calls)
+            r = send_shard(host, port, f"calls{k}", 0, 1, size, congestion=cc, calls=calls,
+                           pool=pool)
             print(json.dumps({"bytes": r.bytes, "calls": calls, "seconds": r.end - t0}),
                   flush=True)
         return 0

@@ -12,7 +12,8 @@ from testbed.workers.kvstream import send_transfer
 
 
 def push_kv(worker, msg: dict) -> None:
-    """worker: has .scenario, .loop, .send and .levels (SenderLevels or None)."""
+    """worker: has .scenario, .loop, .send, .levels (SenderLevels or None) and .kv_pool
+    (kept KV connections, or None)."""
     rid = msg["request"]
     levels = worker.levels
     marking = None
@@ -22,7 +23,8 @@ def push_kv(worker, msg: dict) -> None:
     try:
         results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
                                 congestion=worker.scenario.emulation.tcp_congestion,
-                                marking=marking, calls=int(msg.get("calls") or 1))
+                                marking=marking, calls=int(msg.get("calls") or 1),
+                                pool=worker.kv_pool)
     except (OSError, ValueError) as exc:
         reason = f"KV transfer to {msg['decode']} failed: {exc}"
         worker.loop.post(lambda: worker.send({"type": "failed", "request": rid,

@@ -199,3 +199,45 @@ def test_a_kv_connections_syn_rides_the_control_class_and_its_data_the_kv_class(
     moved = {name: after[name]["packets"] - before[name]["packets"] for name in after}
     assert moved["control"] == tries  # one SYN per try, nothing else
     assert after["kv"]["bytes"] - before["kv"]["bytes"] > 30000  # the data, by its TOS
+
+
+_KEPT_TRANSFERS = """
+import sys, threading
+from testbed.workers import kvstream
+if sys.argv[1] == "serve":
+    landed, all_in = [], threading.Event()
+    def on_shard(r):
+        landed.append(r)
+        if len(landed) == 12:
+            all_in.set()
+    kvstream.KVReceiver("10.77.0.2", 7000, on_shard).start()
+    print("ready", flush=True)
+    sys.exit(0 if all_in.wait(60) else 1)
+pool = kvstream.ConnectionPool()
+for k in range(3):
+    kvstream.send_transfer("10.77.0.2", 7000, f"r{k}", [20000] * 4, pool=pool)
+pool.close()
+"""
+
+
+def test_kept_kv_connections_open_once_per_shard_not_once_per_transfer(shaped_link):
+    # emulation.kv_connections: persistent: three transfers of four shards, four SYNs
+    ns, dev = shaped_link
+    netns = {dev: f"/run/netns/{ns}"}
+    before = tc.all_counters([dev], netns=netns)[dev]
+    here = Path(__file__).parents[2]
+    server = subprocess.Popen(["ip", "netns", "exec", ns[:-1] + "b", sys.executable, "-c",
+                               _KEPT_TRANSFERS, "serve"], cwd=here, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                               _KEPT_TRANSFERS, "send"], cwd=here, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert server.wait(timeout=60) == 0  # every shard of the three landed
+    finally:
+        server.kill()
+    after = tc.all_counters([dev], netns=netns)[dev]
+    assert after["control"]["packets"] - before["control"]["packets"] == 4
+    assert after["kv"]["bytes"] - before["kv"]["bytes"] > 3 * 4 * 20000

@@ -316,11 +316,13 @@ def test_faults_on_packets_lose_nothing(tmp_path):
 
 
 def test_mfs_with_kv_reuse_on_packets(tmp_path):
-    """Issue 7 end to end: holders stream cached prefixes to prefill hosts across the
-    fabric, senders mark their layers by MFS, the level leaves carry the KV, nothing is
-    lost and the level bytes add up to what was sent."""
+    """End to end: holders stream cached prefixes to prefill hosts across the fabric,
+    senders mark their layers by MFS, the level leaves carry the KV, nothing is lost and
+    the level bytes add up to what was sent; on kept connections (the levels re-mark a
+    connection that the last transfer left at another)."""
     path = write_small(tmp_path, TRACE, {
         **SHORT, "schedulers": ["netkv-full"], "network.flow_policy": "mfs",
+        "emulation.kv_connections": "persistent",
         "workload": {"trace": None, "profile": "all", "load": 1.0, "warmup_s": 1,
                      "measure_s": 4, "synthetic": {"mean_input": 4000, "documents": 4,
                                                    "share_fraction": 0.9}},
