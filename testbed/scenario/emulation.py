@@ -72,10 +72,11 @@ class EmulationCfg(_Strict):
     capture_snaplen: int = Field(
         128, ge=64, le=65535, description="bytes kept of each captured packet: the headers "
         "by default (65535 keeps the KV payload too, a file the size of the traffic)")
-    kv_connections: Literal["per-shard", "persistent"] = Field(
-        "per-shard", description="a TCP connection per KV shard per transfer (a handshake, "
-        "SYN and teardown each), or persistent: senders keep their connections to each "
-        "receiver for the next transfer, as a serving system keeps its transport's")
+    kv_connections: Literal["persistent", "per-shard"] = Field(
+        "persistent", description="persistent: senders keep their KV connections to each "
+        "receiver for the next transfer, as a serving system keeps its transport's; "
+        "per-shard: a TCP connection per KV shard per transfer (a handshake, SYN and "
+        "teardown each, on the replica's millisecond round trips)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "

@@ -1,7 +1,9 @@
-"""KV transfers as real TCP byte streams: one connection per TP shard, AF41-marked.
+"""KV transfers as real TCP byte streams: a connection per TP shard at a time (kept for
+the next transfer's shard with a ConnectionPool), AF41-marked.
 
-The sender sets IP_TOS before connecting, so every packet of the shard carries the KV
-DSCP from the first SYN; the controller also marks the KV port, as a safety net. Byte
+The sender sets IP_TOS before connecting (and again on a kept connection), so every
+packet of the shard carries the KV DSCP from the first SYN; the controller also marks
+the KV port, as a safety net. Byte
 counts on the wire are the modelled shard size x the emulation's scale factor.
 
 With priority levels (MFS and its baselines) a shard goes layer by layer: at each layer

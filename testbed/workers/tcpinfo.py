@@ -57,7 +57,7 @@ def read(sock: socket.socket) -> dict[str, float | None] | None:
 
 
 def stalls(transfers: list[dict]) -> dict:
-    """A run's transfers (one row per connection): how many resent segments, how many
+    """A run's transfers (one row per shard, counters its own): how many resent segments, how many
     had a retransmission timeout, and the modelled seconds spent recovering from them."""
     def n(row: dict, key: str) -> float:
         value = row.get(key)

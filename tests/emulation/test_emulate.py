@@ -315,14 +315,15 @@ def test_faults_on_packets_lose_nothing(tmp_path):
     assert summary["wire_bytes_sent"] == summary["wire_bytes_received"]
 
 
-def test_mfs_with_kv_reuse_on_packets(tmp_path):
+@pytest.mark.parametrize("connections", ["persistent", "per-shard"])
+def test_mfs_with_kv_reuse_on_packets(tmp_path, connections):
     """End to end: holders stream cached prefixes to prefill hosts across the fabric,
     senders mark their layers by MFS, the level leaves carry the KV, nothing is lost and
-    the level bytes add up to what was sent; on kept connections (the levels re-mark a
-    connection that the last transfer left at another)."""
+    the level bytes add up to what was sent; on kept connections (which the last
+    transfer may have left at another level) and on one per shard per transfer."""
     path = write_small(tmp_path, TRACE, {
         **SHORT, "schedulers": ["netkv-full"], "network.flow_policy": "mfs",
-        "emulation.kv_connections": "persistent",
+        "emulation.kv_connections": connections,
         "workload": {"trace": None, "profile": "all", "load": 1.0, "warmup_s": 1,
                      "measure_s": 4, "synthetic": {"mean_input": 4000, "documents": 4,
                                                    "share_fraction": 0.9}},
