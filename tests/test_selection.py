@@ -70,3 +70,33 @@ def test_the_probe_terms_are_judged_beside_the_verdicts_model_with_the_term_adde
     assert (contended.contention_idle, contended.join_stall_s) == (0.4, 0.0)
     assert TERMS["join stall"] == ("tcp", "tcp_joined")
     assert TERMS["link contention"] == ("tcp", "tcp_contended")
+
+
+def test_the_shard_spread_is_in_the_verdicts_model_and_judged_by_a_run_without_it():
+    """A term the verdict has is judged the other way round: the run beside leaves it out,
+    and the selection compares the verdict's model (with it) against that run."""
+    from testbed.scenario import load_scenario
+    from testbed.validate.beside import TERMS as BESIDE
+    from testbed.validate.beside import other_way
+    from testbed.validate.selection import TERMS
+    from testbed.validate.twin import flow_twin
+    from tests.conftest import ROOT
+
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
+    fit = {"shard_spread": 0.38, "join_stall_s": 0.07}
+    spread = BESIDE["spread"]
+    assert flow_twin(sc, {1: 1.0}, fit).tcp_params().shard_spread == 0.38
+    without = other_way(sc, {1: 1.0}, fit, spread).tcp_params()
+    assert (without.shard_spread, without.join_stall_s) == (0.0, 0.0)
+    assert other_way(sc, {1: 1.0}, fit, BESIDE["join_stall"]).tcp_params().join_stall_s == 0.07
+    assert TERMS["shard spread"] == ("tcp_unspread", "tcp")
+
+    def row(spread_on, spread_off):  # (replay p90, ttft error) with the spread and without
+        return {"calibrated": {"replay_p90": 0.5, "ttft_error": 0.5},
+                "tcp": dict(zip(("replay_p90", "ttft_error"), spread_on, strict=True)),
+                "tcp_unspread": dict(zip(("replay_p90", "ttft_error"), spread_off, strict=True))}
+
+    helps = {n: row((0.2, 0.05), (0.3, 0.10)) for n in "abc"}
+    assert held_out(helps)["shard spread"]["default_on"]
+    hurts = {n: row((0.2, 0.15), (0.3, 0.10)) for n in "abc"}  # better replay, worse TTFT
+    assert not held_out(hurts)["shard spread"]["default_on"]

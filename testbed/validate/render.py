@@ -316,6 +316,9 @@ def _validity_lines(doc: dict) -> list[str]:
 
 # what each term judged beside the verdict's model does, given its fitted value
 _BESIDE_TEXT = {
+    "spread": lambda v: (f"a transfer's parallel streams share unequally (the first of n "
+                         f"{1 + v:.2f}x, the last {1 - v:.2f}x an equal share), so it ends "
+                         "with its slowest; in the verdict's model, judged without it"),
     "contention": lambda v: (f"the time a stream loses to competitors stretches "
                              f"{1 / (1 - v):.2f}x (idle share {100 * v:.0f}%)"),
     "join_stall": lambda v: (f"a stream that joins a path others keep saturated sends "
@@ -338,9 +341,9 @@ def _beside_lines(doc: dict) -> list[str]:
                 f"{_abs(replay.get('p90_abs_error'))} | {_abs(engines.get('median_abs_error'))}"
                 f" / {_abs(engines.get('p90_abs_error'))} | {kinds.count('agree')} / "
                 f"{kinds.count('disagree')} / {kinds.count('inconclusive')} | {same} |")
-    lines = ["", "Terms fitted on the calibration's probes alone, judged both ways beside the "
-             "verdict's model, which leaves them out (docs/validation.md, \"Which terms are "
-             "on\"):", ""]
+    lines = ["", "Terms fitted on the calibration's probes alone, each judged the other way "
+             "beside the verdict's model: with it where the verdict leaves it out, without it "
+             "where the verdict has it (docs/validation.md, \"Which terms are on\"):", ""]
     lines += [f"- {t['title']} ({t['value']:.3g}): {_BESIDE_TEXT[k](t['value'])}"
               for k, t in terms.items()]
     lines += ["", "| model | replay median / p90 | both engines median / p90 | mean TTFT agree "
@@ -348,8 +351,9 @@ def _beside_lines(doc: dict) -> list[str]:
               row("TCP model (the verdict's)", whole.get("replay_tcp", {}),
                   whole.get("engines_tcp", {}), doc["ttft_verdicts"]["tcp"],
                   doc["seed_rankings"]["tcp"])]
-    lines += [row(f"with {t['title']}", t["replay"], t["engines"], t["ttft_verdicts"],
-                  t["seed_rankings"]) for t in terms.values()]
+    lines += [row(f"{'without' if t.get('in_verdict') else 'with'} {t['title']}", t["replay"],
+                  t["engines"], t["ttft_verdicts"], t["seed_rankings"])
+              for t in terms.values()]
     return lines
 
 

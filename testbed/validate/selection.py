@@ -18,7 +18,8 @@ from testbed.validate.beside import TERMS as BESIDE
 
 # term -> (the model without it, the model with it), as a validation's flow runs name them
 TERMS = {"TCP terms": ("calibrated", "tcp"),
-         **{t.title: ("tcp", t.model) for t in BESIDE.values()}}
+         **{t.title: (t.model, "tcp") if t.in_verdict else ("tcp", t.model)
+            for t in BESIDE.values()}}
 FIGURES = ("replay_p90", "ttft_error")
 
 
