@@ -315,33 +315,36 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
         out.values[m] = {e: {s: estimate(float(at[m][0, ei, si]), draws[m][:, ei, si], level,
                                          normal)
                              for s, si in idx.items()} for ei, e in enumerate(p.engines)}
-    for base in BASELINES:
-        if base not in idx:
-            continue
-        for s in p.schedulers:
-            if s == base or (s in BASELINES and BASELINES.index(s) < BASELINES.index(base)):
-                continue  # RR vs CLA* is CLA* vs RR read backwards
-            for m in METRICS:
-                g_at = gain(m, at[m][0, :, idx[s]], at[m][0, :, idx[base]])
-                g = gain(m, draws[m][:, :, idx[s]], draws[m][:, :, idx[base]])
-                pk = estimate(float(g_at[0]), g[:, 0], level, normal)
-                fl = estimate(float(g_at[1]), g[:, 1], level, normal)
-                diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
-                c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
-                          agreement(diff, tolerance))
-                if REPLAY in p.engines:
-                    r = p.engines.index(REPLAY)
-                    c.network = estimate(float(g_at[r] - g_at[0]), g[:, r] - g[:, 0], level,
-                                         normal)
-                    c.network_verdict = agreement(c.network, tolerance)
-                    c.replay = estimate(float(g_at[r]), g[:, r], level, normal)
-                c.sentence = describe(c)
-                out.claims.append(c)
+    for s, base in claim_pairs(p.schedulers):
+        for m in METRICS:
+            g_at = gain(m, at[m][0, :, idx[s]], at[m][0, :, idx[base]])
+            g = gain(m, draws[m][:, :, idx[s]], draws[m][:, :, idx[base]])
+            pk = estimate(float(g_at[0]), g[:, 0], level, normal)
+            fl = estimate(float(g_at[1]), g[:, 1], level, normal)
+            diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
+            c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
+                      agreement(diff, tolerance))
+            if REPLAY in p.engines:
+                r = p.engines.index(REPLAY)
+                c.network = estimate(float(g_at[r] - g_at[0]), g[:, r] - g[:, 0], level,
+                                     normal)
+                c.network_verdict = agreement(c.network, tolerance)
+                c.replay = estimate(float(g_at[r]), g[:, r], level, normal)
+            c.sentence = describe(c)
+            out.claims.append(c)
     two = len(ENGINES)  # the ranking compares the engines, not the replay
     out.ranking = ranking_probability(p.schedulers, at["ttft_mean"][0][:two],
                                       draws["ttft_mean"][:, :two])
     return out
 
+
+
+def claim_pairs(schedulers: Sequence[str]) -> list[tuple[str, str]]:
+    """(scheduler, baseline) of every claim among `schedulers`: each against RR and CLA*,
+    RR vs CLA* left out (it is CLA* vs RR read backwards)."""
+    return [(s, base) for base in BASELINES if base in schedulers for s in schedulers
+            if s != base and not (s in BASELINES
+                                  and BASELINES.index(s) < BASELINES.index(base))]
 
 def _order(scores: np.ndarray, names: Sequence[str]) -> tuple[str, ...]:
     return tuple(names[i] for i in np.lexsort((np.arange(len(names)), scores)))

@@ -47,6 +47,7 @@ from testbed.validate import (
     compare,
     divergence,
     repeat,
+    trajectory,
     validity,
 )
 from testbed.validate.contention import with_probe_fits
@@ -417,6 +418,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         **beside.judged(cal.get("tcp", {}), replayer, all_emu, emu_cells, factors, flow_cells,
                         loads),
         "decisions": decisions,
+        "trajectory": trajectory.spread(tcp_twin),
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),

@@ -61,6 +61,7 @@ def claim_lines(doc: dict) -> list[str]:
                          f"{_diff(c['difference'])} | {verdict} | "
                          f"{_diff(net) if net else '-'} | "
                          f"{c.get('network_verdict') or '-'} |")
+        lines += _draw_lines(doc.get("trajectory", {}).get(point))
         r = by.get("ranking")
         if r:
             lines += ["", f"Ranking by mean TTFT: packets "
@@ -71,6 +72,25 @@ def claim_lines(doc: dict) -> list[str]:
                       f"{100 * r['p_same_order']:.0f}% of resamples."]
         lines.append("")
     return lines + _sequential_lines(seq)
+
+
+def _draw_lines(spread: dict | None) -> list[str]:
+    """The claims' run-to-run spread in the flow model (validate/trajectory.py)."""
+    if not spread:
+        return []
+    first = next(iter(spread.values()))
+    parts = []
+    for claim, t in spread.items():
+        s, b = claim.split(" vs ")
+        parts.append(f"{display_name(s)} vs {display_name(b)} sd {100 * t['sd']:.1f} points "
+                     f"({100 * t['low']:+.1f}% .. {100 * t['high']:+.1f}%)")
+    return ["", f"One run is one draw: the flow model on the same requests again, only its "
+            f"own random draws changed (the schedulers' tie-breaks, any random path choice; "
+            f"{first['draws']} draws of each of "
+            f"{first['seeds']} seed(s)), moves each mean-TTFT gain by: " + "; ".join(parts)
+            + ". The intervals above resample requests, not draws, so a difference between "
+            "the engines within about twice that sd can be one draw against another "
+            "(docs/validation.md, \"One run is one draw\")."]
 
 
 def _sequential_lines(seq: dict | None) -> list[str]:

@@ -1,0 +1,76 @@
+"""How far runs of one workload spread: the flow model run again on each seed's very
+requests with only its own random draws changed (the schedulers' tie-breaks, any random path
+choice).
+
+A claim's interval resamples the requests of the runs it has, so it holds how much the
+gain would move with other requests like them, not how much it moves when the same
+requests meet other draws. With NetKV-Full and CLA* that second part is large: most of
+their candidates tie on cost (same tier, no queue), the tie-break sends a request to one
+decode or another, and from there a backlog forms somewhere else. The flow model shows
+it at no cost to the fabric, so every validation measures it here and the report prints
+it beside the claims; packets runs of one workload spread alike (docs/validation.md,
+"One run is one draw").
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from testbed.flowsim.simulator import simulate
+from testbed.lifecycle import SERVED_STATES
+from testbed.runner import slug
+from testbed.validate.claims import claim_pairs
+from testbed.workloads.build import build_workload
+
+DRAWS = 6  # runs per seed: the seed's own and five more
+OFFSET = 100_003  # the k-th extra draw of seed s runs with seed s + k * OFFSET
+
+
+def mean_ttft(requests: list[dict]) -> float | None:
+    """Mean TTFT of a run's measured, served requests (None if it has none)."""
+    got = [r["ttft"] for r in requests if r.get("measured") and r.get("state") in SERVED_STATES
+           and r.get("ttft") is not None]
+    return statistics.fmean(got) if got else None
+
+
+def gains(means: dict[str, float]) -> dict[str, float]:
+    """'S vs B' -> S's mean-TTFT gain over B (relative; negative: faster)."""
+    return {f"{s} vs {b}": means[s] / means[b] - 1.0
+            for s, b in claim_pairs(list(means)) if means[b]}
+
+
+def spread(scenario, draws: int = DRAWS) -> dict[str, dict]:
+    """point -> {claim: {sd, low, high, draws}} over every seed's draws (the gain's
+    standard deviation across draws of one seed, pooled over seeds), for the mean-TTFT
+    claims of the flow-model scenario given (the verdict's)."""
+    out: dict[str, dict] = {}
+    for index, (point, cell) in enumerate(scenario.cells()):
+        by_claim: dict[str, list[list[float]]] = {}
+        for seed in range(cell.seed, cell.seed + cell.seeds):
+            workload = build_workload(cell, seed)
+            runs: list[dict[str, float]] = [{} for _ in range(draws)]
+            for key in cell.schedulers:
+                for k in range(draws):
+                    m = mean_ttft(simulate(cell, key, seed + k * OFFSET, workload).requests)
+                    if m is not None:
+                        runs[k][key] = m
+            for k in range(draws):
+                for claim, g in gains(runs[k]).items():
+                    by_claim.setdefault(claim, [[] for _ in range(draws)])
+                    by_claim[claim][k].append(g)
+        out[f"{index:03d}-{slug(point)}"] = {claim: _summary(per_draw)
+                                  for claim, per_draw in by_claim.items()}
+    return out
+
+
+def _summary(per_draw: list[list[float]]) -> dict:
+    """Pooled within-seed sd of a claim's gain (draws x seeds) and its range."""
+    seeds = len(per_draw[0])
+    groups = [[per_draw[k][i] for k in range(len(per_draw))] for i in range(seeds)]
+    groups = [g for g in groups if len(g) > 1]
+    dof = sum(len(g) - 1 for g in groups)
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
+    flat = [x for g in groups for x in g]
+    return {"sd": (ss / dof) ** 0.5 if dof else float("nan"),
+            "low": min(flat, default=float("nan")), "high": max(flat, default=float("nan")),
+            "draws": len(per_draw), "seeds": len(groups)}

@@ -1,0 +1,43 @@
+"""The claims' run-to-run spread in the flow model (validate/trajectory.py)."""
+
+import math
+
+import pytest
+
+from testbed.scenario import load_scenario
+from testbed.validate.trajectory import _summary, gains, mean_ttft, spread
+from tests.conftest import ROOT
+
+
+def test_gains_are_the_claims_only_and_relative_to_the_baseline():
+    got = gains({"rr": 10.0, "cla": 8.0, "netkv-full": 5.0})
+    assert got == pytest.approx({"cla vs rr": -0.2, "netkv-full vs rr": -0.5,
+                                 "netkv-full vs cla": -0.375})
+
+
+def test_mean_ttft_counts_measured_served_requests_only():
+    rows = [{"measured": True, "state": "completed", "ttft": 1.0},
+            {"measured": True, "state": "completed", "ttft": 3.0},
+            {"measured": False, "state": "completed", "ttft": 100.0},
+            {"measured": True, "state": "rejected", "ttft": None}]
+    assert mean_ttft(rows) == 2.0
+    assert mean_ttft(rows[2:]) is None
+
+
+def test_the_spread_is_pooled_within_seeds_not_across_them():
+    # two seeds whose gains differ by 0.5 between them but by +-0.01 within each
+    per_draw = [[0.10, 0.60], [0.12, 0.62], [0.08, 0.58]]
+    got = _summary(per_draw)
+    assert math.isclose(got["sd"], 0.02)  # within a seed: (0.01^2 * 2 + ...) / 2 dof
+    assert (got["low"], got["high"], got["draws"], got["seeds"]) == (0.08, 0.62, 3, 2)
+
+
+def test_draws_of_the_same_requests_differ_for_a_scheduler_that_breaks_ties():
+    """Short validation scenario, flow model: RR's order ignores draws (no claim of its
+    own), while CLA*'s tie-breaks move its gain from one draw to the next."""
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                       {"workload.warmup_s": 1.0, "workload.measure_s": 6.0})
+    got = spread(sc, draws=3)["000-base"]
+    assert set(got) == {"cla vs rr", "netkv-full vs rr", "netkv-full vs cla"}
+    assert got["cla vs rr"]["sd"] > 0
+    assert got["cla vs rr"]["low"] < got["cla vs rr"]["high"]
