@@ -338,13 +338,13 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
     return out
 
 
-
 def claim_pairs(schedulers: Sequence[str]) -> list[tuple[str, str]]:
     """(scheduler, baseline) of every claim among `schedulers`: each against RR and CLA*,
     RR vs CLA* left out (it is CLA* vs RR read backwards)."""
     return [(s, base) for base in BASELINES if base in schedulers for s in schedulers
             if s != base and not (s in BASELINES
                                   and BASELINES.index(s) < BASELINES.index(base))]
+
 
 def _order(scores: np.ndarray, names: Sequence[str]) -> tuple[str, ...]:
     return tuple(names[i] for i in np.lexsort((np.arange(len(names)), scores)))

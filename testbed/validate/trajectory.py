@@ -1,6 +1,6 @@
 """How far runs of one workload spread: the flow model run again on each seed's very
-requests with only its own random draws changed (the schedulers' tie-breaks, any random path
-choice).
+requests with only its own random draws changed (the schedulers' tie-breaks, any random
+path choice).
 
 A claim's interval resamples the requests of the runs it has, so it holds how much the
 gain would move with other requests like them, not how much it moves when the same
@@ -8,8 +8,8 @@ requests meet other draws. With NetKV-Full and CLA* that second part is large: m
 their candidates tie on cost (same tier, no queue), the tie-break sends a request to one
 decode or another, and from there a backlog forms somewhere else. The flow model shows
 it at no cost to the fabric, so every validation measures it here and the report prints
-it beside the claims; packets runs of one workload spread alike (docs/validation.md,
-"One run is one draw").
+it beside the claims; two packet runs of the demo's requests moved as much
+(docs/validation.md, "One run is one draw").
 """
 
 from __future__ import annotations
