@@ -76,7 +76,7 @@ class Paired:
         return len(self.ids)
 
 
-def _served(row: dict) -> bool:
+def served(row: dict) -> bool:
     return row.get("state") in SERVED_STATES and row.get("ttft") not in (None, "")
 
 
@@ -107,7 +107,7 @@ def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
         for rid in sorted(common, key=lambda r: (float(first[r]["arrival"]), r)):
             ids.append(rid)
             seed_of.append(seed)
-            ttft.append([[float(tables[(e, s)][rid]["ttft"]) if _served(tables[(e, s)][rid])
+            ttft.append([[float(tables[(e, s)][rid]["ttft"]) if served(tables[(e, s)][rid])
                           else math.nan for s in schedulers] for e in engines])
             met.append([[1.0 if _truthy(tables[(e, s)][rid].get("slo_met")) else 0.0
                          for s in schedulers] for e in engines])
@@ -407,7 +407,7 @@ def replayed_requests(requests: Sequence[dict], packet_transfers: Sequence[dict]
     out = []
     for row in requests:
         rid = str(row["id"])
-        if rid in pk and rid in rp and _served(row):
+        if rid in pk and rid in rp and served(row):
             ttft = float(row["ttft"]) + rp[rid] - pk[rid]
             slo = row.get("slo_s")
             met = ttft <= float(slo) if slo not in (None, "") else _truthy(row.get("slo_met"))

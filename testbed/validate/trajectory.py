@@ -17,9 +17,8 @@ from __future__ import annotations
 import statistics
 
 from testbed.flowsim.simulator import simulate
-from testbed.lifecycle import SERVED_STATES
 from testbed.runner import slug
-from testbed.validate.claims import claim_pairs
+from testbed.validate.claims import PRIMARY, claim_pairs, gain, served
 from testbed.workloads.build import build_workload
 
 DRAWS = 6  # runs per seed: the seed's own and five more
@@ -28,14 +27,13 @@ OFFSET = 100_003  # the k-th extra draw of seed s runs with seed s + k * OFFSET
 
 def mean_ttft(requests: list[dict]) -> float | None:
     """Mean TTFT of a run's measured, served requests (None if it has none)."""
-    got = [r["ttft"] for r in requests if r.get("measured") and r.get("state") in SERVED_STATES
-           and r.get("ttft") is not None]
+    got = [r["ttft"] for r in requests if r.get("measured") and served(r)]
     return statistics.fmean(got) if got else None
 
 
 def gains(means: dict[str, float]) -> dict[str, float]:
     """'S vs B' -> S's mean-TTFT gain over B (relative; negative: faster)."""
-    return {f"{s} vs {b}": means[s] / means[b] - 1.0
+    return {f"{s} vs {b}": float(gain(PRIMARY, means[s], means[b]))
             for s, b in claim_pairs(list(means)) if means[b]}
 
 
