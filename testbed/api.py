@@ -204,7 +204,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
 
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
                                 network=network, on_fabric=on_fabric, fabrics=fabrics,
-                                fabric_cores=load_timings()[0].get("fabric_cores"),
+                                timings=load_timings()[0],
                                 on_note=bar.note, dask=dask)
     return RunResult(outcome.folder, scenario, outcome)
 

@@ -13,7 +13,6 @@ from testbed.topologies.placement import (
     auto_daemons,
     interface_netns,
     netns_path,
-    planned_daemons,
     private_daemons,
     switch_daemons,
 )
@@ -96,14 +95,10 @@ def test_auto_gives_a_daemon_per_four_cores_of_the_userspace_datapath(cores, dat
 
 
 def test_auto_is_the_default_and_only_a_machine_resolves_it(write_scenario):
-    from testbed.scenario import EmulationCfg
-
     sc = load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n"))
     assert sc.emulation.ovs_instances == "auto"
     with pytest.raises(ValueError, match="resolve it for the machine"):
         private_daemons(sc.emulation)
-    assert planned_daemons(sc.emulation) == 1
-    assert planned_daemons(EmulationCfg(ovs_instances=3)) == 3
     on16, why = net.resolve_split(sc, "user", 16)
     assert on16.emulation.ovs_instances == 4 and "16 cores" in why
     assert on16.model_dump(exclude={"emulation"}) == sc.model_dump(exclude={"emulation"})

@@ -31,10 +31,11 @@ def fabrics_option(fn):
         "--fabrics", "fabrics", type=FabricCount(), default="auto", show_default=True,
         help="Run a sweep point's seeds on K fabrics side by side, each in its own network "
         "namespace with its own OVS daemon(s), controller and ports (userspace datapath). "
-        "auto: as many as the cores carry with a quarter spare (one fabric needs a core per "
-        "OVS daemon plus one, or what a run here was seen to use), never more than the "
-        "seeds, 1 on the kernel datapath or 2 cores; a round with a run flagged CPU- or "
-        "datapath-bound costs a fabric.")(fn)
+        "auto: one until `validate` has measured a fabric alone on this machine, then as "
+        "many as the cores carry with a quarter spare, each with the OVS daemons its "
+        "forwarding needs (half a core each), never more than the seeds, 1 on the kernel "
+        "datapath or 2 cores; a round with a run flagged CPU- or datapath-bound costs a "
+        "fabric.")(fn)
 
 
 def dask_option(fn):

@@ -24,7 +24,14 @@ from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.judge import departure_summary, describe_departures
-from testbed.emulation.lanes import LanePool, fabric_cores, lane_cell, lane_cores, lane_count
+from testbed.emulation.lanes import (
+    LanePool,
+    fabric_need,
+    lane_cell,
+    lane_cores,
+    lane_count,
+    lane_daemons,
+)
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
@@ -44,7 +51,6 @@ from testbed.records import (
     write_json,
 )
 from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
-from testbed.topologies.placement import planned_daemons
 from testbed.workers import journal, lateness, tcpinfo
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
@@ -222,7 +228,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                   on_live: Callable[[dict], None] | None = None,
                   network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
                   after_round: Callable[[int, list[int], Path], bool] | None = None,
-                  fabrics: int | str = 1, fabric_cores: float | None = None,
+                  fabrics: int | str = 1, timings: dict | None = None,
                   on_note: Callable[[str], None] | None = None,
                   dask: str | None = None) -> RunOutcome:
     """Emulate every cell through the shared cell loop (runner.run_cells); return the
@@ -238,8 +244,10 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     whether to run the point's next round (a sequential validation stops early there).
 
     `fabrics`: how many fabrics a point's seeds run on side by side (lanes.py), or
-    "auto" (lanes.lane_count, from the cores and `fabric_cores`, what one fabric was seen
-    to keep busy here); `on_note(line)` hears how many and why, and when they shrink.
+    "auto" (lanes.lane_count, from the cores and what one fabric run alone here was
+    measured to keep busy: `timings`, validate's cache; each fabric side by side gets the
+    OVS daemons its forwarding needs, lanes.fabric_need); `on_note(line)` hears how many
+    and why, and when they shrink.
 
     `dask`: a Dask scheduler's address; each point's seeds then run on the servers whose
     workers offer a fabric (servers.py), a seed per server at a time, and this machine
@@ -269,9 +277,11 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                 yield from on_servers(pool, index, point, cell, mine, root, on_step,
                                       after_round, on_note, verdicts)
                 continue
+            need = fabric_need(cell, timings or {})
             count, why = lane_count(fabrics, os.cpu_count() or 1, len(seeds),
-                                    fabric_cores or lanes_default(cell),
+                                    need[0] if need else None,
                                     choose_datapath(cell.emulation.datapath))
+            daemons = lane_daemons(cell, timings or {}, count)
             if count > 1 and network is not EmulatedNetwork:
                 raise ValueError("a fabric over a cluster runs one at a time: fabrics=1")
             if on_note and fabrics != 1:
@@ -281,7 +291,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                         + (f"s ({count} side by side)" if count > 1 else ""), 0.0)
             if count > 1:
                 if on_fabric is not None:  # its own fabric, as the lanes build theirs
-                    setup = lane_cell(cell)
+                    setup = lane_cell(cell, daemons)
                     setup_file = celldir / "setup" / "scenario.yaml"
                     atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"),
                                                             sort_keys=False))
@@ -289,7 +299,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                                          quiet=not verbose, cores=lane_cores(count)) as net:
                         on_fabric(net, celldir)
                 yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
-                                    on_step, after_round, on_note, verdicts)
+                                    on_step, after_round, on_note, verdicts, daemons)
                 continue
             with network(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
                 if on_fabric is not None:
@@ -332,12 +342,9 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     return outcome
 
 
-def lanes_default(cell) -> float:
-    return fabric_cores(planned_daemons(cell.emulation))
-
-
 def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldir: Path,
-             verbose: bool, on_step, after_round, on_note, verdicts: list[dict]):
+             verbose: bool, on_step, after_round, on_note, verdicts: list[dict],
+             daemons: int | None = None):
     """A point's seeds on `count` fabrics side by side: each round gives every lane one
     seed (all its schedulers, in order); after a round the look decides whether to go on,
     and a round with a run flagged CPU- or datapath-bound costs a lane."""
@@ -348,7 +355,8 @@ def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldi
     wl = cell.workload
     run_wall = cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s)
     with LanePool(count, cell, celldir / "lanes", verbose,
-                  start_timeout_s=300.0 + cell.emulation.start_timeout_s) as pool:
+                  start_timeout_s=300.0 + cell.emulation.start_timeout_s,
+                  daemons=daemons) as pool:
         while pending:
             batch, pending = pending[:pool.size], pending[pool.size:]
             jobs, tasks, n = {}, {}, 0

@@ -92,12 +92,6 @@ def private_daemons(emu) -> int:
     return emu.ovs_instances if emu.ovs_instances > 1 or emu.private_ovs else 0
 
 
-def planned_daemons(emu) -> int:
-    """The daemons one fabric is planned with before a run resolves "auto": one, since
-    fabrics side by side share the cores out first and each lane splits its share."""
-    return 1 if emu.ovs_instances == "auto" else max(1, private_daemons(emu))
-
-
 def interface_netns(fabric, n: int) -> dict[str, str]:
     """Switch egress interface -> the namespace path it lives in, for a fabric on `n`
     private daemons ({} for none: all switch ports are then in the root namespace)."""

@@ -138,7 +138,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
     seed again that many times on packets (RR alone where it is scheduled) to measure how
     far packets are from themselves (validate/repeat.py)."""
-    from testbed.emulation.lanes import fabric_split
+    from testbed.emulation.lanes import fabric_split, lane_daemons
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
@@ -160,8 +160,10 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     if calibration is not None:
         check_calibration(calibration, scenario)
     elif use_cache:  # measured on a fabric split as this run's calibration fabric will be
+        count = 1 if dask else lanes
+        cell = scenario.cells()[0][1]
         calibration, why = cache.load_calibration(scenario, cache_max_age_s, split=fabric_split(
-            scenario.cells()[0][1], 1 if dask else lanes))
+            cell, count, lane_daemons(cell, cache.load_timings()[0], count)))
         note(why)
     if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
@@ -200,7 +202,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         hook = on_fabric
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
                         on_live=on_live, after_round=looks, fabrics=lanes, on_note=note,
-                        dask=dask)
+                        dask=dask, timings=cache.load_timings()[0])
     again = repeat.repeat_scenario(scenario)
     for i in range(repeats):
         note(f"packets again ({i + 1} of {repeats}): {', '.join(again.schedulers)}, seed 1")
@@ -234,17 +236,15 @@ def _factors(cal: dict) -> dict[int, float]:
 
 def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, str]:
     """How many fabrics run seeds side by side (lanes.lane_count) for `seeds` seeds (the
-    scenario's when None), from this machine's cores and what one fabric was measured to
-    keep busy here (cache: fabric_cores)."""
-    from testbed.emulation.lanes import fabric_cores, lane_count
+    scenario's when None), from this machine's cores and what one fabric run alone here
+    was measured to keep busy (lanes.fabric_need, from the cache's timings)."""
+    from testbed.emulation.lanes import fabric_need, lane_count
     from testbed.emulation.net import choose_datapath
-    from testbed.topologies.placement import planned_daemons
 
     cell = scenario.cells()[0][1]
-    timings, _ = cache.load_timings()
-    per = fabric_cores(planned_daemons(cell.emulation), timings.get("fabric_cores"))
-    return lane_count(fabrics, os.cpu_count() or 1, seeds or cell.seeds, per,
-                      choose_datapath(cell.emulation.datapath))
+    need = fabric_need(cell, cache.load_timings()[0])
+    return lane_count(fabrics, os.cpu_count() or 1, seeds or cell.seeds,
+                      need[0] if need else None, choose_datapath(cell.emulation.datapath))
 
 
 def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | None,
@@ -253,11 +253,15 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
     t0) and stop (the last request done -> router.json written), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
     after the window, modelled) to the pilot's: the planner's drain_factor; with one
-    fabric, the cores it kept busy (the fidelity monitor's CPU p95 x cores), which sizes
-    fabrics side by side."""
+    fabric, what it kept busy, which sizes fabrics side by side (lanes.fabric_need): its
+    datapath's forwarding work (lanes.datapath_cores; runs whose datapath was not at its
+    ceiling, where the work would be understated) and the rest (the fidelity monitor's
+    CPU p95 x cores, less the forwarding)."""
+    from testbed.emulation.lanes import REF_RATE, datapath_cores, packet_rate
+
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
-    starts, stops, ratios, cores = [], [], [], []
+    starts, stops, ratios, cores, work, others = [], [], [], [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
             router = json.loads((cell / "router.json").read_text())
@@ -270,6 +274,11 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             busy = json.loads((cell / "summary.json").read_text())["cpu_busy_p95"]
             cores.append(float(busy) * (os.cpu_count() or 1))
+            fid = json.loads((cell / "fidelity.json").read_text())
+            if not fid.get("datapath_bound"):
+                work.append(datapath_cores(fid["threads"], scenario.emulation))
+                others.append(cores[-1] - work[-1] * packet_rate(scenario.emulation)
+                              / REF_RATE)
         if done:
             stops.append((cell / "router.json").stat().st_mtime - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
@@ -284,6 +293,9 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         out["drain_factor"] = percentile(ratios, 50)
     if cores and lanes == 1:
         out["fabric_cores"] = percentile(cores, 50)
+    if work and lanes == 1:
+        out["datapath_cores"] = percentile(work, 50)
+        out["other_cores"] = max(0.0, percentile(others, 50))
     return out
 
 
