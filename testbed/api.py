@@ -200,12 +200,16 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
-        from testbed.validate.cache import load_timings
+        from testbed.emulation.lanes import fabric_load
+        from testbed.validate.cache import load_timings, record_timings
 
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
                                 network=network, on_fabric=on_fabric, fabrics=fabrics,
                                 timings=load_timings()[0],
                                 on_note=bar.note, dask=dask)
+    load = fabric_load(outcome.folder) if cluster is None and dask is None else {}
+    if load:  # a fabric of this machine, alone: it sizes fabrics side by side next time
+        record_timings(load)
     return RunResult(outcome.folder, scenario, outcome)
 
 

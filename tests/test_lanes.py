@@ -5,10 +5,12 @@ import json
 import os
 
 import pytest
+import yaml
 
 from testbed.emulation import cleanup
 from testbed.emulation.lanes import (
     datapath_cores,
+    fabric_load,
     fabric_need,
     lane_cell,
     lane_count,
@@ -96,10 +98,14 @@ def test_side_by_side_the_plan_needs_fewer_rounds_for_the_same_measurement():
     assert three.expected_wall_s < one.expected_wall_s
 
 
-def test_a_validation_alone_records_its_fabrics_forwarding_work(tmp_path, write_scenario):
+def test_a_fabric_alone_records_its_forwarding_work_and_side_by_side_does_not(
+        tmp_path, write_scenario):
     sc = _cell(write_scenario, "scale: 2.0e-4, time_dilation: 2")
+    point = tmp_path / "cells" / "000-base"
+    (point / "fabric").mkdir(parents=True)
+    (point / "scenario.yaml").write_text(yaml.safe_dump(sc.model_dump(mode="json")))
     for k, (busy, bound) in enumerate([(0.4, False), (0.3, False), (0.98, True)]):
-        run = tmp_path / "cells" / "000-base" / ["rr", "cla", "netkv-full"][k] / "seed1"
+        run = point / ["rr", "cla", "netkv-full"][k] / "seed1"
         run.mkdir(parents=True)
         (run / "router.json").write_text(json.dumps({"t0": 100.0}))
         (run / "requests.csv").write_text("id,done\nr1,1.0\n")
@@ -110,12 +116,15 @@ def test_a_validation_alone_records_its_fabrics_forwarding_work(tmp_path, write_
              "busy_median": busy},
             {"process": "ovs-vswitchd", "thread": "handler1", "role": "handler",
              "busy_median": 0.2}]}))
-    got = run_overheads(tmp_path, sc, None)
+    got = fabric_load(tmp_path)
     cores = 0.5 * (os.cpu_count() or 1)
     # the run at the datapath's ceiling is left out: its work is understated
-    assert got["datapath_cores"] == pytest.approx(0.35 * 1e-4 / 1e-4)
+    assert got["datapath_cores"] == pytest.approx(0.35)  # at 2e-4 / 2: the reference rate
     assert got["other_cores"] == pytest.approx(max(0.0, cores - 0.35))
+    assert run_overheads(tmp_path, sc, None)["datapath_cores"] == got["datapath_cores"]
     assert "datapath_cores" not in run_overheads(tmp_path, sc, None, lanes=2)
+    (point / "lanes").mkdir()  # the point ran side by side: each fabric had a share
+    assert fabric_load(tmp_path) == {}
 
 
 def test_a_lane_never_gets_more_daemons_than_its_share_of_the_cores(write_scenario,

@@ -83,6 +83,17 @@ def test_phase_times_start_from_the_defaults_then_follow_this_machine(own_cache)
     assert cache.load_timings()[0] == cache.DEFAULT_TIMINGS
 
 
+def test_a_fabrics_load_alone_is_no_measured_phase_time(own_cache):
+    cache.record_timings({"datapath_cores": 0.9, "other_cores": 0.4})  # an emulate run's
+    times, source = cache.load_timings()
+    assert times["datapath_cores"] == 0.9 and "development machine" in source
+    assert times["fabric_s"] == cache.DEFAULT_TIMINGS["fabric_s"]
+    doc = json.loads((own_cache / "timings.json").read_text())
+    assert set(doc["timings"]) == {"datapath_cores", "other_cores"}  # no defaults kept
+    cache.record_timings({"fabric_s": 20.0})
+    assert cache.load_timings()[1] == "measured on this machine"
+
+
 @pytest.mark.parametrize(("text", "want"), [("4%", 0.04), ("0.04", 0.04), ("12.5%", 0.125)])
 def test_target_ci_takes_a_percentage_or_a_fraction(text, want):
     assert Fraction().convert(text, None, None) == pytest.approx(want)

@@ -65,6 +65,44 @@ def datapath_cores(threads: list[dict], emu) -> float:
     return work * REF_RATE / packet_rate(emu)
 
 
+def fabric_load(folder: Path) -> dict[str, float]:
+    """What one fabric kept busy in an emulation's runs (its folder: cells/<point>/
+    <scheduler>/seed<k>), for the timings cache: `datapath_cores` (datapath_cores) and
+    `other_cores` (the monitor's CPU p95 x cores, less the forwarding), medians over the
+    runs of points that ran on one fabric of this machine (not side by side, where each
+    took a share) and whose datapath was not at its ceiling (its work would be
+    understated). Empty when no run qualifies."""
+    from testbed.scenario import load_scenario
+
+    work, others = [], []
+    for point in sorted((folder / "cells").glob("*/")):
+        if (point / "lanes").exists() or not (point / "fabric").exists():
+            continue
+        try:
+            emu = load_scenario(point / "scenario.yaml").emulation
+        except Exception:  # noqa: BLE001 - a point it cannot read says nothing
+            continue
+        for run in sorted(point.glob("*/seed*/fidelity.json")):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                fid = json.loads(run.read_text())
+                busy = json.loads((run.parent / "summary.json").read_text())["cpu_busy_p95"]
+                if fid.get("datapath_bound"):
+                    continue
+                w = datapath_cores(fid["threads"], emu)
+                work.append(w)
+                others.append(float(busy) * (os.cpu_count() or 1) - w * packet_rate(emu)
+                              / REF_RATE)
+    if not work:
+        return {}
+    return {"datapath_cores": _median(work), "other_cores": max(0.0, _median(others))}
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
 def fabric_need(cell, timings: dict) -> tuple[float, int] | None:
     """(cores, OVS daemons) one fabric of `cell` needs side by side, from what a fabric
     run alone on this machine kept busy (timings: `datapath_cores`, its daemons'

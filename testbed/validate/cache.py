@@ -106,14 +106,26 @@ def load_timings() -> tuple[dict, str]:
         return dict(DEFAULT_TIMINGS), "the development machine's figures (none measured here yet)"
     if doc.get("machine") != machine():
         return dict(DEFAULT_TIMINGS), "the development machine's figures (cache from another machine)"
+    if not set(doc["timings"]) & set(DEFAULT_TIMINGS):  # only a fabric's load (emulate)
+        return ({**DEFAULT_TIMINGS, **doc["timings"]},
+                "the development machine's figures (no validation here yet)")
     return {**DEFAULT_TIMINGS, **doc["timings"]}, "measured on this machine"
 
 
+def _measured_here() -> dict:
+    """The figures this machine's file holds (none of the defaults)."""
+    try:
+        doc = json.loads(_timings_file().read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return doc["timings"] if doc.get("machine") == machine() else {}
+
+
 def record_timings(measured: dict[str, float], weight: float = 0.5) -> None:
-    """Fold newly measured phase times into this machine's (an exponential average)."""
-    old, source = load_timings()
-    mine = source == "measured on this machine"
-    new = {k: (weight * v + (1 - weight) * old[k]) if mine and k in old else v
+    """Fold newly measured figures into this machine's (an exponential average); the
+    file keeps only what was measured here."""
+    old = _measured_here()
+    new = {k: (weight * v + (1 - weight) * old[k]) if k in old else v
            for k, v in measured.items() if v == v and v >= 0}
     path = _timings_file()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -253,15 +253,13 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
     t0) and stop (the last request done -> router.json written), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
     after the window, modelled) to the pilot's: the planner's drain_factor; with one
-    fabric, what it kept busy, which sizes fabrics side by side (lanes.fabric_need): its
-    datapath's forwarding work (lanes.datapath_cores; runs whose datapath was not at its
-    ceiling, where the work would be understated) and the rest (the fidelity monitor's
-    CPU p95 x cores, less the forwarding)."""
-    from testbed.emulation.lanes import REF_RATE, datapath_cores, packet_rate
+    fabric, the cores it kept busy (the fidelity monitor's CPU p95 x cores) and what
+    sizes fabrics side by side (lanes.fabric_load)."""
+    from testbed.emulation.lanes import fabric_load
 
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
-    starts, stops, ratios, cores, work, others = [], [], [], [], [], []
+    starts, stops, ratios, cores = [], [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
             router = json.loads((cell / "router.json").read_text())
@@ -274,11 +272,6 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             busy = json.loads((cell / "summary.json").read_text())["cpu_busy_p95"]
             cores.append(float(busy) * (os.cpu_count() or 1))
-            fid = json.loads((cell / "fidelity.json").read_text())
-            if not fid.get("datapath_bound"):
-                work.append(datapath_cores(fid["threads"], scenario.emulation))
-                others.append(cores[-1] - work[-1] * packet_rate(scenario.emulation)
-                              / REF_RATE)
         if done:
             stops.append((cell / "router.json").stat().st_mtime - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
@@ -293,9 +286,8 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         out["drain_factor"] = percentile(ratios, 50)
     if cores and lanes == 1:
         out["fabric_cores"] = percentile(cores, 50)
-    if work and lanes == 1:
-        out["datapath_cores"] = percentile(work, 50)
-        out["other_cores"] = max(0.0, percentile(others, 50))
+    if lanes == 1:
+        out.update(fabric_load(emu_folder))
     return out
 
 
