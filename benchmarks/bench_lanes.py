@@ -8,7 +8,7 @@ wall-minute, and the judged ones: those of seeds whose every run was faithful, t
 ones a verdict uses. K above what the cores carry shows up as unfaithful runs (CPU-bound),
 not as speed: on 2 cores K=2 finishes sooner and judges nothing.
 
-Run: sudo .venv/bin/python benchmarks/bench_lanes.py [--fabrics 1,2] [--seeds 2]
+Run: sudo .venv/bin/python benchmarks/bench_lanes.py [--fabrics 1,2|1,auto] [--seeds 2]
      [--dilation 2] [--measure 12] [--scenario scenarios/validate.yaml]
 """
 
@@ -29,7 +29,7 @@ from testbed.scenario import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(scenario, fabrics: int, out: Path) -> dict:
+def measure(scenario, fabrics: int | str, out: Path) -> dict:
     t = time.monotonic()
     run = emulate(scenario, out, fabrics=fabrics)
     wall = time.monotonic() - t
@@ -42,7 +42,10 @@ def measure(scenario, fabrics: int, out: Path) -> dict:
         measured += len(rows)
         if requests.parent.name not in bad_seeds:
             judged += len(rows)
-    return {"fabrics": fabrics, "wall_s": wall, "runs": len(fidelity),
+    used = max((len(list(p.glob("lane*"))) for p in (run.folder / "cells").glob("*/lanes")),
+               default=1)
+    return {"fabrics": fabrics if fabrics != "auto" else f"auto ({used})",
+            "wall_s": wall, "runs": len(fidelity),
             "faithful": faithful_runs, "measured": measured, "judged": judged,
             "measured_per_min": 60.0 * measured / wall, "judged_per_min": 60.0 * judged / wall,
             "folder": str(run.folder)}
@@ -52,7 +55,8 @@ def main() -> None:
     handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "validate.yaml"))
-    ap.add_argument("--fabrics", default="1,2", help="comma-separated K values")
+    ap.add_argument("--fabrics", default="1,2",
+                    help="comma-separated K values, or auto (sized from the K=1 run before it)")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--dilation", type=float, default=2.0)
     ap.add_argument("--measure", type=float, default=12.0, help="measurement window, s")
@@ -64,7 +68,8 @@ def main() -> None:
         "seeds": args.seeds, "workload.seed_segments": True,
         "workload.measure_s": args.measure, "emulation.time_dilation": args.dilation})
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-lanes-"))
-    rows = [measure(scenario, int(k), out) for k in args.fabrics.split(",")]
+    rows = [measure(scenario, k if k == "auto" else int(k), out)
+            for k in args.fabrics.split(",")]
     print(f"\n{scenario.name}: {args.seeds} seeds x {len(scenario.schedulers)} schedulers, "
           f"{args.measure:g} s window, dilation {args.dilation:g}, {os.cpu_count()} cores")
     print("| K | wall (s) | faithful runs | measured req | judged req | measured/min | "

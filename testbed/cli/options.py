@@ -31,7 +31,7 @@ def fabrics_option(fn):
         "--fabrics", "fabrics", type=FabricCount(), default="auto", show_default=True,
         help="Run a sweep point's seeds on K fabrics side by side, each in its own network "
         "namespace with its own OVS daemon(s), controller and ports (userspace datapath). "
-        "auto: one until `validate` has measured a fabric alone on this machine, then as "
+        "auto: one until a fabric alone on this machine was measured (validate, emulate), then as "
         "many as the cores carry with a quarter spare, each with the OVS daemons its "
         "forwarding needs (half a core each), never more than the seeds, 1 on the kernel "
         "datapath or 2 cores; a round with a run flagged CPU- or datapath-bound costs a "
