@@ -26,8 +26,8 @@ def test_mean_ttft_counts_measured_served_requests_only():
 
 def test_the_spread_is_pooled_within_seeds_not_across_them():
     # two seeds whose gains differ by 0.5 between them but by +-0.01 within each
-    per_draw = [[0.10, 0.60], [0.12, 0.62], [0.08, 0.58]]
-    got = _summary(per_draw)
+    per_seed = [[0.10, 0.12, 0.08], [0.60, 0.62, 0.58]]
+    got = _summary(per_seed)
     assert math.isclose(got["sd"], 0.02)  # within a seed: (0.01^2 * 2 + ...) / 2 dof
     assert (got["low"], got["high"], got["draws"], got["seeds"]) == (0.08, 0.62, 3, 2)
 

@@ -31,6 +31,14 @@ Verdicts, per claim:
   out and what is left is the network model's error on the gain. It is a second verdict,
   not a control variate for the first: a control variate needs a known mean, and the
   replay exists only where packets ran.
+
+One run is one draw. The intervals above resample requests; the same requests met with
+other draws (the schedulers' tie-breaks) give another gain, and each engine's run is one
+such draw (validate/trajectory.py measures how far the flow model's draws spread, sd per
+claim). So where that sd is given, a mean-TTFT claim's verdict is taken on the difference
+widened by it: each side of the interval grows to sqrt(side^2 + (z * sd * sqrt(2 / S))^2)
+for S seeds pooled, the packets' draw assumed to spread as the flow model's (two packet
+runs of the demo's requests moved about as much: docs/validation.md).
 """
 
 from __future__ import annotations
@@ -229,6 +237,7 @@ class Claim:
     network: Estimate | None = None  # replay gain - packet gain (same decisions)
     network_verdict: str = ""
     replay: Estimate | None = None  # the replay's gain
+    draws: Estimate | None = None  # the difference widened by the draws' spread (with_draws)
 
     def as_dict(self) -> dict:
         out = {"scheduler": self.scheduler, "baseline": self.baseline,
@@ -240,6 +249,8 @@ class Claim:
             out["network"] = self.network.as_dict()
             out["network_verdict"] = self.network_verdict
             out["replay"] = self.replay.as_dict() if self.replay else None
+        if self.draws is not None:
+            out["difference_with_draws"] = self.draws.as_dict()
         return out
 
 
@@ -249,6 +260,17 @@ def _better(metric: str, est: Estimate) -> str:
     better_low = est.low > 0 if HIGHER_IS_BETTER[metric] else est.high < 0
     worse = est.high < 0 if HIGHER_IS_BETTER[metric] else est.low > 0
     return "holds" if better_low else ("reversed" if worse else "unresolved")
+
+
+def with_draws(diff: Estimate, sd: float, seeds: int, level: float = CONFIDENCE) -> Estimate:
+    """The difference of gains across engines with one draw's spread (`sd`, of one run's
+    gain) added for each engine, over `seeds` runs pooled (see the module's docstring)."""
+    if math.isnan(diff.low) or math.isnan(sd) or seeds < 1:
+        return diff
+    extra = _z(1.0 - (1.0 - level) / 2.0) * sd * math.sqrt(2.0 / seeds)
+    return Estimate(diff.point, diff.point - math.hypot(diff.point - diff.low, extra),
+                    diff.point + math.hypot(diff.high - diff.point, extra),
+                    math.hypot(diff.se, sd * math.sqrt(2.0 / seeds)))
 
 
 def agreement(diff: Estimate, tolerance: float = GAIN_TOLERANCE) -> str:
@@ -279,7 +301,8 @@ def describe(c: Claim) -> str:
     name = f"{display_name(c.scheduler)} vs {display_name(c.baseline)}, {METRIC_NAMES[c.metric]}"
     return (f"{name}: packets {_fmt_gain(c.metric, c.packets)} ({c.on_packets}), flow "
             f"{_fmt_gain(c.metric, c.flow)}; flow - packets {_fmt_diff(c.difference)}"
-            f", n={c.n}: {c.verdict}"
+            + ("" if c.draws is None else f", with one draw a run {_fmt_diff(c.draws)}")
+            + f", n={c.n}: {c.verdict}"
             + ("" if c.network is None else
                f"; at the packets' decisions (replay - packets) {_fmt_diff(c.network)}: "
                f"{c.network_verdict}"))
@@ -300,9 +323,12 @@ class PointClaims:
 
 
 def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
-                resamples: int = RESAMPLES, tolerance: float = GAIN_TOLERANCE) -> PointClaims:
+                resamples: int = RESAMPLES, tolerance: float = GAIN_TOLERANCE,
+                draw_sd: dict[str, float] | None = None) -> PointClaims:
     """Every claim of one sweep point: each non-baseline scheduler (and CLA* against RR)
-    against each baseline present, on every metric; the ranking by mean TTFT."""
+    against each baseline present, on every metric; the ranking by mean TTFT.
+    `draw_sd`: "S vs B" -> the sd of one run's mean-TTFT gain across draws
+    (trajectory.draw_sd): those claims are judged with it (with_draws)."""
     out = PointClaims(n=p.n)
     if p.n == 0:
         return out
@@ -324,6 +350,10 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
             diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
             c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
                       agreement(diff, tolerance))
+            sd = (draw_sd or {}).get(f"{s} vs {base}") if m == PRIMARY else None
+            if sd is not None:
+                c.draws = with_draws(diff, sd, len(np.unique(p.seeds)), level)
+                c.verdict = agreement(c.draws, tolerance)
             if REPLAY in p.engines:
                 r = p.engines.index(REPLAY)
                 c.network = estimate(float(g_at[r] - g_at[0]), g[:, r] - g[:, 0], level,

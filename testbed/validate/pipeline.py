@@ -381,8 +381,9 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
     # level of a sequential validation's last look when it stopped early
     level = sequential["level"] if sequential else claims.CONFIDENCE
+    spread = trajectory.spread(tcp_twin)  # one run is one draw: the verdicts count it
     gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
-                         replayed=replays["replay_tcp"])
+                         replayed=replays["replay_tcp"], draws=spread)
     verdicts = {name: ttft_verdicts(emu_cells, flow_cells[name])
                 for name in ("calibrated", "tcp")}
     decisions = _decisions(emu_cells, flow_cells, loads, verdicts["tcp"])
@@ -422,7 +423,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         **beside.judged(cal.get("tcp", {}), replayer, all_emu, emu_cells, factors, flow_cells,
                         loads),
         "decisions": decisions,
-        "trajectory": trajectory.spread(tcp_twin),
+        "trajectory": spread,
         "excluded_runs": flagged,
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),

@@ -3,8 +3,11 @@ ranking's probability, and for a sequential validation its plan, looks and stop.
 
 from __future__ import annotations
 
+import math
+
 from testbed.model.plugins import display_name
 from testbed.validate.claims import GAIN_TOLERANCE, HIGHER_IS_BETTER, METRIC_NAMES
+from testbed.validate.sequential import need_words
 
 
 def _est(metric: str, e: dict) -> str:
@@ -38,6 +41,10 @@ def claim_lines(doc: dict) -> list[str]:
              "it lies entirely outside, and is inconclusive otherwise. Intervals: block "
              f"bootstrap over requests in arrival order, {level:.1f}% "
              + ("(the last look's level of the sequential plan below)." if seq else "(percentile).")
+             + " *With the draws*: a mean-TTFT gain also moves when the same requests meet "
+             "other draws (the schedulers' tie-breaks), and each engine's run is one draw; "
+             "that interval adds the spread measured below for each engine, and the mean-TTFT "
+             "verdict is taken on it."
              + " docs/validation.md (\"The statistics of a verdict\") explains each step. "
              "*At the packets' decisions*: the same test on the replay's gain minus the "
              "packets' (the flow model fed exactly the transfers the packets carried): "
@@ -50,15 +57,17 @@ def claim_lines(doc: dict) -> list[str]:
     for point, by in gains.items():
         lines += [f"### {point}: {by['n']} paired requests", "",
                   "| claim | metric | packets | on packets | flow model | flow - packets | "
-                  "verdict | at the packets' decisions: replay - packets | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "with the draws | verdict | at the packets' decisions: replay - packets | "
+                  "verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for c in by["claims"]:
             verdict = f"**{c['verdict']}**" if c["metric"] == "ttft_mean" else c["verdict"]
-            net = c.get("network")
+            net, drawn = c.get("network"), c.get("difference_with_draws")
             lines.append(f"| {display_name(c['scheduler'])} vs {display_name(c['baseline'])} | "
                          f"{METRIC_NAMES[c['metric']]} | {_est(c['metric'], c['packets'])} | "
                          f"{c['on_packets']} | {_est(c['metric'], c['flow'])} | "
-                         f"{_diff(c['difference'])} | {verdict} | "
+                         f"{_diff(c['difference'])} | {_diff(drawn) if drawn else '-'} | "
+                         f"{verdict} | "
                          f"{_diff(net) if net else '-'} | "
                          f"{c.get('network_verdict') or '-'} |")
         lines += _draw_lines(doc.get("trajectory", {}).get(point))
@@ -88,9 +97,21 @@ def _draw_lines(spread: dict | None) -> list[str]:
             f"own random draws changed (the schedulers' tie-breaks, any random path choice; "
             f"{first['draws']} draws of each of "
             f"{first['seeds']} seed(s)), moves each mean-TTFT gain by: " + "; ".join(parts)
-            + ". The intervals above resample requests, not draws, so a difference between "
-            "the engines within about twice that sd can be one draw against another "
-            "(docs/validation.md, \"One run is one draw\")."]
+            + ". The intervals *flow - packets* resample requests, not draws; the mean-TTFT "
+            "verdicts add this spread for each engine (*with the draws*; docs/validation.md, "
+            "\"One run is one draw\")."] + _seeds_needed(spread)
+
+
+def _seeds_needed(spread: dict) -> list[str]:
+    """How many seeds the draws alone need before an agreement within the tolerance can
+    be shown: the widened half-width z * sd * sqrt(2 / S) under GAIN_TOLERANCE."""
+    worst = max((t["sd"] for t in spread.values() if t["sd"] == t["sd"]), default=0.0)
+    if worst <= 0:
+        return []
+    need = math.ceil(2.0 * (1.959964 * worst / GAIN_TOLERANCE) ** 2)
+    return ["", f"With a draw sd of {100 * worst:.1f} points the draws alone keep a "
+            f"{100 * GAIN_TOLERANCE:.0f}-point agreement out of reach below {need} seeds per "
+            "scheduler (each seed a packet run), however many requests each holds."]
 
 
 def _sequential_lines(seq: dict | None) -> list[str]:
@@ -101,7 +122,7 @@ def _sequential_lines(seq: dict | None) -> list[str]:
              f"Asked: half-width {100 * p['target_half_width']:.1f} points on each primary "
              f"claim within {p['budget_s']:.0f} s. Plan ({p['limited_by']}): up to "
              f"{p['rounds']} round(s) of {p['window_s']:.0f} s measurement each (the target "
-             f"needs {p['needed_window_s']:.0f} s in all, from the flow-model pilot); expected "
+             f"{need_words(p)}, from the flow-model pilot); expected "
              f"{p['expected_wall_s']:.0f} s wall. Stopped after {len(seq['looks'])} round(s): "
              f"{seq['reason']}. Took {seq['wall_s']:.0f} s"
              + (f" ({100 * (seq['wall_s'] / seq['predicted_wall_s'] - 1):+.0f}% against the "

@@ -37,38 +37,50 @@ def gains(means: dict[str, float]) -> dict[str, float]:
             for s, b in claim_pairs(list(means)) if means[b]}
 
 
-def spread(scenario, draws: int = DRAWS) -> dict[str, dict]:
-    """point -> {claim: {sd, low, high, draws}} over every seed's draws (the gain's
-    standard deviation across draws of one seed, pooled over seeds), for the mean-TTFT
-    claims of the flow-model scenario given (the verdict's)."""
-    out: dict[str, dict] = {}
-    for index, (point, cell) in enumerate(scenario.cells()):
-        by_claim: dict[str, list[list[float]]] = {}
-        for seed in range(cell.seed, cell.seed + cell.seeds):
-            workload = build_workload(cell, seed)
-            runs: list[dict[str, float]] = [{} for _ in range(draws)]
-            for key in cell.schedulers:
-                for k in range(draws):
-                    m = mean_ttft(simulate(cell, key, seed + k * OFFSET, workload).requests)
-                    if m is not None:
-                        runs[k][key] = m
-            for k in range(draws):
-                for claim, g in gains(runs[k]).items():
-                    by_claim.setdefault(claim, [[] for _ in range(draws)])
-                    by_claim[claim][k].append(g)
-        out[f"{index:03d}-{slug(point)}"] = {claim: _summary(per_draw)
-                                  for claim, per_draw in by_claim.items()}
+def seed_draws(cell, seed: int, draws: int = DRAWS) -> dict[str, list[float]]:
+    """claim -> its mean-TTFT gain in each of `draws` flow-model runs of one seed's
+    requests (the seed's own draw first)."""
+    workload = build_workload(cell, seed)
+    runs: list[dict[str, float]] = [{} for _ in range(draws)]
+    for key in cell.schedulers:
+        for k in range(draws):
+            m = mean_ttft(simulate(cell, key, seed + k * OFFSET, workload).requests)
+            if m is not None:
+                runs[k][key] = m
+    out: dict[str, list[float]] = {}
+    for k in range(draws):
+        for claim, g in gains(runs[k]).items():
+            out.setdefault(claim, []).append(g)
     return out
 
 
-def _summary(per_draw: list[list[float]]) -> dict:
-    """Pooled within-seed sd of a claim's gain (draws x seeds) and its range."""
-    seeds = len(per_draw[0])
-    groups = [[per_draw[k][i] for k in range(len(per_draw))] for i in range(seeds)]
+def pooled(per_seed: list[dict[str, list[float]]]) -> dict[str, dict]:
+    """claim -> {sd, low, high, draws, seeds}: the gain's standard deviation across draws
+    of one seed, pooled over the seeds given (seed_draws of each)."""
+    claims = sorted({c for d in per_seed for c in d})
+    return {c: _summary([d[c] for d in per_seed if c in d]) for c in claims}
+
+
+def spread(scenario, draws: int = DRAWS) -> dict[str, dict]:
+    """point -> pooled(...) over every seed of the flow-model scenario given (the
+    verdict's), for its mean-TTFT claims."""
+    return {f"{index:03d}-{slug(point)}": pooled(
+        [seed_draws(cell, seed, draws) for seed in range(cell.seed, cell.seed + cell.seeds)])
+        for index, (point, cell) in enumerate(scenario.cells())}
+
+
+def draw_sd(point_spread: dict | None) -> dict[str, float]:
+    """claim -> the sd of one draw's gain (for claims.judge_point), from a point's
+    pooled spread; claims whose sd could not be measured are left out."""
+    return {c: t["sd"] for c, t in (point_spread or {}).items() if t["sd"] == t["sd"]}
+
+
+def _summary(groups: list[list[float]]) -> dict:
+    """Pooled within-seed sd of a claim's gain (a list of draws per seed) and its range."""
     groups = [g for g in groups if len(g) > 1]
     dof = sum(len(g) - 1 for g in groups)
     ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
     flat = [x for g in groups for x in g]
     return {"sd": (ss / dof) ** 0.5 if dof else float("nan"),
             "low": min(flat, default=float("nan")), "high": max(flat, default=float("nan")),
-            "draws": len(per_draw), "seeds": len(groups)}
+            "draws": max((len(g) for g in groups), default=0), "seeds": len(groups)}

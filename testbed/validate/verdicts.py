@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testbed.records import read_csv
 from testbed.validate import claims, compare, stats
+from testbed.validate.trajectory import draw_sd
 
 
 def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
@@ -63,11 +64,13 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
 
 def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                  level: float = claims.CONFIDENCE, normal: bool = False,
-                 replayed: dict[str, list[dict]] | None = None) -> dict:
+                 replayed: dict[str, list[dict]] | None = None,
+                 draws: dict[str, dict] | None = None) -> dict:
     """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
     a seed enters only if every scheduler's packet run of it is in `emu_cells`.
     `replayed` (cell key -> the replay's transfer rows) adds the gains at the packets'
-    own decisions."""
+    own decisions; `draws` (point -> trajectory.pooled), the draws' spread to the
+    mean-TTFT verdicts."""
     runs: dict[str, dict] = {}
     for engine, cells in (("packets", emu_cells), ("flow", flow_cells)):
         for key, cell in cells.items():
@@ -78,5 +81,6 @@ def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                 runs[point][(claims.REPLAY, sched, int(seed.removeprefix("seed")))] = \
                     claims.replayed_requests(rows, read_csv(cell / "transfers.csv"),
                                              replayed[key])
-    return {point: claims.judge_point(claims.pair_requests(r), level, normal).as_dict()
+    return {point: claims.judge_point(claims.pair_requests(r), level, normal,
+                                      draw_sd=draw_sd((draws or {}).get(point))).as_dict()
             for point, r in sorted(runs.items())}
