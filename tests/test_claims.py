@@ -91,6 +91,37 @@ def test_a_flow_model_that_doubles_the_gain_disagrees():
     assert c.difference.high < -claims.GAIN_TOLERANCE and c.verdict == "disagree"
 
 
+def test_a_difference_within_two_draws_spread_is_no_disagreement():
+    """The same -20-point difference, judged with one run's draw-to-draw sd of the gain:
+    small beside it (2 points) the verdict stands; as large as the demo's (8 points) the
+    difference could be one draw against another, and with more seeds it narrows again."""
+    base = _spread_base()
+    noise = np.random.default_rng(4).normal(1.0, 0.05, len(base))
+    runs = {("packets", "rr", 1): rows(base), ("flow", "rr", 1): rows(base),
+            ("packets", "netkv-full", 1): rows(list(np.array(base) * 0.9 * noise)),
+            ("flow", "netkv-full", 1): rows(list(np.array(base) * 0.7 * noise))}
+    p = claims.pair_requests(runs)
+
+    def judged(sd):
+        (c,) = [c for c in claims.judge_point(p, draw_sd={"netkv-full vs rr": sd}).claims
+                if c.metric == "ttft_mean"]
+        return c
+
+    small, large = judged(0.02), judged(0.08)
+    assert small.verdict == "disagree" and large.verdict == "inconclusive"
+    assert large.difference.high < -claims.GAIN_TOLERANCE  # the requests alone would say so
+    z = 1.959964
+    assert large.draws.high - large.draws.point == pytest.approx(
+        math.hypot(large.difference.high - large.difference.point, z * 0.08 * math.sqrt(2)))
+    assert "with one draw a run" in large.sentence
+    assert "difference_with_draws" in large.as_dict()
+    # the P99 and SLO claims have no draw spread measured: judged on requests alone
+    assert all(c.draws is None for c in claims.judge_point(
+        p, draw_sd={"netkv-full vs rr": 0.08}).claims if c.metric != "ttft_mean")
+    wide = claims.with_draws(large.difference, 0.08, seeds=1)
+    assert claims.with_draws(large.difference, 0.08, seeds=8).half_width < wide.half_width
+
+
 def test_few_noisy_requests_are_inconclusive_and_a_reversal_is_named():
     rng = np.random.default_rng(5)
     base = list(rng.lognormal(0.0, 1.0, 12))
@@ -176,6 +207,30 @@ def test_a_budget_too_small_for_the_target_buys_what_it_can():
     assert p.rounds == 1  # every round costs a warm-up and a drain: one long one buys most
     tiny = sequential.plan(12, 0.2, 0.02, 100, _round_wall, 30, 10, 120)
     assert tiny.rounds == 1 and tiny.window_s == 10
+
+
+def test_draws_set_a_floor_only_more_runs_lower():
+    # one run's gain moving 8 points across draws: 5 points at 95% needs 20 runs at least
+    assert sequential.seeds_for_draws(0.08, 0.05, 0.95) == 20
+    assert sequential.needed_window(12, 0.05, 0.05, 0.95, draw_sd=0.08, seeds=19) == math.inf
+    some = sequential.needed_window(12, 0.05, 0.05, 0.95, draw_sd=0.08, seeds=40)
+    none = sequential.needed_window(12, 0.05, 0.05, 0.95)
+    assert none < some < math.inf  # the draws take part of the width: more requests
+    # the half-width the plan expects: requests and draws, each shrinking with its own count
+    hw = sequential.half_width(12, 0.05, 0.08, total_s=120, seeds=4, level=0.95)
+    assert hw == pytest.approx(1.959964 * math.sqrt(2 * 0.05**2 * 12 / 120 + 2 * 0.08**2 / 4),
+                               rel=1e-5)
+
+
+def test_under_a_budget_large_draws_buy_more_rounds_of_shorter_windows():
+    flat = sequential.plan(12, 0.2, 0.02, 600, _round_wall, 30, 10, 120)
+    drawn = sequential.plan(12, 0.2, 0.02, 600, _round_wall, 30, 10, 120, draw_sd=0.1)
+    assert flat.rounds == 1 and drawn.rounds > 1 and drawn.window_s < flat.window_s
+    assert drawn.limited_by == "budget" and drawn.expected_wall_s <= 600 + 1e-6
+    assert drawn.as_dict()["needed_window_s"] is None  # no window reaches 2 points
+    assert drawn.as_dict()["seeds_for_draws"] == sequential.seeds_for_draws(0.1, 0.02, 0.95)
+    assert "out of reach" in sequential.need_words(drawn.as_dict())
+    assert "needs ~" in sequential.need_words(flat.as_dict())
 
 
 def test_stop_reasons():

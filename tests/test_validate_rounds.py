@@ -47,6 +47,10 @@ def test_a_look_judges_what_is_in_and_stops_once_the_width_is_reached(planned):
     assert look["n"] > 10 and look["faithful"]
     assert look["level"] == pytest.approx(sequential.look_level(1, 2))
     assert [(c["scheduler"], c["baseline"]) for c in look["claims"]] == [("netkv-full", "rr")]
+    # the look counts the round's draws too: the flow model again on its requests
+    (claim,) = look["claims"]
+    drawn = claim["difference_with_draws"]
+    assert drawn["high"] - drawn["low"] >= claim["difference"]["high"] - claim["difference"]["low"]
     assert wide.reason.startswith(("conclusive", "target width"))
     record = wide.record(12.0)
     assert record["rounds_run"] == 1 and record["predicted_wall_s"] == pytest.approx(10 - 1 + 30)

@@ -21,7 +21,7 @@ from pathlib import Path
 from testbed.model.plugins import display_name
 from testbed.records import read_csv
 from testbed.runner import Task, run_task, slug
-from testbed.validate import claims, sequential
+from testbed.validate import claims, sequential, trajectory
 from testbed.validate.cache import load_timings
 from testbed.validate.twin import flow_twin
 from testbed.workloads.build import build_workload
@@ -48,16 +48,19 @@ def _pilot_run(scenario, window_s: float) -> tuple[dict, dict[str, float]]:
     return runs, drain
 
 
-def _pilot(scenario) -> tuple[float, Callable[[str, float], float]]:
+def _pilot(scenario) -> tuple[float, float, Callable[[str, float], float]]:
     """(largest bootstrap SE of a primary claim's flow-model gain at the scenario's window,
-    drain(scheduler, window)): the drain at two windows, the scenario's and a long one,
-    interpolated (a backlog that grows with the window grows its drain)."""
+    largest sd of one run's primary gain across draws (trajectory.py), drain(scheduler,
+    window)): the drain at two windows, the scenario's and a long one, interpolated (a
+    backlog that grows with the window grows its drain)."""
     short = scenario.workload.measure_s
     long = max(short, min(MAX_WINDOW_S, 5 * short))
     runs, d_short = _pilot_run(scenario, short)
     d_long = _pilot_run(scenario, long)[1] if long > short else d_short
     judged = claims.judge_point(claims.pair_requests(runs), resamples=500)
     ses = [c.flow.se for c in claims.primary(judged.claims) if c.flow.se == c.flow.se]
+    cell = flow_twin(scenario, None, {}).cells()[0][1]
+    sds = trajectory.draw_sd(trajectory.pooled([trajectory.seed_draws(cell, cell.seed)]))
 
     def drain(sched: str, window: float) -> float:
         if long <= short:
@@ -65,14 +68,14 @@ def _pilot(scenario) -> tuple[float, Callable[[str, float], float]]:
         slope = (d_long[sched] - d_short[sched]) / (long - short)
         return max(0.0, d_short[sched] + slope * (window - short))
 
-    return (max(ses) if ses else math.nan), drain
+    return (max(ses) if ses else math.nan), max(sds.values(), default=0.0), drain
 
 
 def make_plan(scenario, target_half_width: float, budget_s: float,
               calibrated: bool, lanes: int = 1) -> tuple[sequential.Plan, dict]:
     """The plan, and what it rests on (pilot SE, drains, timings and their source);
     `lanes` fabrics side by side run that many seeds per round."""
-    se, drain = _pilot(scenario)
+    se, draw_sd, drain = _pilot(scenario)
     timings, source = load_timings()
     emu, wl = scenario.emulation, scenario.workload
     n_points = len(scenario.cells())
@@ -90,8 +93,8 @@ def make_plan(scenario, target_half_width: float, budget_s: float,
     lanes = max(1, min(lanes, segments))
     max_rounds = max(1, segments // lanes)
     p = sequential.plan(wl.measure_s, se, target_half_width, budget_s, round_wall, setup,
-                        MIN_WINDOW_S, MAX_WINDOW_S, max_rounds, lanes)
-    return p, {"pilot_se": se, "pilot_window_s": wl.measure_s,
+                        MIN_WINDOW_S, MAX_WINDOW_S, max_rounds, lanes, draw_sd)
+    return p, {"pilot_se": se, "pilot_draw_sd": draw_sd, "pilot_window_s": wl.measure_s,
                "drain_s": {s: drain(s, p.window_s) for s in scenario.schedulers},
                "timings": timings, "timings_source": source, "max_rounds": max_rounds}
 
@@ -122,10 +125,10 @@ def describe_plan(p: sequential.Plan, basis: dict) -> str:
             + (f" of {p.lanes} seeds side by side" if p.lanes > 1 else "")
             + f" x {p.window_s:.0f} s measurement per "
             f"scheduler ({p.limited_by}: the target half-width "
-            f"{100 * p.target_half_width:.1f} points needs ~{p.needed_window_s:.0f} s in all, "
-            f"pilot SE {100 * basis['pilot_se']:.1f} points at {basis['pilot_window_s']:g} s); "
-            f"expected {p.expected_wall_s / 60:.1f} min wall, at most {p.budget_s / 60:.1f} min "
-            f"(phase times: {basis['timings_source']})")
+            f"{100 * p.target_half_width:.1f} points {sequential.need_words(p.as_dict())}; pilot SE "
+            f"{100 * basis['pilot_se']:.1f} points at {basis['pilot_window_s']:g} s); "
+            f"expected {p.expected_wall_s / 60:.1f} min wall, at most {p.budget_s / 60:.1f} "
+            f"min (phase times: {basis['timings_source']})")
 
 
 @dataclass
@@ -143,6 +146,7 @@ class Looks:
     reason: str = ""
     unfaithful: list = field(default_factory=list)
     seeds: dict = field(default_factory=dict)  # point -> seeds run
+    draws: dict = field(default_factory=dict)  # point -> [trajectory.seed_draws per seed]
 
     def __call__(self, index: int, seeds: list[int], root: Path) -> bool:
         point, cell = self.scenario.cells()[index]
@@ -161,13 +165,16 @@ class Looks:
                                                           / "requests.csv")
                     mine[("flow", s, seed)] = run_task(Task(index, point, flow_cell, s, seed))[
                         "requests"]
+                self.draws.setdefault(key, []).append(trajectory.seed_draws(flow_cell, seed))
             else:
                 self.unfaithful.append(f"{key} seed {seed}")
                 faithful = False
         seed = ", ".join(map(str, seeds))
         look = 1 + sum(x["point"] == key for x in self.looks)  # each point has its looks
         level = sequential.look_level(min(look, self.plan.rounds), self.plan.rounds)
-        judged = claims.judge_point(claims.pair_requests(mine), level, normal=True) \
+        judged = claims.judge_point(
+            claims.pair_requests(mine), level, normal=True,
+            draw_sd=trajectory.draw_sd(trajectory.pooled(self.draws.get(key, [])))) \
             if mine else claims.PointClaims()
         primary = claims.primary(judged.claims)
         self.looks.append({"look": look, "point": key, "seed": seed, "n": judged.n,
@@ -175,8 +182,8 @@ class Looks:
                            "claims": [c.as_dict() for c in primary]})
         elapsed = time.monotonic() - self.started
         conclusive = bool(primary) and all(c.verdict != "inconclusive" for c in primary)
-        narrow = bool(primary) and all(c.difference.half_width <= self.plan.target_half_width
-                                       for c in primary)
+        narrow = bool(primary) and all((c.draws or c.difference).half_width
+                                       <= self.plan.target_half_width for c in primary)
         # judging the packets at the end must still fit in the budget
         reason = sequential.stop_reason(conclusive, narrow, look, self.plan.rounds, elapsed,
                                         self.plan.round_wall_s,

@@ -12,6 +12,13 @@ the pilot's se-based figure without the sqrt(2): pairing by request removes less
 seems, because the schedulers' decisions diverge between engines.) The looks below do
 not rely on it: each judges on the measured spread.
 
+Each run is also one draw of its schedulers' tie-breaks, and more requests do not average
+that out: only more runs do. With d the sd of one run's gain across draws (the pilot
+measures it as validate/trajectory.py does), S seeds and T modelled seconds in all, the
+half-width is z * sqrt(2 se^2 W0 / T + 2 d^2 / S): below S = 2 (z d / W)^2 no window
+reaches W, and past the budget the plan buys the rounds x window that make it smallest,
+which with a large d is more rounds of shorter windows.
+
 The evidence comes in rounds: one round is every scheduler on one more seed (for a
 trace workload, one more segment of the trace: `workload.seed_segments`), and the
 verdicts are looked at after every round. Looking repeatedly at a growing sample and
@@ -69,6 +76,7 @@ class Plan:
     target_half_width: float
     limited_by: str  # "target" (the plan reaches it), "budget" or "rounds"
     lanes: int = 1  # fabrics side by side: each round runs this many seeds at once
+    draw_sd: float = 0.0  # the pilot's sd of one run's gain across draws
 
     @property
     def expected_wall_s(self) -> float:
@@ -76,23 +84,51 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {"rounds": self.rounds, "window_s": self.window_s,
-                "needed_window_s": self.needed_window_s, "round_wall_s": self.round_wall_s,
+                "needed_window_s": (self.needed_window_s if math.isfinite(self.needed_window_s)
+                                    else None),  # None: no window reaches the target
+                "round_wall_s": self.round_wall_s,
                 "setup_wall_s": self.setup_wall_s, "budget_s": self.budget_s,
                 "target_half_width": self.target_half_width, "limited_by": self.limited_by,
-                "lanes": self.lanes, "expected_wall_s": self.expected_wall_s}
+                "lanes": self.lanes, "expected_wall_s": self.expected_wall_s,
+                "draw_sd": self.draw_sd, "seeds_for_draws": self.seeds_for_draws}
+
+    @property
+    def seeds_for_draws(self) -> int:
+        """Seeds below which the draws alone keep the target out of reach (at 95%)."""
+        return seeds_for_draws(self.draw_sd, self.target_half_width, 0.95)
+
+
+def seeds_for_draws(draw_sd: float, half_width: float, level: float) -> int:
+    if draw_sd <= 0 or math.isnan(draw_sd):
+        return 1
+    return max(1, math.ceil(2.0 * (z_of(level) * draw_sd / half_width) ** 2))
+
+
+def half_width(pilot_window_s: float, pilot_se: float, draw_sd: float, total_s: float,
+               seeds: int, level: float) -> float:
+    """The primary claims' expected half-width with `seeds` runs of `total_s` modelled
+    seconds in all (see the module's docstring)."""
+    var = 2.0 * pilot_se ** 2 * pilot_window_s / max(total_s, 1e-9) + 2.0 * draw_sd ** 2 / seeds
+    return z_of(level) * math.sqrt(var)
 
 
 def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
-                  level: float) -> float:
-    """Modelled measurement seconds for a half-width, from a pilot's SE at its window."""
+                  level: float, draw_sd: float = 0.0, seeds: int = 1) -> float:
+    """Modelled measurement seconds for a half-width, from a pilot's SE at its window,
+    over `seeds` runs whose gains also spread by `draw_sd` across draws (inf: those
+    seeds cannot reach it)."""
     if pilot_se <= 0 or math.isnan(pilot_se):
         return pilot_window_s
-    return pilot_window_s * (z_of(level) * math.sqrt(2.0) * pilot_se / half_width) ** 2
+    room = (half_width / z_of(level)) ** 2 - 2.0 * draw_sd ** 2 / seeds
+    if room <= 0:
+        return math.inf
+    return pilot_window_s * 2.0 * pilot_se ** 2 / room
 
 
 def plan(pilot_window_s: float, pilot_se: float, half_width: float, budget_s: float,
          round_wall: Callable[[float], float], setup_wall_s: float, min_window_s: float,
-         max_window_s: float, max_rounds: int = 8, lanes: int = 1) -> Plan:
+         max_window_s: float, max_rounds: int = 8, lanes: int = 1,
+         draw_sd: float = 0.0) -> Plan:
     """Rounds x window. Each round costs a warm-up, worker start and drain per scheduler,
     so the plan takes the fewest rounds whose total window reaches the target at the last
     look's level: two when a window may be long enough (the first look can stop early),
@@ -100,27 +136,43 @@ def plan(pilot_window_s: float, pilot_se: float, half_width: float, budget_s: fl
     budget: as much measurement as the budget buys ("budget"), or as max_rounds rounds
     of the longest window hold ("rounds": the trace has no more segments).
     `round_wall(window_s)`, increasing, is the expected wall time of one round; with
-    `lanes` fabrics side by side a round measures `lanes` seeds in that time."""
+    `lanes` fabrics side by side a round measures `lanes` seeds in that time;
+    `draw_sd`: how far one run's gain moves across draws (module docstring)."""
     need = math.nan
     for rounds in range(min(2, max_rounds), max_rounds + 1):
-        need = needed_window(pilot_window_s, pilot_se, half_width, look_level(rounds, rounds))
+        need = needed_window(pilot_window_s, pilot_se, half_width, look_level(rounds, rounds),
+                             draw_sd, rounds * lanes)
         window = min(max(need / (rounds * lanes), min_window_s), max_window_s)
         if window * rounds * lanes >= need:
             if setup_wall_s + rounds * round_wall(window) <= budget_s:
                 return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s,
-                            half_width, "target", lanes)
+                            half_width, "target", lanes, draw_sd)
             break
-    # out of reach: the most measurement the budget (or the rounds the trace has) buys
+    # out of reach: the narrowest interval the budget (or the rounds the trace has) buys;
+    # without draws to count, the most measurement
     best = None
     for rounds in range(1, max_rounds + 1):
         window = _window_for(round_wall, (budget_s - setup_wall_s) / rounds, min_window_s,
                              max_window_s)
-        if window is not None and (best is None or rounds * window > best[0] * best[1] + 1e-9):
-            best = (rounds, window)
-    rounds, window = best or (1, min_window_s)
+        if window is None:
+            continue
+        width = half_width_at(pilot_window_s, pilot_se, draw_sd, rounds, window, lanes)
+        if best is None or width < best[2] - 1e-12:
+            best = (rounds, window, width)
+    rounds, window = best[:2] if best else (1, min_window_s)
     why = "rounds" if window >= max_window_s and rounds == max_rounds else "budget"
     return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s, half_width,
-                why, lanes)
+                why, lanes, draw_sd)
+
+
+def half_width_at(pilot_window_s: float, pilot_se: float, draw_sd: float, rounds: int,
+                  window_s: float, lanes: int = 1) -> float:
+    """The expected half-width (at 95%) after `rounds` rounds of `window_s`; without a
+    pilot SE, minus the measurement (more is narrower)."""
+    seeds = rounds * lanes
+    if pilot_se <= 0 or math.isnan(pilot_se):
+        return -seeds * window_s
+    return half_width(pilot_window_s, pilot_se, draw_sd, seeds * window_s, seeds, 0.95)
 
 
 def _window_for(round_wall, wall_s: float, lo: float, hi: float) -> float | None:
@@ -148,3 +200,14 @@ def stop_reason(conclusive: bool, half_widths_met: bool, look: int, planned: int
     if spent_s + next_round_s > budget_s:
         return "budget spent: another round would not fit"
     return None
+
+
+def need_words(plan: dict) -> str:
+    """What the target needs, in words, from a plan's record (sequential.Plan.as_dict)."""
+    draws = (f"one run's gain moves {100 * plan['draw_sd']:.1f} points across draws, so "
+             f"{plan['seeds_for_draws']} seeds at least"
+             if plan.get("draw_sd") else "")
+    if plan["needed_window_s"] is None:
+        return f"is out of reach in {plan['rounds']} round(s): {draws}"
+    return (f"needs ~{plan['needed_window_s']:.0f} s of measurement in all"
+            + (f" ({draws})" if draws else ""))
