@@ -16,8 +16,7 @@ Each run is also one draw of its schedulers' tie-breaks, and more requests do no
 that out: only more runs do. With d the sd of one run's gain across draws (the pilot
 measures it as validate/trajectory.py does), S seeds and T modelled seconds in all, the
 half-width is z * sqrt(2 se^2 W0 / T + 2 d^2 / S): below S = 2 (z d / W)^2 no window
-reaches W, and past the budget the plan buys the rounds x window that make it smallest,
-which with a large d is more rounds of shorter windows.
+reaches W, and the plan says how many seeds the draws alone need.
 
 The evidence comes in rounds: one round is every scheduler on one more seed (for a
 trace workload, one more segment of the trace: `workload.seed_segments`), and the
@@ -104,14 +103,6 @@ def seeds_for_draws(draw_sd: float, half_width: float, level: float) -> int:
     return max(1, math.ceil(2.0 * (z_of(level) * draw_sd / half_width) ** 2))
 
 
-def half_width(pilot_window_s: float, pilot_se: float, draw_sd: float, total_s: float,
-               seeds: int, level: float) -> float:
-    """The primary claims' expected half-width with `seeds` runs of `total_s` modelled
-    seconds in all (see the module's docstring)."""
-    var = 2.0 * pilot_se ** 2 * pilot_window_s / max(total_s, 1e-9) + 2.0 * draw_sd ** 2 / seeds
-    return z_of(level) * math.sqrt(var)
-
-
 def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
                   level: float, draw_sd: float = 0.0, seeds: int = 1) -> float:
     """Modelled measurement seconds for a half-width, from a pilot's SE at its window,
@@ -148,31 +139,21 @@ def plan(pilot_window_s: float, pilot_se: float, half_width: float, budget_s: fl
                 return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s,
                             half_width, "target", lanes, draw_sd)
             break
-    # out of reach: the narrowest interval the budget (or the rounds the trace has) buys;
-    # without draws to count, the most measurement
+    # out of reach: the most measurement the budget (or the rounds the trace has) buys.
+    # Not the narrowest interval by the formula above: that would buy more, shorter
+    # rounds against the draws, but a round's window is also what is measured (at 100%
+    # load a backlog needs time to build), and on the demo 3 rounds of 14 s left every
+    # gain unresolved on packets where one round of 68 s resolved them all
     best = None
     for rounds in range(1, max_rounds + 1):
         window = _window_for(round_wall, (budget_s - setup_wall_s) / rounds, min_window_s,
                              max_window_s)
-        if window is None:
-            continue
-        width = half_width_at(pilot_window_s, pilot_se, draw_sd, rounds, window, lanes)
-        if best is None or width < best[2] - 1e-12:
-            best = (rounds, window, width)
-    rounds, window = best[:2] if best else (1, min_window_s)
+        if window is not None and (best is None or rounds * window > best[0] * best[1] + 1e-9):
+            best = (rounds, window)
+    rounds, window = best or (1, min_window_s)
     why = "rounds" if window >= max_window_s and rounds == max_rounds else "budget"
     return Plan(rounds, window, need, round_wall(window), setup_wall_s, budget_s, half_width,
                 why, lanes, draw_sd)
-
-
-def half_width_at(pilot_window_s: float, pilot_se: float, draw_sd: float, rounds: int,
-                  window_s: float, lanes: int = 1) -> float:
-    """The expected half-width (at 95%) after `rounds` rounds of `window_s`; without a
-    pilot SE, minus the measurement (more is narrower)."""
-    seeds = rounds * lanes
-    if pilot_se <= 0 or math.isnan(pilot_se):
-        return -seeds * window_s
-    return half_width(pilot_window_s, pilot_se, draw_sd, seeds * window_s, seeds, 0.95)
 
 
 def _window_for(round_wall, wall_s: float, lo: float, hi: float) -> float | None:
