@@ -23,6 +23,7 @@ import math
 import os
 import selectors
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -80,7 +81,7 @@ def fabric_load(folder: Path) -> dict[str, float]:
             continue
         try:
             emu = load_scenario(point / "scenario.yaml").emulation
-        except Exception:  # noqa: BLE001 - a point it cannot read says nothing
+        except (OSError, ValueError):  # a point it cannot read (ScenarioError) says nothing
             continue
         for run in sorted(point.glob("*/seed*/fidelity.json")):
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -94,13 +95,8 @@ def fabric_load(folder: Path) -> dict[str, float]:
                               / REF_RATE)
     if not work:
         return {}
-    return {"datapath_cores": _median(work), "other_cores": max(0.0, _median(others))}
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return {"datapath_cores": statistics.median(work),
+            "other_cores": max(0.0, statistics.median(others))}
 
 
 def fabric_need(cell, timings: dict) -> tuple[float, int] | None:

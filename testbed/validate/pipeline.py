@@ -24,7 +24,6 @@ With a target width or a budget the packets run in planned rounds and stop early
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -253,13 +252,12 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
     t0) and stop (the last request done -> router.json written), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
     after the window, modelled) to the pilot's: the planner's drain_factor; with one
-    fabric, the cores it kept busy (the fidelity monitor's CPU p95 x cores) and what
-    sizes fabrics side by side (lanes.fabric_load)."""
+    fabric, what sizes fabrics side by side (lanes.fabric_load)."""
     from testbed.emulation.lanes import fabric_load
 
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
-    starts, stops, ratios, cores = [], [], [], []
+    starts, stops, ratios = [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
             router = json.loads((cell / "router.json").read_text())
@@ -269,9 +267,6 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
             continue
         t0 = float(router["t0"])
         starts.append(t0 - (cell / "workers.json").stat().st_mtime)
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            busy = json.loads((cell / "summary.json").read_text())["cpu_busy_p95"]
-            cores.append(float(busy) * (os.cpu_count() or 1))
         if done:
             stops.append((cell / "router.json").stat().st_mtime - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
@@ -284,8 +279,6 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         out["worker_stop_s"] = max(0.0, percentile(stops, 50))
     if ratios:
         out["drain_factor"] = percentile(ratios, 50)
-    if cores and lanes == 1:
-        out["fabric_cores"] = percentile(cores, 50)
     if lanes == 1:
         out.update(fabric_load(emu_folder))
     return out
