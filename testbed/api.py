@@ -200,16 +200,14 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
-        from testbed.emulation.lanes import fabric_load
-        from testbed.validate.cache import load_timings, record_timings
+        from testbed.validate.cache import load_timings, record_fabric
 
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
                                 network=network, on_fabric=on_fabric, fabrics=fabrics,
                                 timings=load_timings()[0],
                                 on_note=bar.note, dask=dask)
-    load = fabric_load(outcome.folder) if cluster is None and dask is None else {}
-    if load:  # a fabric of this machine, alone: it sizes fabrics side by side next time
-        record_timings(load)
+    if cluster is None and dask is None:  # this machine's fabrics: they size the next
+        record_fabric(outcome.folder)
     return RunResult(outcome.folder, scenario, outcome)
 
 

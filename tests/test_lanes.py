@@ -15,11 +15,12 @@ from testbed.emulation.lanes import (
     lane_cell,
     lane_count,
     lane_daemons,
+    lanes_ceiling,
+    plan_lanes,
 )
 from testbed.scenario import load_scenario
 from testbed.topologies.placement import lane_daemon_prefix, lane_netns
 from testbed.validate import sequential
-from testbed.validate.pipeline import run_overheads
 
 
 def test_two_cores_carry_one_fabric_and_sixteen_carry_several():
@@ -121,10 +122,48 @@ def test_a_fabric_alone_records_its_forwarding_work_and_side_by_side_does_not(
     # the run at the datapath's ceiling is left out: its work is understated
     assert got["datapath_cores"] == pytest.approx(0.35)  # at 2e-4 / 2: the reference rate
     assert got["other_cores"] == pytest.approx(max(0.0, cores - 0.35))
-    assert run_overheads(tmp_path, sc, None)["datapath_cores"] == got["datapath_cores"]
-    assert "datapath_cores" not in run_overheads(tmp_path, sc, None, lanes=2)
     (point / "lanes").mkdir()  # the point ran side by side: each fabric had a share
     assert fabric_load(tmp_path) == {}
+
+
+def _ran_side_by_side(root, count: int, bound: list[bool]):
+    point = root / "cells" / "000-base"
+    for k in range(count):
+        (point / "lanes" / f"lane{k}").mkdir(parents=True, exist_ok=True)
+    for k, b in enumerate(bound):
+        run = point / "rr" / f"seed{k + 1}"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "fidelity.json").write_text(json.dumps({"datapath_bound": b, "cpu_bound": False}))
+
+
+def test_fabrics_side_by_side_that_were_flagged_lower_the_ceiling_auto_keeps(
+        tmp_path, write_scenario, monkeypatch):
+    _ran_side_by_side(tmp_path / "a", 6, [False, True, False])
+    assert lanes_ceiling(tmp_path / "a", None) == 5  # one fewer than were flagged
+    assert lanes_ceiling(tmp_path / "a", 2) == 2  # never above what is known
+    _ran_side_by_side(tmp_path / "b", 3, [False, False])
+    assert lanes_ceiling(tmp_path / "b", None) is None  # nothing learnt: no ceiling
+    assert lanes_ceiling(tmp_path / "b", 2) == 3  # three stayed faithful: raised
+    assert lanes_ceiling(tmp_path / "c", 4) == 4  # nothing ran side by side
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    one = _cell(write_scenario, "scale: 2.0e-4, time_dilation: 2, datapath: user")
+    light = {"datapath_cores": 0.05, "other_cores": 1.0}  # 1 daemon + 1: 2 cores a fabric
+    assert plan_lanes("auto", one, light, 8)[0] == 6
+    k, why, daemons = plan_lanes("auto", one, {**light, "lanes_ceiling": 2}, 8)
+    assert (k, daemons) == (2, 1) and "flagged" in why
+    assert plan_lanes(3, one, {**light, "lanes_ceiling": 2}, 8)[0] == 3  # asked for
+
+
+def test_an_emulation_records_what_its_fabric_carried(tmp_path, monkeypatch):
+    from testbed.validate import cache
+
+    monkeypatch.setenv("NETKV_CACHE_DIR", str(tmp_path / "cache"))
+    _ran_side_by_side(tmp_path, 4, [True])
+    cache.record_fabric(tmp_path)
+    assert cache.load_timings()[0]["lanes_ceiling"] == 3
+    _ran_side_by_side(tmp_path / "next", 3, [True])
+    cache.record_fabric(tmp_path / "next")  # kept as measured, not averaged with the last
+    assert cache.load_timings()[0]["lanes_ceiling"] == 2
 
 
 def test_a_lane_never_gets_more_daemons_than_its_share_of_the_cores(write_scenario,

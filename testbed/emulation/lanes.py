@@ -145,6 +145,43 @@ def lane_count(requested: int | str, cores: int, seeds: int, per_fabric: float |
     return k, (f"{cores} cores, ~{per_fabric:.1f} per fabric, {seeds} seed(s) to run")
 
 
+def plan_lanes(requested: int | str, cell, timings: dict,
+               seeds: int) -> tuple[int, str, int | None]:
+    """(fabrics, why, OVS daemons each) for `seeds` seeds of `cell`: lane_count from the
+    cores and what a fabric needs here (fabric_need), under auto never more than fabrics
+    side by side were seen to stay faithful here (timings' `lanes_ceiling`, lanes_ceiling),
+    and lane_daemons for that many."""
+    from testbed.emulation.net import choose_datapath
+
+    need = fabric_need(cell, timings)
+    count, why = lane_count(requested, os.cpu_count() or 1, seeds, need[0] if need else None,
+                            choose_datapath(cell.emulation.datapath))
+    ceiling = int(timings.get("lanes_ceiling") or 0)
+    if requested == "auto" and ceiling and count > ceiling:
+        count, why = ceiling, f"{why}; at most {ceiling}: more side by side were flagged here"
+    return count, why, lane_daemons(cell, timings, count)
+
+
+def lanes_ceiling(folder: Path, current: float | None) -> float | None:
+    """The most fabrics side by side this machine is known to keep faithful, after an
+    emulation's runs (its folder): one fewer than a point ran with where any of its runs
+    was CPU- or datapath-bound; as many as it ran with where none was (raising a lower
+    ceiling). None: nothing ran side by side and nothing was known."""
+    got = current
+    for point in sorted((folder / "cells").glob("*/lanes")):
+        count = len(list(point.glob("lane*")))
+        flagged = False
+        for run in point.parent.glob("*/seed*/fidelity.json"):
+            with contextlib.suppress(OSError, ValueError):
+                fid = json.loads(run.read_text())
+                flagged |= bool(fid.get("cpu_bound") or fid.get("datapath_bound"))
+        if flagged:
+            got = max(1, min(count - 1, got or count))
+        elif got:
+            got = max(got, count)
+    return got
+
+
 def lane_cell(cell, daemons: int | None = None):
     """The scenario a lane runs: the cell on its own userspace daemon(s): `daemons` where
     emulation.ovs_instances is "auto" and the need was measured (fabric_need), else as

@@ -24,14 +24,7 @@ from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
 from testbed.emulation.judge import departure_summary, describe_departures
-from testbed.emulation.lanes import (
-    LanePool,
-    fabric_need,
-    lane_cell,
-    lane_cores,
-    lane_count,
-    lane_daemons,
-)
+from testbed.emulation.lanes import LanePool, lane_cell, lane_cores, plan_lanes
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
@@ -277,11 +270,7 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                 yield from on_servers(pool, index, point, cell, mine, root, on_step,
                                       after_round, on_note, verdicts)
                 continue
-            need = fabric_need(cell, timings or {})
-            count, why = lane_count(fabrics, os.cpu_count() or 1, len(seeds),
-                                    need[0] if need else None,
-                                    choose_datapath(cell.emulation.datapath))
-            daemons = lane_daemons(cell, timings or {}, count)
+            count, why, daemons = plan_lanes(fabrics, cell, timings or {}, len(seeds))
             if count > 1 and network is not EmulatedNetwork:
                 raise ValueError("a fabric over a cluster runs one at a time: fabrics=1")
             if on_note and fabrics != 1:

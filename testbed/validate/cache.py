@@ -130,3 +130,18 @@ def record_timings(measured: dict[str, float], weight: float = 0.5) -> None:
     path = _timings_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps({"machine": machine(), "timings": {**old, **new}}, indent=1))
+
+
+def record_fabric(folder: Path) -> None:
+    """After an emulation on this machine's fabric(s) (its folder): what one fabric alone
+    kept busy (lanes.fabric_load) and how many side by side stayed faithful
+    (lanes.lanes_ceiling, kept as measured, not averaged): what sizes the next."""
+    from testbed.emulation.lanes import fabric_load, lanes_ceiling
+
+    load = fabric_load(folder)
+    if load:
+        record_timings(load)
+    known = load_timings()[0].get("lanes_ceiling")
+    ceiling = lanes_ceiling(folder, known)
+    if ceiling is not None and ceiling != known:
+        record_timings({"lanes_ceiling": ceiling}, weight=1.0)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -221,9 +220,10 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     if looks is not None:
         write_json(folder / "sequential.json",
                    {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
-    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None,
-                                lanes))
+    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
     cache.record_timings(phases)
+    if dask is None:  # this machine's fabrics: what they kept busy and carried
+        cache.record_fabric(emu.folder)
     write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
     (folder / PARTIAL).unlink(missing_ok=True)
     return folder
@@ -237,24 +237,18 @@ def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, 
     """How many fabrics run seeds side by side (lanes.lane_count) for `seeds` seeds (the
     scenario's when None), from this machine's cores and what one fabric run alone here
     was measured to keep busy (lanes.fabric_need, from the cache's timings)."""
-    from testbed.emulation.lanes import fabric_need, lane_count
-    from testbed.emulation.net import choose_datapath
+    from testbed.emulation.lanes import plan_lanes
 
     cell = scenario.cells()[0][1]
-    need = fabric_need(cell, cache.load_timings()[0])
-    return lane_count(fabrics, os.cpu_count() or 1, seeds or cell.seeds,
-                      need[0] if need else None, choose_datapath(cell.emulation.datapath))
+    return plan_lanes(fabrics, cell, cache.load_timings()[0], seeds or cell.seeds)[:2]
 
 
-def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | None,
-                  lanes: int = 1) -> dict[str, float]:
+def run_overheads(emu_folder: Path, scenario,
+                  pilot_drain: dict[str, float] | None) -> dict[str, float]:
     """From the runs' records: the median worker start (workers.json written -> the run's
     t0) and stop (the last request done -> router.json written), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
-    after the window, modelled) to the pilot's: the planner's drain_factor; with one
-    fabric, what sizes fabrics side by side (lanes.fabric_load)."""
-    from testbed.emulation.lanes import fabric_load
-
+    after the window, modelled) to the pilot's: the planner's drain_factor."""
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
     starts, stops, ratios = [], [], []
@@ -279,8 +273,6 @@ def run_overheads(emu_folder: Path, scenario, pilot_drain: dict[str, float] | No
         out["worker_stop_s"] = max(0.0, percentile(stops, 50))
     if ratios:
         out["drain_factor"] = percentile(ratios, 50)
-    if lanes == 1:
-        out.update(fabric_load(emu_folder))
     return out
 
 
