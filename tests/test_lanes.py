@@ -18,6 +18,7 @@ from testbed.emulation.lanes import (
     lanes_ceiling,
     plan_lanes,
 )
+from testbed.emulation.net import resolve_split
 from testbed.scenario import load_scenario
 from testbed.topologies.placement import lane_daemon_prefix, lane_netns
 from testbed.validate import sequential
@@ -65,8 +66,10 @@ def test_a_fabric_side_by_side_gets_the_daemons_its_forwarding_needs(write_scena
                                   "private_ovs: true")
     assert fabric_need(fixed, timings)[1] == 1  # a count the scenario gives is kept
     assert fabric_need(one, {}) is None  # nothing measured on this machine
-    assert lane_cell(two, 2).emulation.ovs_instances == 2
-    assert lane_cell(fixed, 3).emulation.ovs_instances == 1
+    sized, why = resolve_split(lane_cell(two), "user", 8, daemons=2)
+    assert sized.emulation.ovs_instances == 2 and "forwarding measured here" in why
+    assert resolve_split(lane_cell(fixed), "user", 8, daemons=3)[0].emulation \
+        .ovs_instances == 1  # as given
 
 
 def test_a_lane_runs_the_cell_on_a_private_userspace_daemon(write_scenario):

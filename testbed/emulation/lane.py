@@ -40,7 +40,8 @@ def serve(spec: dict) -> int:
     cell = load_scenario(cell_file)
     try:
         with EmulatedNetwork(cell, cell_file, Path(spec["workdir"]) / "fabric",
-                             quiet=not spec.get("verbose"), cores=spec["cores"]) as net:
+                             quiet=not spec.get("verbose"), cores=spec["cores"],
+                             daemons=spec.get("daemons")) as net:
             say({"ready": True})
             workloads: dict[int, object] = {}
             for line in sys.stdin:

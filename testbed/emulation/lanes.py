@@ -182,14 +182,12 @@ def lanes_ceiling(folder: Path, current: float | None) -> float | None:
     return got
 
 
-def lane_cell(cell, daemons: int | None = None):
-    """The scenario a lane runs: the cell on its own userspace daemon(s): `daemons` where
-    emulation.ovs_instances is "auto" and the need was measured (fabric_need), else as
-    the cell says ("auto": as many as its share of the cores carries)."""
+def lane_cell(cell):
+    """The scenario a lane runs: the cell on its own userspace daemon(s) (with
+    emulation.ovs_instances "auto", as many as lane_daemons sizes, else as many as its
+    share of the cores carries)."""
     data = cell.model_dump(mode="json")
     data["emulation"].update(private_ovs=True, datapath="user")
-    if daemons is not None and data["emulation"]["ovs_instances"] == "auto":
-        data["emulation"]["ovs_instances"] = daemons
     return type(cell).model_validate(data)
 
 
@@ -210,7 +208,7 @@ def fabric_split(cell, count: int, daemons: int | None = None) -> dict:
     """The datapath split (net.plan_split's record) of a fabric of `cell` here when `count`
     run side by side (one: the cell's own), each on `daemons` (lane_cell)."""
     if count > 1:
-        return plan_split(lane_cell(cell, daemons), lane_cores(count))[1]
+        return plan_split(lane_cell(cell), lane_cores(count), daemons=daemons)[1]
     return plan_split(cell)[1]
 
 
@@ -223,7 +221,8 @@ class Lane:
     def __init__(self, index: int, cell, workdir: Path, verbose: bool = False,
                  cores: int = 1, daemons: int | None = None):
         self.index = index
-        self.cell = lane_cell(cell, daemons)
+        self.cell = lane_cell(cell)
+        self.daemons = daemons  # sized for its measured forwarding (lane_daemons), or None
         self.cores = cores  # its share of the machine: what an "auto" datapath split splits
         self.workdir = Path(workdir) / f"lane{index}"
         self.netns = lane_netns(index)
@@ -251,7 +250,8 @@ class Lane:
                                      f"{done.stderr.strip()} (testbed clean removes leftovers)")
         read, write = os.pipe()
         spec = {"cell_file": str(cell_file.resolve()), "workdir": str(self.workdir.resolve()),
-                "reply_fd": write, "verbose": self.verbose, "cores": self.cores}
+                "reply_fd": write, "verbose": self.verbose, "cores": self.cores,
+                "daemons": self.daemons}
         env = {**os.environ, "NETKV_STATE_DIR": str(self.state), "NETKV_LANE": str(self.index),
                "NETKV_NETNS_PREFIX": lane_daemon_prefix(self.index)}
         with self.log.open("w") as log:

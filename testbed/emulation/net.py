@@ -56,26 +56,32 @@ def choose_datapath(preference: str) -> str:
     return preference
 
 
-def resolve_split(scenario, datapath: str, cores: int, one_machine: bool = True):
+def resolve_split(scenario, datapath: str, cores: int, one_machine: bool = True,
+                  daemons: int | None = None):
     """(scenario, why): the scenario with emulation.ovs_instances "auto" made a count for
-    a fabric with `cores` cores on `datapath` (placement.auto_daemons), or as given with
-    why None."""
+    a fabric with `cores` cores on `datapath` (placement.auto_daemons), or `daemons` where
+    a fabric side by side was sized by its measured forwarding (lanes.lane_daemons); as
+    given with why None."""
     emu = scenario.emulation
     if emu.ovs_instances != "auto":
         return scenario, None
     switches = sum(len(v) for v in scenario.cluster.spec().switches.values())
     n, why = auto_daemons(cores, switches, datapath, one_machine)
+    if daemons is not None and datapath == "user" and one_machine:
+        n, why = daemons, (f"side by side on {cores} core{'s' if cores > 1 else ''}: "
+                           f"{daemons} for the forwarding measured here")
     return scenario.model_copy(update={"emulation": emu.model_copy(
         update={"ovs_instances": n})}), why
 
 
-def plan_split(scenario, cores: int | None = None, one_machine: bool = True):
+def plan_split(scenario, cores: int | None = None, one_machine: bool = True,
+               daemons: int | None = None):
     """(scenario, split) for a fabric on this machine: the datapath it will use, the
     scenario with an "auto" daemon count resolved (resolve_split), and the choice as a
     record: {"kind", "ovs_daemons", "why"}."""
     datapath = choose_datapath(scenario.emulation.datapath)
     resolved, why = resolve_split(scenario, datapath, cores or os.cpu_count() or 1,
-                                  one_machine)
+                                  one_machine, daemons)
     return resolved, {"kind": datapath,
                       "ovs_daemons": max(1, private_daemons(resolved.emulation)),
                       "why": why or "emulation.ovs_instances as given"}
@@ -167,7 +173,7 @@ class EmulatedNetwork:
     hosts_here = True  # its hosts' shells are processes on this machine
 
     def __init__(self, scenario, scenario_file: Path, workdir: Path, quiet: bool = True,
-                 cores: int | None = None):
+                 cores: int | None = None, daemons: int | None = None):
         self.scenario = scenario
         self.scenario_file = Path(scenario_file)
         self.workdir = Path(workdir)
@@ -178,8 +184,9 @@ class EmulatedNetwork:
         self.run_id = f"{os.getpid()}-{int(time.time() * 1000)}"
         self.manifest = STATE_DIR / f"{self.run_id}.json"
         # "auto" becomes a count for `cores` (this machine's, or a side-by-side fabric's
-        # share); the controller and the workers read it from the copy start() writes
-        self.scenario, self.split = plan_split(scenario, cores, self.hosts_here)
+        # share, or `daemons` sized for it); the controller and the workers read it from
+        # the copy start() writes
+        self.scenario, self.split = plan_split(scenario, cores, self.hosts_here, daemons)
         self.resolved = self.scenario is not scenario
         self.datapath = self.split["kind"]
         self.private = private_daemons(self.scenario.emulation)  # 0: the system's OVS

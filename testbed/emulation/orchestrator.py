@@ -280,12 +280,13 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
                         + (f"s ({count} side by side)" if count > 1 else ""), 0.0)
             if count > 1:
                 if on_fabric is not None:  # its own fabric, as the lanes build theirs
-                    setup = lane_cell(cell, daemons)
+                    setup = lane_cell(cell)
                     setup_file = celldir / "setup" / "scenario.yaml"
                     atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"),
                                                             sort_keys=False))
                     with EmulatedNetwork(setup, setup_file, celldir / "setup",
-                                         quiet=not verbose, cores=lane_cores(count)) as net:
+                                         quiet=not verbose, cores=lane_cores(count),
+                                         daemons=daemons) as net:
                         on_fabric(net, celldir)
                 yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
                                     on_step, after_round, on_note, verdicts, daemons)

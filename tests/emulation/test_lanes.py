@@ -53,12 +53,16 @@ def test_two_fabrics_run_two_seeds_side_by_side_and_leave_nothing(tmp_path):
     assert all(log.exists() for log in logs.values())
     fidelity = json.loads((folder / "fidelity.json").read_text())
     assert len(fidelity["runs"]) == 4
-    # each lane split its share of the cores (emulation.ovs_instances: auto)
+    # each lane split its share of the cores (emulation.ovs_instances: auto), or took
+    # the daemons an earlier run's forwarding, measured here, asks for
     share = (os.cpu_count() or 1) // 2
     for run in fidelity["runs"]:
         assert run["datapath"]["kind"] == "user"
-        assert run["datapath"]["ovs_daemons"] == max(1, share // 4), run["datapath"]
         assert f"{share} core" in run["datapath"]["why"]
+        if "forwarding measured" in run["datapath"]["why"]:
+            assert 1 <= run["datapath"]["ovs_daemons"] <= max(1, share - 1)
+        else:
+            assert run["datapath"]["ovs_daemons"] == max(1, share // 4), run["datapath"]
     # the two seeds' arrivals differ (their own trace segments): two runs, not one twice
     first = (base / "rr" / "seed1" / "requests.csv").read_text().splitlines()[1:4]
     second = (base / "rr" / "seed2" / "requests.csv").read_text().splitlines()[1:4]
