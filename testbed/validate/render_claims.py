@@ -3,11 +3,9 @@ ranking's probability, and for a sequential validation its plan, looks and stop.
 
 from __future__ import annotations
 
-import math
-
 from testbed.model.plugins import display_name
 from testbed.validate.claims import GAIN_TOLERANCE, HIGHER_IS_BETTER, METRIC_NAMES
-from testbed.validate.sequential import need_words
+from testbed.validate.sequential import need_words, seeds_for_draws
 
 
 def _est(metric: str, e: dict) -> str:
@@ -108,7 +106,7 @@ def _seeds_needed(spread: dict) -> list[str]:
     worst = max((t["sd"] for t in spread.values() if t["sd"] == t["sd"]), default=0.0)
     if worst <= 0:
         return []
-    need = math.ceil(2.0 * (1.959964 * worst / GAIN_TOLERANCE) ** 2)
+    need = seeds_for_draws(worst, GAIN_TOLERANCE, 0.95)
     return ["", f"With a draw sd of {100 * worst:.1f} points the draws alone keep a "
             f"{100 * GAIN_TOLERANCE:.0f}-point agreement out of reach below {need} seeds per "
             "scheduler (each seed a packet run), however many requests each holds."]
