@@ -34,7 +34,7 @@ import yaml
 from testbed.emulation import child
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR
-from testbed.emulation.net import EmulationError, plan_split
+from testbed.emulation.net import EmulationError, choose_datapath, plan_split
 from testbed.topologies.placement import lane_daemon_prefix, lane_netns
 
 CLONE_NEWNET = 0x40000000
@@ -110,7 +110,7 @@ def fabric_need(cell, timings: dict) -> tuple[float, int] | None:
         return None
     emu = cell.emulation
     work = work * packet_rate(emu) / REF_RATE
-    switches = sum(len(v) for v in cell.cluster.spec().switches.values())
+    switches = cell.cluster.spec().n_switches
     daemons = emu.ovs_instances if emu.ovs_instances != "auto" else \
         min(switches, max(1, math.ceil(work / DAEMON_SHARE)))
     return daemons + max(WORKER_CORES, timings.get("other_cores") or 0.0), daemons
@@ -151,8 +151,6 @@ def plan_lanes(requested: int | str, cell, timings: dict,
     cores and what a fabric needs here (fabric_need), under auto never more than fabrics
     side by side were seen to stay faithful here (timings' `lanes_ceiling`, lanes_ceiling),
     and lane_daemons for that many."""
-    from testbed.emulation.net import choose_datapath
-
     need = fabric_need(cell, timings)
     count, why = lane_count(requested, os.cpu_count() or 1, seeds, need[0] if need else None,
                             choose_datapath(cell.emulation.datapath))

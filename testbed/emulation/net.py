@@ -65,7 +65,7 @@ def resolve_split(scenario, datapath: str, cores: int, one_machine: bool = True,
     emu = scenario.emulation
     if emu.ovs_instances != "auto":
         return scenario, None
-    switches = sum(len(v) for v in scenario.cluster.spec().switches.values())
+    switches = scenario.cluster.spec().n_switches
     n, why = auto_daemons(cores, switches, datapath, one_machine)
     if daemons is not None and datapath == "user" and one_machine:
         n, why = daemons, (f"side by side on {cores} core{'s' if cores > 1 else ''}: "

@@ -78,7 +78,7 @@ class Scenario(_Strict):
             if emu.datapath == "kernel":
                 raise ValueError("emulation.ovs_instances splits the userspace datapath; the "
                                  "kernel datapath forwards on every core already (use 1)")
-            switches = sum(len(v) for v in self.cluster.spec().switches.values())
+            switches = self.cluster.spec().n_switches
             if emu.ovs_instances > switches:
                 raise ValueError(f"emulation.ovs_instances {emu.ovs_instances} exceeds the "
                                  f"fabric's {switches} switches")

@@ -277,6 +277,11 @@ class FatTreeSpec:
             "core": [self.core(c) for c in range(self.n_cores)] if self.pods > 1 else [],
         }
 
+    @property
+    def n_switches(self) -> int:
+        """Every layer's switches: at most this many OVS daemons can split them."""
+        return sum(len(v) for v in self.switches.values())
+
     @cached_property
     def links(self) -> tuple[Link, ...]:
         bw = self.tier_bandwidth_gbps

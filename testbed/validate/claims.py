@@ -267,10 +267,11 @@ def with_draws(diff: Estimate, sd: float, seeds: int, level: float = CONFIDENCE)
     gain) added for each engine, over `seeds` runs pooled (see the module's docstring)."""
     if math.isnan(diff.low) or math.isnan(sd) or seeds < 1:
         return diff
-    extra = _z(1.0 - (1.0 - level) / 2.0) * sd * math.sqrt(2.0 / seeds)
+    spread = sd * math.sqrt(2.0 / seeds)
+    extra = _z(1.0 - (1.0 - level) / 2.0) * spread
     return Estimate(diff.point, diff.point - math.hypot(diff.point - diff.low, extra),
                     diff.point + math.hypot(diff.high - diff.point, extra),
-                    math.hypot(diff.se, sd * math.sqrt(2.0 / seeds)))
+                    math.hypot(diff.se, spread))
 
 
 def agreement(diff: Estimate, tolerance: float = GAIN_TOLERANCE) -> str:
