@@ -103,7 +103,8 @@ def test_a_difference_within_two_draws_spread_is_no_disagreement():
     p = claims.pair_requests(runs)
 
     def judged(sd):
-        (c,) = [c for c in claims.judge_point(p, draw_sd={"netkv-full vs rr": sd}).claims
+        (c,) = [c for c in claims.judge_point(
+            p, spreads={"netkv-full vs rr": claims.DrawSpread(sd)}).claims
                 if c.metric == "ttft_mean"]
         return c
 
@@ -113,13 +114,30 @@ def test_a_difference_within_two_draws_spread_is_no_disagreement():
     z = 1.959964
     assert large.draws.high - large.draws.point == pytest.approx(
         math.hypot(large.difference.high - large.difference.point, z * 0.08 * math.sqrt(2)))
-    assert "with one draw a run" in large.sentence
+    assert "with the draws" in large.sentence
     assert "difference_with_draws" in large.as_dict()
     # the P99 and SLO claims have no draw spread measured: judged on requests alone
     assert all(c.draws is None for c in claims.judge_point(
-        p, draw_sd={"netkv-full vs rr": 0.08}).claims if c.metric != "ttft_mean")
-    wide = claims.with_draws(large.difference, 0.08, seeds=1)
-    assert claims.with_draws(large.difference, 0.08, seeds=8).half_width < wide.half_width
+        p, spreads={"netkv-full vs rr": claims.DrawSpread(0.08)}).claims
+        if c.metric != "ttft_mean")
+    wide = claims.with_draws(large.difference, claims.DrawSpread(0.08), seeds=[1])
+    assert claims.with_draws(large.difference, claims.DrawSpread(0.08),
+                             seeds=range(8)).half_width < wide.half_width
+
+
+def test_the_flow_models_mean_over_its_draws_narrows_and_moves_the_difference():
+    """Six flow draws a seed: its mean's spread is a sixth of one draw's variance, so the
+    widening is sd sqrt(1 + 1/6) against sd sqrt(2) for one draw a side; the point moves
+    by how far the draws' mean lies from the seed's own draw (the run paired)."""
+    diff = claims.Estimate(-0.10, -0.14, -0.06, 0.02)
+    one = claims.with_draws(diff, claims.DrawSpread(0.08), seeds=[1, 2])
+    six = claims.with_draws(diff, claims.DrawSpread(0.08, 6, {1: 0.03, 2: 0.05}),
+                            seeds=[1, 1, 2])
+    z = 1.959964
+    assert one.point == diff.point and six.point == pytest.approx(-0.06)
+    assert six.high - six.point == pytest.approx(math.hypot(0.04, z * 0.08 * math.sqrt(7 / 12)))
+    assert one.high - one.point == pytest.approx(math.hypot(0.04, z * 0.08))
+    assert claims.draws_variance(0.08, 2, 6) == pytest.approx(0.08 ** 2 * 7 / 12)
 
 
 def test_few_noisy_requests_are_inconclusive_and_a_reversal_is_named():
@@ -210,9 +228,10 @@ def test_a_budget_too_small_for_the_target_buys_what_it_can():
 
 
 def test_draws_set_a_floor_only_more_runs_lower():
-    # one run's gain moving 8 points across draws: 5 points at 95% needs 20 runs at least
-    assert sequential.seeds_for_draws(0.08, 0.05, 0.95) == 20
-    assert sequential.needed_window(12, 0.05, 0.05, 0.95, draw_sd=0.08, seeds=19) == math.inf
+    # one run's gain moving 8 points across draws, the flow model's gain the mean of six:
+    # 5 points at 95% needs (1 + 1/6) (1.96 x 8 / 5)^2 = 11.5, so 12 runs at least
+    assert sequential.seeds_for_draws(0.08, 0.05, 0.95) == 12
+    assert sequential.needed_window(12, 0.05, 0.05, 0.95, draw_sd=0.08, seeds=11) == math.inf
     some = sequential.needed_window(12, 0.05, 0.05, 0.95, draw_sd=0.08, seeds=40)
     none = sequential.needed_window(12, 0.05, 0.05, 0.95)
     assert none < some < math.inf  # the draws take part of the width: more requests
@@ -229,7 +248,7 @@ def test_a_target_the_draws_put_out_of_reach_is_said_and_the_budget_buys_measure
     assert "needs ~" in sequential.need_words(flat.as_dict())
     # reachable, but only with enough seeds: the draws set the rounds
     few = sequential.plan(12, 0.02, 0.2, 1e9, _round_wall, 30, 10, 120)
-    many = sequential.plan(12, 0.02, 0.2, 1e9, _round_wall, 30, 10, 120, draw_sd=0.1)
+    many = sequential.plan(12, 0.02, 0.2, 1e9, _round_wall, 30, 10, 120, draw_sd=0.15)
     assert few.rounds == 2 and many.rounds > few.rounds and many.limited_by == "target"
 
 

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
+from testbed.runner import Task, run_task
 from testbed.scenario import load_scenario
-from testbed.validate.trajectory import _summary, gains, mean_ttft, spread
+from testbed.validate.trajectory import _summary, draw_spreads, gains, mean_ttft, seed_draws, spread
 from tests.conftest import ROOT
 
 
@@ -26,10 +27,21 @@ def test_mean_ttft_counts_measured_served_requests_only():
 
 def test_the_spread_is_pooled_within_seeds_not_across_them():
     # two seeds whose gains differ by 0.5 between them but by +-0.01 within each
-    per_seed = [[0.10, 0.12, 0.08], [0.60, 0.62, 0.58]]
+    per_seed = {7: [0.10, 0.12, 0.08], 8: [0.60, 0.62, 0.58]}
     got = _summary(per_seed)
     assert math.isclose(got["sd"], 0.02)  # within a seed: (0.01^2 * 2 + ...) / 2 dof
     assert (got["low"], got["high"], got["draws"], got["seeds"]) == (0.08, 0.62, 3, 2)
+    assert got["shifts"] == pytest.approx({"7": 0.0, "8": 0.0})  # own draw = their mean
+
+
+def test_each_seed_keeps_how_far_its_draws_mean_lies_from_its_own_draw():
+    """The claims pair each seed's own draw; the verdict moves it to the draws' mean."""
+    got = _summary({3: [0.30, 0.10, 0.20], 4: [0.0, 0.06, 0.0]})
+    assert got["shifts"] == pytest.approx({"3": -0.1, "4": 0.02})
+    (spread_,) = draw_spreads({"cla vs rr": got}).values()
+    assert spread_.flow_draws == 3 and spread_.shifts == pytest.approx({3: -0.1, 4: 0.02})
+    assert spread_.shift([3, 3, 4]) == pytest.approx(-0.04)  # per seed judged, not request
+    assert spread_.shift([4, 9]) == pytest.approx(0.02)  # a seed with no draws is left out
 
 
 def test_draws_of_the_same_requests_differ_for_a_scheduler_that_breaks_ties():
@@ -41,3 +53,16 @@ def test_draws_of_the_same_requests_differ_for_a_scheduler_that_breaks_ties():
     assert set(got) == {"cla vs rr", "netkv-full vs rr", "netkv-full vs cla"}
     assert got["cla vs rr"]["sd"] > 0
     assert got["cla vs rr"]["low"] < got["cla vs rr"]["high"]
+    assert set(got["cla vs rr"]["shifts"]) == {str(sc.seed)}
+
+
+def test_a_seeds_first_draw_is_the_run_the_claims_pair():
+    """The shift to the draws' mean is taken from the seed's own draw: it must be the very
+    run the verdict's flow engine records for that seed."""
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                       {"workload.warmup_s": 1.0, "workload.measure_s": 6.0})
+    (point, cell), = sc.cells()
+    own = {key: mean_ttft(run_task(Task(0, point, cell, key, sc.seed))["requests"])
+           for key in cell.schedulers}
+    got = seed_draws(cell, sc.seed, draws=2)
+    assert {c: g[0] for c, g in got.items()} == gains(own)

@@ -33,12 +33,15 @@ Verdicts, per claim:
   replay exists only where packets ran.
 
 One run is one draw. The intervals above resample requests; the same requests met with
-other draws (the schedulers' tie-breaks) give another gain, and each engine's run is one
-such draw (validate/trajectory.py measures how far the flow model's draws spread, sd per
-claim). So where that sd is given, a mean-TTFT claim's verdict is taken on the difference
-widened by it: each side of the interval grows to sqrt(side^2 + (z * sd * sqrt(2 / S))^2)
-for S seeds pooled, the packets' draw assumed to spread as the flow model's (two packet
-runs of the demo's requests moved about as much: docs/validation.md).
+other draws (the schedulers' tie-breaks) give another gain, and each packet run is one
+such draw. The flow model is cheap to draw again: validate/trajectory.py runs each seed's
+requests with FLOW_DRAWS draws, which give the sd of one draw's gain and the flow model's
+mean gain over them. So where they are given, a mean-TTFT claim's verdict is taken on the
+difference of the flow model's mean gain (the paired point moved by the mean of the draws
+less the seed's own draw) and the packets' one draw, widened by both draws' spread: each
+side grows to sqrt(side^2 + z^2 * sd^2 * (1 + 1/D) / S) for S seeds pooled and D flow
+draws a seed (draws_variance), the packets' draw assumed to spread as the flow model's
+(two packet runs of the demo's requests moved about as much: docs/validation.md).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ METRIC_NAMES = {"ttft_mean": "mean TTFT", "ttft_p99": "P99 TTFT", "slo": "SLO at
 HIGHER_IS_BETTER = {"ttft_mean": False, "ttft_p99": False, "slo": True}
 ENGINES = ("packets", "flow")
 REPLAY = "replay"  # the flow model on the packets' own transfers (testbed/validate/replay.py)
+FLOW_DRAWS = 6  # the flow model's runs of each seed's requests: its own draw and five more
 
 
 @dataclass(frozen=True)
@@ -262,16 +266,43 @@ def _better(metric: str, est: Estimate) -> str:
     return "holds" if better_low else ("reversed" if worse else "unresolved")
 
 
-def with_draws(diff: Estimate, sd: float, seeds: int, level: float = CONFIDENCE) -> Estimate:
-    """The difference of gains across engines with one draw's spread (`sd`, of one run's
-    gain) added for each engine, over `seeds` runs pooled (see the module's docstring)."""
-    if math.isnan(diff.low) or math.isnan(sd) or seeds < 1:
+@dataclass(frozen=True)
+class DrawSpread:
+    """One claim's draw-to-draw spread in the flow model (validate/trajectory.py): `sd` of
+    one draw's gain, `flow_draws` draws a seed, and per seed the mean of its draws' gains
+    less its own draw's (`shifts`: the seed's own draw is the run the claims pair)."""
+
+    sd: float
+    flow_draws: int = 1
+    shifts: dict[int, float] = field(default_factory=dict)
+
+    def shift(self, seeds) -> float:
+        """The mean shift over the seeds judged (those measured)."""
+        got = [self.shifts[s] for s in sorted({int(s) for s in seeds}) if s in self.shifts]
+        return float(np.mean(got)) if got else 0.0
+
+
+def draws_variance(sd: float, seeds: int, flow_draws: int = FLOW_DRAWS) -> float:
+    """Variance the draws add to the engines' difference of gains: the packets' one draw a
+    seed (sd^2) and the flow model's mean over `flow_draws` (sd^2 / flow_draws), averaged
+    over `seeds` seeds."""
+    return sd * sd * (1.0 + 1.0 / max(1, flow_draws)) / seeds
+
+
+def with_draws(diff: Estimate, spread: DrawSpread, seeds, level: float = CONFIDENCE
+               ) -> Estimate:
+    """The difference of gains across engines taken on the flow model's mean over its
+    draws and widened by both engines' draws (see the module's docstring); `seeds`: the
+    seeds pooled."""
+    seeds = [int(s) for s in np.unique(np.asarray(seeds))]
+    if math.isnan(diff.low) or math.isnan(spread.sd) or not seeds:
         return diff
-    spread = sd * math.sqrt(2.0 / seeds)
-    extra = _z(1.0 - (1.0 - level) / 2.0) * spread
-    return Estimate(diff.point, diff.point - math.hypot(diff.point - diff.low, extra),
-                    diff.point + math.hypot(diff.high - diff.point, extra),
-                    math.hypot(diff.se, spread))
+    sd = math.sqrt(draws_variance(spread.sd, len(seeds), spread.flow_draws))
+    extra = _z(1.0 - (1.0 - level) / 2.0) * sd
+    point = diff.point + spread.shift(seeds)
+    return Estimate(point, point - math.hypot(diff.point - diff.low, extra),
+                    point + math.hypot(diff.high - diff.point, extra),
+                    math.hypot(diff.se, sd))
 
 
 def agreement(diff: Estimate, tolerance: float = GAIN_TOLERANCE) -> str:
@@ -302,7 +333,8 @@ def describe(c: Claim) -> str:
     name = f"{display_name(c.scheduler)} vs {display_name(c.baseline)}, {METRIC_NAMES[c.metric]}"
     return (f"{name}: packets {_fmt_gain(c.metric, c.packets)} ({c.on_packets}), flow "
             f"{_fmt_gain(c.metric, c.flow)}; flow - packets {_fmt_diff(c.difference)}"
-            + ("" if c.draws is None else f", with one draw a run {_fmt_diff(c.draws)}")
+            + ("" if c.draws is None else
+               f", the flow model's mean over its draws with the draws {_fmt_diff(c.draws)}")
             + f", n={c.n}: {c.verdict}"
             + ("" if c.network is None else
                f"; at the packets' decisions (replay - packets) {_fmt_diff(c.network)}: "
@@ -325,11 +357,11 @@ class PointClaims:
 
 def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
                 resamples: int = RESAMPLES, tolerance: float = GAIN_TOLERANCE,
-                draw_sd: dict[str, float] | None = None) -> PointClaims:
+                spreads: dict[str, DrawSpread] | None = None) -> PointClaims:
     """Every claim of one sweep point: each non-baseline scheduler (and CLA* against RR)
     against each baseline present, on every metric; the ranking by mean TTFT.
-    `draw_sd`: "S vs B" -> the sd of one run's mean-TTFT gain across draws
-    (trajectory.draw_sd): those claims are judged with it (with_draws)."""
+    `spreads`: "S vs B" -> its mean-TTFT gain's spread across the flow model's draws
+    (trajectory.draw_spreads): those claims are judged with it (with_draws)."""
     out = PointClaims(n=p.n)
     if p.n == 0:
         return out
@@ -351,9 +383,9 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
             diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
             c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
                       agreement(diff, tolerance))
-            sd = (draw_sd or {}).get(f"{s} vs {base}") if m == PRIMARY else None
-            if sd is not None:
-                c.draws = with_draws(diff, sd, len(np.unique(p.seeds)), level)
+            spread = (spreads or {}).get(f"{s} vs {base}") if m == PRIMARY else None
+            if spread is not None:
+                c.draws = with_draws(diff, spread, p.seeds, level)
                 c.verdict = agreement(c.draws, tolerance)
             if REPLAY in p.engines:
                 r = p.engines.index(REPLAY)

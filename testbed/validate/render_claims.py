@@ -40,9 +40,10 @@ def claim_lines(doc: dict) -> list[str]:
              f"bootstrap over requests in arrival order, {level:.1f}% "
              + ("(the last look's level of the sequential plan below)." if seq else "(percentile).")
              + " *With the draws*: a mean-TTFT gain also moves when the same requests meet "
-             "other draws (the schedulers' tie-breaks), and each engine's run is one draw; "
-             "that interval adds the spread measured below for each engine, and the mean-TTFT "
-             "verdict is taken on it."
+             "other draws (the schedulers' tie-breaks), and each packet run is one draw; "
+             "that interval takes the flow model's gain as its mean over the draws below "
+             "(the point moves by it), adds their spread for the packets' one draw and the "
+             "flow model's mean, and the mean-TTFT verdict is taken on it."
              + " docs/validation.md (\"The statistics of a verdict\") explains each step. "
              "*At the packets' decisions*: the same test on the replay's gain minus the "
              "packets' (the flow model fed exactly the transfers the packets carried): "
@@ -96,13 +97,16 @@ def _draw_lines(spread: dict | None) -> list[str]:
             f"{first['draws']} draws of each of "
             f"{first['seeds']} seed(s)), moves each mean-TTFT gain by: " + "; ".join(parts)
             + ". The intervals *flow - packets* resample requests, not draws; the mean-TTFT "
-            "verdicts add this spread for each engine (*with the draws*; docs/validation.md, "
-            "\"One run is one draw\")."] + _seeds_needed(spread)
+            "verdicts take the flow model's gain as its mean over these draws and add their "
+            "spread for each engine (the packets' one draw a seed, the flow model's mean; "
+            "*with the draws*; docs/validation.md, \"One run is one draw\")."] \
+        + _seeds_needed(spread)
 
 
 def _seeds_needed(spread: dict) -> list[str]:
     """How many seeds the draws alone need before an agreement within the tolerance can
-    be shown: the widened half-width z * sd * sqrt(2 / S) under GAIN_TOLERANCE."""
+    be shown: the draws' part of the widened half-width (claims.draws_variance) under
+    GAIN_TOLERANCE."""
     worst = max((t["sd"] for t in spread.values() if t["sd"] == t["sd"]), default=0.0)
     if worst <= 0:
         return []

@@ -60,7 +60,8 @@ def _pilot(scenario) -> tuple[float, float, Callable[[str, float], float]]:
     judged = claims.judge_point(claims.pair_requests(runs), resamples=500)
     ses = [c.flow.se for c in claims.primary(judged.claims) if c.flow.se == c.flow.se]
     cell = flow_twin(scenario, None, {}).cells()[0][1]
-    sds = trajectory.draw_sd(trajectory.pooled([trajectory.seed_draws(cell, cell.seed)]))
+    sds = [d.sd for d in trajectory.draw_spreads(trajectory.pooled(
+        {cell.seed: trajectory.seed_draws(cell, cell.seed)})).values()]
 
     def drain(sched: str, window: float) -> float:
         if long <= short:
@@ -68,7 +69,7 @@ def _pilot(scenario) -> tuple[float, float, Callable[[str, float], float]]:
         slope = (d_long[sched] - d_short[sched]) / (long - short)
         return max(0.0, d_short[sched] + slope * (window - short))
 
-    return (max(ses) if ses else math.nan), max(sds.values(), default=0.0), drain
+    return (max(ses) if ses else math.nan), max(sds, default=0.0), drain
 
 
 def make_plan(scenario, target_half_width: float, budget_s: float,
@@ -146,7 +147,7 @@ class Looks:
     reason: str = ""
     unfaithful: list = field(default_factory=list)
     seeds: dict = field(default_factory=dict)  # point -> seeds run
-    draws: dict = field(default_factory=dict)  # point -> [trajectory.seed_draws per seed]
+    draws: dict = field(default_factory=dict)  # point -> {seed: trajectory.seed_draws}
 
     def __call__(self, index: int, seeds: list[int], root: Path) -> bool:
         point, cell = self.scenario.cells()[index]
@@ -165,7 +166,7 @@ class Looks:
                                                           / "requests.csv")
                     mine[("flow", s, seed)] = run_task(Task(index, point, flow_cell, s, seed))[
                         "requests"]
-                self.draws.setdefault(key, []).append(trajectory.seed_draws(flow_cell, seed))
+                self.draws.setdefault(key, {})[seed] = trajectory.seed_draws(flow_cell, seed)
             else:
                 self.unfaithful.append(f"{key} seed {seed}")
                 faithful = False
@@ -174,7 +175,7 @@ class Looks:
         level = sequential.look_level(min(look, self.plan.rounds), self.plan.rounds)
         judged = claims.judge_point(
             claims.pair_requests(mine), level, normal=True,
-            draw_sd=trajectory.draw_sd(trajectory.pooled(self.draws.get(key, [])))) \
+            spreads=trajectory.draw_spreads(trajectory.pooled(self.draws.get(key, {})))) \
             if mine else claims.PointClaims()
         primary = claims.primary(judged.claims)
         self.looks.append({"look": look, "point": key, "seed": seed, "n": judged.n,

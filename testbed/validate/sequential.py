@@ -15,8 +15,9 @@ not rely on it: each judges on the measured spread.
 Each run is also one draw of its schedulers' tie-breaks, and more requests do not average
 that out: only more runs do. With d the sd of one run's gain across draws (the pilot
 measures it as validate/trajectory.py does), S seeds and T modelled seconds in all, the
-half-width is z * sqrt(2 se^2 W0 / T + 2 d^2 / S): below S = 2 (z d / W)^2 no window
-reaches W, and the plan says how many seeds the draws alone need.
+half-width is z * sqrt(2 se^2 W0 / T + v(d, S)), v = claims.draws_variance = d^2 (1 + 1/D)
+/ S (the packets' one draw a seed, the flow model's mean of D): below S = (1 + 1/D)
+(z d / W)^2 no window reaches W, and the plan says how many seeds the draws alone need.
 
 The evidence comes in rounds: one round is every scheduler on one more seed (for a
 trace workload, one more segment of the trace: `workload.seed_segments`), and the
@@ -38,6 +39,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
+
+from testbed.validate.claims import draws_variance
 
 ALPHA = 0.05
 
@@ -100,7 +103,7 @@ class Plan:
 def seeds_for_draws(draw_sd: float, half_width: float, level: float) -> int:
     if draw_sd <= 0 or math.isnan(draw_sd):
         return 1
-    return max(1, math.ceil(2.0 * (z_of(level) * draw_sd / half_width) ** 2))
+    return max(1, math.ceil(draws_variance(draw_sd, 1) / (half_width / z_of(level)) ** 2))
 
 
 def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
@@ -110,7 +113,7 @@ def needed_window(pilot_window_s: float, pilot_se: float, half_width: float,
     seeds cannot reach it)."""
     if pilot_se <= 0 or math.isnan(pilot_se):
         return pilot_window_s
-    room = (half_width / z_of(level)) ** 2 - 2.0 * draw_sd ** 2 / seeds
+    room = (half_width / z_of(level)) ** 2 - draws_variance(draw_sd, seeds)
     if room <= 0:
         return math.inf
     return pilot_window_s * 2.0 * pilot_se ** 2 / room

@@ -18,10 +18,10 @@ import statistics
 
 from testbed.flowsim.simulator import simulate
 from testbed.runner import slug
-from testbed.validate.claims import PRIMARY, claim_pairs, gain, served
+from testbed.validate.claims import FLOW_DRAWS, PRIMARY, DrawSpread, claim_pairs, gain, served
 from testbed.workloads.build import build_workload
 
-DRAWS = 6  # runs per seed: the seed's own and five more
+DRAWS = FLOW_DRAWS  # runs per seed: the seed's own and five more
 OFFSET = 100_003  # the k-th extra draw of seed s runs with seed s + k * OFFSET
 
 
@@ -54,33 +54,39 @@ def seed_draws(cell, seed: int, draws: int = DRAWS) -> dict[str, list[float]]:
     return out
 
 
-def pooled(per_seed: list[dict[str, list[float]]]) -> dict[str, dict]:
-    """claim -> {sd, low, high, draws, seeds}: the gain's standard deviation across draws
-    of one seed, pooled over the seeds given (seed_draws of each)."""
-    claims = sorted({c for d in per_seed for c in d})
-    return {c: _summary([d[c] for d in per_seed if c in d]) for c in claims}
+def pooled(per_seed: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
+    """claim -> {sd, low, high, draws, seeds, shifts}: the gain's standard deviation across
+    draws of one seed, pooled over the seeds given (seed -> seed_draws of it), and per seed
+    the mean of its draws less its own draw (str keys: this goes to JSON)."""
+    claims = sorted({c for d in per_seed.values() for c in d})
+    return {c: _summary({seed: d[c] for seed, d in per_seed.items() if c in d})
+            for c in claims}
 
 
 def spread(scenario, draws: int = DRAWS) -> dict[str, dict]:
     """point -> pooled(...) over every seed of the flow-model scenario given (the
     verdict's), for its mean-TTFT claims."""
     return {f"{index:03d}-{slug(point)}": pooled(
-        [seed_draws(cell, seed, draws) for seed in range(cell.seed, cell.seed + cell.seeds)])
+        {seed: seed_draws(cell, seed, draws) for seed in range(cell.seed, cell.seed + cell.seeds)})
         for index, (point, cell) in enumerate(scenario.cells())}
 
 
-def draw_sd(point_spread: dict | None) -> dict[str, float]:
-    """claim -> the sd of one draw's gain (for claims.judge_point), from a point's
-    pooled spread; claims whose sd could not be measured are left out."""
-    return {c: t["sd"] for c, t in (point_spread or {}).items() if t["sd"] == t["sd"]}
+def draw_spreads(point_spread: dict | None) -> dict[str, DrawSpread]:
+    """claim -> its draws' spread (for claims.judge_point), from a point's pooled spread;
+    claims whose sd could not be measured are left out."""
+    return {c: DrawSpread(t["sd"], t["draws"], {int(k): v for k, v in t["shifts"].items()})
+            for c, t in (point_spread or {}).items() if t["sd"] == t["sd"]}
 
 
-def _summary(groups: list[list[float]]) -> dict:
-    """Pooled within-seed sd of a claim's gain (a list of draws per seed) and its range."""
-    groups = [g for g in groups if len(g) > 1]
-    dof = sum(len(g) - 1 for g in groups)
-    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
-    flat = [x for g in groups for x in g]
+def _summary(groups: dict[int, list[float]]) -> dict:
+    """Pooled within-seed sd of a claim's gain (a list of draws per seed), its range, and
+    each seed's mean draw less its own (the first)."""
+    groups = {seed: g for seed, g in groups.items() if len(g) > 1}
+    dof = sum(len(g) - 1 for g in groups.values())
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups.values())
+    flat = [x for g in groups.values() for x in g]
     return {"sd": (ss / dof) ** 0.5 if dof else float("nan"),
             "low": min(flat, default=float("nan")), "high": max(flat, default=float("nan")),
-            "draws": max((len(g) for g in groups), default=0), "seeds": len(groups)}
+            "draws": max((len(g) for g in groups.values()), default=0),
+            "seeds": len(groups),
+            "shifts": {str(seed): statistics.fmean(g) - g[0] for seed, g in groups.items()}}

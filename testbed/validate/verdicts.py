@@ -9,7 +9,7 @@ from pathlib import Path
 
 from testbed.records import read_csv
 from testbed.validate import claims, compare, stats
-from testbed.validate.trajectory import draw_sd
+from testbed.validate.trajectory import draw_spreads
 
 
 def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
@@ -82,5 +82,5 @@ def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                     claims.replayed_requests(rows, read_csv(cell / "transfers.csv"),
                                              replayed[key])
     return {point: claims.judge_point(claims.pair_requests(r), level, normal,
-                                      draw_sd=draw_sd((draws or {}).get(point))).as_dict()
+                                      spreads=draw_spreads((draws or {}).get(point))).as_dict()
             for point, r in sorted(runs.items())}
