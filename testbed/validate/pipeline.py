@@ -246,7 +246,9 @@ def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, 
 def run_overheads(emu_folder: Path, scenario,
                   pilot_drain: dict[str, float] | None) -> dict[str, float]:
     """From the runs' records: the median worker start (workers.json written -> the run's
-    t0) and stop (the last request done -> router.json written), wall seconds; with the
+    t0) and stop (the last request done -> the run's last record written: the workers
+    stopped, the packets judged for fidelity, the records out; the next run starts only
+    then), wall seconds; with the
     pilot's drain per scheduler, the median ratio of the packets' drain (last request done
     after the window, modelled) to the pilot's: the planner's drain_factor."""
     dilation = scenario.emulation.time_dilation
@@ -262,7 +264,7 @@ def run_overheads(emu_folder: Path, scenario,
         t0 = float(router["t0"])
         starts.append(t0 - (cell / "workers.json").stat().st_mtime)
         if done:
-            stops.append((cell / "router.json").stat().st_mtime - RunClock(t0, dilation).wall(max(done)))
+            stops.append(_run_end(cell) - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
             if want and want > 0.5:
                 ratios.append(max(0.0, max(done) - end) / want)
@@ -274,6 +276,13 @@ def run_overheads(emu_folder: Path, scenario,
     if ratios:
         out["drain_factor"] = percentile(ratios, 50)
     return out
+
+
+def _run_end(cell: Path) -> float:
+    """When a run's last record was written (wall clock)."""
+    return max(f.stat().st_mtime for f in (cell / name for name in
+                                           ("router.json", "summary.json", "fidelity.json"))
+               if f.exists())
 
 
 def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
