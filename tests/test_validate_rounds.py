@@ -126,7 +126,8 @@ def test_each_sweep_point_has_its_own_looks(tmp_path):
 
 def test_a_runs_stop_lasts_until_its_last_record_is_written(tmp_path):
     """The next run starts only once this one's packets are judged and its records are
-    out, seconds after the router's last record: the planner's stop must count them."""
+    out, seconds after the router's last record: the planner's stop must count them. Its
+    drain factor is the round's: the runs' drains summed over the pilot's."""
     import os
 
     from testbed.validate.pipeline import run_overheads
@@ -134,19 +135,20 @@ def test_a_runs_stop_lasts_until_its_last_record_is_written(tmp_path):
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
     wl, dilation = sc.workload, sc.emulation.time_dilation
     t0 = 1_000_000.0
-    cell = tmp_path / "cells" / "000-base" / "rr" / "seed1"
-    cell.mkdir(parents=True)
-    last_done = wl.warmup_s + wl.measure_s + 4.0  # modelled
-    (cell / "requests.csv").write_text(f"id,done\nr1,{last_done}\n")
-    (cell / "router.json").write_text(json.dumps({"t0": t0}))
-    for name in ("workers.json", "summary.json", "fidelity.json"):
-        (cell / name).write_text("{}")
-    end = t0 + last_done * dilation
-    stamps = {"workers.json": t0 - 3.0, "router.json": end + 1.0, "summary.json": end + 7.5,
-              "fidelity.json": end + 8.0}
-    for name, when in stamps.items():
-        os.utime(cell / name, (when, when))
-    got = run_overheads(tmp_path, sc, {"rr": 2.0})
+    for sched, drain, stop in (("rr", 4.0, 8.0), ("cla", 1.0, 6.0), ("netkv-full", 1.0, 7.0)):
+        cell = tmp_path / "cells" / "000-base" / sched / "seed1"
+        cell.mkdir(parents=True)
+        last_done = wl.warmup_s + wl.measure_s + drain  # modelled
+        (cell / "requests.csv").write_text(f"id,done\nr1,{last_done}\n")
+        (cell / "router.json").write_text(json.dumps({"t0": t0}))
+        for name in ("workers.json", "summary.json", "fidelity.json"):
+            (cell / name).write_text("{}")
+        end = t0 + last_done * dilation
+        stamps = {"workers.json": t0 - 3.0, "router.json": end + 1.0,
+                  "summary.json": end + stop - 0.5, "fidelity.json": end + stop}
+        for name, when in stamps.items():
+            os.utime(cell / name, (when, when))
+    got = run_overheads(tmp_path, sc, {"rr": 1.0, "cla": 2.0, "netkv-full": 2.0})
     assert got["worker_start_s"] == pytest.approx(3.0)
-    assert got["worker_stop_s"] == pytest.approx(8.0)  # not 1.0: the router's record
-    assert got["drain_factor"] == pytest.approx(2.0)
+    assert got["worker_stop_s"] == pytest.approx(7.0)  # not 1.0: the router's record
+    assert got["drain_factor"] == pytest.approx(6.0 / 5.0)  # the median ratio was 0.5

@@ -249,11 +249,13 @@ def run_overheads(emu_folder: Path, scenario,
     t0) and stop (the last request done -> the run's last record written: the workers
     stopped, the packets judged for fidelity, the records out; the next run starts only
     then), wall seconds; with the
-    pilot's drain per scheduler, the median ratio of the packets' drain (last request done
-    after the window, modelled) to the pilot's: the planner's drain_factor."""
+    pilot's drain per scheduler, the packets' drains (last request done after the window,
+    modelled) over the pilot's, summed over the runs: the planner's drain_factor. Summed,
+    not a median of ratios: a round costs the sum of its runs' drains, and one run's
+    ratio swings widely (0.4-4.6 on one demo) with where a backlog happened to form."""
     dilation = scenario.emulation.time_dilation
     end = scenario.workload.warmup_s + scenario.workload.measure_s
-    starts, stops, ratios = [], [], []
+    starts, stops, drains, pilots = [], [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
             router = json.loads((cell / "router.json").read_text())
@@ -267,14 +269,15 @@ def run_overheads(emu_folder: Path, scenario,
             stops.append(_run_end(cell) - RunClock(t0, dilation).wall(max(done)))
             want = (pilot_drain or {}).get(key.split("/")[1])
             if want and want > 0.5:
-                ratios.append(max(0.0, max(done) - end) / want)
+                drains.append(max(0.0, max(done) - end))
+                pilots.append(want)
     out = {}
     if starts:
         out["worker_start_s"] = percentile(starts, 50)
     if stops:
         out["worker_stop_s"] = max(0.0, percentile(stops, 50))
-    if ratios:
-        out["drain_factor"] = percentile(ratios, 50)
+    if pilots:
+        out["drain_factor"] = sum(drains) / sum(pilots)
     return out
 
 
