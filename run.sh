@@ -91,9 +91,11 @@ case "$cmd" in
             log "  .venv/bin/testbed simulate scenarios/default.yaml"
             exit 1
         fi
-        # planned to a 5-point target within 9 minutes: the plan and its expected time
-        # come first, the claims' verdicts last (docs/validation.md)
-        exec "$VENV/bin/testbed" validate scenarios/validate.yaml --target-ci 5% --budget 9m "$@"
+        # planned to a 5-point target within 8.5 minutes (the plan's time has run 4%
+        # under to 15% over on this machine, so the demo ends within 10 minutes): the
+        # plan and its expected time come first, the claims' verdicts last
+        # (docs/validation.md)
+        exec "$VENV/bin/testbed" validate scenarios/validate.yaml --target-ci 5% --budget 8.5m "$@"
         ;;
     test)
         setup
