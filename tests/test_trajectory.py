@@ -66,3 +66,27 @@ def test_a_seeds_first_draw_is_the_run_the_claims_pair():
            for key in cell.schedulers}
     got = seed_draws(cell, sc.seed, draws=2)
     assert {c: g[0] for c, g in got.items()} == gains(own)
+
+
+def test_a_claim_the_seeds_own_draw_cannot_measure_is_left_out(monkeypatch):
+    """Its shift is taken from the seed's own draw: without it, the list would start at
+    another draw and the shift would be measured from the wrong run."""
+    from types import SimpleNamespace
+
+    from testbed.validate import trajectory
+
+    served = {("rr", 0): 10.0, ("cla", 0): None, ("rr", 1): 10.0, ("cla", 1): 8.0,
+              ("rr", 2): 10.0, ("cla", 2): 6.0}
+
+    def fake(cell, key, seed, workload):
+        ttft = served[(key, seed // trajectory.OFFSET)]
+        rows = [] if ttft is None else [{"measured": True, "state": "completed", "ttft": ttft}]
+        return SimpleNamespace(requests=rows)
+
+    monkeypatch.setattr(trajectory, "build_workload", lambda cell, seed: None)
+    monkeypatch.setattr(trajectory, "simulate", fake)
+    cell = SimpleNamespace(schedulers=["rr", "cla"])
+    assert trajectory.seed_draws(cell, 0, draws=3) == {}
+    served[("cla", 0)] = 9.0
+    got = trajectory.seed_draws(cell, 0, draws=3)
+    assert list(got) == ["cla vs rr"] and got["cla vs rr"] == pytest.approx([-0.1, -0.2, -0.4])
