@@ -66,10 +66,11 @@ def resolve_split(scenario, datapath: str, cores: int, one_machine: bool = True,
     if emu.ovs_instances != "auto":
         return scenario, None
     switches = scenario.cluster.spec().n_switches
-    n, why = auto_daemons(cores, switches, datapath, one_machine)
     if daemons is not None and datapath == "user" and one_machine:
         n, why = daemons, (f"side by side on {cores} core{'s' if cores > 1 else ''}: "
                            f"{daemons} for the forwarding measured here")
+    else:
+        n, why = auto_daemons(cores, switches, datapath, one_machine)
     return scenario.model_copy(update={"emulation": emu.model_copy(
         update={"ovs_instances": n})}), why
 

@@ -21,7 +21,6 @@ from testbed.runner import slug
 from testbed.validate.claims import FLOW_DRAWS, PRIMARY, DrawSpread, claim_pairs, gain, served
 from testbed.workloads.build import build_workload
 
-DRAWS = FLOW_DRAWS  # runs per seed: the seed's own and five more
 OFFSET = 100_003  # the k-th extra draw of seed s runs with seed s + k * OFFSET
 
 
@@ -37,7 +36,7 @@ def gains(means: dict[str, float]) -> dict[str, float]:
             for s, b in claim_pairs(list(means)) if means[b]}
 
 
-def seed_draws(cell, seed: int, draws: int = DRAWS) -> dict[str, list[float]]:
+def seed_draws(cell, seed: int, draws: int = FLOW_DRAWS) -> dict[str, list[float]]:
     """claim -> its mean-TTFT gain in each of `draws` flow-model runs of one seed's
     requests, the seed's own draw first: a claim the seed's own draw cannot measure (no
     request served) is left out, since its shift is taken from that draw."""
@@ -65,7 +64,7 @@ def pooled(per_seed: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
             for c in claims}
 
 
-def spread(scenario, draws: int = DRAWS) -> dict[str, dict]:
+def spread(scenario, draws: int = FLOW_DRAWS) -> dict[str, dict]:
     """point -> pooled(...) over every seed of the flow-model scenario given (the
     verdict's), for its mean-TTFT claims."""
     return {f"{index:03d}-{slug(point)}": pooled(
