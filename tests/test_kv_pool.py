@@ -144,6 +144,23 @@ def test_a_kept_connection_closed_between_shards_ends_quietly_and_bad_bytes_stil
     assert len(got.errors) == 1 and "magic" in got.errors[0]
 
 
+def test_keep_open_leaves_n_connections_a_shard_and_tops_up_what_the_pool_holds():
+    got = Landed()
+    rx = kvstream.KVReceiver("127.0.0.1", 0, got.on_shard, got.on_error).start()
+    pool = kvstream.ConnectionPool()
+    try:
+        pool.keep_open("127.0.0.1", rx.port, 2, 3)
+        three = _connections(rx.port, pool)
+        pool.keep_open("127.0.0.1", rx.port, 2, 4)  # one more a shard, not four
+        four = _connections(rx.port, pool)
+        assert got.wait(6 + 8), got.errors
+    finally:
+        pool.close()
+        rx.close()
+    assert len(three) == 6 and len(four) == 8 and three < four
+    assert all(r.bytes == 1 and r.request == "warm" for r in got.shards)
+
+
 def test_the_calibrations_probes_keep_their_connections_warm_before_timing(capsys):
     from testbed.workers import probe
 

@@ -125,6 +125,26 @@ class ConnectionPool:
         return {k: (v - before[k] if k in tcpinfo.RECORDED and v is not None
                     and before.get(k) is not None else v) for k, v in now.items()}
 
+    def keep_open(self, host: str, port: int, shards: int, n: int,
+                  congestion: str | None = None) -> None:
+        """Leave at least n idle connections for each of `shards` shard indexes, each
+        carried one byte (handshake and slow start's first round done), so that n
+        transfers started together all find theirs. Each is held out of the pool until all
+        are open: warm-up transfers started together need not overlap, and those that do
+        not would share one connection."""
+        held: list[tuple[tuple, socket.socket]] = []
+        try:
+            for _ in range(n):
+                send_transfer(host, port, "warm", [1] * shards, congestion=congestion,
+                              pool=self)
+                for k in range(shards):
+                    key = (host, port, k, congestion, _mode(None, 1))
+                    held.append((key, self.take(key)))
+        finally:
+            for key, sock in held:
+                if sock is not None:
+                    self.give(key, sock)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, {}

@@ -64,7 +64,7 @@ def _warm(host: str, port: int, shards: int, n: int, cc: str,
           pool: ConnectionPool | None) -> None:
     """Open n transfers' worth of kept connections (nothing when not keeping)."""
     if pool is not None:
-        _compete(host, port, "warm", [1] * shards, n, cc, pool=pool)
+        pool.keep_open(host, port, shards, n, cc)
 
 
 def main(argv: list[str]) -> int:
