@@ -6,7 +6,7 @@ from testbed.model.oracle import Oracle
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
 from testbed.model.timing import TimingModel
 from testbed.scenario import load_scenario
-from testbed.validate.divergence import gap_closed
+from testbed.validate.divergence import gap_closed, overlap
 from testbed.workloads.build import build_workload
 from tests.conftest import ROOT
 
@@ -77,3 +77,23 @@ def test_the_share_of_the_gap_that_forcing_closed():
     assert got["rr"]["closed"] == 0.75  # three quarters of it was divergence
     assert got["cla"]["closed"] == -1.0  # following the packets made it twice as wide
     assert got["la"]["closed"] is None  # no gap to close
+
+
+def test_overlap_counts_what_eq4_sees_apart_from_what_it_does_not():
+    def row(rid, prefill, decode, tier, start, end, pred, measured=True):
+        return {"id": rid, "prefill": prefill, "decode": decode, "tier": str(tier),
+                "transfer_start": str(start), "transfer_end": str(end),
+                "predicted_transfer_s": str(pred), "measured": str(measured)}
+    rows = [row("a", "p0", "d0", 2, 0.0, 10.0, 5.0, measured=False),  # warm-up, in flight
+            row("b", "p1", "d0", 2, 1.0, 4.0, 2.0, measured=False),
+            row("c", "p0", "d1", 3, 2.0, 6.0, 2.0),  # meets a (own prefill, tier 2) and b
+            row("d", "p0", "d0", 2, 3.0, 5.0, 1.0),  # meets a (counted), b and c
+            row("e", "p2", "d2", 0, 3.5, 3.5, 0.0),  # local: no transfer
+            row("f", "p1", "", "", "", "", "")]  # never placed
+    got = overlap(rows)
+    assert got["n"] == 2  # the measured transfers only
+    assert got["own"] == 0.5  # c: none on tier 3 from p0; d: a
+    assert got["other"] == 1.0  # c: b; d: b
+    assert got["into"] == 1.0  # c: none into d1; d: a and b into d0
+    assert got["over_predicted"] == (4.0 + 2.0) / (2.0 + 1.0)
+    assert overlap(rows[:2]) == {"n": 0}

@@ -198,6 +198,11 @@ def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
     forced = doc["decisions"]["forced"]["000-base"]
     assert set(forced) == {"rr", "netkv-full"}
     assert all(a["n"] > 0 and a["both"] == a["n"] for a in forced.values())
+    met = doc["decisions"]["overlap"]["000-base"]
+    assert set(met) == {"rr", "netkv-full"}
+    assert all(set(runs) == {"packets", "free", "forced"} and runs["packets"]["n"] > 0
+               for runs in met.values())
+    assert "own prefill, same tier" in report
     (folder / "calibration.json").unlink()
     bad = CliRunner().invoke(main, ["judge", str(folder)])
     # the console wraps long lines (a long temporary path): compare with spaces folded

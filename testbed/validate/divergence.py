@@ -9,6 +9,7 @@ scheduling divergence.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,4 +68,65 @@ def gap_closed(free: dict, forced: dict) -> dict:
             out.setdefault(point, {})[sched] = {
                 "free": iv, "forced": other,
                 "closed": (1 - abs(b) / abs(a)) if a == a and b == b and a else None}
+    return out
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v else None
+
+
+def overlap(rows: list[dict]) -> dict:
+    """What a run's transfers met, against what the scheduler counted: for each measured
+    transfer, the transfers in flight when it started from its own prefill on its tier
+    (eq. 4's n, all NetKV sees of them), from the other prefills, and into its decode
+    instance; means over the run, and its transfers' time over their predicted time.
+    The flow engine's decisions drift from the packets' through what eq. 4 does not
+    count: where that overlap grows, transfers run longer than predicted, and more of
+    them overlap."""
+    sent = []
+    for r in rows:
+        start, end = _num(r.get("transfer_start")), _num(r.get("transfer_end"))
+        if start is not None and end is not None and r.get("decode") and \
+                r.get("tier") not in (None, "", "0"):
+            sent.append((start, end, r["prefill"], r["decode"], r["tier"],
+                         r.get("measured") in (True, "True"), _num(r.get("predicted_transfer_s"))))
+    own, other, into, took, predicted = [], [], [], 0.0, 0.0
+    active: list[tuple] = []  # by start: those not yet ended (a sweep, not all pairs)
+    for t in sorted(sent, key=lambda x: x[0]):
+        start, end, prefill, decode, tier, measured, pred = t
+        active = [x for x in active if x[1] > start]
+        live = [x for x in active if x[0] < start]
+        active.append(t)
+        if not measured:
+            continue
+        own.append(sum(1 for x in live if x[2] == prefill and x[4] == tier))
+        other.append(sum(1 for x in live if x[2] != prefill))
+        into.append(sum(1 for x in live if x[3] == decode))
+        if pred:
+            took += end - start
+            predicted += pred
+    if not own:
+        return {"n": 0}
+    return {"n": len(own), "own": statistics.fmean(own), "other": statistics.fmean(other),
+            "into": statistics.fmean(into),
+            "over_predicted": took / predicted if predicted else None}
+
+
+def overlaps(emu_cells: dict[str, Path], free: dict[str, Path], forced: dict[str, Path]
+             ) -> dict:
+    """point -> scheduler -> {packets, free, forced: overlap(...)} on the first seed that
+    each engine ran (a diagnosis, not a verdict: one run each)."""
+    out: dict[str, dict[str, dict]] = {}
+    for key in sorted(emu_cells):
+        point, sched, _ = key.split("/")
+        if sched in out.get(point, {}) or key not in free:
+            continue
+        runs = {"packets": emu_cells[key], "free": free[key], "forced": forced.get(key)}
+        out.setdefault(point, {})[sched] = {
+            name: overlap(read_csv(cell / "requests.csv"))
+            for name, cell in runs.items() if cell is not None}
     return out

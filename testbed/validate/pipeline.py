@@ -458,7 +458,8 @@ def _decisions(emu_cells: dict, flow_cells: dict, loads: dict, free: dict) -> di
             "forced": divergence.agreement(emu_cells, forced),
             "ttft": divergence.gap_closed(free, ttft_verdicts(emu_cells, forced)),
             "engines": with_intervals(whole_pairs(emu_cells, loads["tcp_forced"])),
-            "seed_rankings": seed_rankings(emu_cells, forced)}
+            "seed_rankings": seed_rankings(emu_cells, forced),
+            "overlap": divergence.overlaps(emu_cells, flow_cells["tcp"], forced)}
 
 
 def _spread(rows: list[dict]) -> dict:

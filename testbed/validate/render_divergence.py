@@ -55,4 +55,27 @@ def divergence_lines(doc: dict) -> list[str]:
               f"free, {_abs(forced_w.get('median_abs_error'))} / "
               f"{_abs(forced_w.get('p90_abs_error'))} forced. Same ranking by mean TTFT, "
               f"forced: {ranks} seed(s).", ""]
-    return lines
+    return lines + _overlap_lines(d.get("overlap") or {})
+
+
+def _overlap_lines(by_point: dict) -> list[str]:
+    """Transfers in flight at each transfer's start: what eq. 4 counts and what it does
+    not (validate/divergence.py, overlap)."""
+    rows = [(point, sched, run, o) for point, by in by_point.items()
+            for sched, runs in by.items() for run, o in runs.items() if o.get("n")]
+    if not rows:
+        return []
+    lines = ["What the transfers met, one run each (the first seed): transfers in flight "
+             "when each measured one started, from its own prefill on its tier (eq. 4's n, "
+             "all a network-aware scheduler counts), from the other prefills, and into its "
+             "decode instance; and the transfers' time over the time the scheduler "
+             "predicted. Where the free run's overlap and that ratio grow past the packets', "
+             "its decisions drifted through what eq. 4 does not see.", "",
+             "| point | scheduler | run | transfers | own prefill, same tier | other prefills "
+             "| same decode | time / predicted |", "|---|---|---|---|---|---|---|---|"]
+    for point, sched, run, o in rows:
+        ratio = o.get("over_predicted")
+        lines.append(f"| {point} | {display_name(sched)} | {run} | {o['n']} | {o['own']:.2f} "
+                     f"| {o['other']:.2f} | {o['into']:.2f} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+    return lines + [""]
