@@ -77,3 +77,64 @@ def test_remote_dask_starts_a_named_root_fabric_worker_per_host(tmp_path):
                            str(tmp_path / "none.yml"), "tcp://127.0.0.1:1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "inventory not found" in done.stderr, done.stderr
+
+
+def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monkeypatch):
+    """A real Dask scheduler and one fabric worker; the worker is SIGKILLed while its seed
+    runs and nothing takes its place: the run gives up after `alone_s` with the cause named,
+    instead of waiting (as Dask would) for a worker that never comes."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    from testbed.scenario import load_scenario
+    from tests.conftest import ROOT
+
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file, started = tmp_path / "scheduler.json", tmp_path / "started"
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+    def seed_that_runs_long(job, trace):  # a closure: sent by value, run on the worker
+        started.write_text(str(os.getpid()))
+        time.sleep(600)
+
+    monkeypatch.setattr(servers, "run_seed", seed_that_runs_long)
+    try:
+        deadline = time.monotonic() + 60
+        while not (sched_file.exists() and sched_file.read_text()):
+            assert time.monotonic() < deadline, "no Dask scheduler"
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1",
+                                       "--no-nanny", "--no-dashboard", "--resources",
+                                       "fabric=1", "--name", "only"], cwd=ROOT,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+        def lose_the_server():
+            while not started.exists() and procs[1].poll() is None:
+                time.sleep(0.1)
+            procs[1].send_signal(signal.SIGKILL)
+
+        killer = threading.Thread(target=lose_the_server, daemon=True)
+        cell = load_scenario(ROOT / "scenarios" / "default.yaml")
+        with servers.ServerPool(address, alone_s=3) as pool:
+            assert pool.servers() == ["only"]
+            killer.start()
+            # 60 s a seed: a pool that waited for a worker would end after 180 s, with the
+            # other message
+            with pytest.raises(servers.ServerError,
+                               match=r"has offered a fabric for 3 s and seed\(s\) \[7\] "
+                                     r"are unfinished: every server was lost"):
+                list(pool.run(cell, [{"seed": 7, "runs": [], "timeout_s": 60}], 60))
+        assert started.read_text() == str(procs[1].pid)  # it ran there, and was lost
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -16,6 +16,7 @@ losing that worker lost the trace). Scheduler plugins must be installed on the s
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -33,6 +34,11 @@ from testbed.emulation.net import EmulationError
 
 RESOURCE = "fabric"
 RETRIES = 2
+# how long a run waits with no server offering a fabric before it gives up: long enough
+# for a worker to be restarted, far shorter than a seed's timeout (a hung server is only
+# dropped after the scheduler's worker-ttl, 5 minutes by default, and this comes on top)
+ALONE_S = 120.0
+POLL_S = 2.0
 
 
 class ServerError(EmulationError):
@@ -112,10 +118,12 @@ def count_servers(address: str, wait_s: float = 60.0) -> int:
 class ServerPool:
     """The Dask scheduler at `address` and its workers that offer a fabric."""
 
-    def __init__(self, address: str, wait_s: float = 60.0, connect_s: float = 10.0):
+    def __init__(self, address: str, wait_s: float = 60.0, connect_s: float = 10.0,
+                 alone_s: float = ALONE_S):
         from distributed import Client
 
         self.address = address
+        self.alone_s = alone_s
         try:
             self.client = Client(address, timeout=f"{connect_s:.0f}s")
         except (OSError, ValueError) as exc:
@@ -162,8 +170,9 @@ class ServerPool:
     def run(self, cell, jobs: list[dict], timeout_s: float) -> Iterator[tuple[dict, dict]]:
         """Each job (one seed, see run_seed) on some server; yields (job, its answer) as
         they finish. A lost server's seed runs again elsewhere (Dask re-runs it; a seed
-        whose tries all failed raises ServerError with the last cause)."""
-        from distributed import as_completed
+        whose tries all failed raises ServerError with the last cause). With no server
+        left for `alone_s` the run ends with ServerError rather than wait for one."""
+        from distributed import wait
 
         doc = cell.model_dump(mode="json")
         trace = self._trace(cell)
@@ -172,20 +181,43 @@ class ServerPool:
             fut = self.client.submit(run_seed, {**job, "cell": doc}, trace, pure=False,
                                      resources={RESOURCE: 1}, retries=RETRIES)
             futures[fut] = job
+        deadline = time.monotonic() + timeout_s * (1 + RETRIES)
+        alone_since: float | None = None
+        pending = list(futures)
         try:
-            for fut in as_completed(list(futures), timeout=timeout_s * (1 + RETRIES)):
-                job = futures[fut]
-                try:
-                    answer = fut.result()
-                except Exception as exc:  # noqa: BLE001 - KilledWorker, a run's error
-                    raise ServerError(f"seed {job['seed']} failed on the servers "
-                                      f"({1 + RETRIES} tries): {type(exc).__name__}: "
-                                      f"{exc}") from None
-                yield job, answer
-        except TimeoutError:
-            raise ServerError(f"no server finished seed(s) {[j['seed'] for j in jobs]} in "
-                              f"{timeout_s * (1 + RETRIES):.0f} s; servers now: "
-                              f"{', '.join(self.servers()) or 'none'}") from None
+            while pending:
+                with contextlib.suppress(TimeoutError):
+                    wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+                for fut in [f for f in pending if f.done()]:
+                    pending.remove(fut)
+                    yield futures[fut], self._answer(fut, futures[fut])
+                if not pending:
+                    break
+                now = time.monotonic()
+                unfinished = [futures[f]["seed"] for f in pending]
+                if now > deadline:
+                    raise ServerError(f"no server finished seed(s) {unfinished} in "
+                                      f"{timeout_s * (1 + RETRIES):.0f} s; servers now: "
+                                      f"{', '.join(self.servers()) or 'none'}")
+                if self.servers():
+                    alone_since = None
+                elif alone_since is None:
+                    alone_since = now
+                elif now - alone_since >= self.alone_s:
+                    raise ServerError(
+                        f"no Dask worker at {self.address} has offered a fabric for "
+                        f"{self.alone_s:.0f} s and seed(s) {unfinished} are unfinished: every "
+                        "server was lost (a hung one is dropped after the scheduler's "
+                        "worker-ttl); start `dask worker ADDRESS --nthreads 1 --resources "
+                        f"{RESOURCE}=1` as root on a server, then run again")
         finally:
             for fut in futures:
                 fut.cancel()
+
+    @staticmethod
+    def _answer(fut, job: dict) -> dict:
+        try:
+            return fut.result()
+        except Exception as exc:  # noqa: BLE001 - KilledWorker, a run's error
+            raise ServerError(f"seed {job['seed']} failed on the servers ({1 + RETRIES} "
+                              f"tries): {type(exc).__name__}: {exc}") from None

@@ -32,6 +32,8 @@ VM1_IP, VM2_IP = f"{NET}.11", f"{NET}.12"
 # a VM under software emulation forwards packets at a fraction of this machine's rate:
 # the fabric tests inside run every link at a quarter of the usual rates, waits x4
 SLOW_MACHINE = "NETKV_TEST_SCALE=5e-5 NETKV_TEST_SLOWDOWN=4"
+# each VM's serial console, kept while the VMs live: a guest that stops answering says why
+CONSOLES = Path("/var/log/libvirt/qemu")
 SMALL_FABRIC = ("--set cluster.gpus_per_server=4 --set cluster.aggs_per_pod=2 "
                 "--set cluster.cores_per_agg=1 --set emulation.scale=5e-5")
 
@@ -71,6 +73,7 @@ def vms(vm_box, tmp_path_factory):
     vagrant = Vagrant(folder, {"NETKV_VM_NAME": name, "NETKV_VM_COUNT": "2",
                                "NETKV_VM_NET": NET, "NETKV_VM_CPUS": "2",
                                "NETKV_VM_MEMORY": "3072",
+                               "NETKV_VM_CONSOLE_LOG": str(CONSOLES),
                                **{f"NETKV_PORT_{k}": str(v) for k, v in ports.items()}})
     domains, networks = _virsh("list", "--all"), _virsh("net-list", "--all")
     started = time.monotonic()
@@ -82,6 +85,8 @@ def vms(vm_box, tmp_path_factory):
         yield vagrant, [f"{name}-1", f"{name}-2"], ports, output
     finally:
         vagrant.destroy()
+        for k in (1, 2):
+            (CONSOLES / f"{name}-{k}-console.log").unlink(missing_ok=True)
         # vagrant-libvirt keeps its management network for other projects' VMs; the
         # private network it made for ours goes with the last VM on it
         assert _virsh("list", "--all") == domains
@@ -270,6 +275,17 @@ def test_bench_fabric_compares_the_kernel_and_userspace_datapaths_inside_the_vm(
     assert "CPU-bound" in out, out
 
 
+def _consoles(names: list[str], lines: int = 25) -> str:
+    """The last lines of each VM's serial console: what a failure message carries."""
+    out = []
+    for name in names:
+        path = CONSOLES / f"{name}-console.log"
+        text = path.read_text(errors="replace") if path.exists() else "(no console log)"
+        out.append(f"--- {name}'s console, last {lines} lines:\n"
+                   + "\n".join(text.splitlines()[-lines:]))
+    return "\n".join(out)
+
+
 def _host_address() -> str:
     """This machine's address on the VMs' private network (libvirt gives it the .1)."""
     out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True,
@@ -321,14 +337,16 @@ def test_a_seed_runs_on_a_vm_through_dask_and_a_lost_vm_costs_nothing(
             deadline = time.monotonic() + 900
             lost = None
             while lost is None:
-                assert run.poll() is None, (tmp_path / "emulate.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "no VM started the seed"
+                assert run.poll() is None, (tmp_path / "emulate.log").read_text()[-3000:] \
+                    + _consoles(names)
+                assert time.monotonic() < deadline, "no VM started the seed\n" + _consoles(names)
                 lost = next((n for n in names if "netkv-lane" in vagrant.ssh(
                     n, "ls /run/netns 2>/dev/null; true")), None)
                 if lost is None:
                     time.sleep(5)
             vagrant.ssh(lost, "sudo pkill -KILL -f '[d]ask worker'")
-            assert run.wait(timeout=1800) == 0, (tmp_path / "emulate.log").read_text()[-3000:]
+            assert run.wait(timeout=1800) == 0, (tmp_path / "emulate.log").read_text()[-3000:] \
+                + _consoles(names)
         finally:
             if run.poll() is None:
                 run.kill()
