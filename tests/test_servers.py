@@ -82,7 +82,8 @@ def test_remote_dask_starts_a_named_root_fabric_worker_per_host(tmp_path):
 def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monkeypatch):
     """A real Dask scheduler and one fabric worker; the worker is SIGKILLed while its seed
     runs and nothing takes its place: the run gives up after `alone_s` with the cause named,
-    instead of waiting (as Dask would) for a worker that never comes."""
+    instead of waiting (as Dask would) for a worker that never comes; between rounds one that
+    comes back is waited for."""
     import json
     import os
     import signal
@@ -133,7 +134,15 @@ def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monk
                                match=r"has offered a fabric for 3 s and seed\(s\) \[7\] "
                                      r"are unfinished: every server was lost"):
                 list(pool.run(cell, [{"seed": 7, "runs": [], "timeout_s": 60}], 60))
-        assert started.read_text() == str(procs[1].pid)  # it ran there, and was lost
+            assert started.read_text() == str(procs[1].pid)  # it ran there, and was lost
+            # between rounds a server that comes back is waited for, none is an error
+            with pytest.raises(servers.ServerError, match="no worker offers a fabric after 1 s"):
+                pool.wait_for_servers(1)
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1",
+                                           "--no-nanny", "--no-dashboard", "--resources",
+                                           "fabric=1", "--name", "back"], cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            assert pool.wait_for_servers(120) == ["back"]
     finally:
         for proc in procs:
             proc.kill()

@@ -28,7 +28,7 @@ from testbed.emulation.lanes import LanePool, lane_cell, lane_cores, plan_lanes
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
-from testbed.emulation.servers import ServerError, ServerPool, unpack
+from testbed.emulation.servers import ServerPool, unpack
 from testbed.metrics import aggregate, run_summary
 from testbed.records import (
     FULL_BELOW,
@@ -389,16 +389,14 @@ def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path
     """A point's seeds on the servers: each round gives every server one seed (all its
     schedulers, on the server's own fabric); after a round the look decides whether to go
     on. The servers are counted again each round: one that joined takes a seed, one that
-    left is not waited for."""
+    left is not waited for (with none left, one is, for the pool's alone_s)."""
     by_seed: dict[int, list] = {}
     for task in mine:
         by_seed.setdefault(task.seed, []).append(task)
     pending = sorted(by_seed)
     wl = cell.workload
     while pending:
-        names = pool.servers()
-        if not names:
-            raise ServerError(f"no Dask worker at {pool.address} offers a fabric any more")
+        names = pool.wait_for_servers(pool.alone_s)
         batch, pending = pending[:len(names)], pending[len(names):]
         if on_note:
             on_note(f"{slug(point)}: seed(s) {', '.join(map(str, batch))} on "

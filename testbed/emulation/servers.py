@@ -131,14 +131,23 @@ class ServerPool:
                               "with `dask scheduler` and workers with `dask worker ADDRESS "
                               f"--resources {RESOURCE}=1` as root on each server") from None
         self.traces: dict[str, bytes] = {}  # path -> its bytes, compressed
-        deadline = time.monotonic() + wait_s
-        while not self.servers() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if not self.servers():
+        try:
+            self.wait_for_servers(wait_s)
+        except ServerError:
             self.close()
-            raise ServerError(f"Dask scheduler {address}: no worker offers a fabric after "
-                              f"{wait_s:.0f} s; start `dask worker {address} --nthreads 1 "
-                              f"--resources {RESOURCE}=1` as root on each server")
+            raise
+
+    def wait_for_servers(self, wait_s: float) -> list[str]:
+        """The servers, once there is one (a worker restarting between rounds is waited
+        for); ServerError when none came in `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while not (names := self.servers()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not names:
+            raise ServerError(f"Dask scheduler {self.address}: no worker offers a fabric "
+                              f"after {wait_s:.0f} s; start `dask worker {self.address} "
+                              f"--nthreads 1 --resources {RESOURCE}=1` as root on each server")
+        return names
 
     def servers(self) -> list[str]:
         """The workers that offer a fabric now (their names, or addresses)."""
