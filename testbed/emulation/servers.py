@@ -6,7 +6,9 @@ the point's schedulers, builds a fabric of its own for it (a lane: its own netwo
 namespace and OVS daemon, so a server may also run other things) and sends back each
 run's records and its run folder, packed. A server lost mid-seed costs nothing but time:
 the scheduler hands the seed to another server (Dask re-runs the tasks of a lost worker),
-and a seed that failed on servers `RETRIES + 1` times ends the run with the cause.
+and a seed that failed on servers `RETRIES + 1` times ends the run with the cause. With
+every server gone for `ALONE_S` the run ends too, naming the unfinished seeds: Dask itself
+would wait for a worker for ever.
 
 The trace travels with each seed (compressed, in the task itself): servers need the
 project, not the client's files, and a lost server takes no data with it (a trace
@@ -217,8 +219,8 @@ class ServerPool:
                         f"no Dask worker at {self.address} has offered a fabric for "
                         f"{self.alone_s:.0f} s and seed(s) {unfinished} are unfinished: every "
                         "server was lost (a hung one is dropped after the scheduler's "
-                        "worker-ttl); start `dask worker ADDRESS --nthreads 1 --resources "
-                        f"{RESOURCE}=1` as root on a server, then run again")
+                        f"worker-ttl); start `dask worker {self.address} --nthreads 1 "
+                        f"--resources {RESOURCE}=1` as root on a server, then run again")
         finally:
             for fut in futures:
                 fut.cancel()
