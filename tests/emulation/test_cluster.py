@@ -18,7 +18,7 @@ from testbed.emulation import cleanup
 from testbed.emulation.cluster import _pod_placer, servers_from_inventory
 from testbed.scenario import load_scenario
 from tests.conftest import TRACE
-from tests.emulation.conftest import write_small
+from tests.emulation.conftest import SLOWDOWN, write_small
 from tests.emulation.helpers import iperf
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -53,7 +53,9 @@ def _check_the_fabric(network, sc, servers) -> str:
 
     placed = {server(n) for n in [*network.fabric.switches, *network.fabric.hosts]}
     assert placed == set(servers.names), placed  # the placement used every server
-    assert network.net.pingAll(timeout=2) == 0.0
+    # a ping across servers on a slow machine (two software-emulated VMs, GRE between
+    # them) may take longer than 2 s: the slowdown scales it as it does every wait
+    assert network.net.pingAll(timeout=max(2, round(2 * SLOWDOWN))) == 0.0
     hosts = sorted(network.fabric.hosts, key=lambda h: int(h[1:]))
     src = hosts[0]
 
