@@ -84,23 +84,18 @@ def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monk
     runs and nothing takes its place: the run gives up after `alone_s` with the cause named,
     instead of waiting (as Dask would) for a worker that never comes; between rounds one that
     comes back is waited for."""
-    import json
     import os
     import signal
-    import subprocess
-    import sys
     import threading
     import time
-    from pathlib import Path
 
     from testbed.scenario import load_scenario
+    from tests import dask_local
     from tests.conftest import ROOT
 
-    dask = str(Path(sys.executable).parent / "dask")
-    sched_file, started = tmp_path / "scheduler.json", tmp_path / "started"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    started = tmp_path / "started"
+    sched, address = dask_local.scheduler(tmp_path)
+    procs = [sched]
 
     def seed_that_runs_long(job, trace):  # a closure: sent by value, run on the worker
         started.write_text(str(os.getpid()))
@@ -108,15 +103,7 @@ def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monk
 
     monkeypatch.setattr(servers, "run_seed", seed_that_runs_long)
     try:
-        deadline = time.monotonic() + 60
-        while not (sched_file.exists() and sched_file.read_text()):
-            assert time.monotonic() < deadline, "no Dask scheduler"
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1",
-                                       "--no-nanny", "--no-dashboard", "--resources",
-                                       "fabric=1", "--name", "only"], cwd=ROOT,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(dask_local.fabric_worker(address, "only"))
 
         def lose_the_server():
             while not started.exists() and procs[1].poll() is None:
@@ -138,10 +125,7 @@ def test_a_run_whose_every_server_is_lost_ends_with_a_named_error(tmp_path, monk
             # between rounds a server that comes back is waited for, none is an error
             with pytest.raises(servers.ServerError, match="no worker offers a fabric after 1 s"):
                 pool.wait_for_servers(1)
-            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1",
-                                           "--no-nanny", "--no-dashboard", "--resources",
-                                           "fabric=1", "--name", "back"], cwd=ROOT,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(dask_local.fabric_worker(address, "back"))
             assert pool.wait_for_servers(120) == ["back"]
     finally:
         for proc in procs:

@@ -14,35 +14,22 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation import cleanup
+from tests import dask_local
 from tests.conftest import ROOT, TRACE
-from tests.emulation.conftest import wait_for, write_small
+from tests.emulation.conftest import SLOWDOWN, wait_for, write_small
 
 pytestmark = pytest.mark.root
-
-DASK = str(Path(sys.executable).parent / "dask")
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([DASK, *args], cwd=ROOT, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-
 
 @pytest.fixture
 def servers(tmp_path):
     """A Dask scheduler on loopback and two fabric workers (no nanny: a killed one stays
     dead, as a lost server does); everything stopped afterwards."""
-    sched_file = tmp_path / "scheduler.json"
-    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                     "--scheduler-file", str(sched_file)], tmp_path / "scheduler.log")]
+    sched, address = dask_local.scheduler(tmp_path, tmp_path / "scheduler.log",
+                                          wait_s=60 * SLOWDOWN)
+    procs = [sched]
     try:
-        wait_for(lambda: sched_file.exists() and json.loads(sched_file.read_text() or "{}"),
-                 60, "the Dask scheduler")
-        address = json.loads(sched_file.read_text())["address"]
         for name in ("server-a", "server-b"):
-            procs.append(_start(["worker", address, "--nthreads", "1", "--no-nanny",
-                                 "--no-dashboard", "--resources", "fabric=1", "--name", name],
-                                tmp_path / f"{name}.log"))
+            procs.append(dask_local.fabric_worker(address, name, tmp_path / f"{name}.log"))
         yield address, {"server-a": procs[1], "server-b": procs[2]}
     finally:
         for proc in reversed(procs):

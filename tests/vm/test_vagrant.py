@@ -70,6 +70,7 @@ def vms(vm_box, tmp_path_factory):
     folder = _checkout(tmp_path_factory.mktemp("checkout"))
     ports = {"PROMETHEUS": _free_port(), "ORACLE": _free_port(), "METRICS": _free_port()}
     name = f"netkv-t{os.getpid()}"
+    names = [f"{name}-1", f"{name}-2"]
     vagrant = Vagrant(folder, {"NETKV_VM_NAME": name, "NETKV_VM_COUNT": "2",
                                "NETKV_VM_NET": NET, "NETKV_VM_CPUS": "2",
                                "NETKV_VM_MEMORY": "3072",
@@ -82,11 +83,11 @@ def vms(vm_box, tmp_path_factory):
             f"[{time.monotonic() - started:4.0f} s] {line}", flush=True)
             if "Progress" not in line else None)
         print(f"vagrant up (2 VMs, provisioned): {time.monotonic() - started:.0f} s")
-        yield vagrant, [f"{name}-1", f"{name}-2"], ports, output
+        yield vagrant, names, ports, output
     finally:
         vagrant.destroy()
-        for k in (1, 2):
-            (CONSOLES / f"{name}-{k}-console.log").unlink(missing_ok=True)
+        for vm in names:
+            _console(vm).unlink(missing_ok=True)
         # vagrant-libvirt keeps its management network for other projects' VMs; the
         # private network it made for ours goes with the last VM on it
         assert _virsh("list", "--all") == domains
@@ -275,11 +276,16 @@ def test_bench_fabric_compares_the_kernel_and_userspace_datapaths_inside_the_vm(
     assert "CPU-bound" in out, out
 
 
+def _console(name: str) -> Path:
+    """Where the Vagrantfile keeps a VM's serial console (NETKV_VM_CONSOLE_LOG)."""
+    return CONSOLES / f"{name}-console.log"
+
+
 def _consoles(names: list[str], lines: int = 25) -> str:
     """The last lines of each VM's serial console: what a failure message carries."""
     out = []
     for name in names:
-        path = CONSOLES / f"{name}-console.log"
+        path = _console(name)
         text = path.read_text(errors="replace") if path.exists() else "(no console log)"
         out.append(f"--- {name}'s console, last {lines} lines:\n"
                    + "\n".join(text.splitlines()[-lines:]))
