@@ -8,6 +8,7 @@ from __future__ import annotations
 class FaultState:
     def __init__(self):
         self.last_beat: dict[str, float] = {}
+        self.listening_since = 0.0  # the end of the router's last stall (its silence counts)
         self.max_age = 0.0
         self.log: list[dict] = []
 

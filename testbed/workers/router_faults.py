@@ -16,15 +16,23 @@ from testbed.workers.faults import fault_interfaces, set_links
 class RouterFaults:
     """Router's fault detection, injection and failed requests."""
 
-    def _check_heartbeats(self) -> None:
-        rc = self.sc.recovery
+    def _check_heartbeats(self, due: float) -> None:
+        """Declare dead a decode silent for missed_heartbeats periods. Silence counts from
+        its last heartbeat or from the end of this router's last stall, whichever is later:
+        a check held up for more than a period was not listening (this router, or the whole
+        machine, not running: on a loaded CI host every process once stalled 11 s at once),
+        and the heartbeats sent meanwhile still wait behind it."""
+        rc, now, faults = self.sc.recovery, self.loop.now, self.faults
+        if now - due > rc.heartbeat_s:
+            faults.listening_since = now
         limit = rc.missed_heartbeats * rc.heartbeat_s
         for name in list(self.views):
-            if name not in self.plane.dead and \
-                    self.loop.now - self.faults.last_beat.get(name, 0.0) > limit:
+            heard = max(faults.last_beat.get(name, 0.0), faults.listening_since)
+            if name not in self.plane.dead and now - heard > limit:
                 self._declare_dead(name)
         if not self.finished:
-            self.loop.after(rc.heartbeat_s, self._check_heartbeats)
+            nxt = now + rc.heartbeat_s
+            self.loop.at(nxt, lambda: self._check_heartbeats(nxt))
 
     def _declare_dead(self, name: str) -> None:
         for rid, holder in list(self.fetching.items()):
