@@ -43,7 +43,7 @@ class Detector(RouterFaults):
 
 def test_a_check_held_up_by_a_stall_of_the_whole_machine_declares_nobody_dead():
     d = Detector(["i2", "i3"])
-    d.loop.at(0.5, lambda: d._check_heartbeats(0.5))
+    d._heartbeats_at(0.5)
     d.loop.run_next()  # 0.5: on time, both beat at 0
     d.beat("i2")
     d.beat("i3")
@@ -60,7 +60,7 @@ def test_a_check_held_up_by_a_stall_of_the_whole_machine_declares_nobody_dead():
 
 def test_a_silent_decode_is_declared_dead_after_its_missed_heartbeats():
     d = Detector(["i2", "i3"])
-    d.loop.at(0.5, lambda: d._check_heartbeats(0.5))
+    d._heartbeats_at(0.5)
     for _ in range(4):  # 0.5 .. 2.0: i2 beats each period, i3 never
         d.loop.run_next()
         d.beat("i2")

@@ -16,6 +16,9 @@ from testbed.workers.faults import fault_interfaces, set_links
 class RouterFaults:
     """Router's fault detection, injection and failed requests."""
 
+    def _heartbeats_at(self, due: float) -> None:
+        self.loop.at(due, lambda: self._check_heartbeats(due))
+
     def _check_heartbeats(self, due: float) -> None:
         """Declare dead a decode silent for missed_heartbeats periods. Silence counts from
         its last heartbeat or from the end of this router's last stall, whichever is later:
@@ -31,8 +34,7 @@ class RouterFaults:
             if name not in self.plane.dead and now - heard > limit:
                 self._declare_dead(name)
         if not self.finished:
-            nxt = now + rc.heartbeat_s
-            self.loop.at(nxt, lambda: self._check_heartbeats(nxt))
+            self._heartbeats_at(now + rc.heartbeat_s)
 
     def _declare_dead(self, name: str) -> None:
         for rid, holder in list(self.fetching.items()):

@@ -119,8 +119,7 @@ class ControlLink:
         for name, conn in self.conns.items():  # t0 on each worker's own clock
             with contextlib.suppress(OSError):
                 conn.send({"type": "start", "t0": t0 + self.clock_offsets.get(name, 0.0)})
-        first = self.sc.recovery.heartbeat_s
-        self.loop.at(first, lambda: self._check_heartbeats(first))
+        self._heartbeats_at(self.sc.recovery.heartbeat_s)
         for fault in self.sc.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
         if self.flowkv is not None:
