@@ -44,18 +44,34 @@ class Detector(RouterFaults):
 def test_a_check_held_up_by_a_stall_of_the_whole_machine_declares_nobody_dead():
     d = Detector(["i2", "i3"])
     d._heartbeats_at(0.5)
-    d.loop.run_next()  # 0.5: on time, both beat at 0
+    d.loop.run_next()  # 0.5: on time
     d.beat("i2")
     d.beat("i3")
     d.loop.run_next(late=11.4)  # due at 1.0, runs at 12.4: every process was stopped
     assert d.declared == []  # silent 11.9 s, of which 11.4 the router's own
     d.beat("i2")  # the heartbeats that waited in the inbox; i3's never comes
-    for _ in range(2):  # ~12.9, ~13.4: i3 silent under 1.5 s since the stall ended
-        d.loop.run_next(late=0.01)  # a few ms late, as every timer is: not a stall
+    d.loop.run_next(late=0.01)  # ~12.9, a few ms late, as every timer is: not a stall
+    d.beat("i2")
+    assert d.declared == []  # i3 silent 0.5 s before the stall and 0.51 s after it
+    d.loop.run_next(late=0.01)  # ~13.4: 0.5 + 1.02 s of the router listening > 3 x 0.5
+    assert [name for _, name in d.declared] == ["i3"]
+    assert abs(d.declared[0][0] - 13.42) < 1e-9
+
+
+def test_a_router_late_on_every_check_still_declares_a_silent_decode_dead():
+    d = Detector(["i2", "i3"])  # i3 never beats; i2 after every check
+    d._heartbeats_at(0.5)
+    for _ in range(3):  # each check 0.6 s late (a stall), 1.1 s apart: 0.5 s listened
+        d.loop.run_next(late=0.6)
         d.beat("i2")
-    assert d.declared == []
-    d.loop.run_next(late=0.01)  # ~13.9: i3 silent 1.5 s and more since the stall ended
-    assert [name for _, name in d.declared] == ["i3"] and d.declared[0][0] > 12.4 + 1.5
+    assert d.declared == []  # i3 silent 3 x 0.5 s of listening: not more than 1.5 s
+    d.loop.run_next(late=0.6)
+    assert d.declared == [(4.4, "i3")]  # 2.0 s of listening; i2 never
+    for _ in range(20):
+        d.loop.run_next(late=0.6)
+        d.beat("i2")
+    assert [name for _, name in d.declared] == ["i3"]
+    assert len(d.faults.stalls) <= 1  # stalls before every live decode's last beat go
 
 
 def test_a_silent_decode_is_declared_dead_after_its_missed_heartbeats():

@@ -8,9 +8,23 @@ from __future__ import annotations
 class FaultState:
     def __init__(self):
         self.last_beat: dict[str, float] = {}
-        self.listening_since = 0.0  # the end of the router's last stall (its silence counts)
+        self.stalls: list[tuple[float, float]] = []  # the router's own, (start, end)
         self.max_age = 0.0
         self.log: list[dict] = []
+
+    def silence(self, name: str, now: float) -> float:
+        """How long `name` has been silent while the router was listening: since its last
+        heartbeat, less the router's own stalls since then (heartbeats sent during one
+        wait behind it, so its time says nothing about the sender)."""
+        heard = self.last_beat.get(name, 0.0)
+        deaf = sum(end - max(start, heard) for start, end in self.stalls if end > heard)
+        return now - heard - deaf
+
+    def forget_stalls(self, names) -> None:
+        """Drop the stalls that ended before every one of `names` was last heard."""
+        oldest = min((self.last_beat.get(n, 0.0) for n in names), default=None)
+        if oldest is not None:
+            self.stalls = [s for s in self.stalls if s[1] > oldest]
 
     def note_oracle_age(self, age: float) -> None:
         self.max_age = max(self.max_age, age)

@@ -20,19 +20,20 @@ class RouterFaults:
         self.loop.at(due, lambda: self._check_heartbeats(due))
 
     def _check_heartbeats(self, due: float) -> None:
-        """Declare dead a decode silent for missed_heartbeats periods. Silence counts from
-        its last heartbeat or from the end of this router's last stall, whichever is later:
-        a check held up for more than a period was not listening (this router, or the whole
-        machine, not running: on a loaded CI host every process once stalled 11 s at once),
-        and the heartbeats sent meanwhile still wait behind it."""
+        """Declare dead a decode silent for missed_heartbeats periods of the router's
+        listening. A check held up for more than a period is a stall of this router (or of
+        the whole machine: on a loaded CI host every process once stalled 11 s at once): the
+        heartbeats sent meanwhile wait behind it, so its time does not count as anyone's
+        silence. Stalls add up rather than reset the count, so a router late on every check
+        still declares a dead decode after missed_heartbeats periods of listening."""
         rc, now, faults = self.sc.recovery, self.loop.now, self.faults
         if now - due > rc.heartbeat_s:
-            faults.listening_since = now
+            faults.stalls.append((due, now))
         limit = rc.missed_heartbeats * rc.heartbeat_s
         for name in list(self.views):
-            heard = max(faults.last_beat.get(name, 0.0), faults.listening_since)
-            if name not in self.plane.dead and now - heard > limit:
+            if name not in self.plane.dead and faults.silence(name, now) > limit:
                 self._declare_dead(name)
+        faults.forget_stalls([n for n in self.views if n not in self.plane.dead])
         if not self.finished:
             self._heartbeats_at(now + rc.heartbeat_s)
 
