@@ -16,9 +16,10 @@ OK = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.9e6, 6)
 CALM = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.6, 0.7, 0.02, 40e-6)
 
 
-def timers(p99_ms: float, count: int = 1000) -> dict:
-    return {"i0": {"count": count, "p99_ms": p99_ms, "p99_wall_ms": 2 * p99_ms},
-            "router": {"count": count, "p99_ms": 0.1, "p99_wall_ms": 0.2}}
+def timers(p99_ms: float, count: int = 1000, max_ms: tuple[float, float] = (6.0, 3.0)) -> dict:
+    return {"i0": {"count": count, "p99_ms": p99_ms, "p99_wall_ms": 2 * p99_ms,
+                   "max_ms": max_ms[0]},
+            "router": {"count": count, "p99_ms": 0.1, "p99_wall_ms": 0.2, "max_ms": max_ms[1]}}
 
 
 def test_the_loop_records_each_timer_late_by_the_time_it_was_kept_waiting(tmp_path):
@@ -76,6 +77,17 @@ def test_a_run_held_off_the_cpu_is_cpu_bound_whatever_the_machine_average(late):
     assert len(doc["reasons"]) == 1 and "CPU-bound" in doc["reasons"][0]
     assert {"timers": "i0", "pushes": "20.0%", "datapath": "17%"}[late] in doc["reasons"][0]
     assert "time_dilation" in doc["advice"][0]
+
+
+def test_a_stall_of_every_process_at_once_is_cpu_bound_though_each_p99_is_on_time():
+    # a loaded CI host stopped the whole run for 11.4 s once: one timer per process
+    doc = judge.verdict([OK], [0.3], threads=[CALM], timers=timers(0.4, max_ms=(5700, 5690)))
+    assert doc["verdict"] == "unfaithful" and doc["cpu_bound"]
+    assert len(doc["reasons"]) == 1 and "stalled" in doc["reasons"][0]
+    assert "5690 ms" in doc["reasons"][0]
+    # one process alone that late (a decode stopped by a fault) is no machine stall
+    alone = judge.verdict([OK], [0.3], threads=[CALM], timers=timers(0.4, max_ms=(5700, 3)))
+    assert alone["verdict"] == "faithful"
 
 
 def test_a_datapath_thread_with_little_work_is_not_judged_by_its_share_of_it():
