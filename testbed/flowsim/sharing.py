@@ -136,24 +136,25 @@ class MaxMinSharing:
         """Max-min among `refill` over what the other flows leave; returns the links
         whose rates changed."""
         flows, link_list, now = self.flows, self.link_list, self.last_update
-        links = {h for fid in refill for h in flows[fid].links}
+        members = [flows[fid] for fid in refill]
+        links = {h for flow in members for h in flow.links}
         for h in links:
             link = link_list[h]
-            if self._saturated(link):
+            if link.kv_rate >= link.kv_full:
                 ever_saturated.add(h)
-            link.settle(now)
-        before = {}
-        for fid in refill:
-            flow = flows[fid]
-            before[fid] = flow.rate
+            if link.t0 != now:
+                link.settle(now)
+        before = [flow.rate for flow in members]
+        for flow in members:
+            rate = flow.rate
             for h in flow.links:
-                link_list[h].kv_rate -= flow.rate
-        residual = {h: link_list[h].kv_capacity - link_list[h].kv_rate for h in links}
-        self._fill(set(refill), residual)
-        changed = {h for fid in refill if flows[fid].rate != before[fid]
-                   for h in flows[fid].links}
+                link_list[h].kv_rate -= rate
+        self._fill(set(refill))
+        changed = {h for flow, rate in zip(members, before, strict=True) if flow.rate != rate
+                   for h in flow.links}
         for h in changed:
-            if self._saturated(link_list[h]):
+            link = link_list[h]
+            if link.kv_rate >= link.kv_full:
                 ever_saturated.add(h)
         return changed
 
@@ -163,19 +164,24 @@ class MaxMinSharing:
 
     def _fit(self, flow: Flow) -> bool:
         """Whether the flow is at its cap or has a bottleneck (see _reshare)."""
-        cap = flow.effective_cap()
+        cap, window = flow.cap, flow.window_cap  # flow.effective_cap(), inlined: hot
+        if window is not None and (cap is None or window < cap):
+            cap = window
         if cap is not None:
             if flow.rate > cap / SATURATED:  # over a cap lowered since
                 return False
             if flow.rate >= cap * SATURATED:
                 return True
         share = flow.rate / flow.weight
-        link_list = self.link_list
+        link_list, umax = self.link_list, self._umax
         for h in flow.links:
             link = link_list[h]
-            if link.kv_rate >= link.kv_full and share >= self._largest_share(h) * \
-                    SATURATED:
-                return True
+            if link.kv_rate >= link.kv_full:
+                largest = umax.get(h)
+                if largest is None:
+                    largest = self._largest_share(h)
+                if share >= largest * SATURATED:
+                    return True
         return False
 
     def _largest_share(self, h: int) -> float:
@@ -202,9 +208,11 @@ class MaxMinSharing:
                             stack.append(h)
         return list(seen_links), list(seen_flows)
 
-    def _fill(self, unfrozen: set[int], residual: dict[int, float]) -> None:
+    def _fill(self, unfrozen: set[int], residual: dict[int, float] | None = None) -> None:
         """Weighted progressive filling: a link's residual is split in proportion to its
         unfrozen flows' weights; a capped flow freezes at its cap when that binds first.
+        `residual`: what each link has left for these flows, brought down as they freeze
+        (for a next priority level); None: what the links leave now, read only here.
 
         The bottleneck link comes from a lazy min-heap of residual / weight: a link's ratio
         only grows as flows on it freeze (each freezes at or below the current minimum),
@@ -212,68 +220,133 @@ class MaxMinSharing:
         wait in a heap of cap / weight. Each step costs a few heap operations, not a scan
         of every link and flow (m3's flowSim, by contrast, scans for the bottleneck link at
         every step of every event)."""
-        flows = self.flows
+        flows, link_list = self.flows, self.link_list
+        keep = residual is not None
         if len(unfrozen) == 1:  # most incremental re-fills: the same steps, without heaps
             fid = next(iter(unfrozen))
             flow = flows[fid]
             w = flow.weight
-            unit = max(min(residual[h] / w for h in flow.links), 0.0)
+            if keep:
+                unit = max(min(residual[h] / w for h in flow.links), 0.0)
+            else:
+                unit = max(min((link_list[h].kv_capacity - link_list[h].kv_rate) / w
+                               for h in flow.links), 0.0)
             cap = flow.effective_cap()
             rate = cap if cap is not None and cap / w < unit else unit * w
-            self._freeze(fid, rate, unfrozen, residual, {}, {})
+            self._freeze(fid, rate, unfrozen, residual if keep else {}, {}, {}, keep)
             return
+        # Links two or more of these flows cross are tracked with their unfrozen flows and
+        # weights. A link one flow crosses alone only bounds that flow, at a ratio that
+        # cannot move before it freezes, so only the flow's smallest such bound enters
+        # the heap, and freezing it touches no bookkeeping there (in a re-fill most links
+        # are a lone flow's: its NICs, its path beyond the shared uplink).
         active: dict[int, set[int]] = {}
         weights: dict[int, float] = {}
+        first: dict[int, int] = {}
         caps: list[tuple[float, int]] = []
         for fid in unfrozen:
             flow = flows[fid]
             w = flow.weight
             for h in flow.links:
-                active.setdefault(h, set()).add(fid)
-                weights[h] = weights.get(h, 0.0) + w
+                other = first.setdefault(h, fid)
+                if other != fid:
+                    members = active.get(h)
+                    if members is None:
+                        active[h] = {other, fid}
+                        weights[h] = flows[other].weight + w
+                    else:
+                        members.add(fid)
+                        weights[h] += w
             cap = flow.effective_cap()
             if cap is not None:
                 caps.append((cap / w, fid))
         heapq.heapify(caps)
+        if not keep:
+            residual = {h: link_list[h].kv_capacity - link_list[h].kv_rate for h in active}
         heap = [(residual[h] / weights[h], h) for h in active]
+        alone: dict[int, int] = {}  # a flow's tightest lone link -> the flow
+        for fid in unfrozen:
+            flow = flows[fid]
+            w, best = flow.weight, None
+            for h in flow.links:
+                if h not in active:
+                    if keep:
+                        entry = (residual[h] / w, h)
+                    else:
+                        link = link_list[h]
+                        entry = ((link.kv_capacity - link.kv_rate) / w, h)
+                    if best is None or entry < best:
+                        best = entry
+            if best is not None:
+                heap.append(best)
+                alone[best[1]] = fid
         heapq.heapify(heap)
+        set_rate = self._set_rate
         while unfrozen:
             ratio, h = heap[0]
-            if h not in active:
-                heapq.heappop(heap)
-                continue
-            current = residual[h] / weights[h]
-            if current != ratio:
-                heapq.heapreplace(heap, (current, h))
-                continue
+            members = active.get(h)
+            if members is None:
+                fid = alone.get(h)
+                if fid is None or fid not in unfrozen:
+                    heapq.heappop(heap)
+                    continue
+                members = (fid,)
+            else:
+                current = residual[h] / weights[h]
+                if current != ratio:
+                    heapq.heapreplace(heap, (current, h))
+                    continue
             unit = max(ratio, 0.0)
             while caps and caps[0][1] not in unfrozen:
                 heapq.heappop(caps)
             if caps and caps[0][0] < unit:
                 _, fid = heapq.heappop(caps)
                 self._freeze(fid, flows[fid].effective_cap(), unfrozen, residual, active,
-                             weights)
+                             weights, keep)
                 continue
-            for fid in list(active[h]):
-                self._freeze(fid, unit * flows[fid].weight, unfrozen, residual, active,
-                             weights)
+            for fid in list(members):  # _freeze, inlined: the hottest loop of a run
+                flow = flows[fid]
+                w = flow.weight
+                rate = unit * w
+                set_rate(flow, rate)
+                unfrozen.discard(fid)
+                for g in flow.links:
+                    link_list[g].kv_rate += rate
+                    on = active.get(g)
+                    if on is not None:
+                        on.discard(fid)
+                        if on:
+                            residual[g] -= rate
+                            left = weights[g] - w
+                            if left <= w * 1e-9:  # cancelled: weights orders of magnitude
+                                left = sum(flows[x].weight for x in on)  # apart (seniority)
+                            weights[g] = left
+                            continue
+                        del active[g]
+                        del weights[g]
+                    if keep:
+                        residual[g] -= rate
 
     def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[int, float],
-                active: dict[int, set[int]], weights: dict[int, float]) -> None:
+                active: dict[int, set[int]], weights: dict[int, float], keep: bool) -> None:
+        """Fix one flow's rate; `keep`: bring every link's residual down, not only those
+        of the links still active (see _fill)."""
         flow = self.flows[fid]
         self._set_rate(flow, rate)
         unfrozen.discard(fid)
         for h in flow.links:
-            residual[h] -= rate
             self.link_list[h].kv_rate += rate
             members = active.get(h)
             if members is not None:
                 members.discard(fid)
-                if not members:
-                    del active[h]
-                    del weights[h]
+                if members:
+                    residual[h] -= rate
+                    left = weights[h] - flow.weight
+                    if left <= flow.weight * 1e-9:  # see _fill
+                        left = sum(self.flows[g].weight for g in members)
+                    weights[h] = left
                     continue
-                left = weights[h] - flow.weight
-                if left <= flow.weight * 1e-9:  # cancelled: weights orders of magnitude
-                    left = sum(self.flows[g].weight for g in members)  # apart (seniority)
-                weights[h] = left
+                del active[h]
+                del weights[h]
+            if keep:
+                residual[h] -= rate
