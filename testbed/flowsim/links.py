@@ -74,6 +74,7 @@ class Flow:
     group: object = None  # its transfer, whose streams share unequally (tcp.shard_share)
     shard_k: int = 0  # its stream's index in that transfer
     shard_factor: float = 1.0  # the tcp.shard_share in its weight now
+    bottleneck: int = -1  # the link it was last found held by (checked first next time)
 
     def effective_cap(self) -> float | None:
         cap, window = self.cap, self.window_cap

@@ -181,14 +181,13 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             flow.t0 = self.last_update
 
     def _set_rate(self, flow: Flow, rate: float) -> None:
-        """A flow's new share: settle it at the old rate, then schedule its last byte."""
+        """A flow's new share: settle it at the old rate, then schedule its last byte.
+        Its links' largest shares (_umax) are the caller's to forget, once per link."""
         if rate == flow.rate:
             return
         self._settle(flow)
         flow.rate = rate
         flow.version += 1
-        for h in flow.links:
-            self._umax.pop(h, None)
         flow.due = None
         if rate > 0:
             flow.due = flow.t0 + flow.remaining / rate

@@ -59,6 +59,7 @@ class PathChoice:
             self.link_list[h].flows.discard(flow.flow_id)
         flow.path = path
         flow.links = tuple(self.links[hop].index for hop in path)
+        flow.bottleneck = -1
         for h in flow.links:
             self.link_list[h].flows.add(flow.flow_id)
 

@@ -76,6 +76,9 @@ class MaxMinSharing:
             by_level.setdefault(self.flows[fid].level, set()).add(fid)
         for level in sorted(by_level):
             self._fill(by_level[level], residual)
+        umax = self._umax
+        for h in links:
+            umax.pop(h, None)
 
     # -- incremental re-sharing --------------------------------------------------------
     def _reshare(self, touched: set[int], gone: list[Flow],
@@ -152,7 +155,9 @@ class MaxMinSharing:
         self._fill(set(refill))
         changed = {h for flow, rate in zip(members, before, strict=True) if flow.rate != rate
                    for h in flow.links}
+        umax = self._umax
         for h in changed:
+            umax.pop(h, None)
             link = link_list[h]
             if link.kv_rate >= link.kv_full:
                 ever_saturated.add(h)
@@ -174,6 +179,15 @@ class MaxMinSharing:
                 return True
         share = flow.rate / flow.weight
         link_list, umax = self.link_list, self._umax
+        h = flow.bottleneck  # where it was held last time: most often still is
+        if h >= 0:
+            link = link_list[h]
+            if link.kv_rate >= link.kv_full:
+                largest = umax.get(h)
+                if largest is None:
+                    largest = self._largest_share(h)
+                if share >= largest * SATURATED:
+                    return True
         for h in flow.links:
             link = link_list[h]
             if link.kv_rate >= link.kv_full:
@@ -181,6 +195,7 @@ class MaxMinSharing:
                 if largest is None:
                     largest = self._largest_share(h)
                 if share >= largest * SATURATED:
+                    flow.bottleneck = h
                     return True
         return False
 
