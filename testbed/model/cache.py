@@ -233,80 +233,91 @@ class PrefixCache:
             raise ValueError(f"cannot hold blocks [{start}, {stop}) of {len(hash_ids)} trace ids")
         holds_of, runs_of, cached = self._holds, self._runs, self._cached
         holders = self._index._holders if self._index is not None else None
-        for pos in range(start // ratio, -(-stop // ratio)):
-            group, base = hash_ids[pos], pos * ratio
-            held = start - base if start > base else 0
-            wanted = stop - base if stop - base < ratio else ratio
-            if held >= wanted:
-                continue
-            holds = holds_of.get(group)
-            if holds is None:  # nobody holds it: a new hold, the common case
-                holds_of[group] = [wanted]
-                top = 0
-            else:
-                top = max(holds)
-                if held:
-                    holds.remove(held)  # ValueError: the request did not hold it
-                holds.append(wanted)
-                if wanted <= top:
+        owner, journal = self._owner, self.journal
+        pinned = size = 0  # added to the counters once, also when a bad hold raises
+        try:
+            for pos in range(start // ratio, -(-stop // ratio)):
+                group, base = hash_ids[pos], pos * ratio
+                held = start - base if start > base else 0
+                wanted = stop - base if stop - base < ratio else ratio
+                if held >= wanted:
                     continue
-            self._pinned += wanted - top
-            runs = runs_of.get(group)
-            if runs is not None:
-                while runs and runs[0][1] < wanted:  # [top, wanted) leaves the LRU
-                    run = runs[0]
-                    if run[2] <= wanted:
-                        del self._lru[run[3]]
-                        runs.pop(0)
-                    else:
-                        run[1] = wanted
-                if not runs:
-                    del runs_of[group]
-            c = cached.get(group, 0)
-            if wanted > c:  # and [c, wanted) comes in
-                if c == 0 and holders is not None:  # HolderIndex: this cache holds it now
-                    owners = holders.get(group)
-                    if owners is None:
-                        holders[group] = {self._owner}
-                    else:
-                        owners.add(self._owner)
-                if self.journal is not None:
-                    first = group * ratio
-                    self.journal.extend((1, first + j) for j in range(c, wanted))
-                cached[group] = wanted
-                self._size += wanted - c
+                holds = holds_of.get(group)
+                if holds is None:  # nobody holds it: a new hold, the common case
+                    holds_of[group] = [wanted]
+                    top = 0
+                else:
+                    top = max(holds)
+                    if held:
+                        holds.remove(held)  # ValueError: the request did not hold it
+                    holds.append(wanted)
+                    if wanted <= top:
+                        continue
+                pinned += wanted - top
+                runs = runs_of.get(group)
+                if runs is not None:
+                    while runs and runs[0][1] < wanted:  # [top, wanted) leaves the LRU
+                        run = runs[0]
+                        if run[2] <= wanted:
+                            del self._lru[run[3]]
+                            runs.pop(0)
+                        else:
+                            run[1] = wanted
+                    if not runs:
+                        del runs_of[group]
+                c = cached.get(group, 0)
+                if wanted > c:  # and [c, wanted) comes in
+                    if c == 0 and holders is not None:  # HolderIndex: this cache holds it now
+                        owners = holders.get(group)
+                        if owners is None:
+                            holders[group] = {owner}
+                        else:
+                            owners.add(owner)
+                    if journal is not None:
+                        first = group * ratio
+                        journal.extend((1, first + j) for j in range(c, wanted))
+                    cached[group] = wanted
+                    size += wanted - c
+        finally:
+            self._pinned += pinned
+            self._size += size
 
     def unpin(self, hash_ids: Sequence[int], stop: int) -> None:
         """Release a request's first `stop` blocks; tail first, so the prefix head stays
         most recent."""
-        ratio, holds_of, lru = self.ratio, self._holds, self._lru
+        ratio, holds_of, lru, runs_of = self.ratio, self._holds, self._lru, self._runs
         released = 0
-        for pos in reversed(range(-(-stop // ratio))):
-            group, held = hash_ids[pos], min(ratio, stop - pos * ratio)
-            holds = holds_of.get(group)
-            if holds is None or held not in holds:
-                self._pinned -= released
-                raise KeyError(f"trace id {group}: no request holds its first {held} blocks")
-            if len(holds) == 1:  # its only hold: the common case
-                del holds_of[group]
-                top, rest = held, 0
-            else:
-                top = max(holds)
-                holds.remove(held)
-                rest = max(holds)
-                if rest >= top:
-                    continue
-            # [rest, top) is unpinned now: the newest run of this id
-            released += top - rest
-            number = self._run_number
-            self._run_number = number + 1
-            lru[number] = run = [group, rest, top, number]
-            runs = self._runs.get(group)
-            if runs is None:
-                self._runs[group] = [run]
-            else:
-                runs.insert(0, run)
-        self._pinned -= released
+        number = self._run_number
+        held = stop - (-(-stop // ratio) - 1) * ratio  # the last id's share; ratio before it
+        try:
+            for pos in reversed(range(-(-stop // ratio))):
+                group = hash_ids[pos]
+                holds = holds_of.get(group)
+                if holds is None or held not in holds:
+                    raise KeyError(f"trace id {group}: no request holds its first {held} blocks")
+                if len(holds) == 1:  # its only hold: the common case
+                    del holds_of[group]
+                    top, rest = held, 0
+                else:
+                    top = max(holds)
+                    holds.remove(held)
+                    rest = max(holds)
+                    if rest >= top:
+                        held = ratio
+                        continue
+                # [rest, top) is unpinned now: the newest run of this id
+                released += top - rest
+                lru[number] = run = [group, rest, top, number]
+                number += 1
+                runs = runs_of.get(group)
+                if runs is None:
+                    runs_of[group] = [run]
+                else:
+                    runs.insert(0, run)
+                held = ratio
+        finally:
+            self._run_number = number
+            self._pinned -= released
 
     def evict_to(self, budget_bytes: float) -> int:
         """Evict least-recently-used unpinned blocks until the cache fits the budget."""
