@@ -219,8 +219,10 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
         self._clock(now)
         for flow in self.flows.values():
             self._settle(flow)
+        now = self.last_update
         for link in self.link_list:
-            link.settle(self.last_update)
+            if link.kv_rate or link.background:  # an idle link's counters stand still
+                link.settle(now)
 
     def pop_finished(self, now: float) -> list[Flow]:
         """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb).

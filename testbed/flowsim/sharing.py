@@ -145,8 +145,13 @@ class MaxMinSharing:
             link = link_list[h]
             if link.kv_rate >= link.kv_full:
                 ever_saturated.add(h)
-            if link.t0 != now:
-                link.settle(now)
+            t0 = link.t0
+            if t0 < now:  # link.settle(now), inlined
+                if link.kv_rate:
+                    link.kv_bytes += link.kv_rate * (now - t0)
+                if link.background:
+                    link.bg_bytes += link.background * link.capacity * (now - t0)
+                link.t0 = now
         before = [flow.rate for flow in members]
         for flow in members:
             rate = flow.rate
@@ -272,7 +277,9 @@ class MaxMinSharing:
                     else:
                         members.add(fid)
                         weights[h] += w
-            cap = flow.effective_cap()
+            cap, window = flow.cap, flow.window_cap  # flow.effective_cap(), inlined
+            if window is not None and (cap is None or window < cap):
+                cap = window
             if cap is not None:
                 caps.append((cap / w, fid))
         heapq.heapify(caps)
@@ -323,7 +330,8 @@ class MaxMinSharing:
                 flow = flows[fid]
                 w = flow.weight
                 rate = unit * w
-                set_rate(flow, rate)
+                if rate != flow.rate:
+                    set_rate(flow, rate)
                 unfrozen.discard(fid)
                 for g in flow.links:
                     link_list[g].kv_rate += rate
