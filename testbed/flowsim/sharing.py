@@ -114,8 +114,9 @@ class MaxMinSharing:
         else:
             check = {fid for h in touched for fid in link_list[h].flows}
         refill: set[int] = set()
+        fit = self._fit
         while True:
-            unfit |= {fid for fid in check if fid not in refill and not self._fit(flows[fid])}
+            unfit |= {fid for fid in check if fid not in refill and not fit(flows[fid])}
             if not unfit:
                 return True
             refill |= unfit
@@ -129,34 +130,38 @@ class MaxMinSharing:
             unfit = set()
             for fid in refill:
                 flow = flows[fid]
-                if not self._fit(flow):  # held back on a saturated link by larger shares
+                if not fit(flow):  # held back on a saturated link by larger shares
                     share = flow.rate / flow.weight
-                    unfit.update(g for h in flow.links if self._saturated(link_list[h])
-                                 for g in link_list[h].flows
-                                 if g not in refill and flows[g].rate / flows[g].weight > share)
+                    for h in flow.links:
+                        link = link_list[h]
+                        if link.kv_rate >= link.kv_full:
+                            unfit.update(g for g in link.flows if g not in refill
+                                         and flows[g].rate / flows[g].weight > share)
 
     def _refill(self, refill: set[int], ever_saturated: set[int]) -> set[int]:
         """Max-min among `refill` over what the other flows leave; returns the links
         whose rates changed."""
         flows, link_list, now = self.flows, self.link_list, self.last_update
         members = [flows[fid] for fid in refill]
-        links = {h for flow in members for h in flow.links}
-        for h in links:
-            link = link_list[h]
-            if link.kv_rate >= link.kv_full:
-                ever_saturated.add(h)
-            t0 = link.t0
-            if t0 < now:  # link.settle(now), inlined
-                if link.kv_rate:
-                    link.kv_bytes += link.kv_rate * (now - t0)
-                if link.background:
-                    link.bg_bytes += link.background * link.capacity * (now - t0)
-                link.t0 = now
-        before = [flow.rate for flow in members]
-        for flow in members:
+        before = []
+        seen: set[int] = set()
+        for flow in members:  # take their rates off their links
             rate = flow.rate
+            before.append(rate)
             for h in flow.links:
-                link_list[h].kv_rate -= rate
+                link = link_list[h]
+                if h not in seen:  # first: whether it was full, and settle it
+                    seen.add(h)
+                    if link.kv_rate >= link.kv_full:
+                        ever_saturated.add(h)
+                    t0 = link.t0
+                    if t0 < now:  # link.settle(now), inlined
+                        if link.kv_rate:
+                            link.kv_bytes += link.kv_rate * (now - t0)
+                        if link.background:
+                            link.bg_bytes += link.background * link.capacity * (now - t0)
+                        link.t0 = now
+                link.kv_rate -= rate
         self._fill(set(refill))
         changed = {h for flow, rate in zip(members, before, strict=True) if flow.rate != rate
                    for h in flow.links}
