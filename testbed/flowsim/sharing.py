@@ -337,6 +337,7 @@ class MaxMinSharing:
                 continue
             for fid in list(members):  # _freeze, inlined: the hottest loop of a run
                 flow = flows[fid]
+                flow.bottleneck = h  # where its fit is checked first
                 w = flow.weight
                 rate = unit * w
                 if rate != flow.rate:
