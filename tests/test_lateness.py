@@ -35,6 +35,8 @@ def test_the_loop_records_each_timer_late_by_the_time_it_was_kept_waiting(tmp_pa
     assert xs[-1] >= 0.045  # the timer behind the 50 ms sleep
     doc = loop.lateness.summary(dilation=2.0)
     assert doc["count"] == len(xs) and doc["max_ms"] == pytest.approx(doc["max_wall_ms"] / 2)
+    due, woke = doc["late_spans"][0]  # the latest first, with when it was due and ran
+    assert woke - due == pytest.approx(xs[-1]) and due >= loop.lateness.since
     loop.lateness.write(tmp_path, "i3", 2.0)
     assert lateness.read(tmp_path) == {"i3": doc}
     assert lateness.read(tmp_path / "nothing") == {}
@@ -88,6 +90,25 @@ def test_a_stall_of_every_process_at_once_is_cpu_bound_though_each_p99_is_on_tim
     # one process alone that late (a decode stopped by a fault) is no machine stall
     alone = judge.verdict([OK], [0.3], threads=[CALM], timers=timers(0.4, max_ms=(5700, 3)))
     assert alone["verdict"] == "faithful"
+
+
+def test_a_stall_is_every_process_late_at_the_same_time_not_each_once():
+    def at(*spans):  # each process: p99 on time, its late wake-ups [due, ran] (wall s)
+        return {f"p{k}": {"count": 1000, "p99_ms": 0.4, "max_ms": 500 * max(b - a for a, b in s),
+                          "dilation": 2.0, "late_spans": [list(x) for x in s]}
+                for k, s in enumerate(spans)}
+
+    # the machine stopped from t=100.0 to 100.5: each process ran its due timer after it
+    together = at([(100.02, 100.5), (30.0, 30.001)], [(100.0, 100.51)], [(100.3, 100.5)])
+    doc = judge.verdict([OK], [0.3], threads=[CALM], timers=together)
+    assert doc["verdict"] == "unfaithful" and "late at once for 100 ms" in doc["reasons"][0]
+    # each one as late, at different moments (a collector pause here, a fault there)
+    apart = at([(10.0, 10.5)], [(20.0, 20.5)], [(30.0, 30.5)])
+    assert judge.verdict([OK], [0.3], threads=[CALM], timers=apart)["verdict"] == "faithful"
+    # overlapping, but one of them late by less than the limit there (modelled: wall /
+    # dilation), its long wait at another moment
+    short = at([(100.0, 100.5)], [(100.0, 100.5)], [(100.45, 100.5), (50.0, 50.5)])
+    assert judge.verdict([OK], [0.3], threads=[CALM], timers=short)["verdict"] == "faithful"
 
 
 def test_a_datapath_thread_with_little_work_is_not_judged_by_its_share_of_it():
