@@ -189,16 +189,8 @@ class MaxMinSharing:
                 return True
         share = flow.rate / flow.weight
         link_list, umax = self.link_list, self._umax
-        h = flow.bottleneck  # where it was held last time: most often still is
-        if h >= 0:
-            link = link_list[h]
-            if link.kv_rate >= link.kv_full:
-                largest = umax.get(h)
-                if largest is None:
-                    largest = self._largest_share(h)
-                if share >= largest * SATURATED:
-                    return True
-        for h in flow.links:
+        last = flow.bottleneck  # where it was held last time: most often still is
+        for h in flow.links if last < 0 else (last, *flow.links):
             link = link_list[h]
             if link.kv_rate >= link.kv_full:
                 largest = umax.get(h)
@@ -312,7 +304,6 @@ class MaxMinSharing:
                 heap.append(best)
                 alone[best[1]] = fid
         heapq.heapify(heap)
-        set_rate = self._set_rate
         while unfrozen:
             ratio, h = heap[0]
             members = active.get(h)
@@ -335,30 +326,10 @@ class MaxMinSharing:
                 self._freeze(fid, flows[fid].effective_cap(), unfrozen, residual, active,
                              weights, keep)
                 continue
-            for fid in list(members):  # _freeze, inlined: the hottest loop of a run
-                flow = flows[fid]
-                flow.bottleneck = h  # where its fit is checked first
-                w = flow.weight
-                rate = unit * w
-                if rate != flow.rate:
-                    set_rate(flow, rate)
-                unfrozen.discard(fid)
-                for g in flow.links:
-                    link_list[g].kv_rate += rate
-                    on = active.get(g)
-                    if on is not None:
-                        on.discard(fid)
-                        if on:
-                            residual[g] -= rate
-                            left = weights[g] - w
-                            if left <= w * 1e-9:  # cancelled: weights orders of magnitude
-                                left = sum(flows[x].weight for x in on)  # apart (seniority)
-                            weights[g] = left
-                            continue
-                        del active[g]
-                        del weights[g]
-                    if keep:
-                        residual[g] -= rate
+            for fid in list(members):
+                flows[fid].bottleneck = h  # where its fit is checked first
+                self._freeze(fid, unit * flows[fid].weight, unfrozen, residual, active,
+                             weights, keep)
 
     def _freeze(self, fid: int, rate: float, unfrozen: set[int], residual: dict[int, float],
                 active: dict[int, set[int]], weights: dict[int, float], keep: bool) -> None:
@@ -375,8 +346,8 @@ class MaxMinSharing:
                 if members:
                     residual[h] -= rate
                     left = weights[h] - flow.weight
-                    if left <= flow.weight * 1e-9:  # see _fill
-                        left = sum(self.flows[g].weight for g in members)
+                    if left <= flow.weight * 1e-9:  # cancelled: weights orders of
+                        left = sum(self.flows[g].weight for g in members)  # apart (seniority)
                     weights[h] = left
                     continue
                 del active[h]
