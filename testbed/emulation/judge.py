@@ -38,6 +38,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from testbed.clock import Dilation
 from testbed.datapath import tc
 from testbed.datapath.departures import Spacing
 from testbed.emulation.threads import VSWITCHD
@@ -402,17 +403,17 @@ def stalled_together(woke: dict[str, dict]) -> float | None:
     different times (a collector pause here, a fault there), not a stall of the machine.
     None where a process's figures do not say when (`late_spans`)."""
     common: list[tuple[float, float]] | None = None
-    dilation = 1.0
+    spans = Dilation(1.0)
     for t in woke.values():
         if "late_spans" not in t:
             return None
-        dilation = t.get("dilation") or 1.0
+        spans = Dilation(t.get("dilation") or 1.0)
         late = _merged([(due, ran) for due, ran in t["late_spans"]
-                        if 1e3 * (ran - due) / dilation > MAX_STALL_MS])
+                        if 1e3 * spans.modelled(ran - due) > MAX_STALL_MS])
         common = late if common is None else _overlap(common, late)
         if not common:
             return 0.0
-    return max((1e3 * (b - a) / dilation for a, b in common or ()), default=0.0)
+    return max((1e3 * spans.modelled(b - a) for a, b in common or ()), default=0.0)
 
 
 def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
