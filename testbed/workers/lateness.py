@@ -26,8 +26,8 @@ from testbed.clock import Dilation
 
 FOLDER = "lateness"
 PROBE_S = 0.02  # wall seconds between probe timers: 50 wake-ups a second per process
-LATEST_KEPT = 32  # the latest wake-ups kept with when they were due: a stall of the whole
-# machine is every process late at the same time, which only their times can tell
+LATEST_KEPT = 32  # the most late wake-ups kept with when they were due: a stall of the
+# whole machine is every process late at the same time, which only their times can tell
 
 
 class Lateness:
@@ -49,7 +49,7 @@ class Lateness:
 
     def summary(self, dilation: float) -> dict:
         """Count and quantiles, in wall and in modelled milliseconds; `late_spans`: the
-        latest wake-ups, [due, woke] in wall epoch seconds, latest first."""
+        most late wake-ups, [due, woke] in wall epoch seconds, most late first."""
         xs = sorted(self.samples)
         out: dict = {"count": len(xs), "dilation": dilation}
         for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
