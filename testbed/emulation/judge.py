@@ -403,17 +403,17 @@ def stalled_together(woke: dict[str, dict]) -> float | None:
     different times (a collector pause here, a fault there), not a stall of the machine.
     None where a process's figures do not say when (`late_spans`)."""
     common: list[tuple[float, float]] | None = None
-    spans = Dilation(1.0)
+    clock = Dilation(1.0)
     for t in woke.values():
         if "late_spans" not in t:
             return None
-        spans = Dilation(t.get("dilation") or 1.0)
+        clock = Dilation(t.get("dilation") or 1.0)
         late = _merged([(due, ran) for due, ran in t["late_spans"]
-                        if 1e3 * spans.modelled(ran - due) > MAX_STALL_MS])
+                        if 1e3 * clock.modelled(ran - due) > MAX_STALL_MS])
         common = late if common is None else _overlap(common, late)
         if not common:
             return 0.0
-    return max((1e3 * spans.modelled(b - a) for a, b in common or ()), default=0.0)
+    return max((1e3 * clock.modelled(b - a) for a, b in common or ()), default=0.0)
 
 
 def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -26,7 +26,7 @@ from testbed.clock import Dilation
 
 FOLDER = "lateness"
 PROBE_S = 0.02  # wall seconds between probe timers: 50 wake-ups a second per process
-LATEST_KEPT = 32  # the most late wake-ups kept with when they were due: a stall of the
+MOST_LATE_KEPT = 32  # the most late wake-ups kept with when they were due: a stall of the
 # whole machine is every process late at the same time, which only their times can tell
 
 
@@ -36,16 +36,16 @@ class Lateness:
     def __init__(self) -> None:
         self.samples = array("d")
         self.since: float | None = None  # wall epoch from which timers count (run start)
-        self.latest: list[tuple[float, float, float]] = []  # heap: (late, due, woke)
+        self.most_late: list[tuple[float, float, float]] = []  # heap: (late, due, woke)
 
     def record(self, due_wall: float, woke_wall: float) -> None:
         if self.since is not None and due_wall >= self.since:
             late = max(0.0, woke_wall - due_wall)
             self.samples.append(late)
-            if len(self.latest) < LATEST_KEPT:
-                heapq.heappush(self.latest, (late, due_wall, woke_wall))
-            elif late > self.latest[0][0]:
-                heapq.heapreplace(self.latest, (late, due_wall, woke_wall))
+            if len(self.most_late) < MOST_LATE_KEPT:
+                heapq.heappush(self.most_late, (late, due_wall, woke_wall))
+            elif late > self.most_late[0][0]:
+                heapq.heapreplace(self.most_late, (late, due_wall, woke_wall))
 
     def summary(self, dilation: float) -> dict:
         """Count and quantiles, in wall and in modelled milliseconds; `late_spans`: the
@@ -56,7 +56,7 @@ class Lateness:
             wall = xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3 if xs else None
             out[f"{name}_wall_ms"] = wall
             out[f"{name}_ms"] = None if wall is None else Dilation(dilation).modelled(wall)
-        out["late_spans"] = [[due, woke] for _, due, woke in sorted(self.latest, reverse=True)]
+        out["late_spans"] = [[due, woke] for _, due, woke in sorted(self.most_late, reverse=True)]
         return out
 
     def write(self, folder: str | Path, process: str, dilation: float) -> None:
