@@ -25,6 +25,11 @@ simulated request (events count coalesced decode iterations as one, so they are 
 same unit of work at every scale). Targets: 1024 GPUs x 60 s under 10 s for every
 scheduler, 8192 GPUs x 60 s under 10 s, events/s at 1024 GPUs within 2x of 64 GPUs.
 
+Every mode first and last times a yardstick: a fixed piece of interpreter work of the
+re-sharing's kind (best of five). This machine's speed drifts by up to 1.5x between hours
+with the same code, so the scale curve, the largest runs and the whole paper also print
+wall / yardstick, the figure to compare across hours and days.
+
 Run: .venv/bin/python benchmarks/bench_flowsim.py [--skip-1024]
      [--only trace|1024|decision|decision-largest|scale|largest|paper]
      [--gpus 64,256,1024] [--measure 15,60]
@@ -54,6 +59,47 @@ from testbed.workloads.mooncake import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = str(ROOT / "data" / "traces" / "mooncake_synthetic_trace.jsonl")
+
+
+def yardstick_s(repeats: int = 5) -> float:
+    """Seconds this machine takes, best of `repeats`, for a fixed piece of interpreter
+    work of the re-sharing's kind (a path's residuals in a dict, rates in a list, set
+    membership, a heap). The 2-core machine's speed drifts by up to 1.5x from hour to
+    hour, so a wall time divided by this is the figure that compares across hours."""
+    import heapq
+
+    rng = random.Random(1)
+    n_links, n_flows = 4096, 2048
+    paths = [tuple(rng.randrange(n_links) for _ in range(6)) for _ in range(n_flows)]
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        rate = [0.0] * n_links
+        members: list[set[int]] = [set() for _ in range(n_links)]
+        heap: list[tuple[float, int]] = []
+        for step in range(200_000):
+            fid = step % n_flows
+            path = paths[fid]
+            residual = {h: 1.0 - rate[h] for h in path}
+            unit = min(residual.values()) * 0.5
+            for h in path:
+                rate[h] += unit * 1e-3
+                members[h].add(fid)
+            heapq.heappush(heap, (unit, fid))
+            if len(heap) > 512:
+                heapq.heappop(heap)
+            if step % 3 == 0:
+                for h in path:
+                    members[h].discard(fid)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def print_yardstick(when: str) -> float:
+    ref = yardstick_s()
+    print(f"yardstick ({when}): {ref:.3f} s of fixed interpreter work (wall / yardstick "
+          f"compares hours)", flush=True)
+    return ref
 
 
 def timed_run(scenario: Scenario, key: str) -> tuple[float, float, int, int]:
@@ -208,7 +254,7 @@ def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
                   f"{samples[int(0.99 * trials)]:.0f} us (target median < 50 us)")
 
 
-def whole_paper(jobs: int | str = 1) -> None:
+def whole_paper(jobs: int | str = 1, ref: float = 0.0) -> None:
     """Every shipped experiment at its own seeds, as `testbed simulate scenarios/exp*.yaml
     --jobs J` runs them: one call, records written (to a temporary folder), a wall per
     scenario and in all, with the CPU time of this process and its workers."""
@@ -232,10 +278,11 @@ def whole_paper(jobs: int | str = 1) -> None:
               f"runs {run.outcome.wall_s:6.1f} s{lost}")
     n = sum(len(c.schedulers) * c.seeds for sc in scenarios for _, c in sc.cells())
     print(f"whole paper (every exp*.yaml, own seeds, {n} runs, records written) on "
-          f"{runs[0].executor}: {wall:.1f} s wall, {cpu:.1f} s CPU (target < 60 s)")
+          f"{runs[0].executor}: {wall:.1f} s wall, {cpu:.1f} s CPU (target < 60 s), "
+          f"{wall / ref:.0f} yardsticks")
 
 
-def largest(measure: int = 60) -> None:
+def largest(measure: int = 60, ref: float = 0.0) -> None:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -243,7 +290,8 @@ def largest(measure: int = 60) -> None:
         with ctx.Pool(1, maxtasksperchild=1) as pool:
             r = pool.apply(_scale_cell, ((65536, measure, key),))
         print(f"{r['gpus']} GPUs x {measure} s, {SCHEDULERS[key]}: {r['requests']} requests, "
-              f"{r['wall']:.1f} s wall (target < 180 s), peak RSS {r['rss_mb']:.0f} MB "
+              f"{r['wall']:.1f} s wall (target < 180 s; {r['wall'] / ref:.0f} yardsticks), "
+              f"peak RSS {r['rss_mb']:.0f} MB "
               f"(target < 8192 MB)", flush=True)
 
 
@@ -262,14 +310,14 @@ def _scale_cell(args) -> dict:
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def scale_curve(gpus: list[int], measures: list[int]) -> None:
+def scale_curve(gpus: list[int], measures: list[int], ref: float) -> None:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     rows = []
-    print("| GPUs | measured s | scheduler | requests | events | wall s | events/s | "
-          "ms/request | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| GPUs | measured s | scheduler | requests | events | wall s | wall / yardstick | "
+          "events/s | ms/request | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in gpus:
         for m in measures:
             for key in ("cla", "netkv-full"):
@@ -277,7 +325,8 @@ def scale_curve(gpus: list[int], measures: list[int]) -> None:
                     r = pool.apply(_scale_cell, ((n, m, key),))
                 rows.append(r)
                 print(f"| {r['gpus']} | {m} | {SCHEDULERS[key]} | {r['requests']} | "
-                      f"{r['events']} | {r['wall']:.1f} | {r['events'] / r['wall']:.0f} | "
+                      f"{r['events']} | {r['wall']:.1f} | {r['wall'] / ref:.1f} | "
+                      f"{r['events'] / r['wall']:.0f} | "
                       f"{1e3 * r['wall'] / r['requests']:.2f} | {r['rss_mb']:.0f} |", flush=True)
     import matplotlib
 
@@ -322,15 +371,23 @@ def main() -> None:
                         help="--only paper: processes the cells are handed to (1: this one; "
                              "auto: as `testbed simulate` chooses)")
     args = parser.parse_args()
+    ref = print_yardstick("before")
+    try:
+        run(args, ref)
+    finally:
+        print_yardstick("after")
+
+
+def run(args, ref: float) -> None:
     if args.only == "scale":
         scale_curve([int(x) for x in args.gpus.split(",")],
-                    [int(x) for x in args.measure.split(",")])
+                    [int(x) for x in args.measure.split(",")], ref)
         return
     if args.only == "largest":
-        largest(int(args.measure.split(",")[-1]))
+        largest(int(args.measure.split(",")[-1]), ref)
         return
     if args.only == "paper":
-        whole_paper(args.jobs)
+        whole_paper(args.jobs, ref)
         return
     if args.only == "decision-largest":
         decision_largest()
