@@ -226,8 +226,10 @@ def build(recipe: Recipe, out: Path, on_step: Step = lambda _s: None,
             f.write(mbr.read_bytes()[:440])
         on_step("compressing to qcow2")
         qcow = work / "box.img"
-        _run(["qemu-img", "convert", "-c", "-O", "qcow2", str(image), str(qcow)],
-             "converting to qcow2")
+        # zstd, not qcow2's default zlib: one core's zlib took 94 s of a 307 s build,
+        # zstd 22 s for a box 4% smaller (QEMU reads either)
+        _run(["qemu-img", "convert", "-c", "-o", "compression_type=zstd", "-O", "qcow2",
+              str(image), str(qcow)], "converting to qcow2")
         image.unlink()
         (work / "metadata.json").write_text(json.dumps(
             {"provider": "libvirt", "format": "qcow2", "virtual_size": recipe.disk_gib}))
