@@ -25,7 +25,7 @@ def vm() -> None:
               help="Debian mirror for debootstrap and the VM's apt sources "
                    "[default: http://deb.debian.org/debian].")
 def box(rebuild: bool, mirror: str | None) -> None:
-    """Build (once) and add the local Debian 12 box (needs root; about 5 minutes).
+    """Build (once) and add the local Debian 12 box (needs root; about 4 minutes).
 
     debootstrap bookworm with the kernel, SSH, sudo, the playbook's packages and Ansible;
     extlinux boots it; the `vagrant` user has Vagrant's insecure key (replaced on the

@@ -49,6 +49,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def vm_box():
-    """The local box in Vagrant: built when absent (about 7 minutes), cached otherwise."""
+    """The local box in Vagrant: built when absent (about 4 minutes), cached otherwise."""
     path, built = boxes.ensure(on_step=lambda s: print(f"box: {s}", flush=True))
     return path
