@@ -44,13 +44,17 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
     assert tc.main(["install", "s1-eth1", "1e6", "10", "2", "bytes",
                     "s1-eth2", "2e6", "5", "0", "packets"]) == 0
     assert calls == [("s1-eth1", 1e6, {"netns": None, "min_packets": 10, "kv_levels": 2,
-                                       "byte_limit": True}),
+                                       "byte_limit": True, "frame_bytes": 1514}),
                      ("s1-eth2", 2e6, {"netns": None, "min_packets": 5, "kv_levels": 0,
-                                       "byte_limit": False})]
+                                       "byte_limit": False, "frame_bytes": 1514})]
     calls.clear()
     assert tc.main(["install", "h1-eth0", "3e6", "8"]) == 0  # the short form
     assert calls == [("h1-eth0", 3e6, {"netns": None, "min_packets": 8, "kv_levels": 0,
-                                       "byte_limit": False})]
+                                       "byte_limit": False, "frame_bytes": 1514})]
+    calls.clear()
+    # a replica of smaller frames (emulation.frame_bytes): the limit names the frame
+    assert tc.main(["install", "s1-eth1", "1e6", "16", "0", "packets@414"]) == 0
+    assert calls[0][2]["frame_bytes"] == 414 and not calls[0][2]["byte_limit"]
     calls.clear()
     # each interface in the namespace named before it (a host's; a switch's, the root)
     assert tc.main(["install", "--netns", "/proc/7/ns/net", "h1-eth0", "1e6", "8", "0",
@@ -61,7 +65,9 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
     calls.clear()
     for bad in (["install", "a", "1", "2", "3", "maybe"], ["install", "a", "1", "2", "3",
                                                            "bytes", "b"], ["install"], [],
-                ["install", "--netns", "/x", "a", "1", "2", "--netns", "/y", "3", "bytes"]):
+                ["install", "--netns", "/x", "a", "1", "2", "--netns", "/y", "3", "bytes"],
+                ["install", "a", "1", "2", "3", "packets@64"],
+                ["install", "a", "1", "2", "3", "bytes@big"]):
         assert tc.main(bad) == 2, bad
     assert calls == [] and "IFNAME RATE_BPS" in capsys.readouterr().err
 

@@ -4,6 +4,7 @@ No root needed: these run everywhere.
 """
 
 import json
+import math
 import threading
 import urllib.error
 import urllib.request
@@ -134,6 +135,9 @@ def test_priority_levels_have_their_own_code_points_and_leaves():
         level_dscp(9, 8)
     assert tc.queue_packets(5e6, 16) == 21 and tc.queue_packets(1e5, 16) == 16
     assert tc.queue_packets(1e5) == tc.MIN_QUEUE_PACKETS
+    # smaller frames: the same bytes in more packets
+    assert tc.queue_packets(1e5, 16, 414) == math.ceil(16 * 1514 / 414) == 59
+    assert tc.queue_packets(5e6, 16, 757) == 42
 
 
 def test_fidelity_verdicts():

@@ -251,6 +251,28 @@ def test_scenario_tcp_terms_and_the_replica_equivalent():
     assert load_scenario(SCENARIO, {"emulation.rto_min_ms": 5}).emulation.rto_min_ms == 5
     with pytest.raises(ScenarioError, match="emulation.queue_limit"):
         load_scenario(SCENARIO, {"emulation.queue_limit": "cells"})
+    with pytest.raises(ScenarioError, match="emulation.frame_bytes"):
+        load_scenario(SCENARIO, {"emulation.frame_bytes": 100})
+
+
+def test_a_smaller_replica_frame_is_more_segments_of_fewer_modelled_bytes():
+    full, small = tcp.emulation_equivalent(2e-4, 2), tcp.emulation_equivalent(2e-4, 2,
+                                                                               frame_bytes=414)
+    assert full.mss_bytes == tcp.WIRE_FRAME / 2e-4 and small.mss_bytes == 414 / 2e-4
+    # the first window is ten segments' payload, counted in the frames that carry it
+    assert small.init_cwnd * small.mss_bytes == pytest.approx(10 * 348 / 2e-4)
+    assert full.init_cwnd * full.mss_bytes == pytest.approx(10 * 1448 / 2e-4)
+    assert tcp.segments(1e9, 2e-4) == 139 and tcp.segments(1e9, 2e-4, 414) == 575
+    with pytest.raises(ValueError, match="no room"):
+        tcp.wire_mss(66)
+    # the replica's round trip is mostly a frame's serialisation at every hop, so smaller
+    # frames shorten it in modelled time and bring the validity floor down with it
+    sc = load_scenario(SCENARIO)
+    full_tiers, small_tiers = (validity.floors(sc.with_overrides({"emulation.frame_bytes": f}))
+                               for f in (1514, 414))
+    for tier in (1, 2, 3):
+        assert small_tiers[tier]["rtt_replica_s"] < full_tiers[tier]["rtt_replica_s"] / 2
+        assert small_tiers[tier]["transfer_floor_bytes"] < full_tiers[tier]["transfer_floor_bytes"]
 
 
 def test_a_calibration_from_another_scale_or_dilation_is_refused():

@@ -32,7 +32,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.datapath.classes import COUNTERS, Counters, read_classes
-from testbed.model.tcp import WIRE_FRAME
+from testbed.model.tcp import MIN_FRAME, WIRE_FRAME
 from testbed.topologies.traffic_classes import (
     CLASSES,
     CONTROL,
@@ -128,10 +128,11 @@ def _index(ipr, ifname: str) -> int:
 
 
 def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_levels: int = 0,
-                min_packets: int = MIN_QUEUE_PACKETS, byte_limit: bool = False) -> None:
+                min_packets: int = MIN_QUEUE_PACKETS, byte_limit: bool = False,
+                frame_bytes: int = WIRE_FRAME) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree."""
     in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets, byte_limit,
-                                                 kv_levels))
+                                                 kv_levels, frame_bytes))
 
 
 # the kernel's bfifo takes pfifo's options (struct tc_fifo_qopt: a limit, here in bytes);
@@ -140,15 +141,15 @@ _tc_plugins.setdefault("bfifo", sched_pfifo)
 
 
 def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit: bool,
-                 kv_levels: int = 0) -> None:
+                 kv_levels: int = 0, frame_bytes: int = WIRE_FRAME) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
         ipr.tc("del", index=idx)
     ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
     ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
            ceil=_bits(rate_bps))
-    packets = queue_packets(rate_bps, min_packets)
-    fifo, limit = ("bfifo", packets * WIRE_FRAME) if byte_limit else ("pfifo", packets)
+    packets = queue_packets(rate_bps, min_packets, frame_bytes)
+    fifo, limit = ("bfifo", packets * frame_bytes) if byte_limit else ("pfifo", packets)
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
                rate=_bits(rate_bps * c.share), ceil=_bits(rate_bps), prio=c.prio)
@@ -173,8 +174,13 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit
                target=target, keys=[_tos_key(dscp)])
 
 
-def queue_packets(rate_bps: float, min_packets: int = MIN_QUEUE_PACKETS, mtu: int = 1500) -> int:
-    return max(min_packets, math.ceil(rate_bps * QUEUE_S / (mtu * 8)))
+def queue_packets(rate_bps: float, min_packets: int = MIN_QUEUE_PACKETS,
+                  frame_bytes: int = WIRE_FRAME) -> int:
+    """A leaf's depth: QUEUE_S at the link rate, at least `min_packets`, both in full-size
+    frames, held as that many bytes' worth of `frame_bytes` frames (a smaller frame puts
+    more packets, not more bytes, in a queue)."""
+    full = max(min_packets, math.ceil(rate_bps * QUEUE_S / (1500 * 8)))
+    return math.ceil(full * WIRE_FRAME / frame_bytes)
 
 
 # Connection set-up rides the control class: in a packet-limited 16-slot queue a SYN
@@ -278,7 +284,7 @@ def serve_counters(lines, write) -> None:
 
 def main(argv: list[str]) -> int:
     """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS MIN_PACKETS
-    KV_LEVELS bytes|packets [[--netns PATH] IFNAME ...]`: the same HTB tree on each
+    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the same HTB tree on each
     interface, in the namespace of the `--netns` before it (else the caller's own); the
     cluster edition runs it on other machines, once per machine for all of its switches
     and hosts (a Python start costs seconds in a slow VM). The short form `install IFNAME
@@ -302,13 +308,17 @@ def main(argv: list[str]) -> int:
             netns, args = args[1], args[2:]
             continue
         group, args = args[:5], args[5:]
-        if len(group) < 5 or group[4] not in ("bytes", "packets") or "--netns" in group:
+        limit, _, frame = group[4].partition("@") if len(group) == 5 else ("", "", "")
+        if limit not in ("bytes", "packets") or "--netns" in group or (
+                frame and not (frame.isdigit() and MIN_FRAME <= int(frame) <= WIRE_FRAME)):
             print(main.__doc__, file=sys.stderr)
             return 2
         groups.append((netns, group))
     for netns, (ifname, rate, min_packets, levels, limit) in groups:
+        limit, _, frame = limit.partition("@")
         install_htb(ifname, float(rate), netns=netns, min_packets=int(min_packets),
-                    kv_levels=int(levels), byte_limit=limit == "bytes")
+                    kv_levels=int(levels), byte_limit=limit == "bytes",
+                    frame_bytes=int(frame or WIRE_FRAME))
     return 0
 
 

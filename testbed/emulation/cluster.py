@@ -34,6 +34,7 @@ from testbed.datapath import tc
 from testbed.emulation.cleanup import TAG
 from testbed.emulation.net import EmulatedNetwork, EmulationError
 from testbed.emulation.processes import LocalLauncher
+from testbed.model.tcp import WIRE_FRAME
 from testbed.remote.counters import cluster_counters
 from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
 
@@ -256,6 +257,7 @@ class ClusterNetwork(EmulatedNetwork):
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
         limit = self.scenario.emulation.queue_limit
+        frame = self.scenario.emulation.frame_bytes
         levels = self.scenario.kv_levels()
         # another server's switch ports and hosts: one tc run there for all of them (each
         # interface in its node's namespace), through a node's shell on that server
@@ -268,13 +270,14 @@ class ClusterNetwork(EmulatedNetwork):
                 shells.setdefault(server, n)
                 remote.setdefault(server, []).append(
                     ["--netns", f"/proc/{n.pid}/ns/net", intf, str(link.rate_bps), str(q),
-                     str(levels), limit])
+                     str(levels), limit if frame == WIRE_FRAME else f"{limit}@{frame}"])
             elif node in self.fabric.switches:
                 tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
-                               byte_limit=limit == "bytes")
+                               byte_limit=limit == "bytes", frame_bytes=frame)
             else:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
-                               min_packets=q, kv_levels=levels, byte_limit=limit == "bytes")
+                               min_packets=q, kv_levels=levels, byte_limit=limit == "bytes",
+                               frame_bytes=frame)
         for server, groups in remote.items():
             python = f"{self.servers.project_dir[server]}/.venv/bin/python"
             for args in _lines_of(groups):

@@ -30,6 +30,7 @@ from testbed.emulation.hosts import host_gone
 from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
 from testbed.emulation.switches import switch_class
 from testbed.emulation.system_ovs import SystemOvsWatch
+from testbed.model.tcp import WIRE_FRAME
 from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import auto_daemons, interface_netns, private_daemons
@@ -38,6 +39,8 @@ ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 # beside the run's scenario: the one its controller and workers read once "auto" is a count
 RESOLVED_SCENARIO = "scenario-resolved.yaml"
 
+
+ADVMSS_HEADERS = 54  # Ethernet, IPv4, TCP: a route's advmss counts the TCP options in
 
 class EmulationError(RuntimeError):
     """The emulation cannot start here; the message says why and what to do."""
@@ -386,30 +389,38 @@ class EmulatedNetwork:
     def _shape(self) -> None:
         q = self.scenario.emulation.queue_min_packets
         bytes_ = self.scenario.emulation.queue_limit == "bytes"
+        frame = self.scenario.emulation.frame_bytes
         levels = self.scenario.kv_levels()
         where = self.interface_netns
         for node, intf, link in self.fabric.egress_interfaces():
             if node in self.fabric.switches:
                 tc.install_htb(intf, link.rate_bps, netns=where.get(intf), min_packets=q,
-                               kv_levels=levels, byte_limit=bytes_)
+                               kv_levels=levels, byte_limit=bytes_, frame_bytes=frame)
             else:
                 host = self.net.get(node)
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
-                               min_packets=q, kv_levels=levels, byte_limit=bytes_)
+                               min_packets=q, kv_levels=levels, byte_limit=bytes_,
+                               frame_bytes=frame)
 
     def _tune_hosts(self) -> None:
-        """Every host route gets the replica's minimum RTO (emulation.rto_min_ms)."""
+        """Every host route gets the replica's minimum RTO (emulation.rto_min_ms) and
+        segment size (emulation.frame_bytes: advmss caps what peers send on it)."""
         emu = self.scenario.emulation
-        if emu.rto_min_ms is None:
+        options = []
+        if emu.rto_min_ms is not None:
+            options.append(f"rto_min {max(1, round(emu.dilation.wall(emu.rto_min_ms)))}ms")
+        if emu.frame_bytes != WIRE_FRAME:  # headers without the timestamps option
+            options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
+        if not options:
             return
-        wall_ms = max(1, round(emu.dilation.wall(emu.rto_min_ms)))
         for name in self.fabric.hosts:
             host = self.net.get(name)
             for route in host.cmd("ip route show").splitlines():
                 if route.strip():
-                    out = host.cmd(f"ip route change {route.strip()} rto_min {wall_ms}ms")
+                    out = host.cmd(f"ip route change {route.strip()} {' '.join(options)}")
                     if out.strip():
-                        raise EmulationError(f"{name}: cannot set rto_min on '{route}': {out}")
+                        raise EmulationError(f"{name}: cannot set {' and '.join(options)} "
+                                             f"on '{route}': {out}")
 
     def host(self, name: str):
         return self.net.get(name)

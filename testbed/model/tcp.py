@@ -30,6 +30,8 @@ from testbed.clock import Dilation
 
 WIRE_MSS = 1448  # bytes of payload in a 1500-byte Ethernet frame with TCP timestamps
 WIRE_FRAME = 1514  # bytes a data segment occupies on an emulated link (Ethernet header)
+SEGMENT_OVERHEAD = WIRE_FRAME - WIRE_MSS  # Ethernet, IPv4 and TCP headers with timestamps
+MIN_FRAME = 256  # the smallest replica frame a scenario may ask for (emulation.frame_bytes)
 LINUX_INIT_CWND = 10  # segments (RFC 6928)
 MAX_SHARD_SPREAD = 0.9  # the slowest shard keeps a tenth of an equal share at least
 MAX_CONTENTION_IDLE = 0.9  # a contended stream's time stretches 10x at most
@@ -209,18 +211,27 @@ def startup_excess(size: float, rate: float, rtt_s: float, params: TcpParams) ->
     return lone_transfer_time(size, rate, rtt_s, params) / fluid - 1.0
 
 
+def wire_mss(frame_bytes: int = WIRE_FRAME) -> int:
+    """Payload bytes of a full segment whose frame is `frame_bytes` on the wire."""
+    if frame_bytes <= SEGMENT_OVERHEAD:
+        raise ValueError(f"a frame of {frame_bytes} bytes has no room for a payload")
+    return frame_bytes - SEGMENT_OVERHEAD
+
+
 def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: float = 0.0,
                          init_cwnd: float = LINUX_INIT_CWND,
-                         serialisation: float = 1.0) -> TcpParams:
+                         serialisation: float = 1.0,
+                         frame_bytes: int = WIRE_FRAME) -> TcpParams:
     """The TCP parameters, in modelled units, that the emulated replica actually has.
 
-    A wire segment carries WIRE_MSS bytes but occupies WIRE_FRAME bytes of a link's rate;
-    modelled bytes are wire bytes / scale, so a segment is WIRE_MSS / scale modelled bytes
-    and serialises in WIRE_FRAME / scale modelled bytes' time. Wall delays shrink by the
-    dilation."""
+    A wire segment carries wire_mss(frame) bytes but occupies `frame_bytes` of a link's
+    rate; modelled bytes are wire bytes / scale, so a segment is frame / scale modelled
+    bytes' time on a link and a window of init_cwnd segments carries init_cwnd x mss /
+    frame of them. Wall delays shrink by the dilation."""
     if scale <= 0 or time_dilation <= 0:
         raise ValueError("scale and time_dilation must be positive")
-    return TcpParams(mss_bytes=WIRE_FRAME / scale, init_cwnd=init_cwnd * WIRE_MSS / WIRE_FRAME,
+    return TcpParams(mss_bytes=frame_bytes / scale,
+                     init_cwnd=init_cwnd * wire_mss(frame_bytes) / frame_bytes,
                      hop_delay_s=Dilation(time_dilation).modelled(wire_hop_delay_s),
                      serialisation=serialisation)
 
@@ -250,6 +261,6 @@ def validity_floor(rate: float, rtt_emulated: float, emulated: TcpParams, rtt_cl
     return hi
 
 
-def segments(size_modelled: float, scale: float) -> int:
+def segments(size_modelled: float, scale: float, frame_bytes: int = WIRE_FRAME) -> int:
     """Wire segments a shard of `size_modelled` bytes becomes on the replica."""
-    return max(1, math.ceil(size_modelled * scale / WIRE_MSS))
+    return max(1, math.ceil(size_modelled * scale / wire_mss(frame_bytes)))

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from testbed.clock import Dilation
+from testbed.model.tcp import MIN_FRAME, WIRE_FRAME
 from testbed.scenario.base import _Strict
 
 
@@ -51,12 +52,21 @@ class EmulationCfg(_Strict):
                           description="telemetry poll and oracle refresh period")
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
     queue_min_packets: int = Field(
-        16, ge=4, le=10000, description="leaf queue depth floor in packets (queues are 50 ms "
-        "at the link rate, at least this): packets do not scale with the scale factor")
+        16, ge=4, le=10000, description="leaf queue depth floor in full-size (1514-byte) "
+        "packets (queues are 50 ms at the link rate, at least this; with a smaller "
+        "frame_bytes the same bytes in more packets): packets do not scale with the scale "
+        "factor")
     layer_chunks: bool = Field(
         False, description="send KV layer by layer with a DSCP priority level per layer "
         "chunk (HTB level classes on every egress); always on under a non-fair "
         "network.flow_policy; set it for fair runs compared against those")
+    frame_bytes: int = Field(
+        WIRE_FRAME, ge=MIN_FRAME, le=WIRE_FRAME, description="bytes a full segment occupies "
+        "on an emulated link (its Ethernet frame; payload: frame - 66), set as every host "
+        "route's advmss: smaller frames put more packets in the replica's pipe per modelled "
+        "byte at the same queueing delay (queue floors keep their bytes), at the datapath's "
+        "and the hosts' cost per packet; measured worse on the workloads, so full-size by "
+        "default (docs/validation.md, 'Smaller frames')")
     queue_limit: Literal["packets", "bytes"] = Field(
         "packets", description="leaf queues hold queue_min_packets packets of any size, or "
         "that many full frames' worth of bytes (a switch's buffer: SYNs and ACKs fit behind "

@@ -26,9 +26,10 @@ class TcpCfg(_Strict):
     """The flow model's TCP terms (network.flow_model: tcp; testbed/model/tcp.py)."""
 
     replica: bool = Field(
-        False, description="use the emulated replica's equivalents (segment of 1514 wire "
-        "bytes / emulation.scale, wall delays / emulation.time_dilation) to predict the "
-        "packets; false: the modelled cluster's own segment and delays")
+        False, description="use the emulated replica's equivalents (segment of "
+        "emulation.frame_bytes wire bytes / emulation.scale, wall delays / "
+        "emulation.time_dilation) to predict the packets; false: the modelled cluster's own "
+        "segment and delays")
     mss_bytes: float = Field(4096, gt=0, le=1e12, description="modelled bytes per segment "
                              "(the cluster's; RoCE's 4096 by default)")
     init_cwnd: float = Field(10, gt=0, le=1e6, description="segments in the first window")

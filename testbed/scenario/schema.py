@@ -146,8 +146,9 @@ class Scenario(_Strict):
             return None
         t = self.network.tcp
         if t.replica:
-            base = emulation_equivalent(self.emulation.scale, self.emulation.time_dilation,
-                                        t.hop_delay_us * 1e-6, t.init_cwnd, t.serialisation)
+            emu = self.emulation
+            base = emulation_equivalent(emu.scale, emu.time_dilation, t.hop_delay_us * 1e-6,
+                                        t.init_cwnd, t.serialisation, emu.frame_bytes)
             return replace(base, handshake_rtts=t.handshake_rtts, tail_rtts=t.tail_rtts,
                            shard_spread=t.shard_spread, contention_idle=t.contention_idle,
                            seniority_s=t.seniority_s, join_stall_s=t.join_stall_s)

@@ -166,7 +166,7 @@ def tcp_predictor(sc, factors: dict[int, float], shards: int):
     def predict(share: float, hop_delay_s: float, tier: int, size: float,
                 competing: int = 1) -> float:
         params = tcp.emulation_equivalent(emu.scale, emu.time_dilation, hop_delay_s,
-                                          sc.network.tcp.init_cwnd, share)
+                                          sc.network.tcp.init_cwnd, share, emu.frame_bytes)
         latency, rates = geometry[tier]
         rate = min(rates) / (shards * competing)
         return tcp.lone_transfer_time(size / shards, rate, tcp.path_rtt(latency, rates, params),

@@ -408,7 +408,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "validity": {
             "tolerance": validity.TOLERANCE,
             "tiers": {str(t): v for t, v in by_tier.items()},
-            "segments_per_shard": validity.segment_profile(emu_rows, scenario.emulation.scale),
+            "segments_per_shard": validity.segment_profile(
+                emu_rows, scenario.emulation.scale, scenario.emulation.frame_bytes),
             "shard_spread": _spread(emu_rows),
             "model_shard_spread": _spread([r for rows in replays["replay_tcp"].values()
                                            for r in rows]),

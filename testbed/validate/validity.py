@@ -46,7 +46,7 @@ def floors(scenario, capacity_factor: dict[int, float] | None = None,
     emu = scenario.emulation
     t = scenario.network.tcp
     replica = tcp.emulation_equivalent(emu.scale, emu.time_dilation, t.hop_delay_us * 1e-6,
-                                       t.init_cwnd, t.serialisation)
+                                       t.init_cwnd, t.serialisation, emu.frame_bytes)
     cluster = tcp.TcpParams(t.mss_bytes, t.init_cwnd, t.handshake_rtts, t.tail_rtts)
     shards = scenario.network.flows_per_transfer or spec.tp
     net_r = FluidNetwork(spec, None, capacity_factor, replica)
@@ -60,13 +60,15 @@ def floors(scenario, capacity_factor: dict[int, float] | None = None,
         out[tier] = {"rtt_replica_s": rtt_r, "rtt_cluster_s": rtt_c,
                      "shard_floor_bytes": shard_floor,
                      "transfer_floor_bytes": shard_floor * shards,
-                     "floor_segments": tcp.segments(shard_floor, emu.scale)}
+                     "floor_segments": tcp.segments(shard_floor, emu.scale,
+                                                      emu.frame_bytes)}
     return out
 
 
-def segment_profile(transfer_rows: Sequence[dict], scale: float) -> dict:
+def segment_profile(transfer_rows: Sequence[dict], scale: float,
+                    frame_bytes: int = tcp.WIRE_FRAME) -> dict:
     """Wire segments per shard on the replica: p10 / p50 / p90 and how many."""
-    segs = [tcp.segments(float(r["bytes"]), scale) for r in transfer_rows]
+    segs = [tcp.segments(float(r["bytes"]), scale, frame_bytes) for r in transfer_rows]
     return {"n": len(segs), "p10": percentile(segs, 10), "p50": percentile(segs, 50),
             "p90": percentile(segs, 90)}
 
