@@ -284,8 +284,9 @@ def serve_counters(lines, write) -> None:
 
 def main(argv: list[str]) -> int:
     """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS MIN_PACKETS
-    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the same HTB tree on each
-    interface, in the namespace of the `--netns` before it (else the caller's own); the
+    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the same HTB tree
+    on each interface (@FRAME_BYTES: queues for frames of that size, emulation.frame_bytes),
+    in the namespace of the `--netns` before it (else the caller's own); the
     cluster edition runs it on other machines, once per machine for all of its switches
     and hosts (a Python start costs seconds in a slow VM). The short form `install IFNAME
     RATE_BPS MIN_PACKETS [KV_LEVELS]` shapes one interface with packet-limited queues.

@@ -38,9 +38,10 @@ from testbed.topologies.placement import auto_daemons, interface_netns, private_
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 # beside the run's scenario: the one its controller and workers read once "auto" is a count
 RESOLVED_SCENARIO = "scenario-resolved.yaml"
+# a route's advmss is the frame less Ethernet (14), IPv4 (20) and TCP's fixed header (20);
+# the timestamps option's 12 bytes come out of it, leaving frame - 66 of payload
+ADVMSS_HEADERS = 54
 
-
-ADVMSS_HEADERS = 54  # Ethernet, IPv4, TCP: a route's advmss counts the TCP options in
 
 class EmulationError(RuntimeError):
     """The emulation cannot start here; the message says why and what to do."""
@@ -409,7 +410,7 @@ class EmulatedNetwork:
         options = []
         if emu.rto_min_ms is not None:
             options.append(f"rto_min {max(1, round(emu.dilation.wall(emu.rto_min_ms)))}ms")
-        if emu.frame_bytes != WIRE_FRAME:  # headers without the timestamps option
+        if emu.frame_bytes != WIRE_FRAME:
             options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
         if not options:
             return
