@@ -22,6 +22,7 @@ was asked about, the floor for any deterministic flow model on these probes.
 
 Run: sudo .venv/bin/python benchmarks/bench_compete.py [scenarios/validate.yaml]
      [--competing 1,2,4] [--repeats 2] [--tiers 2,3] [--sizes 0.5,2] [--spacing 0,0.25,0.5]
+     [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -70,8 +71,11 @@ def main() -> None:
                     help="modelled GB per transfer, comma-separated")
     ap.add_argument("--spacing", default="0",
                     help="starts this many lone-transfer times apart (0: together)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a scenario field (e.g. emulation.frame_bytes=414)")
     args = ap.parse_args()
-    sc = load_scenario(args.scenario)
+    sc = load_scenario(args.scenario, {key: yaml.safe_load(value) for key, _, value in
+                                       (item.partition("=") for item in args.sets)})
     cell = sc.cells()[0][1]
     emu = cell.emulation
     spec = cell.cluster.spec()
@@ -88,7 +92,7 @@ def main() -> None:
             rates = {intf: link.rate_bps for node, intf, link in fabric.egress_interfaces()
                      if node in fabric.switches}
             print(f"{args.scenario}: scale {emu.scale:g}, dilation {emu.time_dilation:g}, "
-                  f"{shards} shards per transfer; wall seconds")
+                  f"{emu.frame_bytes}-byte frames, {shards} shards per transfer; wall seconds")
             for tier, (src, dst) in tier_pairs(spec).items():
                 if tiers and tier not in tiers:
                     continue
