@@ -174,6 +174,26 @@ def set_static_arp(net, hosts: dict) -> None:
                                      f"{out.strip()}")
 
 
+def tune_host_routes(net, hosts: dict, emu) -> None:
+    """Every host route gets the replica's minimum RTO (emulation.rto_min_ms) and
+    segment size (emulation.frame_bytes: advmss caps what peers send on it)."""
+    options = []
+    if emu.rto_min_ms is not None:
+        options.append(f"rto_min {max(1, round(emu.dilation.wall(emu.rto_min_ms)))}ms")
+    if emu.frame_bytes != WIRE_FRAME:
+        options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
+    if not options:
+        return
+    for name in hosts:
+        host = net.get(name)
+        for route in host.cmd("ip route show").splitlines():
+            if route.strip():
+                out = host.cmd(f"ip route change {route.strip()} {' '.join(options)}")
+                if out.strip():
+                    raise EmulationError(f"{name}: cannot set {' and '.join(options)} "
+                                         f"on '{route}': {out}")
+
+
 class EmulatedNetwork:
     hosts_here = True  # its hosts' shells are processes on this machine
 
@@ -313,7 +333,7 @@ class EmulatedNetwork:
             self._start_mininet()
             self._shape()
             set_static_arp(self.net, self.fabric.hosts)
-            self._tune_hosts()
+            tune_host_routes(self.net, self.fabric.hosts, self.scenario.emulation)
             self._wait("every switch to get its routes and a first telemetry poll",
                        lambda: self.status()["ready"], timeout=90, progress=self._progress)
         except BaseException:
@@ -402,26 +422,6 @@ class EmulatedNetwork:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
                                min_packets=q, kv_levels=levels, byte_limit=bytes_,
                                frame_bytes=frame)
-
-    def _tune_hosts(self) -> None:
-        """Every host route gets the replica's minimum RTO (emulation.rto_min_ms) and
-        segment size (emulation.frame_bytes: advmss caps what peers send on it)."""
-        emu = self.scenario.emulation
-        options = []
-        if emu.rto_min_ms is not None:
-            options.append(f"rto_min {max(1, round(emu.dilation.wall(emu.rto_min_ms)))}ms")
-        if emu.frame_bytes != WIRE_FRAME:
-            options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
-        if not options:
-            return
-        for name in self.fabric.hosts:
-            host = self.net.get(name)
-            for route in host.cmd("ip route show").splitlines():
-                if route.strip():
-                    out = host.cmd(f"ip route change {route.strip()} {' '.join(options)}")
-                    if out.strip():
-                        raise EmulationError(f"{name}: cannot set {' and '.join(options)} "
-                                             f"on '{route}': {out}")
 
     def host(self, name: str):
         return self.net.get(name)
