@@ -1,10 +1,11 @@
 """Sample a run while it goes on (every switch egress's backlog and class counters, each
-departure, the CPU, the datapath's and workers' threads) and hand the samples to the
-judgement (testbed.emulation.judge)."""
+departure, the CPU, the datapath's and workers' threads, what the machine dropped or held
+before the fabric) and hand the samples to the judgement (testbed.emulation.judge)."""
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from testbed.datapath import tc
 from testbed.datapath.backlog import BacklogReader
 from testbed.datapath.departures import DepartureTracer
 from testbed.datapath.departures import available as can_trace
+from testbed.datapath.ingress import IngressReader
+from testbed.emulation.ingress import ingress_judgement
 from testbed.emulation.judge import (
     BACKLOG_HZ,
     MIN_BACKLOG_SAMPLES,
@@ -25,7 +28,7 @@ from testbed.emulation.judge import (
     thread_loads,
     verdict,
 )
-from testbed.emulation.threads import ThreadSampler
+from testbed.emulation.threads import ThreadSampler, vswitchd_pids
 
 
 def _read_cpu() -> tuple[int, int]:
@@ -59,6 +62,10 @@ class FidelityMonitor:
     _backlog: dict[str, list[int]] = field(default_factory=dict)  # intf -> [samples, busy]
     _backlog_lock: threading.Lock = field(default_factory=threading.Lock)
     _fast: threading.Thread | None = None
+    _ingress: IngressReader | None = None
+    _ingress_error: str | None = None
+    _held: list[int] = field(default_factory=list)  # bytes in the datapath's input buffers
+    _fullest: float = 0.0
     _cpu: list[float] = field(default_factory=list)
     _threads: ThreadSampler | None = None
     _loaded: list[bool] = field(default_factory=list)
@@ -77,6 +84,7 @@ class FidelityMonitor:
         if self.read is not None:
             self.backlog_hz = 0.0  # another server's queues: counters over SSH only
         if self.backlog_hz > 0:
+            self._start_ingress()
             reader = BacklogReader(list(self._egress), self.netns)
             self._fast = threading.Thread(target=self._sample_backlog, args=(reader,),
                                           name="fidelity-backlog", daemon=True)
@@ -86,6 +94,21 @@ class FidelityMonitor:
         self._thread = threading.Thread(target=self._loop, name="fidelity", daemon=True)
         self._thread.start()
         return self
+
+    def _start_ingress(self) -> None:
+        try:
+            self._ingress = IngressReader(vswitchd_pids()).start()
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._ingress_error = f"the machine's input drops not read: {exc}"
+
+    def _stop_ingress(self) -> dict:
+        drops = None
+        if self._ingress is not None:
+            try:
+                drops = self._ingress.stop()
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._ingress_error = f"the machine's input drops not read: {exc}"
+        return ingress_judgement(drops, self._held, self._fullest, self._ingress_error)
 
     def _start_trace(self) -> None:
         if not can_trace():
@@ -123,6 +146,10 @@ class FidelityMonitor:
                     got = reader.read()
                 except OSError:
                     got = {}  # a namespace torn down under us: the run is ending
+                if self._ingress is not None:
+                    held, fullest = self._ingress.read()
+                    self._held.append(held)
+                    self._fullest = max(self._fullest, fullest)
                 with self._backlog_lock:
                     for intf, (backlog, _) in got.items():
                         acc = self._backlog.setdefault(intf, [0, 0])
@@ -198,7 +225,7 @@ class FidelityMonitor:
                        datapath=self.datapath, backlog_hz=self.backlog_hz or None,
                        departures=departures, departures_lost=lost,
                        departure_error=self._trace_error, timers=timers,
-                       pushes=pushes)
+                       pushes=pushes, ingress=self._stop_ingress())
 
     def link_rows(self, to_modelled, measured) -> list[dict]:
         """links.csv rows (the shared format): utilisation of every switch egress per

@@ -31,7 +31,8 @@ The machine's average is not the whole story: the userspace datapath forwards ev
 in one ovs-vswitchd thread, which saturates while other cores idle. So every thread of the
 datapath and of the workers is sampled too (testbed.emulation.threads); a run whose
 busiest datapath thread spent most of its loaded intervals near a full core is
-`datapath_bound`, never faithful, and the advice names the fix that applies.
+`datapath_bound`, never faithful, and the advice names the fix that applies. A packet
+the machine dropped before any emulated queue fails a run too (testbed.emulation.ingress).
 """
 from __future__ import annotations
 
@@ -228,10 +229,12 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
             datapath: str | None = None, backlog_hz: float | None = None,
             departures: dict[str, tuple[str, Spacing]] | None = None,
             departures_lost: int = 0, departure_error: str | None = None,
-            timers: dict[str, dict] | None = None, pushes: dict | None = None) -> dict:
+            timers: dict[str, dict] | None = None, pushes: dict | None = None,
+            ingress: dict | None = None) -> dict:
     """The fidelity.json document: figures, the verdict, why and what to change.
     `departures`: interface -> (link, its per-packet figures), where they were traced;
-    `timers`: worker process -> how late it woke (testbed.workers.lateness)."""
+    `timers`: worker process -> how late it woke (testbed.workers.lateness); `ingress`:
+    what the machine dropped or held before the fabric (testbed.emulation.ingress)."""
     checked = [lk for lk in links if lk.saturated_intervals >= MIN_SATURATED_INTERVALS]
     spaced = {i: (name, sp) for i, (name, sp) in (departures or {}).items()
               if sp.judged >= MIN_DEPARTURES}
@@ -283,13 +286,18 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
         reasons.append(f"worker {worker_bound.process} busy {worker_bound.median:.0%} of a core")
     if not checked:
         reasons.append("no link was saturated long enough to check rates")
+    lost = (ingress or {}).get("reasons", [])
+    reasons += lost
+    warnings += (ingress or {}).get("warnings", [])
     cpu_bound = cpu["cpu_bound"]
-    faithful = not slow and not late and not cpu_bound and dp_bound is None and worker_bound is None
+    faithful = (not slow and not late and not cpu_bound and dp_bound is None
+                and worker_bound is None and not lost)
     return {
         "verdict": "faithful" if faithful else "unfaithful",
         "reasons": reasons,
         "warnings": warnings,
-        "advice": advice(dp_bound, cpu_bound, worker_bound, datapath),
+        "advice": advice(dp_bound, cpu_bound, worker_bound, datapath)
+        + (ingress or {}).get("advice", []),
         "cpu_bound": cpu_bound,
         "datapath": datapath,
         "datapath_bound": dp_bound is not None,
@@ -302,6 +310,7 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
         "datapath_held": cpu["datapath_held"],
         "pushes": pushes,
         "timers": cpu["timers"],
+        "ingress": (ingress or {}).get("figures"),
         "min_ratio": min_ratio,
         "saturation_test": (f"a backlog standing {STANDING_SHARE:.0%} of the interval, sampled "
                             f"at {backlog_hz:g} Hz; rate while backlogged"

@@ -442,11 +442,20 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         "departures_late_share": (departure_summary(fidelity) or {}).get("worst_late_share"),
         "datapath_bound": fidelity["datapath_bound"],
         "datapath_thread_busy": (fidelity["datapath_thread"] or {}).get("busy_median"),
+        "machine_drops": machine_drops(fidelity.get("ingress")),
         "worker_errors": len(result["errors"]),
         "oracle_age_max_s": result["oracle_age_max_s"],
         **{f"tcp_{k}": v for k, v in tcpinfo.stalls(result["transfers"]).items()
            if k != "timeouts_known"},
     }
+
+
+def machine_drops(ingress: dict | None) -> int | None:
+    """Packets lost before the fabric's queues (the kernel's input backlog and the
+    datapath's receive buffers); None where they were not read."""
+    if not ingress or ingress.get("backlog_drops") is None:
+        return None
+    return ingress["backlog_drops"] + ingress["socket_drops"]
 
 
 def oracle_health(result: dict, limit_s: float) -> str | None:

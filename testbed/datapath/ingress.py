@@ -1,0 +1,133 @@
+"""What the machine does to packets before any emulated queue sees them.
+
+A veth hands every packet it sends to its peer through the kernel's per-CPU input
+backlog, and the userspace datapath reads its ports from packet sockets, whose receive
+buffers hold packets until ovs-vswitchd's one forwarding thread gets to them. A real
+switch holds nothing there and drops nothing there; on a machine short of cycles both
+can happen, and neither shows in a qdisc's counters, the backlog samples or the
+departure trace, which see only what reached an egress queue. So this module reads
+the backlog's drops (/proc/net/softnet_stat, machine-wide), the datapath's sockets'
+drops and buffer sizes (`ss`, at a run's start and end) and what their buffers hold
+(/proc/<pid>/net/packet, cheap enough for the backlog sampler's 100 Hz).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_INO = re.compile(r"\bino:(\d+)")
+_SKMEM = re.compile(r"skmem:\(([^)]*)\)")
+_OWNER = re.compile(r'\("([^"]+)",pid=(\d+)')
+
+
+def softnet_drops(text: str) -> int:
+    """Packets the input backlog dropped (full), summed over the CPUs: the second
+    column of /proc/net/softnet_stat, in hex."""
+    return sum(int(line.split()[1], 16) for line in text.splitlines() if line.strip())
+
+
+def socket_memory(text: str) -> dict[int, tuple[int, int]]:
+    """/proc/<pid>/net/packet -> socket inode -> (the interface it is bound to, 0 for
+    none; the bytes its receive buffer holds: Rmem, the kernel's accounting, in which
+    each packet counts its buffer's true size)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 9:
+            out[int(cols[8])] = (int(cols[4]), int(cols[6]))
+    return out
+
+
+@dataclass(frozen=True)
+class PacketSocket:
+    inode: int
+    pid: int
+    drops: int  # packets the socket dropped: its receive buffer was full
+    rcvbuf: int  # the receive buffer's size, bytes
+
+
+def packet_sockets(text: str, owner: str) -> dict[int, PacketSocket]:
+    """`ss -0 -a -n -e -m -p` -> the packet sockets that process `owner` holds."""
+    out = {}
+    for record in re.split(r"\n(?=\S)", text):
+        ino, mem, who = _INO.search(record), _SKMEM.search(record), _OWNER.search(record)
+        if not (ino and mem and who) or who.group(1) != owner:
+            continue
+        fields = dict(re.fullmatch(r"([a-z]+)(\d+)", f).groups() for f in mem.group(1).split(","))
+        out[int(ino.group(1))] = PacketSocket(int(ino.group(1)), int(who.group(2)),
+                                              int(fields.get("d", 0)), int(fields["rb"]))
+    return out
+
+
+def _ss(pid: int, owner: str) -> dict[int, PacketSocket]:
+    """The packet sockets of `owner` in the network namespace of process `pid`."""
+    got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ss", "-0", "-a", "-n",
+                          "-e", "-m", "-p"], capture_output=True, text=True, timeout=10)
+    if got.returncode != 0:
+        raise OSError(f"ss: {got.stderr.strip() or got.returncode}")
+    return packet_sockets(got.stdout, owner)
+
+
+@dataclass
+class IngressReader:
+    """The datapath processes' packet sockets (none on the kernel datapath) and the
+    machine's input backlog. `start()` and `stop()` read the drops; `read()` what the
+    sockets' buffers hold now."""
+
+    pids: list[int]  # the datapath's processes (ovs-vswitchd)
+    owner: str = "ovs-vswitchd"
+    proc: Path = Path("/proc")
+    sockets: dict[int, PacketSocket] = field(default_factory=dict)
+    _softnet: int = 0
+    _readers: dict[int, set[int]] = field(default_factory=dict)  # pid -> its inodes
+
+    def _all(self) -> dict[int, PacketSocket]:
+        out, seen = {}, set()
+        for pid in self.pids:
+            try:
+                ns = (self.proc / str(pid) / "ns" / "net").stat().st_ino
+            except OSError:
+                continue  # exited
+            if ns not in seen:  # one look per namespace: ss lists all its sockets
+                seen.add(ns)
+                out.update(_ss(pid, self.owner))
+        return out
+
+    def start(self) -> IngressReader:
+        self._softnet = softnet_drops((self.proc / "net" / "softnet_stat").read_text())
+        found = self._all()
+        for pid in {sock.pid for sock in found.values()}:
+            # a port's socket is bound to its interface; an unbound one receives nothing
+            bound = {i for i, (ifindex, _) in self._memory(pid).items() if ifindex}
+            self._readers[pid] = {i for i, s in found.items() if s.pid == pid and i in bound}
+        self.sockets = {i: found[i] for inodes in self._readers.values() for i in inodes}
+        return self
+
+    def _memory(self, pid: int) -> dict[int, tuple[int, int]]:
+        try:
+            return socket_memory((self.proc / str(pid) / "net" / "packet").read_text())
+        except OSError:
+            return {}  # exited
+
+    def read(self) -> tuple[int, float]:
+        """(bytes the datapath's receive buffers hold in all, the fullest one's share
+        of its buffer)."""
+        total, fullest = 0, 0.0
+        for pid, inodes in self._readers.items():
+            held = self._memory(pid)
+            for inode in inodes & held.keys():
+                total += held[inode][1]
+                fullest = max(fullest, held[inode][1] / max(1, self.sockets[inode].rcvbuf))
+        return total, fullest
+
+    def stop(self) -> dict:
+        """Drops since start: the input backlog's (machine-wide) and the datapath's
+        sockets' (those open at both ends of the run)."""
+        softnet = softnet_drops((self.proc / "net" / "softnet_stat").read_text())
+        now = self._all()
+        sockets = sum(now[i].drops - s.drops for i, s in self.sockets.items() if i in now)
+        return {"backlog_drops": softnet - self._softnet, "socket_drops": sockets,
+                "sockets": len(self.sockets)}
