@@ -6,11 +6,12 @@ timeout, that neither the switch's queue nor the flow model explains. So any dro
 the run. Measured on the 2-core machine (2026-11-29, dilation 2, bench_validate's
 synthetic row and bench_compete's eight transfers on one tier-3 path, at 1514- and
 414-byte frames): none, in the input backlog or the datapath's sockets, with the
-datapath's main thread 92-95% busy; every loss was an emulated queue's. What the
+datapath's main thread 91-95% busy; every loss was an emulated queue's. What the
 sockets hold is packets waiting for the datapath's thread, a delay no wire has: on the
-synthetic row the fullest socket held at most 23-26% of its buffer (the whole
-datapath's p99 76 KB of buffer at 414 B, 23 KB at 1514 B); past half a buffer the run
-is warned, as drops are then one burst away.
+synthetic row the fullest socket held 20-25% of its buffer at 1514 B and 22-65% at
+414 B (all sockets together, p99 16-21 KB and 95-343 KB); past half a buffer the run is
+warned, as drops are then one burst away. The kernel reports bytes, not a wait, so no
+limit in time is set.
 """
 
 from __future__ import annotations
