@@ -83,3 +83,11 @@ def test_any_machine_drop_fails_the_run_and_a_half_full_buffer_warns():
     assert any("time_dilation" in a for a in bad["advice"])
     unread = ingress_judgement(None, [], 0.0, "ss: not found")
     assert not unread["reasons"] and unread["figures"]["error"] == "ss: not found"
+
+
+def test_summary_counts_both_drops_and_none_where_unread():
+    from testbed.emulation.ingress import machine_drops
+
+    assert machine_drops({"backlog_drops": 2, "socket_drops": 5, "sockets": 80}) == 7
+    assert machine_drops(ingress_judgement(None, [], 0.0)["figures"]) is None
+    assert machine_drops(None) is None

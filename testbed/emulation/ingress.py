@@ -53,3 +53,11 @@ def ingress_judgement(drops: dict | None, held: list[int], fullest: float,
             "advice": ["the machine lost packets before the fabric: raise "
                        "emulation.time_dilation or lower emulation.scale (fewer packets per "
                        "second)"] if reasons else []}
+
+
+def machine_drops(figures: dict | None) -> int | None:
+    """Packets lost before the fabric's queues (the kernel's input backlog and the
+    datapath's receive buffers), from fidelity.json's `ingress`; None where unread."""
+    if not figures or figures.get("backlog_drops") is None:
+        return None
+    return figures["backlog_drops"] + figures["socket_drops"]

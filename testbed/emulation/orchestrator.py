@@ -23,6 +23,7 @@ from testbed.clock import RunClock
 from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
 from testbed.emulation.fidelity import FidelityMonitor
+from testbed.emulation.ingress import machine_drops
 from testbed.emulation.judge import departure_summary, describe_departures
 from testbed.emulation.lanes import LanePool, lane_cell, lane_cores, plan_lanes
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
@@ -448,14 +449,6 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         **{f"tcp_{k}": v for k, v in tcpinfo.stalls(result["transfers"]).items()
            if k != "timeouts_known"},
     }
-
-
-def machine_drops(ingress: dict | None) -> int | None:
-    """Packets lost before the fabric's queues (the kernel's input backlog and the
-    datapath's receive buffers); None where they were not read."""
-    if not ingress or ingress.get("backlog_drops") is None:
-        return None
-    return ingress["backlog_drops"] + ingress["socket_drops"]
 
 
 def oracle_health(result: dict, limit_s: float) -> str | None:
