@@ -8,7 +8,9 @@ each transfer's time against a lone one's and the work-conserving time (N x lone
 the path's bottleneck rate), the TCP stalls their senders saw (segments resent,
 retransmission timeouts), and the busiest link's idle share between its first and last
 departure with its late departures (late: the machine held a queued link; idle with
-none late: the queue was empty, TCP was not sending).
+none late: the queue was empty, TCP was not sending); and what the machine dropped or
+held before the switches' queues (testbed/datapath/ingress.py: the input backlog's and
+the datapath's sockets' drops, the bytes those sockets held, sampled at 100 Hz).
 
 With --spacing F (a fraction of a lone transfer's time) the N transfers start F lone
 times apart instead, and each one's time is printed in arrival order: how much of the
@@ -30,13 +32,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import threading
 from pathlib import Path
 
 import yaml
 
 from testbed.cli.common import handle_signals
 from testbed.datapath.departures import DepartureTracer
+from testbed.datapath.ingress import IngressReader
+from testbed.emulation.ingress import ingress_judgement
 from testbed.emulation.net import EmulatedNetwork
+from testbed.emulation.threads import vswitchd_pids
 from testbed.scenario import load_scenario
 from testbed.validate.calibrate import COMPETE_GB, run_probe
 from testbed.validate.validity import tier_pairs
@@ -46,18 +52,31 @@ from testbed.workers.kvstream import scaled_bytes
 def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,
         trace: Path, spacing_s: float = 0.0) -> dict:
     tracer = DepartureTracer(rates, trace, network.interface_netns).start()
+    reader, held, fullest, done = IngressReader(vswitchd_pids()).start(), [], [0.0], \
+        threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            total, full = reader.read()
+            held.append(total)
+            fullest[0] = max(fullest[0], full)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     try:
         count = f"{n}@{spacing_s:.4f}" if spacing_s else str(n)
         got = run_probe(network, src, dst, "compete", shards, str(size), count)[0]
     finally:
         spaced, lost = tracer.stop()
+        done.set()
+        sampler.join()
+    ingress = ingress_judgement(reader.stop(), held, fullest[0])["figures"]
     # the bottleneck: the link whose bytes take longest at its rate (on a tier-3 path the
     # core links are slower than the uplinks that carry the same bytes; ECMP may split)
     intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes / rates[x[0]])
     return {"seconds": got["seconds"], "starts": got.get("starts") or [0.0] * n,
             "tcp": got.get("tcp", []), "link": intf,
             "idle": sp.idle_share(rates[intf]), "late": sp.late, "judged": sp.judged,
-            "work_s": sp.sent_bytes * 8 / rates[intf], "lost": lost}
+            "work_s": sp.sent_bytes * 8 / rates[intf], "lost": lost, "ingress": ingress}
 
 
 def main() -> None:
@@ -155,8 +174,15 @@ def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict
           + f" (x lone: {' '.join(f'{x / lone:.2f}' for x in secs)}); work-conserving "
           f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
           f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} queued departures "
-          f"late, {r['lost']} events lost", flush=True)
+          f"late, {r['lost']} events lost; {_held(r['ingress'])}", flush=True)
     return secs
+
+
+def _held(g: dict) -> str:
+    if not g["held_samples"]:
+        return "datapath buffers not sampled"
+    return (f"machine drops {g['backlog_drops'] + g['socket_drops']}, datapath buffers held "
+            f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%})")
 
 
 if __name__ == "__main__":
