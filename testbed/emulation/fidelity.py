@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,7 +65,8 @@ class FidelityMonitor:
     _fast: threading.Thread | None = None
     _ingress: IngressReader | None = None
     _ingress_error: str | None = None
-    _held: list[int] = field(default_factory=list)  # bytes in the datapath's input buffers
+    # bytes in the datapath's input buffers at each backlog sample (8 bytes a sample)
+    _held: array = field(default_factory=lambda: array("q"))
     _fullest: float = 0.0
     _cpu: list[float] = field(default_factory=list)
     _threads: ThreadSampler | None = None
@@ -147,9 +149,13 @@ class FidelityMonitor:
                 except OSError:
                     got = {}  # a namespace torn down under us: the run is ending
                 if self._ingress is not None:
-                    held, fullest = self._ingress.read()
-                    self._held.append(held)
-                    self._fullest = max(self._fullest, fullest)
+                    try:
+                        held, fullest = self._ingress.read()
+                    except (OSError, ValueError):  # a daemon gone under us: skip a sample
+                        held, fullest = None, 0.0
+                    if held is not None:
+                        self._held.append(held)
+                        self._fullest = max(self._fullest, fullest)
                 with self._backlog_lock:
                     for intf, (backlog, _) in got.items():
                         acc = self._backlog.setdefault(intf, [0, 0])

@@ -16,18 +16,20 @@ limit in time is set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 MAX_MACHINE_DROPS = 0
 FULL_WARN = 0.5
 
 
-def _quantile(xs: list[int], q: float) -> int | None:
+def _quantile(xs: Sequence[int], q: float) -> int | None:
     if not xs:
         return None
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def ingress_judgement(drops: dict | None, held: list[int], fullest: float,
+def ingress_judgement(drops: dict | None, held: Sequence[int], fullest: float,
                       error: str | None = None) -> dict:
     """`drops`: IngressReader.stop()'s counts (None: not read); `held`: the bytes the
     datapath's receive buffers held at each sample; `fullest`: the largest share of its
