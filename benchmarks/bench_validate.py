@@ -8,7 +8,8 @@ median and p90 |error| per whole transfer above the validity floor with the flow
 TCP terms (bootstrap 95% CI), how many transfers fell below the floor, the mean-TTFT
 verdict per scheduler with its CI, ranking agreement per seed, the faithful runs, the
 gain verdicts (flow minus packets within 5 points: agree / disagree / inconclusive) and
-the requests judged per wall-minute (measured on faithful packet runs).
+the requests judged per wall-minute (measured on faithful packet runs); under it, what
+the machine dropped or held before the switches' queues over the row's packet runs.
 With --repeats N each row's first seed runs N more times on packets (RR), and the row
 gives packets against packets on the transfers offered alike (testbed/validate/repeat.py)
 beside the replay on the same transfers: the floor for the per-transfer targets.
@@ -85,6 +86,22 @@ def floor(rep: dict | None) -> str:
             f"{same.get('n', 0)} transfers, {rep['runs']} runs)")
 
 
+def ingress_line(folder: Path) -> str:
+    """What the machine dropped or held before the switches' queues over the row's packet
+    runs (fidelity.json's `ingress`, testbed/emulation/ingress.py)."""
+    got = [json.loads(f.read_text()).get("ingress") or {}
+           for f in sorted(folder.glob("*emulation*/cells/*/*/seed*/fidelity.json"))]
+    got = [g for g in got if g.get("held_samples")]
+    if not got:
+        return "before the queues: not read"
+    drops = sum((g.get("backlog_drops") or 0) + (g.get("socket_drops") or 0) for g in got)
+    p99 = [g["held_p99_bytes"] / 1e3 for g in got]
+    full = [g["fullest_share"] for g in got]
+    return (f"before the queues, {len(got)} runs: machine drops {drops}, datapath buffers held "
+            f"p99 {min(p99):.0f}-{max(p99):.0f} KB, fullest socket {min(full):.0%}-"
+            f"{max(full):.0%}")
+
+
 def main() -> None:
     handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -122,6 +139,7 @@ def main() -> None:
         figures[name] = row_figures(doc)
         print(f"{name}: {folder}", flush=True)
         print(lines[-1], flush=True)
+        print(f"{name}: {ingress_line(folder)}", flush=True)
     print("\n".join(lines))
     if len(figures) >= 3:  # each term chosen on the other rows, judged on the one left out
         print("\n".join(["", *selection_lines(figures)]))
