@@ -40,7 +40,7 @@ import yaml
 from testbed.cli.common import handle_signals
 from testbed.datapath.departures import DepartureTracer
 from testbed.datapath.ingress import IngressReader
-from testbed.emulation.ingress import ingress_judgement
+from testbed.emulation.ingress import ingress_judgement, machine_drops
 from testbed.emulation.net import EmulatedNetwork
 from testbed.emulation.threads import vswitchd_pids
 from testbed.scenario import load_scenario
@@ -52,14 +52,11 @@ from testbed.workers.kvstream import scaled_bytes
 def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,
         trace: Path, spacing_s: float = 0.0) -> dict:
     tracer = DepartureTracer(rates, trace, network.interface_netns).start()
-    reader, held, fullest, done = IngressReader(vswitchd_pids()).start(), [], [0.0], \
-        threading.Event()
+    reader, done = IngressReader(vswitchd_pids()).start(), threading.Event()
 
-    def sample() -> None:
+    def sample() -> None:  # at the fidelity monitor's 100 Hz
         while not done.wait(0.01):
-            total, full = reader.read()
-            held.append(total)
-            fullest[0] = max(fullest[0], full)
+            reader.sample()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -69,7 +66,7 @@ def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict
         spaced, lost = tracer.stop()
         done.set()
         sampler.join()
-    ingress = ingress_judgement(reader.stop(), held, fullest[0])["figures"]
+    ingress = ingress_judgement(reader.stop(), reader.held, reader.fullest)["figures"]
     # the bottleneck: the link whose bytes take longest at its rate (on a tier-3 path the
     # core links are slower than the uplinks that carry the same bytes; ECMP may split)
     intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes / rates[x[0]])
@@ -181,7 +178,7 @@ def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict
 def _held(g: dict) -> str:
     if not g["held_samples"]:
         return "datapath buffers not sampled"
-    return (f"machine drops {g['backlog_drops'] + g['socket_drops']}, datapath buffers held "
+    return (f"machine drops {machine_drops(g)}, datapath buffers held "
             f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%})")
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from testbed.cli.common import handle_signals
+from testbed.emulation.ingress import machine_drops
 from testbed.scenario import load_scenario
 from testbed.validate.pipeline import validate
 from testbed.validate.selection import row_figures, selection_lines
@@ -94,7 +95,7 @@ def ingress_line(folder: Path) -> str:
     got = [g for g in got if g.get("held_samples")]
     if not got:
         return "before the queues: not read"
-    drops = sum((g.get("backlog_drops") or 0) + (g.get("socket_drops") or 0) for g in got)
+    drops = sum(machine_drops(g) or 0 for g in got)
     p99 = [g["held_p99_bytes"] / 1e3 for g in got]
     full = [g["fullest_share"] for g in got]
     return (f"before the queues, {len(got)} runs: machine drops {drops}, datapath buffers held "

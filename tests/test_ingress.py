@@ -61,6 +61,8 @@ def test_the_reader_counts_drops_over_the_run_and_the_datapaths_buffers_only(tmp
     held, fullest = reader.read()
     assert held == 4608  # the datapath's two sockets; tcpdump's 9216 is not counted
     assert fullest == pytest.approx(4608 / 212992)
+    reader.sample()  # kept for the judgement
+    assert list(reader.held) == [4608] and reader.fullest == pytest.approx(fullest)
     _proc(tmp_path, SOFTNET.replace("0000001f", "00000024"), PACKET)
     # socket 1002 closed during the run, 1003 opened: only sockets open at both ends count
     assert reader.stop() == {"backlog_drops": 5, "socket_drops": 7, "sockets": 2}

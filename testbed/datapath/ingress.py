@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,12 +76,15 @@ def _ss(pid: int, owner: str) -> dict[int, PacketSocket]:
 class IngressReader:
     """The datapath processes' packet sockets (none on the kernel datapath) and the
     machine's input backlog. `start()` and `stop()` read the drops; `read()` what the
-    sockets' buffers hold now."""
+    sockets' buffers hold now, `sample()` keeps it in `held` and `fullest`."""
 
     pids: list[int]  # the datapath's processes (ovs-vswitchd)
     owner: str = "ovs-vswitchd"
     proc: Path = Path("/proc")
     sockets: dict[int, PacketSocket] = field(default_factory=dict)
+    # bytes the buffers held at each sample (8 bytes a sample), the fullest one's share
+    held: array = field(default_factory=lambda: array("q"))
+    fullest: float = 0.0
     _softnet: int = 0
     _readers: dict[int, set[int]] = field(default_factory=dict)  # pid -> its inodes
 
@@ -122,6 +126,11 @@ class IngressReader:
                 total += held[inode][1]
                 fullest = max(fullest, held[inode][1] / max(1, self.sockets[inode].rcvbuf))
         return total, fullest
+
+    def sample(self) -> None:
+        total, full = self.read()
+        self.held.append(total)
+        self.fullest = max(self.fullest, full)
 
     def stop(self) -> dict:
         """Drops since start: the input backlog's (machine-wide) and the datapath's

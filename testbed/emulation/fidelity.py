@@ -4,11 +4,11 @@ before the fabric) and hand the samples to the judgement (testbed.emulation.judg
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import threading
 import time
-from array import array
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -65,9 +65,6 @@ class FidelityMonitor:
     _fast: threading.Thread | None = None
     _ingress: IngressReader | None = None
     _ingress_error: str | None = None
-    # bytes in the datapath's input buffers at each backlog sample (8 bytes a sample)
-    _held: array = field(default_factory=lambda: array("q"))
-    _fullest: float = 0.0
     _cpu: list[float] = field(default_factory=list)
     _threads: ThreadSampler | None = None
     _loaded: list[bool] = field(default_factory=list)
@@ -104,13 +101,14 @@ class FidelityMonitor:
             self._ingress_error = f"the machine's input drops not read: {exc}"
 
     def _stop_ingress(self) -> dict:
-        drops = None
-        if self._ingress is not None:
-            try:
-                drops = self._ingress.stop()
-            except (OSError, subprocess.SubprocessError) as exc:
-                self._ingress_error = f"the machine's input drops not read: {exc}"
-        return ingress_judgement(drops, self._held, self._fullest, self._ingress_error)
+        reader, drops = self._ingress, None
+        if reader is None:
+            return ingress_judgement(None, [], 0.0, self._ingress_error)
+        try:
+            drops = reader.stop()
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._ingress_error = f"the machine's input drops not read: {exc}"
+        return ingress_judgement(drops, reader.held, reader.fullest, self._ingress_error)
 
     def _start_trace(self) -> None:
         if not can_trace():
@@ -149,13 +147,9 @@ class FidelityMonitor:
                 except OSError:
                     got = {}  # a namespace torn down under us: the run is ending
                 if self._ingress is not None:
-                    try:
-                        held, fullest = self._ingress.read()
-                    except (OSError, ValueError):  # a daemon gone under us: skip a sample
-                        held, fullest = None, 0.0
-                    if held is not None:
-                        self._held.append(held)
-                        self._fullest = max(self._fullest, fullest)
+                    # a daemon gone under us: skip the sample, not the sampler
+                    with contextlib.suppress(OSError, ValueError):
+                        self._ingress.sample()
                 with self._backlog_lock:
                     for intf, (backlog, _) in got.items():
                         acc = self._backlog.setdefault(intf, [0, 0])
