@@ -31,6 +31,19 @@ p_raw UNCONN 0      0        [0]:*  *    users:(("ovs-vswitchd",pid=42,fd=14)) i
 """
 
 
+IP_LINK = """1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\\    link/loopback
+41: s1-eth1@if40: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc htb master ovs-system
+42: s1-eth2@if43: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc htb master ovs-system
+"""
+
+DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop
+    lo:  999999     10    0    0    0     0          0         0   999999      10    0    0
+s1-eth1: 1000       5    0    0    0     0          0         0     300       2    0    0
+s1-eth2:   500       2    0    0    0     0          0         0       0       0    0    0
+"""
+
+
 def test_parses_the_input_backlogs_drops_the_sockets_memory_and_their_owners():
     assert ingress.softnet_drops(SOFTNET) == 0x1f  # the second column, summed over CPUs
     assert ingress.socket_memory(PACKET) == {1001: (41, 4608), 1002: (42, 0),
@@ -39,6 +52,8 @@ def test_parses_the_input_backlogs_drops_the_sockets_memory_and_their_owners():
     assert set(socks) == {1001, 1002, 1009}  # tcpdump's socket is not the datapath's
     assert socks[1001] == ingress.PacketSocket(1001, 42, 3, 212992)
     assert socks[1002].rcvbuf == 106496 and socks[1002].drops == 0
+    assert ingress.port_names(IP_LINK) == {1: "lo", 41: "s1-eth1", 42: "s1-eth2"}
+    assert ingress.received_bytes(DEV, {"s1-eth1", "s1-eth2"}) == 1500  # not lo's
 
 
 def _proc(tmp_path, softnet: str, packet: str):
@@ -48,6 +63,7 @@ def _proc(tmp_path, softnet: str, packet: str):
     (tmp_path / "42" / "ns" / "net").write_text("")
     (tmp_path / "42" / "net").mkdir(exist_ok=True)
     (tmp_path / "42" / "net" / "packet").write_text(packet)
+    (tmp_path / "42" / "net" / "dev").write_text(DEV)
 
 
 def test_the_reader_counts_drops_over_the_run_and_the_datapaths_buffers_only(tmp_path,
@@ -56,16 +72,19 @@ def test_the_reader_counts_drops_over_the_run_and_the_datapaths_buffers_only(tmp
     listings = iter([SS, SS.replace("d3)", "d10)").replace("ino:1002", "ino:1003")])
     monkeypatch.setattr(ingress, "_ss", lambda pid, owner: ingress.packet_sockets(
         next(listings), owner))
+    monkeypatch.setattr(ingress, "_ip_link", lambda pid: ingress.port_names(IP_LINK))
     reader = ingress.IngressReader([42], proc=tmp_path).start()
     assert set(reader.sockets) == {1001, 1002}  # 1009 is bound to no port
+    assert reader.received() == 1500  # the two ports' intake; interface 7 is tcpdump's
     held, fullest = reader.read()
     assert held == 4608  # the datapath's two sockets; tcpdump's 9216 is not counted
     assert fullest == pytest.approx(4608 / 212992)
     reader.sample()  # kept for the judgement
     assert list(reader.held) == [4608] and reader.fullest == pytest.approx(fullest)
+    assert list(reader.intake) == [1500] and len(reader.at) == 1
     _proc(tmp_path, SOFTNET.replace("0000001f", "00000024"), PACKET)
     # socket 1002 closed during the run, 1003 opened: only sockets open at both ends count
-    assert reader.stop() == {"backlog_drops": 5, "socket_drops": 7, "sockets": 2}
+    assert reader.stop() == {"backlog_drops": 5, "socket_drops": 7, "sockets": 2, "ports": 2}
 
 
 def test_any_machine_drop_fails_the_run_and_a_half_full_buffer_warns():
@@ -85,6 +104,24 @@ def test_any_machine_drop_fails_the_run_and_a_half_full_buffer_warns():
     assert any("time_dilation" in a for a in bad["advice"])
     unread = ingress_judgement(None, [], 0.0, "ss: not found")
     assert not unread["reasons"] and unread["figures"]["error"] == "ss: not found"
+
+
+def test_the_wait_is_what_is_held_over_the_rate_the_ports_took_bytes_in():
+    from testbed.emulation.ingress import ingress_wait
+
+    # 1 MB/s in, 10 ms samples, one interval idle: Little's law on the mean held
+    held, at = [2000, 4000, 0, 6000], [0.0, 0.01, 0.02, 0.03]
+    intake = [0, 10_000, 10_000, 30_000]
+    got = ingress_wait(held, intake, at)
+    assert got["intake_mb_per_s"] == pytest.approx(1.0)
+    assert got["wait_mean_ms"] == pytest.approx(3.0)  # 3000 bytes / 1 MB/s
+    # the p99 held (6000) drained at the busy intervals' 1.5 MB/s
+    assert got["wait_p99_ms"] == pytest.approx(4.0)
+    idle = ingress_wait([100, 100], [5, 5], [0.0, 0.01])
+    assert idle == {"intake_mb_per_s": None, "wait_mean_ms": None, "wait_p99_ms": None}
+    assert ingress_wait([], [], [])["wait_mean_ms"] is None
+    figures = ingress_judgement(None, held, 0.1, None, intake, at)["figures"]
+    assert figures["wait_mean_ms"] == pytest.approx(3.0)
 
 
 def test_summary_counts_both_drops_and_none_where_unread():

@@ -8,13 +8,15 @@ can happen, and neither shows in a qdisc's counters, the backlog samples or the
 departure trace, which see only what reached an egress queue. So this module reads
 the backlog's drops (/proc/net/softnet_stat, machine-wide), the datapath's sockets'
 drops and buffer sizes (`ss`, at a run's start and end) and what their buffers hold
-(/proc/<pid>/net/packet, cheap enough for the backlog sampler's 100 Hz).
+(/proc/<pid>/net/packet, cheap enough for the backlog sampler's 100 Hz) beside the
+bytes its ports took in (/proc/<pid>/net/dev), which turn what is held into a wait.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,26 @@ def socket_memory(text: str) -> dict[int, tuple[int, int]]:
     return out
 
 
+def port_names(text: str) -> dict[int, str]:
+    """`ip -o link` -> interface index -> name (a veth's "@peer" cut off)."""
+    out = {}
+    for line in text.splitlines():
+        cols = line.split(":", 2)
+        if len(cols) == 3 and cols[0].strip().isdigit():
+            out[int(cols[0])] = cols[1].strip().split("@")[0]
+    return out
+
+
+def received_bytes(text: str, names: set[str]) -> int:
+    """/proc/<pid>/net/dev -> the bytes the interfaces `names` received, summed."""
+    total = 0
+    for line in text.splitlines()[2:]:
+        name, _, counters = line.partition(":")
+        if name.strip() in names:
+            total += int(counters.split()[0])
+    return total
+
+
 @dataclass(frozen=True)
 class PacketSocket:
     inode: int
@@ -63,6 +85,15 @@ def packet_sockets(text: str, owner: str) -> dict[int, PacketSocket]:
     return out
 
 
+def _ip_link(pid: int) -> dict[int, str]:
+    """The interfaces of process `pid`'s network namespace, by index."""
+    got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-o", "link"],
+                         capture_output=True, text=True, timeout=10)
+    if got.returncode != 0:
+        raise OSError(f"ip link: {got.stderr.strip() or got.returncode}")
+    return port_names(got.stdout)
+
+
 def _ss(pid: int, owner: str) -> dict[int, PacketSocket]:
     """The packet sockets of `owner` in the network namespace of process `pid`."""
     got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ss", "-0", "-a", "-n",
@@ -76,7 +107,8 @@ def _ss(pid: int, owner: str) -> dict[int, PacketSocket]:
 class IngressReader:
     """The datapath processes' packet sockets (none on the kernel datapath) and the
     machine's input backlog. `start()` and `stop()` read the drops; `read()` what the
-    sockets' buffers hold now, `sample()` keeps it in `held` and `fullest`."""
+    sockets' buffers hold now, `sample()` keeps it in `held` and `fullest`, with the
+    bytes the sockets' ports had received by then (`intake`) and when (`at`)."""
 
     pids: list[int]  # the datapath's processes (ovs-vswitchd)
     owner: str = "ovs-vswitchd"
@@ -84,9 +116,12 @@ class IngressReader:
     sockets: dict[int, PacketSocket] = field(default_factory=dict)
     # bytes the buffers held at each sample (8 bytes a sample), the fullest one's share
     held: array = field(default_factory=lambda: array("q"))
+    intake: array = field(default_factory=lambda: array("q"))
+    at: array = field(default_factory=lambda: array("d"))  # monotonic seconds
     fullest: float = 0.0
     _softnet: int = 0
     _readers: dict[int, set[int]] = field(default_factory=dict)  # pid -> its inodes
+    _ports: dict[int, set[str]] = field(default_factory=dict)  # pid -> their interfaces
 
     def _all(self) -> dict[int, PacketSocket]:
         out, seen = {}, set()
@@ -105,8 +140,12 @@ class IngressReader:
         found = self._all()
         for pid in {sock.pid for sock in found.values()}:
             # a port's socket is bound to its interface; an unbound one receives nothing
-            bound = {i for i, (ifindex, _) in self._memory(pid).items() if ifindex}
+            memory = self._memory(pid)
+            bound = {i for i, (ifindex, _) in memory.items() if ifindex}
             self._readers[pid] = {i for i, s in found.items() if s.pid == pid and i in bound}
+            names = _ip_link(pid)
+            self._ports[pid] = {names[memory[i][0]] for i in self._readers[pid]
+                                if memory[i][0] in names}
         self.sockets = {i: found[i] for inodes in self._readers.values() for i in inodes}
         return self
 
@@ -127,16 +166,31 @@ class IngressReader:
                 fullest = max(fullest, held[inode][1] / max(1, self.sockets[inode].rcvbuf))
         return total, fullest
 
+    def received(self) -> int:
+        """Bytes the datapath's ports have received so far (a counter)."""
+        total = 0
+        for pid, names in self._ports.items():
+            try:
+                total += received_bytes((self.proc / str(pid) / "net" / "dev").read_text(),
+                                        names)
+            except OSError:
+                continue  # exited
+        return total
+
     def sample(self) -> None:
         total, full = self.read()
+        self.intake.append(self.received())
+        self.at.append(time.monotonic())
         self.held.append(total)
         self.fullest = max(self.fullest, full)
 
     def stop(self) -> dict:
         """Drops since start: the input backlog's (machine-wide) and the datapath's
-        sockets' (those open at both ends of the run)."""
+        sockets' (those open at both ends of the run); how many sockets were read, and
+        how many of their ports' intake."""
         softnet = softnet_drops((self.proc / "net" / "softnet_stat").read_text())
         now = self._all()
         sockets = sum(now[i].drops - s.drops for i, s in self.sockets.items() if i in now)
         return {"backlog_drops": softnet - self._softnet, "socket_drops": sockets,
-                "sockets": len(self.sockets)}
+                "sockets": len(self.sockets),
+                "ports": sum(len(names) for names in self._ports.values())}

@@ -108,7 +108,8 @@ class FidelityMonitor:
             drops = reader.stop()
         except (OSError, subprocess.SubprocessError) as exc:
             self._ingress_error = f"the machine's input drops not read: {exc}"
-        return ingress_judgement(drops, reader.held, reader.fullest, self._ingress_error)
+        return ingress_judgement(drops, reader.held, reader.fullest, self._ingress_error,
+                                 reader.intake, reader.at)
 
     def _start_trace(self) -> None:
         if not can_trace():

@@ -227,8 +227,10 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
         assert ing["error"] is None and ing["backlog_drops"] >= 0 and ing["held_samples"] > 0
         assert summary["machine_drops"] == ing["backlog_drops"] + ing["socket_drops"]
         if report["datapath"] == "user":
-            assert ing["sockets"] == len(sc.fabric().switch_ports)
+            assert ing["sockets"] == ing["ports"] == len(sc.fabric().switch_ports)
             assert ing["held_max_bytes"] > 0  # packets passed through them
+            # ... and their ports' intake turned it into a wait (an upper bound)
+            assert ing["intake_mb_per_s"] > 0 and ing["wait_mean_ms"] > 0
         shards = defaultdict(list)
         for t in rows(cell / "transfers.csv"):
             shards[t["request"]].append(t)
@@ -378,7 +380,8 @@ def test_a_run_on_two_ovs_daemons_ends_and_its_link_fault_reaches_their_switches
     sampled = {t["process"] for t in report["threads"] if t["role"] == "main"}
     assert {"ovs-vswitchd@netkv-ovs0", "ovs-vswitchd@netkv-ovs1"} <= sampled, sampled
     # both daemons' ports, read in their own namespaces
-    assert report["ingress"]["sockets"] == len(sc.fabric().switch_ports), report["ingress"]
+    assert report["ingress"]["sockets"] == report["ingress"]["ports"] == \
+        len(sc.fabric().switch_ports), report["ingress"]
     # tor0's ports live in a daemon's namespace: captured there, all four directions
     assert len(list((cell / "capture").glob("*.pcap"))) == 4
     assert sum(int(f["packets"]) for f in rows(cell / "capture" / "flows.csv")
