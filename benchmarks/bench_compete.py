@@ -10,7 +10,8 @@ retransmission timeouts), and the busiest link's idle share between its first an
 departure with its late departures (late: the machine held a queued link; idle with
 none late: the queue was empty, TCP was not sending); and what the machine dropped or
 held before the switches' queues (testbed/datapath/ingress.py: the input backlog's and
-the datapath's sockets' drops, the bytes those sockets held, sampled at 100 Hz).
+the datapath's sockets' drops, the bytes those sockets held, sampled at 100 Hz, and the
+wait that makes at the rate the datapath's ports took bytes in: an upper bound).
 
 With --spacing F (a fraction of a lone transfer's time) the N transfers start F lone
 times apart instead, and each one's time is printed in arrival order: how much of the
@@ -66,7 +67,8 @@ def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict
         spaced, lost = tracer.stop()
         done.set()
         sampler.join()
-    ingress = ingress_judgement(reader.stop(), reader.held, reader.fullest)["figures"]
+    ingress = ingress_judgement(reader.stop(), reader.held, reader.fullest, None,
+                                reader.intake, reader.at)["figures"]
     # the bottleneck: the link whose bytes take longest at its rate (on a tier-3 path the
     # core links are slower than the uplinks that carry the same bytes; ECMP may split)
     intf, sp = max(spaced.items(), key=lambda x: x[1].sent_bytes / rates[x[0]])
@@ -179,7 +181,13 @@ def _held(g: dict) -> str:
     if not g["held_samples"]:
         return "datapath buffers not sampled"
     return (f"machine drops {machine_drops(g)}, datapath buffers held "
-            f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%})")
+            f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%}), "
+            f"a wait of at most {_ms(g['wait_mean_ms'])} mean, {_ms(g['wait_p99_ms'])} p99 "
+            f"per switch (wall; the ports took in {g['intake_mb_per_s']} MB/s)")
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} ms"
 
 
 if __name__ == "__main__":

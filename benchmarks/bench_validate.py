@@ -98,9 +98,16 @@ def ingress_line(folder: Path) -> str:
     drops = sum(machine_drops(g) or 0 for g in got)
     p99 = [g["held_p99_bytes"] / 1e3 for g in got]
     full = [g["fullest_share"] for g in got]
-    return (f"before the queues, {len(got)} runs: machine drops {drops}, datapath buffers held "
-            f"p99 {min(p99):.0f}-{max(p99):.0f} KB, fullest socket {min(full):.0%}-"
+    line = (f"before the queues, {len(got)} runs: machine drops {drops}, datapath buffers "
+            f"held p99 {min(p99):.0f}-{max(p99):.0f} KB, fullest socket {min(full):.0%}-"
             f"{max(full):.0%}")
+    waits = [(g["wait_mean_ms"], g["wait_p99_ms"]) for g in got
+             if g.get("wait_mean_ms") is not None]
+    if waits:  # upper bounds, wall ms (testbed/emulation/ingress.py)
+        mean, p99 = zip(*waits, strict=True)
+        line += (f"; a wait there of at most {min(mean):.2f}-{max(mean):.2f} ms mean, "
+                 f"{min(p99):.2f}-{max(p99):.2f} ms p99 (wall)")
+    return line
 
 
 def main() -> None:
