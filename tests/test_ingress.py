@@ -87,6 +87,18 @@ def test_the_reader_counts_drops_over_the_run_and_the_datapaths_buffers_only(tmp
     assert reader.stop() == {"backlog_drops": 5, "socket_drops": 7, "sockets": 2, "ports": 2}
 
 
+def test_a_fabric_reads_only_the_daemons_in_its_own_namespaces(tmp_path):
+    # fabrics side by side: each has its own daemons, in namespaces of its own
+    for pid, ns in ((42, "mine"), (43, "theirs"), (44, "mine")):
+        (tmp_path / "netns").mkdir(exist_ok=True)
+        (tmp_path / "netns" / ns).touch()
+        (tmp_path / str(pid) / "ns").mkdir(parents=True)
+        (tmp_path / str(pid) / "ns" / "net").hardlink_to(tmp_path / "netns" / ns)
+    mine = {str(tmp_path / "netns" / "mine")}
+    assert ingress.daemons_in([42, 43, 44, 45], mine, proc=tmp_path) == [42, 44]
+    assert ingress.daemons_in([42], {str(tmp_path / "gone")}, proc=tmp_path) == []
+
+
 def test_any_machine_drop_fails_the_run_and_a_half_full_buffer_warns():
     ok = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.8e6, 6)
     clean = ingress_judgement({"backlog_drops": 0, "socket_drops": 0, "sockets": 80},

@@ -14,6 +14,7 @@ bytes its ports took in (/proc/<pid>/net/dev), which turn what is held into a wa
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -83,6 +84,25 @@ def packet_sockets(text: str, owner: str) -> dict[int, PacketSocket]:
         out[int(ino.group(1))] = PacketSocket(int(ino.group(1)), int(who.group(2)),
                                               int(fields.get("d", 0)), int(fields["rb"]))
     return out
+
+
+def daemons_in(pids: list[int], namespaces: set[str], proc: Path = Path("/proc")) -> list[int]:
+    """Those of `pids` whose network namespace is one of `namespaces` (paths such as
+    /run/netns/NAME): a fabric's own datapath, not another fabric's side by side."""
+    want = set()
+    for ns in namespaces:
+        try:
+            want.add(os.stat(ns).st_ino)
+        except OSError:
+            continue  # gone: its daemons with it
+    mine = []
+    for pid in pids:
+        try:
+            if os.stat(proc / str(pid) / "ns" / "net").st_ino in want:
+                mine.append(pid)
+        except OSError:
+            continue  # exited
+    return mine
 
 
 def _ip_link(pid: int) -> dict[int, str]:

@@ -5,6 +5,7 @@ before the fabric) and hand the samples to the judgement (testbed.emulation.judg
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from testbed.datapath import tc
 from testbed.datapath.backlog import BacklogReader
 from testbed.datapath.departures import DepartureTracer
 from testbed.datapath.departures import available as can_trace
-from testbed.datapath.ingress import IngressReader
+from testbed.datapath.ingress import IngressReader, daemons_in
 from testbed.emulation.ingress import ingress_judgement
 from testbed.emulation.judge import (
     BACKLOG_HZ,
@@ -95,8 +96,12 @@ class FidelityMonitor:
         return self
 
     def _start_ingress(self) -> None:
+        # this fabric's daemons only: where its switch ports live (fabrics side by side
+        # each have their own)
+        here = f"/proc/{os.getpid()}/ns/net"
+        spaces = {self.netns.get(intf, here) for intf in self._egress}
         try:
-            self._ingress = IngressReader(vswitchd_pids()).start()
+            self._ingress = IngressReader(daemons_in(vswitchd_pids(), spaces)).start()
         except (OSError, subprocess.SubprocessError) as exc:
             self._ingress_error = f"the machine's input drops not read: {exc}"
 

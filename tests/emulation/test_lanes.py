@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation import cleanup
+from testbed.scenario import load_scenario
 from tests.conftest import ROOT, TRACE
 from tests.emulation.conftest import wait_for, write_small
 
@@ -40,13 +41,17 @@ def test_two_fabrics_run_two_seeds_side_by_side_and_leave_nothing(tmp_path):
     assert cleanup.find_leftovers().empty
     (folder,) = (tmp_path / "results").glob("fabric-test-emulation-*")
     base = folder / "cells" / "000-base"
+    ports = len(load_scenario(path).fabric().switch_ports)
     for sched in ("rr", "netkv-full"):
         for seed in (1, 2):
             run = base / sched / f"seed{seed}"
             summary = json.loads((run / "summary.json").read_text())
             assert summary["completed"] > 0, run
-            assert json.loads((run / "fidelity.json").read_text())["verdict"] in (
+            report = json.loads((run / "fidelity.json").read_text())
+            assert report["verdict"] in (
                 "faithful", "unfaithful")  # judged: side by side it may well be CPU-bound
+            # what its own datapath held, not the other fabric's: its ports, each once
+            assert report["ingress"]["sockets"] == report["ingress"]["ports"] == ports, run
             assert not (run / "lane-result.json").exists()  # handed over, then removed
     # each seed ran on its own fabric: its own controller, private daemon, namespace
     logs = {k: (base / "lanes" / f"lane{k}" / "fabric" / "controller.log") for k in (0, 1)}
