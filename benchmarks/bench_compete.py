@@ -167,11 +167,13 @@ def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict
     order = sorted(range(len(r["seconds"])), key=lambda j: r["starts"][j])
     secs = [r["seconds"][j] for j in order]
     rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
+    rtt = [t["rtt_s"] * 1e3 for t in r["tcp"] if t.get("rtt_s") is not None]
     resent = [int(t.get("retrans_segs") or 0) for t in r["tcp"]]
     print(f"tier {tier} {gb:g} GB N={n} spacing {spacing:g} lone: in arrival order "
           + " ".join(f"{x:.3f}" for x in secs)
           + f" (x lone: {' '.join(f'{x / lone:.2f}' for x in secs)}); work-conserving "
-          f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; busiest {r['link']} idle "
+          f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; round trip at the end "
+          f"{_range(rtt)} ms wall; busiest {r['link']} idle "
           f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} queued departures "
           f"late, {r['lost']} events lost; {_held(r['ingress'])}", flush=True)
     return secs
@@ -184,6 +186,10 @@ def _held(g: dict) -> str:
             f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%}), "
             f"a wait of at most {_ms(g['wait_mean_ms'])} mean, {_ms(g['wait_p99_ms'])} p99 "
             f"per switch (wall; the ports took in {g['intake_mb_per_s']} MB/s)")
+
+
+def _range(xs: list[float]) -> str:
+    return f"{min(xs):.1f}-{max(xs):.1f}" if xs else "-"
 
 
 def _ms(x: float | None) -> str:

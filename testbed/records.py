@@ -31,7 +31,7 @@ REQUEST_FIELDS = [
 TRANSFER_FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
 # packets only: the sender's TCP_INFO per connection (testbed/workers/tcpinfo.py) and the
 # time its thread waited for a core while sending (testbed/workers/lateness.py)
-SENDER_FIELDS = ["retrans_segs", "timeouts", "timeout_s", "cpu_wait_s"]
+SENDER_FIELDS = ["retrans_segs", "timeouts", "timeout_s", "rtt_s", "min_rtt_s", "cpu_wait_s"]
 LINK_FIELDS = ["time", "link", "tier", "capacity_gbps", "kv_util", "bg_util", "measured"]
 PARTIAL = "PARTIAL"
 

@@ -52,6 +52,8 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
         ends[j] = max(r.end for r in results) - t0
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
                      for k in ("retrans_segs", "timeouts", "timeout_s")}
+        rtts = [r.tcp["rtt_s"] for r in results if r.tcp and r.tcp.get("rtt_s") is not None]
+        stalls[j]["rtt_s"] = max(rtts, default=None)  # its slowest shard's, wall
     threads = [threading.Thread(target=one, args=(j,)) for j in range(n)]
     for t in threads:
         t.start()

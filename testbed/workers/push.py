@@ -48,7 +48,8 @@ def _stalls(tcp: dict | None, clock) -> dict:
     """What a transfer row keeps of its connection's TCP_INFO, durations modelled."""
     if not tcp:
         return {}
-    out = {k: tcp.get(k) for k in tcpinfo.RECORDED}
-    if out["timeout_s"] is not None:
-        out["timeout_s"] = clock.span(out["timeout_s"])
+    out = {k: tcp.get(k) for k in tcpinfo.RECORDED + tcpinfo.ROUND_TRIPS}
+    for k in ("timeout_s", *tcpinfo.ROUND_TRIPS):
+        if out[k] is not None:
+            out[k] = clock.span(out[k])
     return out

@@ -245,7 +245,10 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
             # every connection's sender read its TCP_INFO: resent segments, timeouts
             assert all(t["retrans_segs"].isdigit() for t in got)
             assert all(t["timeouts"] == "" or t["timeouts"].isdigit() for t in got)
+            # ... and the round trips it saw then, the least one since it opened
+            assert all(float(t["rtt_s"]) > 0 and float(t["min_rtt_s"]) > 0 for t in got)
         assert summary["tcp_transfers"] == sum(len(v) for v in shards.values())
+        assert summary["tcp_rtt_p50_s"] > 0 and summary["tcp_rtt_over_least_p50_s"] >= 0
         assert "TCP: " in (emu / "table.md").read_text()
         links = rows(cell / "links.csv")
         assert any(float(x["kv_util"]) > 0 for x in links)  # tc saw the KV class move
