@@ -106,7 +106,7 @@ def ingress_line(folder: Path) -> str:
     if waits:  # upper bounds, wall ms (testbed/emulation/ingress.py)
         mean, p99 = zip(*waits, strict=True)
         line += (f"; a wait there of at most {min(mean):.2f}-{max(mean):.2f} ms mean, "
-                 f"{min(p99):.2f}-{max(p99):.2f} ms p99 (wall)")
+                 f"{min(p99):.2f}-{max(p99):.2f} ms p99 per switch (wall)")
     return line
 
 

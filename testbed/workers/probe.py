@@ -53,7 +53,7 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
                      for k in ("retrans_segs", "timeouts", "timeout_s")}
         rtts = [r.tcp["rtt_s"] for r in results if r.tcp and r.tcp.get("rtt_s") is not None]
-        stalls[j]["rtt_s"] = max(rtts, default=None)  # its slowest shard's, wall
+        stalls[j]["rtt_s"] = max(rtts, default=None)  # the longest of its shards', wall
     threads = [threading.Thread(target=one, args=(j,)) for j in range(n)]
     for t in threads:
         t.start()
