@@ -15,7 +15,7 @@ warned, as drops are then one burst away.
 The kernel reports bytes, not a wait. Little's law turns them into one: the mean wait is
 the mean held over the rate the datapath's ports took bytes in. What is held counts each
 packet at its buffer's true size, more than its wire bytes, so the figure is an upper
-bound (by that ratio: about 1.5 at 1514-byte frames, 2-3 at small ones). The tail is
+bound (by that ratio: typically about 1.5 at 1514-byte frames, more at small ones). The tail is
 given as the p99 held drained at the mean rate of the intervals that took anything in.
 No limit in time is set: these are figures for the reader; docs/validation.md sets them
 beside the round trips TCP saw (measured: far shorter than the emulated queues' delay,
