@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import time
 from array import array
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testbed.datapath.tc import in_namespace
 
 _INO = re.compile(r"\bino:(\d+)")
 _SKMEM = re.compile(r"skmem:\(([^)]*)\)")
@@ -42,16 +46,6 @@ def socket_memory(text: str) -> dict[int, tuple[int, int]]:
         cols = line.split()
         if len(cols) >= 9:
             out[int(cols[8])] = (int(cols[4]), int(cols[6]))
-    return out
-
-
-def port_names(text: str) -> dict[int, str]:
-    """`ip -o link` -> interface index -> name (a veth's "@peer" cut off)."""
-    out = {}
-    for line in text.splitlines():
-        cols = line.split(":", 2)
-        if len(cols) == 3 and cols[0].strip().isdigit():
-            out[int(cols[0])] = cols[1].strip().split("@")[0]
     return out
 
 
@@ -105,13 +99,18 @@ def daemons_in(pids: list[int], namespaces: set[str], proc: Path = Path("/proc")
     return mine
 
 
-def _ip_link(pid: int) -> dict[int, str]:
-    """The interfaces of process `pid`'s network namespace, by index."""
-    got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-o", "link"],
-                         capture_output=True, text=True, timeout=10)
-    if got.returncode != 0:
-        raise OSError(f"ip link: {got.stderr.strip() or got.returncode}")
-    return port_names(got.stdout)
+def names_of(indexes: set[int]) -> dict[int, str]:
+    """Interface index -> name in the namespace this thread is in; gone ones left out."""
+    out = {}
+    for index in indexes:
+        with suppress(OSError):
+            out[index] = socket.if_indextoname(index)
+    return out
+
+
+def _port_names(pid: int, indexes: set[int]) -> dict[int, str]:
+    """names_of in process `pid`'s network namespace."""
+    return in_namespace(f"/proc/{pid}/ns/net", lambda _: names_of(indexes), rtnl=False)
 
 
 def _ss(pid: int, owner: str) -> dict[int, PacketSocket]:
@@ -163,9 +162,8 @@ class IngressReader:
             memory = self._memory(pid)
             bound = {i for i, (ifindex, _) in memory.items() if ifindex}
             self._readers[pid] = {i for i, s in found.items() if s.pid == pid and i in bound}
-            names = _ip_link(pid)
-            self._ports[pid] = {names[memory[i][0]] for i in self._readers[pid]
-                                if memory[i][0] in names}
+            names = _port_names(pid, {memory[i][0] for i in self._readers[pid]})
+            self._ports[pid] = set(names.values())
         self.sockets = {i: found[i] for inodes in self._readers.values() for i in inodes}
         return self
 
