@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -102,6 +103,10 @@ def test_the_floor_over_cells_with_the_replay_on_the_same_transfers(tmp_path):
     assert floor["median_abs_error"] == pytest.approx(0.225)
     assert floor["p90_abs_error"] == pytest.approx(0.25)
     assert floor["by_arrival"]["first"]["n"] == 2 and floor["by_arrival"]["late"]["n"] == 2
+    # two transfers, each judged both ways: the interval resamples transfers, not errors
+    assert floor["transfers"] == 2
+    low, high = floor["p90_ci"]
+    assert 0.2 <= low <= floor["p90_abs_error"] <= high <= 0.25
     same = floor["replay_same_transfers"]
     assert same["n"] == 2 and same["median_abs_error"] == pytest.approx(0.05)
     assert packets_against_packets(cells[:1], FLOORS) is None
@@ -177,3 +182,65 @@ def test_the_repeat_command_names_what_it_cannot_use(tmp_path):
     flagged.write_text(json.dumps({"fidelity": "unfaithful"}))
     bad = CliRunner().invoke(main, ["repeat", str(tmp_path / "a"), str(tmp_path / "b")])
     assert bad.exit_code == 2 and "flagged every cell" in " ".join(bad.output.split())
+
+
+def test_the_floors_interval_resamples_whole_transfers():
+    """A transfer judged in every pair of runs, both ways, is one draw: the same errors
+    taken as independent would give a narrower interval than the transfers support."""
+    from testbed.validate import stats
+
+    rng = np.random.default_rng(1)
+    per_transfer = rng.uniform(0.0, 0.4, size=12)
+    errors = np.repeat(per_transfer, 6)  # four runs: six pairs per transfer
+    units = np.repeat(np.arange(12), 6)
+    whole = stats.clustered_abs_quantile(errors, units, 0.9)
+    plain = stats.bootstrap(errors, lambda a: np.quantile(np.abs(a), 0.9, axis=1))
+    assert whole.n == 12 and plain.n == 72
+    assert whole.point == pytest.approx(plain.point)  # the same p90 ...
+    assert whole.high - whole.low > 1.5 * (plain.high - plain.low)  # ... known less well
+    assert np.isnan(stats.clustered_abs_quantile([], [], 0.9).point)
+
+
+def _targets(p90, floor=None, ci=None):
+    return {"transfer_p90_target": 0.15, "replay_p90_abs_transfer_error": p90,
+            "packets_p90_abs_transfer_error": floor, "packets_p90_ci": ci}
+
+
+@pytest.mark.parametrize(("t", "kind", "says"), [
+    (_targets(0.12), "met", "12.0% <= 15%"),
+    (_targets(0.30), "floor not measured", "--repeats 3"),
+    (_targets(0.30, 0.40, [0.25, 0.60]), "out of reach", "larger emulation.scale"),
+    (_targets(0.30, 0.08, [0.05, 0.12]), "within reach", "the model's own error"),
+    (_targets(0.30, 0.13, [0.08, 0.25]), "undecided", "more repeat runs"),
+    (_targets(float("nan")), "not judged", "no transfer"),
+])
+def test_a_missed_p90_is_read_against_packets_own_floor(t, kind, says):
+    from testbed.validate.summary import p90_reach, summary_lines
+
+    got, sentence = p90_reach(t)
+    assert got == kind and says in sentence
+    lines = summary_lines({**t, "replay_median_abs_transfer_error": 0.03,
+                           "replay_median_ci": [0.02, 0.04], "replay_p90_ci": [0.1, 0.4],
+                           "ttft_verdicts": {"agree": 0, "disagree": 0, "inconclusive": 0},
+                           "worst_mean_ttft_error": None, "same_ranking": None, "runs": 1,
+                           "unfaithful_runs": 0, "packets_runs": 4,
+                           "packets_median_abs_transfer_error": 0.02,
+                           "replay_same_p90_abs_transfer_error": 0.2})
+    assert any(line.startswith("replay p90 target:") for line in lines) == (
+        kind not in ("met", "not judged"))
+
+
+def test_acceptance_reads_every_target_of_a_validation():
+    from testbed.validate.summary import acceptance
+
+    doc = {"targets": {**_targets(0.20, 0.30, [0.2, 0.5]), "transfer_target": 0.05,
+                       "replay_median_abs_transfer_error": 0.04,
+                       "engines_median_abs_transfer_error": 0.12},
+           "seed_rankings": {"tcp": {"000-base": {"seeds": 3, "same": 2}}}}
+    got = {k: kind for k, (kind, _) in acceptance(doc).items()}
+    assert got == {"replay_median": "met", "replay_p90": "out of reach",
+                   "engines_median": "missed", "same_ranking": "missed"}
+    doc["seed_rankings"]["tcp"]["000-base"]["same"] = 3
+    assert acceptance(doc)["same_ranking"] == ("met", "3 of 3 seeds")
+    doc["seed_rankings"] = {}
+    assert acceptance(doc)["same_ranking"][0] == "not judged"

@@ -132,7 +132,9 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
                f"{100 * floor['offered_alike']:.0f}% of the first run's transfers above the "
                f"floor offered alike in some pair; packets against packets, n={floor['n']}: "
                f"median |error| "
-               f"{100 * floor['median_abs_error']:.1f}%, p90 {100 * floor['p90_abs_error']:.1f}%")
+               f"{100 * floor['median_abs_error']:.1f}%, p90 {100 * floor['p90_abs_error']:.1f}% "
+               f"[95% CI {100 * floor['p90_ci'][0]:.1f}, {100 * floor['p90_ci'][1]:.1f}, "
+               f"resampling its {floor['transfers']} transfers]")
     for order, g in floor["by_arrival"].items():
         if g["n"]:
             click.echo(f"  {order}: n={g['n']}, median {100 * g['median_abs_error']:.1f}%, "

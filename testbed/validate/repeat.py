@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from testbed.records import read_csv
-from testbed.validate import arrival, compare, validity
+from testbed.validate import arrival, compare, stats, validity
 
 START_TOLERANCE = 0.05  # of a transfer's time: shard starts that count as the same
 
@@ -122,7 +122,7 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
             rows[i, key] = read_csv(cells[i][key] / "transfers.csv")
         return rows[i, key]
 
-    errors, kinds = [], []
+    errors, kinds, units = [], [], []
     used: set[str] = set()
     mine: dict[str, set[str]] = {}  # cell -> the first run's transfers judged
     for i, j in itertools.combinations(range(len(cells)), 2):
@@ -133,6 +133,7 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
             used.add(key)
             errors += got
             kinds += orders
+            units += [(key, request) for request in requests]
             if i == 0:
                 mine.setdefault(key, set()).update(requests)
     if not errors:
@@ -147,7 +148,9 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
                 [w for w in compare.whole_transfers(of(0, key)) if str(w["request"]) in judged],
                 compare.whole_transfers(replay[key]))
             model += [p.error for p in pairs]
+    p90 = stats.clustered_abs_quantile(errors, units, 0.9)
     return {"runs": len(cells), "cells": sorted(used), **compare.error_stats(errors),
+            "p90_ci": [p90.low, p90.high], "transfers": p90.n,
             "offered_alike": sum(len(v) for v in mine.values()) / above if above else 0.0,
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
@@ -161,6 +164,7 @@ def repeat_targets(floor: dict | None) -> dict:
     return {"packets_runs": floor["runs"],
             "packets_median_abs_transfer_error": floor["median_abs_error"],
             "packets_p90_abs_transfer_error": floor["p90_abs_error"],
+            "packets_p90_ci": floor.get("p90_ci"),  # absent from folders made before it
             "replay_same_p90_abs_transfer_error": (floor["replay_same_transfers"] or {}).get(
                 "p90_abs_error")}
 

@@ -62,6 +62,29 @@ def error_intervals(errors: Sequence[float]) -> dict:
             "mean_error": bootstrap(errors, lambda a: a.mean(axis=1)).as_dict()}
 
 
+def clustered_abs_quantile(values: Sequence[float], groups: Sequence[object], q: float,
+                           resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+    """The q-quantile of |value| with its percentile interval, resampling whole groups:
+    where one unit is measured several times (a transfer judged in every pair of repeated
+    runs, both ways), resampling the values alone would count it as that many independent
+    draws and narrow the interval."""
+    by: dict[object, list[float]] = {}
+    for value, group in zip(values, groups, strict=True):
+        by.setdefault(group, []).append(abs(value))
+    if not by:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    width = max(len(v) for v in by.values())
+    table = np.full((len(by), width), np.nan)  # a group per row, padded with NaN
+    for i, v in enumerate(by.values()):
+        table[i, :len(v)] = v
+    point = float(np.nanquantile(table, q))
+    idx = np.random.default_rng(seed).integers(0, len(by), size=(resamples, len(by)))
+    stats = np.nanquantile(table[idx].reshape(resamples, -1), q, axis=1)
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+    return Interval(point, float(low), float(high), len(by))
+
+
 def paired_mean_error(reference: Sequence[float], model: Sequence[float]) -> Interval:
     """(mean(model) - mean(reference)) / mean(reference) over paired samples (the same
     requests in both engines), resampling pairs."""
