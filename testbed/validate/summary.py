@@ -86,8 +86,9 @@ def p90_reach(t: dict) -> tuple[str, str]:
         return "within reach", (f"missed ({100 * p90:.1f}%) within reach: {about}, under "
                                 f"the {100 * target:.0f}% target: the model's own error")
     return "undecided", (f"missed ({100 * p90:.1f}%); {about}, an interval that holds "
-                         f"{100 * target:.0f}%: more repeat runs (--repeats) say whether a "
-                         "model could meet it here")
+                         f"{100 * target:.0f}%: more repeat runs or a longer window "
+                         "(--repeats N, workload.measure_s: more transfers offered alike) "
+                         "say whether a model could meet it here")
 
 
 def acceptance(doc: dict) -> dict[str, tuple[str, str]]:
