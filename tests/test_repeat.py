@@ -107,6 +107,8 @@ def test_the_floor_over_cells_with_the_replay_on_the_same_transfers(tmp_path):
     assert floor["transfers"] == 2
     low, high = floor["p90_ci"]
     assert 0.2 <= low <= floor["p90_abs_error"] <= high <= 0.25
+    low, high = floor["median_ci"]
+    assert 0.2 <= low <= floor["median_abs_error"] <= high <= 0.25
     same = floor["replay_same_transfers"]
     assert same["n"] == 2 and same["median_abs_error"] == pytest.approx(0.05)
     assert packets_against_packets(cells[:1], FLOORS) is None
@@ -202,8 +204,10 @@ def test_the_floors_interval_resamples_whole_transfers():
 
 
 def _targets(p90, floor=None, ci=None):
-    return {"transfer_p90_target": 0.15, "replay_p90_abs_transfer_error": p90,
-            "packets_p90_abs_transfer_error": floor, "packets_p90_ci": ci}
+    return {"transfer_target": 0.05, "replay_median_abs_transfer_error": 0.03,
+            "transfer_p90_target": 0.15, "replay_p90_abs_transfer_error": p90,
+            "packets_p90_abs_transfer_error": floor, "packets_p90_ci": ci,
+            "packets_median_abs_transfer_error": 0.02, "packets_median_ci": [0.01, 0.03]}
 
 
 @pytest.mark.parametrize(("t", "kind", "says"), [
@@ -215,25 +219,35 @@ def _targets(p90, floor=None, ci=None):
     (_targets(float("nan")), "not judged", "no transfer"),
 ])
 def test_a_missed_p90_is_read_against_packets_own_floor(t, kind, says):
-    from testbed.validate.summary import p90_reach, summary_lines
+    from testbed.validate.summary import reach, summary_lines
 
-    got, sentence = p90_reach(t)
+    got, sentence = reach(t, "p90")
     assert got == kind and says in sentence
-    lines = summary_lines({**t, "replay_median_abs_transfer_error": 0.03,
-                           "replay_median_ci": [0.02, 0.04], "replay_p90_ci": [0.1, 0.4],
+    lines = summary_lines({**t, "replay_median_ci": [0.02, 0.04], "replay_p90_ci": [0.1, 0.4],
                            "ttft_verdicts": {"agree": 0, "disagree": 0, "inconclusive": 0},
                            "worst_mean_ttft_error": None, "same_ranking": None, "runs": 1,
                            "unfaithful_runs": 0, "packets_runs": 4,
-                           "packets_median_abs_transfer_error": 0.02,
                            "replay_same_p90_abs_transfer_error": 0.2})
     assert any(line.startswith("replay p90 target:") for line in lines) == (
         kind not in ("met", "not judged"))
+    assert not any(line.startswith("replay median target:") for line in lines)  # 3% met
+
+
+def test_a_missed_median_is_read_against_packets_own_median():
+    from testbed.validate.summary import reach
+
+    t = {**_targets(0.12), "replay_median_abs_transfer_error": 0.08,
+         "packets_median_abs_transfer_error": 0.30, "packets_median_ci": [0.2, 0.4]}
+    kind, sentence = reach(t, "median")
+    assert kind == "out of reach" and "packets repeat to a median of 30.0%" in sentence
+    t["packets_median_ci"] = [0.01, 0.04]
+    assert reach(t, "median")[0] == "within reach"
 
 
 def test_acceptance_reads_every_target_of_a_validation():
     from testbed.validate.summary import acceptance
 
-    doc = {"targets": {**_targets(0.20, 0.30, [0.2, 0.5]), "transfer_target": 0.05,
+    doc = {"targets": {**_targets(0.20, 0.30, [0.2, 0.5]),
                        "replay_median_abs_transfer_error": 0.04,
                        "engines_median_abs_transfer_error": 0.12},
            "seed_rankings": {"tcp": {"000-base": {"seeds": 3, "same": 2}}}}

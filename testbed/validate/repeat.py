@@ -148,9 +148,10 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
                 [w for w in compare.whole_transfers(of(0, key)) if str(w["request"]) in judged],
                 compare.whole_transfers(replay[key]))
             model += [p.error for p in pairs]
-    p90 = stats.clustered_abs_quantile(errors, units, 0.9)
+    median, p90 = (stats.clustered_abs_quantile(errors, units, q) for q in (0.5, 0.9))
     return {"runs": len(cells), "cells": sorted(used), **compare.error_stats(errors),
-            "p90_ci": [p90.low, p90.high], "transfers": p90.n,
+            "median_ci": [median.low, median.high], "p90_ci": [p90.low, p90.high],
+            "transfers": p90.n,
             "offered_alike": sum(len(v) for v in mine.values()) / above if above else 0.0,
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
@@ -164,7 +165,8 @@ def repeat_targets(floor: dict | None) -> dict:
     return {"packets_runs": floor["runs"],
             "packets_median_abs_transfer_error": floor["median_abs_error"],
             "packets_p90_abs_transfer_error": floor["p90_abs_error"],
-            "packets_p90_ci": floor.get("p90_ci"),  # absent from folders made before it
+            "packets_median_ci": floor.get("median_ci"),  # absent from older folders
+            "packets_p90_ci": floor.get("p90_ci"),
             "replay_same_p90_abs_transfer_error": (floor["replay_same_transfers"] or {}).get(
                 "p90_abs_error")}
 
