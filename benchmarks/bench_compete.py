@@ -45,9 +45,9 @@ from testbed.emulation.ingress import ingress_judgement, machine_drops
 from testbed.emulation.net import EmulatedNetwork
 from testbed.emulation.threads import vswitchd_pids
 from testbed.scenario import load_scenario
+from testbed.topologies.replica import scaled_bytes
 from testbed.validate.calibrate import COMPETE_GB, run_probe
 from testbed.validate.validity import tier_pairs
-from testbed.workers.kvstream import scaled_bytes
 
 
 def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,

@@ -59,8 +59,8 @@ def main() -> None:
     measured: dict[tuple[int, int], float] = {}
     if not args.no_fabric:
         from testbed.emulation.net import EmulatedNetwork
+        from testbed.topologies.replica import scaled_bytes
         from testbed.validate.calibrate import measure_tier
-        from testbed.workers.kvstream import scaled_bytes
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "s.yaml"

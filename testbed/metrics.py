@@ -106,3 +106,38 @@ def aggregate(summaries: Sequence[dict]) -> dict:
             out[key] = _mean(vals)
             out[key + "_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
     return out
+
+
+def tcp_stalls(transfers: list[dict]) -> dict:
+    """A run's transfers (one row per shard, counters its own): how many resent segments, how many
+    had a retransmission timeout, and the modelled seconds spent recovering from them; the
+    median round trip when a shard was sent, and its median excess over the least its
+    connection saw (None where not read)."""
+    def n(row: dict, key: str) -> float:
+        value = row.get(key)
+        return float(value) if value not in (None, "") else 0.0
+
+    known = [t for t in transfers if t.get("retrans_segs") not in (None, "")]
+    timed = [t for t in known if t.get("rtt_s") not in (None, "")]
+    return {"transfers": len(known),
+            "resent": sum(n(t, "retrans_segs") > 0 for t in known),
+            "timed_out": sum(n(t, "timeouts") > 0 for t in known),
+            "timeout_s": sum(n(t, "timeout_s") for t in known),
+            "timeouts_known": any(t.get("timeouts") not in (None, "") for t in known),
+            "rtt_p50_s": statistics.median([n(t, "rtt_s") for t in timed]) if timed else None,
+            "rtt_over_least_p50_s": statistics.median([n(t, "rtt_s") - n(t, "min_rtt_s") for t in timed])
+            if timed else None}
+
+
+def describe_stalls(s: dict) -> str:
+    if not s["transfers"]:
+        return "no TCP_INFO"
+    text = f"{s['resent']} of {s['transfers']} transfers resent segments"
+    if s["timeouts_known"]:
+        text += (f", {s['timed_out']} had a retransmission timeout "
+                 f"({s['timeout_s']:.2f} s modelled in recovery)")
+    if s.get("rtt_p50_s") is not None:
+        text += (f"; round trip when a shard was sent: median {1e3 * s['rtt_p50_s']:.1f} ms "
+                 f"modelled, {1e3 * s['rtt_over_least_p50_s']:.1f} ms over its connection's "
+                 "least")
+    return text

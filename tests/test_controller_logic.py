@@ -12,11 +12,11 @@ from collections import Counter
 
 import pytest
 
-from testbed.controller import telemetry
 from testbed.controller.oracle_server import make_server
 from testbed.controller.state import ControllerState
 from testbed.datapath import tc
 from testbed.emulation import cleanup, judge
+from testbed.model import congestion
 from testbed.topologies import routing
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.fattree import FatTreeSpec
@@ -95,17 +95,17 @@ def test_rates_and_congestion_exclude_kv():
     prev = {"kv": {"bytes": 0}, "background": {"bytes": 0}, "control": {"bytes": 0}}
     cur = {"kv": {"bytes": 1_000_000}, "background": {"bytes": 250_000},
            "control": {"bytes": 0}}
-    bps = telemetry.rates(prev, cur, 1.0)
+    bps = congestion.rates(prev, cur, 1.0)
     assert bps["kv"] == 8e6 and bps["background"] == 2e6
-    sample = telemetry.InterfaceRate("tor0-eth5", "tor0>agg0", 2, 10e6, bps)
+    sample = congestion.InterfaceRate("tor0-eth5", "tor0>agg0", 2, 10e6, bps)
     assert sample.external_utilisation == pytest.approx(0.2)
     assert sample.total_utilisation == pytest.approx(1.0)
-    idle = telemetry.InterfaceRate("tor1-eth5", "tor1>agg0", 2, 10e6, {"kv": 9e6})
-    hot = telemetry.InterfaceRate("agg0-core0", "agg0>core0", 3, 5e6, {"background": 6e6})
-    assert telemetry.tier_congestion([sample, idle, hot]) == {
-        2: pytest.approx(0.1), 3: telemetry.MAX_CONGESTION}
+    idle = congestion.InterfaceRate("tor1-eth5", "tor1>agg0", 2, 10e6, {"kv": 9e6})
+    hot = congestion.InterfaceRate("agg0-core0", "agg0>core0", 3, 5e6, {"background": 6e6})
+    assert congestion.tier_congestion([sample, idle, hot]) == {
+        2: pytest.approx(0.1), 3: congestion.MAX_CONGESTION}
     # a counter reset reads as no traffic, never negative
-    assert telemetry.rates({"kv": {"bytes": 500}}, {"kv": {"bytes": 100}}, 1.0)["kv"] == 0
+    assert congestion.rates({"kv": {"bytes": 500}}, {"kv": {"bytes": 100}}, 1.0)["kv"] == 0
 
 
 def test_traffic_class_table():

@@ -4,6 +4,7 @@ missing fields on older kernels, and a run's stalls counted."""
 import socket
 import struct
 
+from testbed.metrics import describe_stalls, tcp_stalls
 from testbed.workers import tcpinfo
 
 
@@ -48,13 +49,13 @@ def test_a_runs_stalls_are_counted_per_connection():
             {"retrans_segs": 4, "timeouts": 0, "timeout_s": 0.0},
             {"retrans_segs": 9, "timeouts": 2, "timeout_s": 0.3},
             {"retrans_segs": "", "timeouts": "", "timeout_s": ""}]  # the flow model's rows
-    got = tcpinfo.stalls(rows)
+    got = tcp_stalls(rows)
     assert (got["transfers"], got["resent"], got["timed_out"]) == (3, 2, 1)
     assert abs(got["timeout_s"] - 0.3) < 1e-12
-    assert "1 had a retransmission timeout" in tcpinfo.describe(got)
-    old = tcpinfo.stalls([{"retrans_segs": 1, "timeouts": None}])
-    assert "timeout" not in tcpinfo.describe(old)  # unknown on that kernel: not claimed 0
-    assert got["rtt_p50_s"] is None and "round trip" not in tcpinfo.describe(got)
+    assert "1 had a retransmission timeout" in describe_stalls(got)
+    old = tcp_stalls([{"retrans_segs": 1, "timeouts": None}])
+    assert "timeout" not in describe_stalls(old)  # unknown on that kernel: not claimed 0
+    assert got["rtt_p50_s"] is None and "round trip" not in describe_stalls(got)
 
 
 def test_a_runs_round_trips_are_the_median_and_its_swing_over_each_connections_least():
@@ -62,11 +63,11 @@ def test_a_runs_round_trips_are_the_median_and_its_swing_over_each_connections_l
             {"retrans_segs": 0, "rtt_s": 0.030, "min_rtt_s": 0.010},
             {"retrans_segs": 1, "rtt_s": 0.050, "min_rtt_s": 0.008},
             {"retrans_segs": 0, "rtt_s": "", "min_rtt_s": ""}]  # not read: left out
-    got = tcpinfo.stalls(rows)
+    got = tcp_stalls(rows)
     assert got["transfers"] == 4
     assert abs(got["rtt_p50_s"] - 0.030) < 1e-12
     assert abs(got["rtt_over_least_p50_s"] - 0.020) < 1e-12  # of 2, 20 and 42 ms
-    assert "median 30.0 ms modelled, 20.0 ms over" in tcpinfo.describe(got)
+    assert "median 30.0 ms modelled, 20.0 ms over" in describe_stalls(got)
 
 
 def test_the_replay_error_of_stalled_connections_is_shown_apart():

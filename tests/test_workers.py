@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from testbed.model.kv import MODEL_PRESETS, kv_shard_bytes
+from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.traffic_classes import KV
 from testbed.workers import kvstream, protocol
 
@@ -66,8 +67,8 @@ def test_kv_header_round_trip_and_errors():
 
 def test_scaled_bytes_follow_the_shard_size():
     shard = kv_shard_bytes(MODEL_PRESETS["llama-3-70b"], 16384, 4)  # 1.25 GiB
-    assert kvstream.scaled_bytes(shard, 2e-4) == round(shard * 2e-4)
-    assert kvstream.scaled_bytes(0, 2e-4) == 0 and kvstream.scaled_bytes(10, 1e-9) == 1
+    assert scaled_bytes(shard, 2e-4) == round(shard * 2e-4)
+    assert scaled_bytes(0, 2e-4) == 0 and scaled_bytes(10, 1e-9) == 1
 
 
 def test_kv_sockets_carry_the_af41_tos():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from testbed.controller import telemetry
 from testbed.datapath import tc
+from testbed.model.congestion import InterfaceRate, rates, tier_congestion
 from testbed.topologies.placement import interface_netns
 
 CLASS_NAMES = ("control", "kv", "background")
@@ -41,9 +41,9 @@ class Poller:
             for node, intf, link in self.egress:
                 if intf not in counters or intf not in self._prev:
                     continue
-                bps = telemetry.rates(self._prev[intf], counters[intf], dt)
-                samples.append(telemetry.InterfaceRate(intf, f"{node}>{link.peer_of(node)}",
-                                                       link.tier, link.rate_bps, bps))
+                bps = rates(self._prev[intf], counters[intf], dt)
+                samples.append(InterfaceRate(intf, f"{node}>{link.peer_of(node)}",
+                                             link.tier, link.rate_bps, bps))
                 for cls, counts in counters[intf].items():
                     before = self._prev[intf].get(cls, {})
                     metrics.class_bytes.labels(intf, cls).inc(
@@ -52,7 +52,7 @@ class Poller:
                         max(0, counts["drops"] - before.get("drops", 0)))
         self._prev, self._prev_t = counters, now
         if samples:
-            congestion = telemetry.tier_congestion(samples)
+            congestion = tier_congestion(samples)
             util = {s.link: {c: s.utilisation(c) for c in CLASS_NAMES} for s in samples}
             with self.state.lock:
                 self.state.congestion = congestion

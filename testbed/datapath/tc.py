@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 import os
 import socket
 import sys
@@ -33,6 +32,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.datapath.classes import COUNTERS, Counters, read_classes
 from testbed.model.tcp import MIN_FRAME, WIRE_FRAME
+from testbed.topologies.replica import MIN_QUEUE_PACKETS, queue_packets
 from testbed.topologies.traffic_classes import (
     CLASSES,
     CONTROL,
@@ -46,14 +46,6 @@ from testbed.topologies.traffic_classes import (
 
 ROOT = 0x10000
 PARENT = 0x10001
-QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
-# Queueing delay at emulated rates is 1/scale times a real switch's, so deep queues
-# inflate RTTs to hundreds of ms and TCP's shares converge too slowly for the fluid
-# model's instant max-min: with 100-packet floors the TP shards of one transfer took
-# 1.4-1.5x as long as each other (median) and packets ran ~30% behind the flow model;
-# with 16 (and cubic, not bbr) 1.3x and within ~10%, and a lone transfer still reaches
-# ~96% of the rate (scenarios/validate.yaml, measured 2026-11-22).
-MIN_QUEUE_PACKETS = 16
 HTB_PRIOS = 8  # HTB has prios 0..7: with 8 levels the scavenger shares prio 7 with level 7
 
 
@@ -172,15 +164,6 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit
     for pref, (dscp, target) in enumerate(targets.items(), start=2):
         ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
                target=target, keys=[_tos_key(dscp)])
-
-
-def queue_packets(rate_bps: float, min_packets: int = MIN_QUEUE_PACKETS,
-                  frame_bytes: int = WIRE_FRAME) -> int:
-    """A leaf's depth: QUEUE_S at the link rate, at least `min_packets`, both in full-size
-    frames, held as that many bytes' worth of `frame_bytes` frames (a smaller frame puts
-    more packets, not more bytes, in a queue)."""
-    full = max(min_packets, math.ceil(rate_bps * QUEUE_S / (1500 * 8)))
-    return math.ceil(full * WIRE_FRAME / frame_bytes)
 
 
 # Connection set-up rides the control class: in a packet-limited 16-slot queue a SYN

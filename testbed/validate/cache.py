@@ -18,6 +18,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from testbed.cachedir import user_cache
 from testbed.records import atomic_write
 
 FORMAT = 5  # 2: competing probes of three sizes, spaced starts, the contention fit;
@@ -37,8 +38,7 @@ DEFAULT_TIMINGS = {"fabric_s": 10.0, "calibration_s": 45.0, "worker_start_s": 3.
 def cache_dir() -> Path:
     if os.environ.get("NETKV_CACHE_DIR"):
         return Path(os.environ["NETKV_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "netkv-testbed"
+    return user_cache()
 
 
 def _version() -> str:

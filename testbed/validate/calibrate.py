@@ -19,6 +19,7 @@ from testbed.emulation.processes import NamespaceLauncher
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.topologies.replica import scaled_bytes
 from testbed.validate.calibration import (
     CAPACITY_FIT_MIN_GB,
     TierFit,
@@ -28,7 +29,6 @@ from testbed.validate.calibration import (
 )
 from testbed.validate.contention import competing_residuals, probe_fits
 from testbed.validate.validity import tier_pairs
-from testbed.workers.kvstream import scaled_bytes
 
 # modelled sizes per transfer, three decades: chatbot's small KV (tens of MB per shard)
 # up to RAG's largest; the small ones are what the TCP terms are fitted on

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.metrics import describe_stalls
 from testbed.model.plugins import display_name
 from testbed.validate.render_claims import claim_lines
 from testbed.validate.render_divergence import divergence_lines
 from testbed.validate.summary import TARGET_ENGINES_MEDIAN, reach
-from testbed.workers import tcpinfo
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 
@@ -166,7 +166,7 @@ def _stall_lines(stalls: dict | None) -> list[str]:
     if not stalls or not stalls["connections"]["transfers"]:
         return []
     lines = ["", "## Why transfers stalled (the senders' TCP_INFO)", "",
-             f"On packets: {tcpinfo.describe(stalls['connections'])}.", ""]
+             f"On packets: {describe_stalls(stalls['connections'])}.", ""]
     split = stalls["replay_tcp"]
     if split["timed_out"]["n"] or split["clean"]["n"]:
         lines += ["| replay, TCP model | n | median abs error | p90 abs error | mean error |",

@@ -15,21 +15,11 @@ import threading
 import time
 
 from testbed.clock import Dilation
+from testbed.topologies.replica import background_partner as partner
 from testbed.topologies.traffic_classes import BACKGROUND
 
 CHUNK = 16 * 1024
 _ZEROS = bytes(CHUNK)
-
-
-def partner(spec, instance: str, tier: int) -> str | None:
-    """The next instance after `instance` (cyclically, by index) at exactly `tier`."""
-    names = [i.name for i in spec.instances]
-    k = names.index(instance)
-    for step in range(1, len(names)):
-        other = names[(k + step) % len(names)]
-        if spec.tier(instance, other) == tier:
-            return other
-    return None
 
 
 def stream_rate_bps(fraction: float, tier_gbps: float, scale: float, dilation: float) -> float:

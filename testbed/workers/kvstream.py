@@ -46,13 +46,6 @@ class Marking:
     recheck_s: float | None = None  # wall seconds a stalled send waits before re-asking
 
 
-def scaled_bytes(modelled_bytes: float, scale: float) -> int:
-    """What crosses the emulated wire for a modelled byte count (at least one byte)."""
-    if modelled_bytes <= 0:
-        return 0
-    return max(1, round(modelled_bytes * scale))
-
-
 @dataclass(frozen=True)
 class ShardResult:
     request: str

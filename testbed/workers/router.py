@@ -41,13 +41,13 @@ from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle, TransferIntent
 from testbed.model.schedulers import switches_roles
 from testbed.serving import PrefillInstance
+from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState
 from testbed.workers.journal import Journal
-from testbed.workers.kvstream import scaled_bytes
 from testbed.workers.roles import RouterFlowKV
 from testbed.workers.router_faults import RouterFaults
 from testbed.workers.router_link import ControlLink

@@ -1,4 +1,5 @@
-"""Utilisation and per-tier congestion from counters: pure.
+"""Utilisation and per-tier congestion (the oracle's c_tier) from class byte counters: pure,
+and one function for every packet engine (the SDN controller's poller, the ns-3 engine).
 
 Utilisation is computed against the *configured* (emulated) link rate: OVS reports a
 fake 10 Gbps port speed whatever tc does. Congestion c_tier, as the paper defines it,
