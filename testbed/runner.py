@@ -1,107 +1,32 @@
-"""Run a scenario's cells (sweep point x scheduler x seed) and build the paper-style table."""
+"""The simulated engines' runs: every cell of a scenario on the flow model or on ns-3, in
+this process, on local cores or on Dask (the cell loop itself is cells.py's)."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from testbed.cells import RunOutcome, Task, check_conservation, preflight, run_cells
 from testbed.estimate import cell_sizes
-from testbed.flowsim.simulator import simulate
-from testbed.lifecycle import TERMINAL_STATES
-from testbed.metrics import aggregate, run_summary
-from testbed.model import plugins
-from testbed.model.plugins import display_name
-from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
-from testbed.records import RunFolder, atomic_write, interruption, write_cell, write_json
+from testbed.metrics import run_summary
+from testbed.records import write_cell, write_json
 from testbed.workloads.build import build_workload
 
-
-class ConservationError(RuntimeError):
-    """A request was lost or ended twice: always a bug, never a result."""
-
-
-def check_conservation(requests: list[dict], expected: int) -> None:
-    ids = Counter(r["id"] for r in requests)
-    dup = [i for i, n in ids.items() if n > 1]
-    bad = [r["id"] for r in requests if r["state"] not in TERMINAL_STATES]
-    if len(ids) != expected or dup or bad:
-        raise ConservationError(
-            f"{expected} requests offered, {len(ids)} recorded; duplicated {dup[:5]}, "
-            f"without a terminal state {bad[:5]}"
-        )
+# engine key -> (run folder's engine name, the table's title)
+ENGINES = {"flow": ("flowsim", "flow-level simulation"),
+           "ns3": ("ns3", "ns-3 packet-level simulation")}
 
 
-def slug(point: dict) -> str:
-    if not point:
-        return "base"
-    parts = [f"{_short(k)}-{v}" for k, v in point.items()]
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(parts))
+def _simulate(engine: str):
+    """The engine's one-cell run (ns-3's module is imported only where it runs)."""
+    if engine == "ns3":
+        from testbed.ns3sim.simulation import simulate
 
+        return simulate
+    from testbed.flowsim.simulator import simulate
 
-@dataclass
-class Row:
-    point: dict
-    scheduler: str
-    stats: dict
-    per_seed: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class RunOutcome:
-    folder: Path
-    rows: list[Row]
-    table: str
-    wall_s: float
-    lost: list[dict] = field(default_factory=list)
-
-
-def count_runs(scenario) -> int:
-    return len(scenario.cells()) * len(scenario.schedulers) * scenario.seeds
-
-
-def preflight(scenario) -> None:
-    """Build every cell's workload and plugin scheduler before anything runs: bad input
-    stops the whole run."""
-    from testbed.control.plane import scenario_scheduler
-
-    for key in scenario.schedulers:  # a plugin whose constructor fails is named now
-        if not plugins.is_builtin(key):
-            scenario_scheduler(scenario, key, scenario.seed)
-    for point, cell in scenario.cells():
-        try:
-            build_workload(cell, cell.seed)
-        except ValueError as exc:
-            where = f"sweep point {point}: " if point else ""
-            raise ValueError(f"{where}{exc}") from None
-
-
-@dataclass(frozen=True)
-class Task:
-    """One cell of a sweep: what a worker needs to simulate it on its own."""
-
-    index: int
-    point: dict
-    cell: object  # the Scenario with the sweep point applied
-    scheduler: str
-    seed: int
-    follow: dict | None = None  # request id -> (prefill, decode) to take (model/follow.py)
-    out: Path | None = None  # the cell's folder, for a worker on this machine to write
-
-    @property
-    def rel(self) -> str:
-        return f"cells/{self.index:03d}-{slug(self.point)}/{self.scheduler}/seed{self.seed}"
-
-    @property
-    def label(self) -> str:
-        return f"{slug(self.point)} {display_name(self.scheduler)} seed {self.seed}"
+    return simulate
 
 
 _WORKLOADS: dict[tuple[str, int], object] = {}  # the last few, newest last
@@ -124,96 +49,39 @@ def _workload(cell, seed: int):
 def run_task(task: Task) -> dict:
     """Simulate one cell (in any process): records and summary, checked."""
     workload = _workload(task.cell, task.seed)
-    result = simulate(task.cell, task.scheduler, task.seed, workload, task.follow)
+    result = _simulate(task.engine)(task.cell, task.scheduler, task.seed, workload,
+                                    task.follow)
     check_conservation(result.requests, len(workload.requests))
     summary = run_summary(result.requests, result.links, workload, result.decision_us,
                           result.counters)
+    files = {f"{result.engine['engine']}.json": result.engine} if result.engine else {}
     if task.out is not None:
         write_cell(task.out, result.requests, result.transfers, result.links, summary)
+        for name, doc in files.items():
+            write_json(task.out / name, doc)
         return {"summary": summary, "written": True}
     return {"requests": result.requests, "transfers": result.transfers,
-            "links": result.links, "summary": summary}
-
-
-def tasks_of(scenario) -> list[Task]:
-    return [Task(index, point, cell, key, seed)
-            for index, (point, cell) in enumerate(scenario.cells())
-            for seed in range(cell.seed, cell.seed + cell.seeds)
-            for key in cell.schedulers]
-
-
-def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
-              on_step: Callable[[str], None] | None = None,
-              describe: str = "serial", aggregate_fn=aggregate,
-              epilogue: Callable[[], tuple[dict, str]] | None = None
-              ) -> tuple[RunOutcome, RunFolder]:
-    """The cell loop both engines share: a run folder; every task (sweep point x
-    scheduler x seed, in the sweep's order) through `execute(tasks, folder)`, which yields
-    (task, result or Lost) in any order; each result's records written to its cell (a
-    result is {requests, transfers, links, summary, files: {name: json}}); rows per point
-    and scheduler aggregated over seeds; the table and summary.json, each with what
-    `epilogue()` adds once every task ran (summary fields, a table tail). The caller
-    finishes the folder (it may add files first)."""
-    from testbed.sweep import Lost
-
-    t0 = time.perf_counter()
-    folder = RunFolder(out_root, scenario.name, engine)
-    atomic_write(folder.path / "scenario.yaml",
-                 yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    tasks = tasks_of(scenario)
-    summaries: dict[tuple[int, str, int], dict] = {}
-    lost: list[dict] = []
-    try:
-        for task, result in execute(tasks, folder.path):
-            if isinstance(result, Lost):
-                lost.append({"cell": task.rel, "error": result.error})
-            else:
-                if not result.get("written"):
-                    folder.write_cell(task.rel, result["requests"], result["transfers"],
-                                      result["links"], result["summary"])
-                for name, doc in result.get("files", {}).items():
-                    write_json(folder.path / task.rel / name, doc)
-                summaries[(task.index, task.scheduler, task.seed)] = result["summary"]
-            if on_step:
-                on_step(task.label)
-    except BaseException as exc:
-        folder.mark_interrupted(interruption(exc))
-        raise
-    rows: list[Row] = []
-    for index, (point, cell) in enumerate(scenario.cells()):
-        for key in cell.schedulers:
-            per = [summaries[(index, key, seed)] for seed in range(cell.seed, cell.seed + cell.seeds)
-                   if (index, key, seed) in summaries]
-            if per:  # every seed lost: the cell is listed under "Lost cells" instead
-                rows.append(Row(point, key, aggregate_fn(per), per))
-    table = format_table(scenario, rows, engine=title)
-    if lost:
-        table += "\n## Lost cells\n\n" + "".join(f"- `{x['cell']}`: {x['error']}\n" for x in lost)
-    extra, tail = epilogue() if epilogue else ({}, "")
-    table += tail
-    write_json(folder.path / "summary.json", {
-        "scenario": scenario.name, "engine": engine, "executor": describe,
-        "lost_cells": lost, **extra,
-        "rows": [{"point": r.point, "scheduler": display_name(r.scheduler), "key": r.scheduler,
-                  **r.stats} for r in rows],
-    })
-    atomic_write(folder.path / "table.md", table)
-    return RunOutcome(folder.path, rows, table, time.perf_counter() - t0, lost), folder
+            "links": result.links, "summary": summary, "files": files}
 
 
 def run_flowsim(
     scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
     executor=None, follow: Callable[[Task], dict | None] | None = None,
+    engine: str = "flow",
 ) -> RunOutcome:
-    """Simulate every cell (on `executor`: serial by default); write the run folder in
-    the sweep's order whatever order cells finish in; return the table rows. `follow`
-    gives a cell the placements it takes instead of its own (Task.follow)."""
+    """Simulate every cell on `engine` (flow or ns3; on `executor`: serial by default);
+    write the run folder in the sweep's order whatever order cells finish in; return the
+    table rows. `follow` gives a cell the placements it takes instead of its own
+    (Task.follow)."""
     from testbed.sweep import Executor
 
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     preflight(scenario)
     executor = executor or Executor.serial()
 
     def execute(tasks, folder: Path):
+        tasks = [dataclasses.replace(t, engine=engine) for t in tasks]
         if follow is not None:
             tasks = [dataclasses.replace(t, follow=follow(t)) for t in tasks]
         if executor.kind != "dask":  # this machine's processes write their own cells
@@ -223,78 +91,12 @@ def run_flowsim(
             tasks = sorted(tasks, key=lambda t: -sizes[t.index][0])
         return executor.map(run_task, tasks)
 
-    outcome, folder = run_cells(scenario, out_root, "flowsim", execute,
-                                "flow-level simulation", on_step, executor.describe())
+    name, title = ENGINES[engine]
+    outcome, folder = run_cells(scenario, out_root, name, execute, title, on_step,
+                                executor.describe())
     if outcome.lost:
         folder.mark_interrupted(f"{len(outcome.lost)} cell(s) lost after a retry: "
                                 + "; ".join(x["cell"] for x in outcome.lost))
     else:
         folder.finish()
     return outcome
-
-
-def _short(key: str) -> str:
-    """Column name for a sweep key: the last part of each field it sets."""
-    return "+".join(f.strip().split(".")[-1] for f in key.split(","))
-
-
-def _fmt(x: float, digits: int = 0) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def _delta(row: Row, base: Row | None) -> str:
-    if base is None or base is row:
-        return "-"
-    a, b = row.stats.get("ttft_mean_ms"), base.stats.get("ttft_mean_ms")
-    if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
-        return "-"
-    return f"{100 * (a - b) / b:+.1f}%"
-
-
-def table_cells(scenario, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Header and body of the paper-style table (Table II): one row per point x scheduler."""
-    keys = list(scenario.sweep)
-    head = [_short(k) for k in keys] + [
-        "scheduler", "TTFT mean±std (ms)", "P50", "P99", "TBT (ms)", "SLO", "goodput (rps)",
-        "xfer (ms)", "tiers T0:T1:T2:T3 (%)", "vs RR", "vs CLA*",
-    ]
-    faults = bool(scenario.faults) or any("faults" in k for k in keys)
-    if faults:  # what the failures cost and how they were handled
-        head += ["affected TTFT (ms)", "migrate:recompute:abort"]
-    by_point: dict[str, dict[str, Row]] = {}
-    for row in rows:
-        by_point.setdefault(repr(row.point), {})[row.scheduler] = row
-    body = []
-    for row in rows:
-        s = row.stats
-        peers = by_point[repr(row.point)]
-        tiers = ":".join(f"{100 * s.get('tier_share', {}).get(str(t), 0.0):.0f}" for t in range(4))
-        body.append([str(row.point[k]) for k in keys] + [
-            display_name(row.scheduler),
-            # a metric no seed had (nothing completed: every request rejected) is "-"
-            f"{_fmt(s.get('ttft_mean_ms'))}±{_fmt(s.get('ttft_mean_ms_std'))}",
-            _fmt(s.get("ttft_p50_ms")), _fmt(s.get("ttft_p99_ms")),
-            _fmt(s.get("tbt_mean_ms"), 2), _fmt(s.get("slo_attainment"), 3),
-            _fmt(s.get("goodput_rps"), 2), _fmt(s.get("transfer_mean_ms")), tiers,
-            _delta(row, peers.get("rr")), _delta(row, peers.get("cla")),
-        ] + ([_fmt(s.get("affected_ttft_mean_ms")),
-              ":".join(_fmt(s.get("recovery_decisions", {}).get(k), 1)
-                       for k in (MIGRATE, RECOMPUTE, ABORT))] if faults else []))
-    return head, body
-
-
-def format_table(scenario, rows: list[Row], engine: str = "flow-level simulation") -> str:
-    head, body = table_cells(scenario, rows)
-    lines = [
-        f"# {scenario.name}: {engine}",
-        "",
-        scenario.description.strip(),
-        "",
-        f"{scenario.seeds} seed(s) per cell; warm-up {scenario.workload.warmup_s:g} s excluded, "
-        f"measurement {scenario.workload.measure_s:g} s.",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    return "\n".join(lines) + "\n"

@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from testbed.runner import run_task, tasks_of
+from testbed.cells import tasks_of
+from testbed.runner import run_task
 from testbed.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from testbed.cells import check_conservation
 from testbed.flowsim.simulator import FlowSimulation
 from testbed.lifecycle import TERMINAL_STATES
-from testbed.runner import check_conservation
 from testbed.scenario import load_scenario
 from testbed.workloads.build import build_workload
 from tests.conftest import ROOT

@@ -25,8 +25,8 @@ def test_rag_at_full_load_netkv_beats_cla_and_rr_and_shifts_tiers(tmp_path):
 def test_the_table_of_a_run_that_completed_nothing_shows_dashes():
     """A run whose every request was rejected has no TTFT, TBT or transfer figures; its
     table row shows "-" for them instead of failing the command at the end."""
+    from testbed.cells import Row, format_table
     from testbed.metrics import aggregate
-    from testbed.runner import Row, format_table
 
     sc = load_scenario(DEFAULT, {"schedulers": ["rr", "cla"]})
     point = sc.cells()[0][0]

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
+from testbed.cells import check_conservation
 from testbed.flowsim.simulator import simulate
 from testbed.lifecycle import TERMINAL_STATES
-from testbed.runner import check_conservation
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.workloads.build import build_workload
 

@@ -84,9 +84,9 @@ def test_transfer_calls_per_mode_and_their_overhead():
 def test_flowkv_switches_decode_nodes_under_prefill_imbalance(write_scenario):
     """Slow prefill nodes: FlowKV-LA switches idle decode nodes to prefill work, serves
     requests there (decoded in place) and beats fixed-role NetKV-Full on TTFT."""
+    from testbed.cells import check_conservation
     from testbed.flowsim.simulator import simulate
     from testbed.metrics import summarize
-    from testbed.runner import check_conservation
     from testbed.scenario import load_scenario
     from testbed.workloads.build import build_workload
 
@@ -128,8 +128,8 @@ def test_per_call_overhead_lengthens_transfers_in_the_flow_model(write_scenario)
 def test_a_prefill_node_takes_decode_work_when_the_decode_side_is_hot(write_scenario):
     """The other direction, in the flow simulator: with decode batches full and prefill
     idle, idle prefill nodes get a decode engine and receive requests to decode."""
+    from testbed.cells import check_conservation
     from testbed.flowsim.simulator import simulate
-    from testbed.runner import check_conservation
     from testbed.scenario import load_scenario
     from testbed.workloads.build import build_workload
 

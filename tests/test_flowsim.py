@@ -5,11 +5,12 @@ import math
 
 import pytest
 
+from testbed.cells import ConservationError, check_conservation
 from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.simulator import FlowSimulation, simulate
 from testbed.model.kv import kv_cache_bytes
 from testbed.records import PARTIAL
-from testbed.runner import ConservationError, check_conservation, run_flowsim
+from testbed.runner import run_flowsim
 from testbed.scenario import Scenario, load_scenario
 from testbed.workloads.build import Workload, build_workload
 from testbed.workloads.requests import Request

@@ -10,10 +10,10 @@ from tests.conftest import ROOT
 
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
-    "yamlfile", "progress", "clock", "model", "workloads", "topologies", "datapath", "lifecycle",
-    "records", "metrics", "plausibility", "scenario", "estimate", "serving", "control", "flowsim",
-    "controller", "workers", "remote", "vm", "sweep", "runner", "emulation", "validate", "api",
-    "cli", "__main__", "testbed",
+    "yamlfile", "progress", "clock", "cachedir", "model", "workloads", "topologies", "datapath",
+    "lifecycle", "records", "metrics", "plausibility", "scenario", "estimate", "serving",
+    "control", "flowsim", "ns3sim", "controller", "workers", "remote", "vm", "sweep", "cells",
+    "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"
 

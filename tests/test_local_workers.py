@@ -18,11 +18,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from testbed.cells import check_conservation
 from testbed.controller.oracle_server import make_server, serve_in_thread
 from testbed.controller.state import ControllerState
 from testbed.emulation.processes import LocalLauncher, WorkerSet, local_hosts
 from testbed.model.kv import kv_bytes_per_token
-from testbed.runner import check_conservation
 from testbed.scenario import load_scenario
 from testbed.workers.channel import Listener, connect
 from testbed.workers.config import RunConfig

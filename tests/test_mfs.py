@@ -125,9 +125,9 @@ def test_mfs_promotes_a_deferred_flow_as_its_deadline_nears_and_keeps_it_up():
 
 
 def test_flow_policies_run_in_the_flow_simulator(write_scenario):
+    from testbed.cells import check_conservation
     from testbed.flowsim.simulator import simulate
     from testbed.metrics import summarize
-    from testbed.runner import check_conservation
     from testbed.scenario import load_scenario
     from testbed.workloads.build import build_workload
 

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from testbed.runner import Task, run_task
+from testbed.cells import Task
+from testbed.runner import run_task
 from testbed.scenario import load_scenario
 from testbed.validate.trajectory import _summary, draw_spreads, gains, mean_ttft, seed_draws, spread
 from tests.conftest import ROOT

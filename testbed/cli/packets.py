@@ -208,9 +208,9 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluste
     transfers in flight); every exit path tears the fabric down. `cluster`: the
     --cluster, --placement and --tunnel options."""
     from testbed.api import emulate as run_emulation
+    from testbed.cells import ConservationError
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
-    from testbed.runner import ConservationError
 
     handle_signals()
     try:
@@ -262,7 +262,7 @@ def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
     click.echo(f"{count_runs_of(sc)} runs in {run.wall_s:.0f} s. Records: {run.folder}")
 
 def count_runs_of(sc) -> int:
-    from testbed.runner import count_runs
+    from testbed.cells import count_runs
 
     return count_runs(sc)
 
@@ -399,9 +399,9 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
     (docs/validation.md, "The statistics of a verdict").
     """
     from testbed.api import validate as run_validation
+    from testbed.cells import ConservationError
     from testbed.emulation.net import EmulationError
     from testbed.emulation.processes import WorkerError
-    from testbed.runner import ConservationError
 
     handle_signals()
     try:

@@ -14,11 +14,11 @@ import signal
 import sys
 from pathlib import Path
 
+from testbed.cells import ConservationError
 from testbed.emulation.net import EmulatedNetwork, EmulationError
 from testbed.emulation.orchestrator import run_task
 from testbed.emulation.processes import WorkerError
 from testbed.records import write_json
-from testbed.runner import ConservationError
 from testbed.scenario import load_scenario
 from testbed.workloads.build import build_workload
 

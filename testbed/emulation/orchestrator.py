@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.cells import RunOutcome, check_conservation, preflight, run_cells, slug
 from testbed.clock import RunClock
 from testbed.emulation.capture import Capture
 from testbed.emulation.cleanup import STATE_DIR
@@ -30,7 +31,7 @@ from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapa
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
 from testbed.emulation.servers import ServerPool, unpack
-from testbed.metrics import aggregate, run_summary
+from testbed.metrics import aggregate, describe_stalls, run_summary, tcp_stalls
 from testbed.records import (
     FULL_BELOW,
     PACKET_RUN_MIN_FREE,
@@ -44,8 +45,7 @@ from testbed.records import (
     write_csv,
     write_json,
 )
-from testbed.runner import RunOutcome, check_conservation, preflight, run_cells, slug
-from testbed.workers import journal, lateness, tcpinfo
+from testbed.workers import journal, lateness
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
 
@@ -179,7 +179,7 @@ def run_task(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, 
     summary.update(packet_counters(result, fidelity))
     verdict = {"verdict": fidelity["verdict"], "reasons": fidelity["reasons"],
                "warnings": fidelity["warnings"], "advice": fidelity["advice"],
-               "tcp": tcpinfo.stalls(result["transfers"]),
+               "tcp": tcp_stalls(result["transfers"]),
                "departures": departure_summary(fidelity),
                "oracle": oracle_health(result, cell.recovery.oracle_max_age_s),
                "datapath": network.split}
@@ -446,7 +446,7 @@ def packet_counters(result: dict, fidelity: dict) -> dict:
         "machine_drops": machine_drops(fidelity.get("ingress")),
         "worker_errors": len(result["errors"]),
         "oracle_age_max_s": result["oracle_age_max_s"],
-        **{f"tcp_{k}": v for k, v in tcpinfo.stalls(result["transfers"]).items()
+        **{f"tcp_{k}": v for k, v in tcp_stalls(result["transfers"]).items()
            if k != "timeouts_known"},
     }
 
@@ -482,7 +482,7 @@ def fidelity_lines(verdicts: list[dict]) -> str:
         if v.get("departures"):
             lines.append(f"  - packets: {describe_departures(v['departures'])}")
         if v.get("tcp"):
-            lines.append(f"  - TCP: {tcpinfo.describe(v['tcp'])}")
+            lines.append(f"  - TCP: {describe_stalls(v['tcp'])}")
         if v.get("oracle"):
             lines.append(f"  - oracle: {v['oracle']}")
         if v.get("datapath"):

@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from testbed.clock import RunClock
-from testbed.metrics import aggregate, percentile
+from testbed.metrics import aggregate, percentile, tcp_stalls
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
@@ -58,7 +58,6 @@ from testbed.validate.summary import (
 )
 from testbed.validate.twin import flow_twin, replay_twin
 from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
-from testbed.workers import tcpinfo
 
 
 def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
@@ -396,7 +395,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                     **{f"flow_{name}": str(f) for name, f in flows.items()}},
         "calibration": cal,
         "transfers": {name: compare.error_summary(p) for name, p in shard_pairs.items()},
-        "stalls": {"connections": tcpinfo.stalls(emu_rows),
+        "stalls": {"connections": tcp_stalls(emu_rows),
                    "replay_tcp": compare.stall_split(shard_pairs["replay_tcp"])},
         "arrival": arrival.by_arrival(all_emu, replays["replay_tcp"], by_tier),
         "repeat": floor,

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.cells import Task, slug
 from testbed.model.plugins import display_name
 from testbed.records import read_csv
-from testbed.runner import Task, run_task, slug
+from testbed.runner import run_task
 from testbed.validate import claims, sequential, trajectory
 from testbed.validate.cache import load_timings
 from testbed.validate.twin import flow_twin

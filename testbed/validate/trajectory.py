@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import statistics
 
+from testbed.cells import slug
 from testbed.flowsim.simulator import simulate
-from testbed.runner import slug
 from testbed.validate.claims import FLOW_DRAWS, PRIMARY, DrawSpread, claim_pairs, gain, served
 from testbed.workloads.build import build_workload
 

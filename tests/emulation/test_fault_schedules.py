@@ -18,8 +18,8 @@ from collections import Counter
 
 import pytest
 
+from testbed.cells import check_conservation
 from testbed.emulation import cleanup
-from testbed.runner import check_conservation
 from testbed.scenario import load_scenario
 from testbed.workloads.build import build_workload
 from tests.conftest import ROOT, TRACE
