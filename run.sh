@@ -12,9 +12,9 @@ VENV=$ROOT/.venv
 # Debian's python3: later issues need Mininet, which Debian installs into this
 # interpreter's site-packages, so the venv is built from it with system site-packages.
 PY=/usr/bin/python3
-# What building the venv needs; the playbook (testbed provision --local) installs the
-# rest. Without root, the emulation's packages must already be there (tests skip).
-APT_PACKAGES=(python3 python3-venv python3-pip git)
+# What building the venv needs (g++: the ns-3 engine's program is compiled here); the
+# playbook (testbed provision --local) installs the rest. Without root, the emulation's packages must already be there (tests skip).
+APT_PACKAGES=(python3 python3-venv python3-pip git g++)
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
 
@@ -50,7 +50,7 @@ build_venv() {
     [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"
     rm -f "$VENV"/.installed-*
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    "$VENV/bin/python" -m pip install -q -e ".[dev,ns3]"
     echo "$want" >"$stamp"
 }
 
@@ -78,6 +78,8 @@ setup() {
         "$VENV/bin/testbed" provision --local --dev --quiet
     fi
     start_openvswitch
+    # the ns-3 engine's program, compiled once per machine (about 10 s; cached)
+    "$VENV/bin/python" -m testbed.ns3sim.build >/dev/null
 }
 
 cmd=${1:-demo}

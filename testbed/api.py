@@ -112,30 +112,42 @@ def _sigterm_tears_down():
 
 def simulate(scenario: Scenario, out: str | Path = "results", *, jobs: int | str = 1,
              dask: str | None = None, force: bool = False,
-             progress: Progress = False) -> RunResult:
-    """Run every cell (sweep point x scheduler x seed) in the flow-level simulator.
+             progress: Progress = False, engine: str = "flow") -> RunResult:
+    """Run every cell (sweep point x scheduler x seed) in a simulated engine: the
+    flow-level model ("flow") or ns-3's packets ("ns3", docs/ns3.md).
 
     jobs: local processes (0: one per core; "auto": one per core as far as the runs and
-    memory go, none for a small sweep); dask: a Dask scheduler address or local:N;
-    progress: True for a progress bar on stderr, or a callable given each cell's label.
-    Writes OUT/<name>-flowsim-<stamp>/ and returns its RunResult."""
+    memory go, none for a small flow-model sweep); dask: a Dask scheduler address or
+    local:N; progress: True for a progress bar on stderr, or a callable given each cell's
+    label. Writes OUT/<name>-flowsim-<stamp>/ (ns3: <name>-ns3-<stamp>) and returns its
+    RunResult."""
     return simulate_all([scenario], out, jobs=jobs, dask=dask, force=force,
-                        progress=progress)[0]
+                        progress=progress, engine=engine)[0]
 
 
 def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
                  jobs: int | str = 1, dask: str | None = None, force: bool = False,
-                 progress: Progress = False) -> list[RunResult]:
+                 progress: Progress = False, engine: str = "flow") -> list[RunResult]:
     """`simulate` for several scenarios in a row, on one set of worker processes (they
     start once); each gets its own run folder. Every scenario's size is checked before
     the first starts."""
+    from testbed.cells import count_runs
     from testbed.estimate import auto_processes, estimate
-    from testbed.runner import count_runs, run_flowsim
+    from testbed.runner import ENGINES, run_flowsim
     from testbed.sweep import Executor
 
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine == "ns3":
+        from testbed.ns3sim.build import program
+        from testbed.ns3sim.check import check_scenario
+
+        for sc in scenarios:
+            check_scenario(sc)
+        program(on_build=progress if callable(progress) else _stderr if progress else None)
     sizes = [estimate(sc) for sc in scenarios]
     if jobs == "auto":
-        jobs = 1 if dask else auto_processes(sizes)
+        jobs = 1 if dask else auto_processes(sizes, engine)
     if not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be a number of processes >= 0 or 'auto', got {jobs!r}")
     if dask and jobs != 1:
@@ -151,9 +163,16 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
           else Executor.serial()) as executor:
         for sc in scenarios:
             with _bar(sc.name, count_runs(sc), progress) as bar:
-                outcome = run_flowsim(sc, Path(out), bar.step, executor=executor)
+                outcome = run_flowsim(sc, Path(out), bar.step, executor=executor,
+                                      engine=engine)
             results.append(RunResult(outcome.folder, sc, outcome, executor.describe()))
     return results
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
 
 
 def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = False,
@@ -174,9 +193,9 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     `dask`: a Dask scheduler's address; each seed then runs on a server whose worker
     offers a fabric (`dask worker ADDRESS --resources fabric=1`, as root), on its own
     fabric there, and comes back with its run folder (docs/fabric.md)."""
+    from testbed.cells import count_runs, preflight
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
-    from testbed.runner import count_runs, preflight
 
     check_size(scenario, force)
     preflight(scenario)
@@ -229,7 +248,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
     that many times on packets, for how far packets are from themselves. Needs root and
     Open vSwitch."""
-    from testbed.runner import preflight
+    from testbed.cells import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
@@ -277,7 +296,7 @@ class RunResult:
                  executor: str | None = None):
         self.folder = Path(folder)
         self._scenario = scenario
-        self.outcome = outcome  # runner.RunOutcome of a run made in this process
+        self.outcome = outcome  # cells.RunOutcome of a run made in this process
         self.wall_s = outcome.wall_s if outcome is not None else None
         self.executor = executor
 
@@ -323,7 +342,7 @@ class RunResult:
         """cell folder name -> its sweep point."""
         if self.scenario is None or not self.scenario.sweep:
             return {}
-        from testbed.runner import slug
+        from testbed.cells import slug
 
         return {f"{i:03d}-{slug(point)}": point
                 for i, (point, _) in enumerate(self.scenario.cells())}

@@ -60,11 +60,12 @@ class Estimate:
         return out
 
 
-def local_processes(size: Estimate, cores: int, available_bytes: float | None) -> int:
+def local_processes(size: Estimate, cores: int, available_bytes: float | None,
+                    small_is_serial: bool = True) -> int:
     """How many processes `simulate --jobs auto` runs cells on: one per core, no more than
     there are runs or than memory holds (each at the largest run's peak), and one when
-    the whole sweep is too small to repay starting them."""
-    if size.runs * (RUN_S + size.requests * REQUEST_S) < SERIAL_S:
+    the whole sweep is too small to repay starting them (`small_is_serial`)."""
+    if small_is_serial and size.runs * (RUN_S + size.requests * REQUEST_S) < SERIAL_S:
         return 1
     n = min(cores, size.runs)
     if available_bytes is not None:
@@ -72,14 +73,16 @@ def local_processes(size: Estimate, cores: int, available_bytes: float | None) -
     return max(1, n)
 
 
-def auto_processes(sizes: Sequence[Estimate]) -> int:
+def auto_processes(sizes: Sequence[Estimate], engine: str = "flow") -> int:
     """`--jobs auto` for scenarios run one after another on one pool, on this machine:
-    local_processes of them together (all their runs, the largest run's size)."""
+    local_processes of them together (all their runs, the largest run's size). An ns-3
+    run takes seconds however small, so it always repays a process per core."""
     together = Estimate(sum(s.cells for s in sizes), sum(s.runs for s in sizes),
                         max(s.requests for s in sizes), max(s.flows for s in sizes),
                         max(s.periodic_events for s in sizes),
                         max(s.memory_bytes for s in sizes))
-    return local_processes(together, usable_cores(), available_memory())
+    return local_processes(together, usable_cores(), available_memory(),
+                           small_is_serial=engine == "flow")
 
 
 def usable_cores() -> int:

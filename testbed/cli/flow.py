@@ -17,6 +17,7 @@ from testbed.cli.common import (
     scenario_options,
 )
 from testbed.model.plugins import display_name
+from testbed.ns3sim.build import Ns3Unavailable
 from testbed.workloads.mooncake import TraceError
 
 
@@ -32,14 +33,21 @@ from testbed.workloads.mooncake import TraceError
                    "(`testbed check`), and none beside this one for a small sweep.")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Run cells on a Dask cluster (tcp://host:8786), or local:N for a local one.")
+@click.option("--engine", type=click.Choice(["flow", "ns3"]), default="flow",
+              show_default=True,
+              help="flow: the flow-level model (max-min fluid network). ns3: every packet "
+                   "simulated by ns-3 on the emulation's replica (TCP, queues, ECMP; no root; "
+                   "deterministic; seconds per run: docs/ns3.md).")
 @force_option
-def simulate(scenario, out_dir: str,
-             quiet: bool, jobs: int, dask_address: str | None, force: bool) -> None:
-    """Run SCENARIO in the flow-level simulator and print the comparison table.
+def simulate(scenario, out_dir: str, quiet: bool, jobs: int, dask_address: str | None,
+             engine: str, force: bool) -> None:
+    """Run SCENARIO in a simulated engine and print the comparison table.
 
     Every sweep point x scheduler x seed is one run (a cell); records go to
-    OUT/<name>-flowsim-<stamp>/ (requests.csv, transfers.csv, links.csv and
-    summary.json per run; table.md and summary.json for the whole experiment).
+    OUT/<name>-flowsim-<stamp>/ (--engine ns3: <name>-ns3-<stamp>/; requests.csv,
+    transfers.csv, links.csv and summary.json per run, ns3.json on ns-3; table.md and
+    summary.json for the whole experiment). The same scenario and seed give the same
+    records on either engine, byte for byte.
     Cells are independent: --jobs spreads them over local cores, --dask over a Dask
     cluster; the folder and table are the same as a serial run's. A cell that fails is
     retried once; one that fails again is listed as lost and the exit code is 1.
@@ -48,12 +56,12 @@ def simulate(scenario, out_dir: str,
     and a table each (the whole paper: testbed simulate scenarios/exp*.yaml).
     """
     from testbed.api import simulate_all
-    from testbed.runner import ConservationError
+    from testbed.cells import ConservationError
 
     try:
         runs = simulate_all(list(scenario), out_dir, jobs=jobs, dask=dask_address,
-                            force=force, progress=not quiet)
-    except (TraceError, ValueError) as exc:
+                            force=force, progress=not quiet, engine=engine)
+    except (TraceError, ValueError, Ns3Unavailable) as exc:
         _fail(str(exc))
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
@@ -69,7 +77,7 @@ def simulate(scenario, out_dir: str,
 
 
 def _runs(run) -> int:
-    from testbed.runner import count_runs
+    from testbed.cells import count_runs
 
     return count_runs(run.scenario)
 
@@ -77,7 +85,7 @@ def _runs(run) -> int:
 def _show(run, quiet: bool) -> bool:
     """One scenario's outcome: lost cells, plugin faults, the table (unless quiet) and
     where its records are; True if a cell was lost."""
-    from testbed.runner import table_cells
+    from testbed.cells import table_cells
 
     sc, outcome = run.scenario, run.outcome
     report_scheduler_faults(run)
@@ -88,7 +96,8 @@ def _show(run, quiet: bool) -> bool:
         return bool(outcome.lost)
     if out.is_terminal:
         head, body = table_cells(sc, outcome.rows)
-        table = Table(*head, title=f"{sc.name}: flow-level simulation", title_justify="left")
+        table = Table(*head, title=outcome.table.splitlines()[0].removeprefix("# "),
+                      title_justify="left")
         for cells in body:
             table.add_row(*cells)
         out.print(table)

@@ -37,3 +37,39 @@ class EventLoop:
     @property
     def pending(self) -> int:
         return len(self._heap)
+
+
+class DrivenLoop(EventLoop):
+    """An event loop beside a network that keeps its own clock (a packet simulator).
+
+    Before each event the network is run up to the event's time; when something in it
+    finishes on the way (`run_until` returns that instant instead of None) the loop's
+    clock moves there and `on_network()` handles it, then the loop goes on. The network
+    is run to `until` even with no event left, while it still holds work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run_until: Callable[[float], float | None] = lambda t: None
+        self.on_network: Callable[[], None] = lambda: None
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None) -> None:
+        heap = self._heap
+        while True:
+            if stop is not None and stop():
+                return
+            due = heap[0][0] if heap else None
+            horizon = until if due is None or due > until else due
+            finished = self.run_until(horizon)
+            if finished is not None:
+                self.now = max(self.now, finished)
+                self.on_network()
+                self.processed += 1
+                continue
+            if due is None or due > until:
+                break
+            time, _, callback = heapq.heappop(heap)
+            self.now = time
+            callback()
+            self.processed += 1
+        if not heap:
+            self.now = max(self.now, until)

@@ -52,6 +52,7 @@ class RunResult:
     events: int = 0
     sim_time_s: float = 0.0
     counters: dict = field(default_factory=dict)  # faults and recovery, for summary.json
+    engine: dict = field(default_factory=dict)  # what a packet engine simulated (ns3.json)
 
 
 class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
@@ -63,16 +64,14 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         packets'), taken instead of this run's own wherever they are possible."""
         self.scenario = scenario
         self.workload = workload
-        self.loop = EventLoop()
+        self.loop = self._event_loop()
         self._seed = seed
         self.rng = random.Random(seed * 7919 + 17)
         self.spec = scenario.cluster.spec()
         self.model = scenario.model_spec()
         self.timing = scenario.timing_model()
         cluster = scenario.cluster
-        self.net = FluidNetwork(self.spec, random.Random(seed * 104729 + 3),
-                                scenario.network.capacity_factor, scenario.tcp_params(),
-                                scenario.network.tcp.rtt_exponent)
+        self.net = self._network(seed)
         self.scheduler = scenario_scheduler(scenario, scheduler_key, seed)
         self._prefer = {rid: p for rid, (p, _d) in (follow or {}).items()}
         if follow is not None:
@@ -117,6 +116,15 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self._nic_bw = self.spec.host_gbps * 1e9 / 8  # bytes/s of a server's NIC
         self._last_sample = (np.zeros(len(links)), np.zeros(len(links)))
         self._sample_bytes = np.array([lk.capacity * LINK_SAMPLE_S for lk in links])
+
+    def _event_loop(self) -> EventLoop:
+        return EventLoop()
+
+    def _network(self, seed: int) -> FluidNetwork:
+        """The network the transfers run on (an engine over packets puts its own here)."""
+        net = self.scenario.network
+        return FluidNetwork(self.spec, random.Random(seed * 104729 + 3), net.capacity_factor,
+                            self.scenario.tcp_params(), net.tcp.rtt_exponent)
 
     def new_decoder(self, name: str) -> DecodeInstance:
         """A decode engine on instance `name` (every decode instance; a prefill instance

@@ -146,25 +146,38 @@ class TransferPlane:
     def _network_event(self, version: int) -> None:
         if version != self._net_version:
             return
+        self._finish_flows()
+        self._reschedule_network()
+
+    def _finish_flows(self) -> None:
+        """Flows whose bytes are in: a fetch's prefix, or a transfer's shards, whose
+        transfer lands once its last shard does."""
         now = self.loop.now
         for flow in self.net.pop_finished(now):
             rs, shards = flow.tag
             if shards == REUSE:
                 self._fetched(rs)
                 continue
-            path = path_text(flow.path)
-            for shard in shards:
-                self.transfers.append({
-                    "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
-                    "dst": rs.decode, "tier": rs.tier, "path": path,
-                    "bytes": rs.eff_bytes / self.flows_per_transfer, "start": flow.start,
-                    "end": now,
-                })
+            self._record_shards(rs, flow, shards, now)
             rs.flows_left -= 1
             if rs.flows_left == 0:
-                delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
-                self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
-        self._reschedule_network()
+                self._all_shards_in(rs)
+
+    def _record_shards(self, rs: RequestState, flow, shards: tuple, now: float) -> None:
+        path = path_text(flow.path)
+        for shard in shards:
+            self.transfers.append({
+                "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
+                "dst": rs.decode, "tier": rs.tier, "path": path,
+                "bytes": rs.eff_bytes / self.flows_per_transfer, "start": flow.start,
+                "end": now,
+            })
+
+    def _all_shards_in(self, rs: RequestState) -> None:
+        """The fluid flows carried bytes only: the tier's latency and the send calls'
+        overhead come after the last byte."""
+        delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
+        self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
 
     def _transfer_done(self, rs: RequestState) -> None:
         # False: aborted meanwhile, or a stale completion of an abandoned transfer

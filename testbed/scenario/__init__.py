@@ -6,7 +6,7 @@ optional `sweep` (dotted field -> list of values) whose cartesian product makes 
 cells of the experiment's table. Every cell is validated when the file is loaded.
 
 One section per module, as Faucet keeps one config concept per file: `cluster` (model,
-timing, fat-tree), `workload`, `network` (background, TCP, oracle), `emulation`,
+timing, fat-tree), `workload`, `network` (background, TCP, oracle), `emulation`, `ns3`,
 `policies` (recovery, FlowKV, reuse, faults), `schema` (the whole scenario and its
 sweep cells), `loading` (files, overrides, paths); `base` holds what they share.
 """
@@ -16,13 +16,14 @@ from testbed.scenario.cluster import ClusterCfg, CustomModel, TimingCfg
 from testbed.scenario.emulation import EmulationCfg
 from testbed.scenario.loading import _format_errors, load_scenario, resolve_path
 from testbed.scenario.network import BackgroundCfg, NetworkCfg, OracleCfg, TcpCfg
+from testbed.scenario.ns3 import Ns3Cfg
 from testbed.scenario.policies import FaultCfg, FlowKVCfg, RecoveryCfg, ReuseCfg
 from testbed.scenario.schema import Scenario
 from testbed.scenario.workload import TraceSynthCfg, WorkloadCfg
 
 __all__ = [
     "GB", "MAX_CELLS", "MAX_GPUS", "BackgroundCfg", "ClusterCfg", "CustomModel",
-    "EmulationCfg", "FaultCfg", "FlowKVCfg", "NetworkCfg", "OracleCfg", "RecoveryCfg",
+    "EmulationCfg", "FaultCfg", "FlowKVCfg", "NetworkCfg", "Ns3Cfg", "OracleCfg", "RecoveryCfg",
     "ReuseCfg", "Scenario", "ScenarioError", "TcpCfg", "TimingCfg", "TraceSynthCfg",
     "WorkloadCfg", "_format_errors", "load_scenario", "resolve_path",
 ]

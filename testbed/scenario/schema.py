@@ -18,6 +18,7 @@ from testbed.scenario.base import DAY_S, MAX_CELLS, ScenarioError, _Strict
 from testbed.scenario.cluster import ClusterCfg, CustomModel, TimingCfg
 from testbed.scenario.emulation import EmulationCfg
 from testbed.scenario.network import NetworkCfg, OracleCfg
+from testbed.scenario.ns3 import Ns3Cfg
 from testbed.scenario.policies import FaultCfg, FlowKVCfg, RecoveryCfg, ReuseCfg
 from testbed.scenario.workload import WorkloadCfg
 from testbed.topologies.captured import capture_error
@@ -43,6 +44,7 @@ class Scenario(_Strict):
     network: NetworkCfg = NetworkCfg()
     oracle: OracleCfg = OracleCfg()
     emulation: EmulationCfg = EmulationCfg()
+    ns3: Ns3Cfg = Ns3Cfg()
     recovery: RecoveryCfg = RecoveryCfg()
     reuse: ReuseCfg = ReuseCfg()
     flowkv: FlowKVCfg = FlowKVCfg()

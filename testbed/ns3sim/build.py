@@ -1,0 +1,117 @@
+"""The ns-3 engine's program, compiled once per machine against the `ns3` wheel.
+
+PyPI's `ns3` wheel ships ns-3's headers and shared libraries; its Python bindings (cppyy)
+are not used: they take about 9 s to import and keep a JIT in every process, where a
+small C++ program (kvnet.cc) starts in milliseconds. It is compiled with the system's g++
+the first time it is needed (or by `./run.sh setup`), into this user's cache under a name
+that is the hash of its source, the wheel's version and the compiler's, so an edit or an
+upgrade builds it again and nothing stale runs. Several processes asking at once build it
+once (a lock file).
+
+    python -m testbed.ns3sim.build    # build it now, print where it is
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata, resources
+from pathlib import Path
+
+from testbed.cachedir import user_cache
+
+SOURCE = "kvnet.cc"
+MODULES = ("core", "network", "internet", "point-to-point", "traffic-control")
+FLAGS = ("-O2", "-std=c++20", "-DNS3_LOG_ENABLE", "-DNS3_ASSERT_ENABLE", "-w")
+
+
+class Ns3Unavailable(RuntimeError):
+    """ns-3 cannot run here: the wheel or a compiler is missing (the message says which)."""
+
+
+def wheel() -> tuple[Path, str]:
+    """The installed `ns3` wheel's folder (include/, lib64/) and its version."""
+    try:
+        dist = metadata.distribution("ns3")
+    except metadata.PackageNotFoundError:
+        raise Ns3Unavailable("the ns3 package is not installed (./run.sh setup installs "
+                             "it, or pip install 'netkv-testbed[ns3]')") from None
+    root = Path(str(dist.locate_file("ns3")))
+    if not (root / "include" / "ns3").is_dir() or not (root / "lib64").is_dir():
+        raise Ns3Unavailable(f"{root}: the ns3 wheel has no include/ns3 or lib64 folder")
+    return root, dist.version
+
+
+def _release(version: str) -> str:
+    """ns-3's release from the wheel's version: 3.44 for 3.44.post0."""
+    return version.split(".post")[0]
+
+
+def ns3_version() -> str:
+    return _release(wheel()[1])
+
+
+def _compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise Ns3Unavailable("no C++ compiler (g++) to build the ns-3 engine: apt-get "
+                             "install g++ (./run.sh setup does)")
+    return cxx
+
+
+def build_dir() -> Path:
+    """$NETKV_NS3_BUILD_DIR, else the user's cache (shared by every run and test)."""
+    return Path(os.environ.get("NETKV_NS3_BUILD_DIR") or user_cache() / "ns3")
+
+
+def _key(source: bytes, version: str, cxx: str) -> str:
+    compiler = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    digest = hashlib.sha256(source + version.encode() + compiler.encode()
+                            + " ".join(FLAGS).encode())
+    return digest.hexdigest()[:16]
+
+
+def program(on_build=None) -> Path:
+    """The compiled program, built now if it is not there yet. `on_build(message)` is told
+    before a build starts (it takes about 10 s on two cores)."""
+    root, version = wheel()
+    cxx = _compiler()
+    source = resources.files("testbed.ns3sim").joinpath(SOURCE).read_bytes()
+    target = build_dir() / f"kvnet-{_key(source, version, cxx)}"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():  # another process built it while this one waited
+            return target
+        if on_build is not None:
+            on_build(f"building the ns-3 engine against ns-3 {_release(version)} (once "
+                     "per machine)")
+        src = target.parent / f"{target.name}.cc"
+        src.write_bytes(source)
+        lib = root / "lib64"
+        cmd = [cxx, *FLAGS, f"-I{root / 'include'}", str(src), "-o", f"{target}.tmp",
+               f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-lns{_release(version)}-{m}" for m in MODULES)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise Ns3Unavailable("building the ns-3 engine failed:\n"
+                                 + "\n".join(done.stderr.splitlines()[-20:]))
+        os.replace(f"{target}.tmp", target)
+        src.unlink()
+    return target
+
+
+def main() -> None:
+    try:
+        print(program(on_build=lambda m: print(m, file=sys.stderr, flush=True)))
+    except Ns3Unavailable as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()

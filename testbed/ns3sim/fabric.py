@@ -1,0 +1,143 @@
+"""The fabric as ns-3 builds it, from the same `Fabric` the emulation builds: pure.
+
+Hosts are the instances (one NIC each), switches the fat-tree's, links the fabric's
+(NVLink buses are not emulated: same-server instances talk through their ToR, as on the
+emulated fabric). Each link keeps its tier's rate x the replica's scale (no time
+dilation: a simulator has no CPU to run short of) and a one-way delay that makes a tier-k
+path's latency the scenario's tier latency. Every egress gets the emulation's class queues
+at the emulation's depth. Routes are `routing.next_hops` over the live links, the ports
+of a destination in the order the per-pair hash indexes them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from testbed.model.tcp import SEGMENT_OVERHEAD
+from testbed.topologies.fabric import Fabric, FabricLink
+from testbed.topologies.replica import QUEUE_S, queue_packets
+from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
+
+Hop = tuple[str, str]
+TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubic"}
+LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
+LINUX_RTO_MIN_MS = 200.0  # the kernel's, when emulation.rto_min_ms is not set
+MAX_BUFFER = 64 * 2**20
+
+
+def link_delays_s(tier_latency_us: dict[int, float]) -> dict[int, float]:
+    """One-way delay per link of each tier such that a tier-k path (two links of every
+    tier up to k) adds up to the tier's latency."""
+    out, below = {}, 0.0
+    for tier in (1, 2, 3):
+        total = tier_latency_us.get(tier, 0.0) * 1e-6
+        out[tier] = max(0.0, (total - below) / 2)
+        below = max(below, total)
+    return out
+
+
+def transport_of(scenario) -> str:
+    """The TCP of the KV and background streams: ns3.transport, or the emulation's."""
+    chosen = scenario.ns3.transport
+    return TRANSPORTS[scenario.emulation.tcp_congestion] if chosen == "auto" else chosen
+
+
+def socket_buffer(scenario, fabric: Fabric) -> int:
+    """ns3.socket_buffer_bytes, else room for four of the fastest NIC's queues: a window
+    that can fill its path's queues, not one a SACK scoreboard drags."""
+    if scenario.ns3.socket_buffer_bytes is not None:
+        return scenario.ns3.socket_buffer_bytes
+    nic = max(lk.rate_bps for lk in fabric.links if lk.a in fabric.hosts)
+    return int(min(MAX_BUFFER, max(128 * 1024, 4 * nic / 8 * QUEUE_S)))
+
+
+@dataclass
+class Ns3Fabric:
+    """Node and link numbering (what kvnet.cc's commands say) and the set-up lines."""
+
+    scenario: object
+    seed: int
+    fabric: Fabric = field(init=False)
+
+    def __post_init__(self) -> None:
+        emu = self.scenario.emulation
+        self.scale = self.scenario.ns3.scale or emu.scale
+        self.fabric = Fabric(self.scenario.cluster.spec(), self.scale, 1.0)
+
+    @cached_property
+    def names(self) -> list[str]:
+        """Node id -> name: the hosts in instance order, then the switches."""
+        return list(self.fabric.hosts) + list(self.fabric.switches)
+
+    @cached_property
+    def ids(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.names)}
+
+    @cached_property
+    def links(self) -> tuple[FabricLink, ...]:
+        return self.fabric.links
+
+    @cached_property
+    def directed(self) -> dict[Hop, tuple[int, int]]:
+        """(a, b) -> (link id, side): side 0 is the link's a end sending toward b."""
+        out = {}
+        for i, lk in enumerate(self.links):
+            out[(lk.a, lk.b)] = (i, 0)
+            out[(lk.b, lk.a)] = (i, 1)
+        return out
+
+    def queue(self, link: FabricLink) -> int:
+        emu = self.scenario.emulation
+        return queue_packets(link.rate_bps, emu.queue_min_packets, emu.frame_bytes)
+
+    def ecn_k(self) -> int:
+        if transport_of(self.scenario) != "dctcp":
+            return 0
+        if self.scenario.ns3.ecn_k_packets is not None:
+            return self.scenario.ns3.ecn_k_packets
+        return max(2, min(self.queue(lk) for lk in self.links) // 4)
+
+    def settings(self) -> dict[str, object]:
+        sc, emu = self.scenario, self.scenario.emulation
+        buffer = socket_buffer(sc, self.fabric)
+        rto_ms = emu.rto_min_ms if emu.rto_min_ms is not None else LINUX_RTO_MIN_MS
+        return {
+            "transport": transport_of(sc), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
+            "sndbuf": buffer, "rcvbuf": buffer, "rto_min_ns": round(rto_ms * 1e6),
+            "delack_ns": round(sc.ns3.delayed_ack_ms * 1e6), "init_cwnd": LINUX_INIT_CWND,
+            "seed": self.seed + 1, "ecmp": packet_ecmp(sc.network.ecmp),
+            "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
+            "connections": emu.kv_connections, "levels": sc.kv_levels(),
+            "kv_port": emu.kv_port,
+        }
+
+    def setup_lines(self) -> list[str]:
+        lines = [f"set {k} {v}" for k, v in self.settings().items()]
+        for name in self.fabric.hosts:
+            lines.append(f"host {self.fabric.hosts[name].ip}")
+        for name in self.fabric.switches:  # salted per switch, and per seed as ports are
+            lines.append(f"switch {zlib.crc32(name.encode()) ^ (self.seed * 2654435761 % 2**32)}")
+        delays = link_delays_s(self.fabric.spec.tier_latency_us)
+        for lk in self.links:
+            lines.append(f"link {self.ids[lk.a]} {self.ids[lk.b]} {lk.rate_bps:.0f} "
+                         f"{round(delays[lk.tier] * 1e9)} {self.queue(lk)}")
+        return lines + self.route_lines(set())
+
+    def route_lines(self, down: set[LinkKey]) -> list[str]:
+        """Every switch's routes over the links that are up."""
+        table = next_hops(self.fabric, down)
+        ports = self.fabric.switch_ports
+        index = {link_key(lk): i for i, lk in enumerate(self.links)}
+        lines = []
+        for switch, routes in table.items():
+            for dst, outs in routes.items():
+                ids = " ".join(str(index[link_key(ports[(switch, p)])]) for p in outs)
+                lines.append(f"route {self.ids[switch]} {self.ids[dst]} {ids}")
+        return lines
+
+    def path_names(self, path: str) -> list[Hop]:
+        """kvnet's path (node ids a>b>c) as hops between names."""
+        nodes = [self.names[int(i)] for i in path.split(">")]
+        return list(zip(nodes[:-1], nodes[1:], strict=True))

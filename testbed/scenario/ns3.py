@@ -1,0 +1,37 @@
+"""The ns-3 engine (`simulate --engine ns3`): the replica it simulates and its transport.
+
+Everything else it takes from the sections the emulation reads (emulation.frame_bytes,
+queue_min_packets, queue_limit, kv_connections, rto_min_ms, tcp_congestion), so that the
+two packet engines run the same replica unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.scenario.base import _Strict
+
+
+class Ns3Cfg(_Strict):
+    scale: float | None = Field(
+        None, gt=0, le=1, description="multiplies every bandwidth and KV byte count, as the "
+        "emulation's replica does (1: the modelled line rates, which cost 1/scale times "
+        "more packets); null: emulation.scale, the emulation's own replica")
+    transport: Literal["auto", "cubic", "newreno", "bbr", "dctcp"] = Field(
+        "auto", description="TCP of the KV and background streams. auto: "
+        "emulation.tcp_congestion (cubic, Linux's default, for 'system'); dctcp marks ECN "
+        "at every egress's KV queue (ecn_k_packets): the datacenter regime nearest the "
+        "paper's RoCE with DCQCN (ns-3 has neither DCQCN nor PFC)")
+    ecn_k_packets: int | None = Field(
+        None, ge=1, le=100_000, description="DCTCP's marking threshold: KV packets queued "
+        "on an egress above which arrivals are marked CE (null: a quarter of the shortest "
+        "queue, at least 2)")
+    socket_buffer_bytes: int | None = Field(
+        None, ge=4096, le=2**30, description="send and receive buffer of every stream "
+        "(null: four of the fastest NIC's 50 ms queues, at least 128 KiB, at most 64 MiB; "
+        "a larger one costs the sender's SACK scoreboard time)")
+    delayed_ack_ms: float = Field(
+        40.0, ge=0, le=500, description="delayed-ACK timeout (Linux's least, 40 ms; ns-3's "
+        "own default is 200)")

@@ -1,0 +1,214 @@
+"""The ns-3 engine for real: the compiled program under the flow engine's control plane,
+on the shipped validation scenario cut to a few seconds (about a second per run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.cells import Task
+from testbed.ns3sim.network import PacketNetwork
+from testbed.ns3sim.process import Ns3Error, Ns3Process
+from testbed.runner import run_flowsim, run_task
+from testbed.scenario import load_scenario
+from testbed.sweep import Executor
+from testbed.topologies.routing import PairPaths, path_hops
+from tests.conftest import ROOT
+
+SHORT = {"workload.warmup_s": 1, "workload.measure_s": 4}
+RECORDS = ("requests.csv", "transfers.csv", "links.csv", "ns3.json")
+
+
+def scenario(**overrides):
+    return load_scenario(ROOT / "scenarios" / "validate.yaml", {**SHORT, **overrides})
+
+
+def one_cell(sc, scheduler="netkv-full", seed=1) -> dict:
+    """One cell's records in memory (requests, transfers, links, summary, ns3.json)."""
+    result = run_task(Task(0, {}, sc, scheduler, seed, engine="ns3"))
+    return {**result, "ns3": result["files"]["ns3.json"]}
+
+
+def cell_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.glob("cells/*/*/seed*/*")) if p.name in RECORDS}
+
+
+def test_a_scenario_and_seed_repeat_byte_for_byte_serial_or_on_two_processes(tmp_path):
+    sc = scenario(schedulers=["rr", "netkv-full"])
+    serial = run_flowsim(sc, tmp_path / "a", engine="ns3")
+    with Executor.local(2) as pool:
+        parallel = run_flowsim(sc, tmp_path / "b", executor=pool, engine="ns3")
+    a, b = cell_bytes(serial.folder), cell_bytes(parallel.folder)
+    assert len(a) == 2 * len(RECORDS) and a == b
+    assert serial.folder.name.startswith("validate-ns3-")
+    other = cell_bytes(run_flowsim(scenario(schedulers=["rr", "netkv-full"], seed=2),
+                                   tmp_path / "c", engine="ns3").folder)
+    assert [v for k, v in other.items() if k.endswith("transfers.csv")] != \
+        [v for k, v in a.items() if k.endswith("transfers.csv")]
+
+
+def test_every_request_ends_once_and_every_shard_keeps_its_tcp_counters():
+    got = one_cell(scenario())
+    shards = got["transfers"]
+    assert shards and got["summary"]["completed"] == got["summary"]["requests"] > 0
+    assert all(r["state"] for r in got["requests"])
+    for row in shards:
+        assert row["end"] > row["start"] and row["retrans_segs"] >= 0
+        assert 0 < row["min_rtt_s"] <= row["rtt_s"] < 1.0, row
+    assert got["ns3"]["scale"] == 2e-4 and not got["ns3"]["line_rate"]
+    assert got["ns3"]["packets"]["hops"] > got["ns3"]["packets"]["hosts"] > 0
+
+
+def test_a_lone_transfer_takes_its_bytes_over_the_nics_payload_rate(program):
+    """One 2 MB shard (wire bytes) across the fabric, nothing else on it: its time is the
+    bytes over the host link's rate at 1448 payload bytes per 1488-byte packet (the
+    slowest link on its path is the tier-3 one at a quarter of it: cross-pod pairs are
+    excluded), plus slow start's round trips: within 10%."""
+    sc = scenario()
+    now = [0.0]
+    net = PacketNetwork(sc, 1, program, clock=lambda: now[0])
+    try:
+        spec = sc.cluster.spec()
+        src, dst = next((a.name, b.name) for a in spec.prefill_pool for b in spec.decode_pool
+                        if spec.tier(a.name, b.name) == 2)
+        wire = 2_000_000
+        flow = net.add_flow(net.transfer_paths(src, dst, "per-pair", 1)[0], wire / net.scale,
+                            0.0)
+        end = net.run_until(30.0)
+        rate = min(lk.rate_bps for lk in net.layout.links if lk.tier <= 2) / 8
+        ideal = wire / (rate * 1448 / 1488)
+        assert end is not None and ideal < end < 1.10 * ideal, (end, ideal)
+        (done,) = net.pop_finished(end)
+        assert done is flow and net.stats[flow.flow_id].retrans_segs >= 0
+    finally:
+        net.close()
+
+
+def test_per_pair_ecmp_takes_the_controllers_path_and_per_flow_spreads_shards():
+    sc = scenario(schedulers=["rr"])
+    pairs = PairPaths(sc.cluster.spec())
+    pinned = one_cell(sc, "rr")["transfers"]
+    assert all(path_hops(t["path"]) == pairs.path(t["src"], t["dst"]) for t in pinned)
+    hashed = one_cell(scenario(schedulers=["rr"], **{"network.ecmp": "per-flow"}),
+                      "rr")["transfers"]
+    spec = sc.cluster.spec()
+    for t in hashed:
+        assert path_hops(t["path"]) in spec.paths(t["src"], t["dst"]), t
+    spread = {}
+    for t in hashed:
+        spread.setdefault(t["request"], set()).add(t["path"])
+    assert max(len(paths) for paths in spread.values()) > 1  # a transfer's shards split
+
+
+def test_a_failed_link_is_routed_around_while_it_is_down():
+    link, at, back = "agg0-core0", 1.5, 4.0
+    sc = scenario(schedulers=["rr"], faults=[
+        {"kind": "link_down", "target": link, "at_s": at, "duration_s": back - at}])
+    got = one_cell(sc, "rr")
+    crossing = [t for t in got["transfers"] if at + 0.01 < t["start"] and t["end"] < back
+                and any({a, b} == {"agg0", "core0"} for a, b in path_hops(t["path"]))]
+    assert not crossing
+    assert got["summary"]["completed"] == got["summary"]["requests"]
+
+
+def test_a_failed_decode_instance_gets_no_more_bytes_and_its_requests_end():
+    sc = scenario(schedulers=["rr"])
+    first = one_cell(sc, "rr")["transfers"]
+    victim, at = first[0]["dst"], first[0]["start"] + 0.01
+    got = one_cell(scenario(schedulers=["rr"], faults=[
+        {"kind": "decode_down", "target": victim, "at_s": at}]), "rr")
+    assert not [t for t in got["transfers"] if t["dst"] == victim and t["end"] > at]
+    hit = [r for r in got["requests"] if r["decode"] == victim or r["recovery"]]
+    assert hit and all(r["state"] for r in got["requests"])
+
+
+def test_the_oracle_sees_background_and_never_the_kv_flows(program):
+    """c_tier through the controller's own function, from the switches' egress counters:
+    the KV class alone leaves it at zero; a tier-3 background stream per instance at 30%
+    of the tier's rate raises tier 3's."""
+    sc = scenario()
+    for background in (0.0, 0.3):
+        now = [0.0]
+        net = PacketNetwork(sc, 1, program, clock=lambda: now[0])
+        try:
+            spec = sc.cluster.spec()
+            for a in spec.prefill_pool:  # KV shards across pods, on every tier-3 link
+                for b in spec.decode_pool[:4]:
+                    net.add_flow(net.transfer_paths(a.name, b.name, "per-pair", 1)[0], 5e9, 0)
+            if background:
+                from testbed.topologies.replica import background_partner
+
+                for inst in spec.instances:
+                    other = background_partner(spec, inst.name, 3)
+                    net.set_stream(inst.name, other, background * 25e9 * net.scale, 0.0)
+            now[0] = 1.0
+            assert net.run_until(1.0) is None
+            net.tier_congestion()
+            now[0] = 2.0
+            assert net.run_until(2.0) is None
+            congestion = net.tier_congestion()
+        finally:
+            net.close()
+        if background:
+            assert 0.05 < congestion[3] < 0.6, congestion
+        else:
+            assert max(congestion.values()) < 0.01, congestion
+
+
+def test_dctcp_marks_where_cubic_drops():
+    cubic = one_cell(scenario())["ns3"]
+    dctcp = one_cell(scenario(**{"ns3.transport": "dctcp"}))["ns3"]
+    assert dctcp["transport"] == "dctcp" and dctcp["ecn_k_packets"] >= 2
+    assert dctcp["packets"]["marked_ce"] > 0 and cubic["packets"]["marked_ce"] == 0
+    assert 4 * dctcp["drops"]["kv"] < cubic["drops"]["kv"], (dctcp["drops"], cubic["drops"])
+
+
+def test_mfs_levels_go_on_the_wire_as_their_dscp_classes():
+    got = one_cell(scenario(**{"network.flow_policy": "mfs"}))
+    levels = {k for k, v in got["summary"]["level_bytes"].items() if v > 0}
+    assert len(levels) >= 2 and got["ns3"]["kv_levels"] == 8, got["summary"]["level_bytes"]
+
+
+def test_the_program_names_what_it_refuses(program):
+    proc = Ns3Process(program)
+    try:
+        with pytest.raises(Ns3Error, match="bogus"):
+            proc.ask("bogus 1 2")
+    finally:
+        proc.close()
+
+
+def _testbed(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_cli_runs_ns3_and_refuses_a_capture_it_cannot_make(tmp_path):
+    done = _testbed("simulate", "scenarios/validate.yaml", "--engine", "ns3", "--quiet",
+                    "--set", "workload.warmup_s=1", "--set", "workload.measure_s=2",
+                    "--set", "schedulers=[rr]", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    assert folder.name.startswith("validate-ns3-")
+    assert json.loads((folder / "summary.json").read_text())["engine"] == "ns3"
+    refused = _testbed("simulate", "scenarios/validate.yaml", "--engine", "ns3", "--set",
+                       "emulation.capture=[tor0-agg0]", "--out", str(tmp_path))
+    assert refused.returncode == 2 and "emulation.capture" in refused.stderr, refused.stderr
+
+
+def test_a_missing_wheel_says_how_to_install_it(monkeypatch):
+    from importlib import metadata
+
+    from testbed.ns3sim import build
+
+    def absent(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(build.metadata, "distribution", absent)
+    with pytest.raises(build.Ns3Unavailable, match="run.sh setup"):
+        build.program()
