@@ -134,7 +134,7 @@ def test_the_oracle_sees_background_and_never_the_kv_flows(program):
     sc = scenario()
     for background in (0.0, 0.3):
         now = [0.0]
-        net = PacketNetwork(sc, 1, program, clock=lambda: now[0])
+        net = PacketNetwork(sc, 1, program, clock=lambda now=now: now[0])
         try:
             spec = sc.cluster.spec()
             for a in spec.prefill_pool:  # KV shards across pods, on every tier-3 link
