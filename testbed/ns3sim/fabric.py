@@ -102,7 +102,8 @@ class Ns3Fabric:
     def settings(self) -> dict[str, object]:
         sc, emu = self.scenario, self.scenario.emulation
         buffer = socket_buffer(sc, self.fabric)
-        rto_ms = emu.rto_min_ms if emu.rto_min_ms is not None else LINUX_RTO_MIN_MS
+        rto_ms = next(v for v in (sc.ns3.rto_min_ms, emu.rto_min_ms, LINUX_RTO_MIN_MS)
+                      if v is not None)
         return {
             "transport": transport_of(sc), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
             "sndbuf": buffer, "rcvbuf": buffer, "rto_min_ns": round(rto_ms * 1e6),

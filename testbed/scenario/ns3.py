@@ -32,6 +32,10 @@ class Ns3Cfg(_Strict):
         None, ge=4096, le=2**30, description="send and receive buffer of every stream "
         "(null: four of the fastest NIC's 50 ms queues, at least 128 KiB, at most 64 MiB; "
         "a larger one costs the sender's SACK scoreboard time)")
+    rto_min_ms: float | None = Field(
+        None, gt=0, le=1000, description="minimum TCP retransmission timeout, in modelled "
+        "ms (null: emulation.rto_min_ms if set, else Linux's 200 ms; the emulation at time "
+        "dilation d waits 200/d modelled ms, its wall 200 ms)")
     delayed_ack_ms: float = Field(
         40.0, ge=0, le=500, description="delayed-ACK timeout (Linux's least, 40 ms; ns-3's "
         "own default is 200)")

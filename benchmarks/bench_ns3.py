@@ -1,0 +1,197 @@
+"""ns-3 beside the emulation: speed and the probes' transfer times. Printed, never asserted.
+
+speed: the demo scenario (scenarios/validate.yaml: RR, CLA*, NetKV-Full) on ns-3 with one
+and with two processes (--seeds seeds each) and, as root, on the emulation (one seed),
+side by side in one run: wall per run, packets put on a wire per wall-second, the ns-3
+program's peak memory and the judged requests (measured and served; on the emulation
+only on faithful runs) per wall-minute; then where an ns-3 run's time goes (the ns-3
+program's CPU, the Python side's, the commands that waited for an answer) and the Python
+side's top functions (cProfile of one run).
+
+probes: `testbed calibrate`'s lone and competing transfers (every tier, 1-8 transfers of
+TP shards, three decades of size) on ns-3 and, as root, on the emulation: per tier and
+size the lone times and ns-3's difference; ns-3 again with the emulation's effective
+timers (a 200 ms wall RTO and 40 ms delayed ACK are 200/d and 40/d modelled ms at time
+dilation d); the competing sets' slowest transfer on both, and the emulation's own repeat
+spread on its six repeated lone transfers.
+
+Run: [sudo] .venv/bin/python benchmarks/bench_ns3.py [--only speed|probes]
+     [--seeds 4] [--scenario scenarios/validate.yaml] [--set FIELD=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed.cells import Task
+from testbed.lifecycle import SERVED_STATES
+from testbed.ns3sim.build import program
+from testbed.runner import run_flowsim, run_task
+from testbed.scenario import load_scenario
+from testbed.sweep import Executor
+from testbed.validate.ns3_probes import probe_tiers
+
+
+def judged(folder: Path, faithful_only: bool = False) -> tuple[int, int]:
+    """(judged requests, runs) of a run folder: measured and served requests, on runs
+    the emulation judged faithful (every ns-3 run counts)."""
+    import csv
+
+    n, runs = 0, 0
+    for cell in sorted(folder.glob("cells/*/*/seed*")):
+        if faithful_only:
+            fid = json.loads((cell / "fidelity.json").read_text())
+            if fid.get("verdict") != "faithful":
+                continue
+        runs += 1
+        with (cell / "requests.csv").open() as f:
+            n += sum(r["measured"] == "True" and r["state"] in SERVED_STATES
+                     for r in csv.DictReader(f))
+    return n, runs
+
+
+def ns3_speed(sc, out: Path, jobs: int) -> dict:
+    t0 = time.perf_counter()
+    with Executor.local(jobs) if jobs > 1 else Executor.serial() as ex:
+        outcome = run_flowsim(sc, out, executor=ex, engine="ns3")
+    wall = time.perf_counter() - t0
+    cells = sorted(outcome.folder.glob("cells/*/*/seed*"))
+    summaries = [json.loads((c / "summary.json").read_text()) for c in cells]
+    n, runs = judged(outcome.folder)
+    return {"wall_s": wall, "runs": runs, "judged": n,
+            "packets": sum(s["engine_packets"] for s in summaries),
+            "rss_mb": max(s["engine_ns3_peak_rss_mb"] for s in summaries),
+            "ns3_cpu_s": sum(s["engine_ns3_cpu_s"] for s in summaries),
+            "python_cpu_s": sum(s["engine_python_cpu_s"] for s in summaries),
+            "asks": sum(s["engine_ns3_requests"] for s in summaries),
+            "run_wall_s": statistics.median(s["engine_wall_s"] for s in summaries)}
+
+
+def emulation_speed(sc, out: Path) -> dict | None:
+    if os.geteuid() != 0:
+        print("emulation: skipped (needs root)")
+        return None
+    from testbed.api import emulate
+
+    t0 = time.perf_counter()
+    run = emulate(load_scenario(sc, {"seeds": 1}), out)
+    wall = time.perf_counter() - t0
+    n, runs = judged(run.folder, faithful_only=True)
+    return {"wall_s": wall, "runs": len(run.cells), "faithful": runs, "judged": n}
+
+
+def speed(sc, seeds: int) -> None:
+    sc = load_scenario(sc, {"seeds": seeds})
+    program()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {f"ns-3, {j} process{'es' if j > 1 else ''}": ns3_speed(sc, Path(tmp) / str(j), j)
+                for j in (1, 2)}
+        emu = emulation_speed(sc, Path(tmp) / "emu")
+    print(f"\n{sc.name}: {seeds} seed(s) x {len(sc.schedulers)} schedulers on ns-3\n")
+    print("| engine | runs | wall s | wall s per run | packets per wall-s | peak MB | "
+          "judged | judged per wall-min |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, r in rows.items():
+        print(f"| {name} | {r['runs']} | {r['wall_s']:.1f} | {r['wall_s'] / r['runs']:.2f} | "
+              f"{r['packets'] / r['wall_s']:,.0f} | {r['rss_mb']:.0f} | {r['judged']} | "
+              f"{60 * r['judged'] / r['wall_s']:.0f} |")
+    if emu:
+        print(f"| emulation (root) | {emu['runs']} ({emu['faithful']} faithful) | "
+              f"{emu['wall_s']:.1f} | {emu['wall_s'] / emu['runs']:.1f} | | | {emu['judged']} | "
+              f"{60 * emu['judged'] / emu['wall_s']:.0f} |")
+    one = rows["ns-3, 1 process"]
+    print(f"\nwhere an ns-3 run's time goes (1 process, {one['runs']} runs): ns-3 program "
+          f"{one['ns3_cpu_s']:.1f} s CPU, Python side {one['python_cpu_s']:.1f} s CPU, "
+          f"{one['asks'] / one['runs']:.0f} answered commands per run; median run "
+          f"{one['run_wall_s']:.2f} s wall")
+    profile = cProfile.Profile()
+    task = Task(0, {}, sc, sc.schedulers[-1], sc.seed, engine="ns3")
+    profile.runcall(run_task, task)
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(12)
+    print("\nPython side of one run (cProfile, cumulative; the ns-3 program's own time is "
+          "inside the pipe reads):")
+    print("\n".join(line for line in text.getvalue().splitlines()[6:] if line.strip()))
+
+
+def emulation_probes(sc) -> dict | None:
+    if os.geteuid() != 0:
+        print("emulation probes: skipped (needs root)")
+        return None
+    from testbed.emulation.net import EmulatedNetwork
+    from testbed.validate.calibrate import calibrate
+
+    cell = sc.cells()[0][1]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+        with EmulatedNetwork(cell, path, Path(tmp)) as network:
+            return calibrate(network, print)["tiers"]
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / b:+.0f}%"
+
+
+def probes(sc) -> None:
+    exe = program()
+    emu = emulation_probes(sc)
+    d = sc.emulation.time_dilation
+    same_timers = load_scenario(sc, {"ns3.rto_min_ms": 200 / d, "ns3.delayed_ack_ms": 40 / d})
+    plain, timed = probe_tiers(sc, exe), probe_tiers(same_timers, exe)
+    print(f"\nlone transfers, modelled seconds (ns-3 with Linux's timers; with the "
+          f"emulation's at dilation {d:g}: RTO {200 / d:g} ms, delayed ACK {40 / d:g} ms)\n")
+    print("| tier | GB | emulation | ns-3 | diff | ns-3, emulation's timers | diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for tier in plain:
+        for k, sample in enumerate(plain[tier]["samples"]):
+            e = emu[tier]["samples"][k]["seconds"] if emu else None
+            t = timed[tier]["samples"][k]["seconds"]
+            print(f"| {tier} | {sample['bytes'] / 1e9:g} | {e and f'{e:.3f}' or '-'} | "
+                  f"{sample['seconds']:.3f} | {_pct(sample['seconds'], e) if e else '-'} | "
+                  f"{t:.3f} | {_pct(t, e) if e else '-'} |")
+    print("\ncompeting sets: the slowest transfer, modelled seconds; the emulation's repeat "
+          "spread: its six repeated lone 0.5 GB transfers (min-max)\n")
+    print("| tier | set | emulation | ns-3 | ns-3, emulation's timers | emulation's spread |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for tier in plain:
+        spread = "-"
+        if emu:
+            rep = [s["seconds"] for s in emu[tier]["spread_samples"]]
+            spread = f"{min(rep):.3f}-{max(rep):.3f}"
+        for k, c in enumerate(plain[tier]["competing"]):
+            label = f"{c['competing']} x {c['bytes'] / 1e9:g} GB" + (
+                f" every {c['asked_spacing_s']:.2f} s" if c["asked_spacing_s"] else "")
+            e = max(emu[tier]["competing"][k]["seconds"]) if emu else None
+            print(f"| {tier} | {label} | {e and f'{e:.2f}' or '-'} | {max(c['seconds']):.2f} | "
+                  f"{max(timed[tier]['competing'][k]['seconds']):.2f} | {spread} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("speed", "probes"))
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--scenario", default="scenarios/validate.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    args = parser.parse_args()
+    sc = load_scenario(args.scenario, {k: yaml.safe_load(v) for k, v in
+                                       (s.split("=", 1) for s in args.set)})
+    if args.only in (None, "speed"):
+        speed(sc, args.seeds)
+    if args.only in (None, "probes"):
+        probes(sc)
+
+
+if __name__ == "__main__":
+    main()
