@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from testbed.flowsim.events import DrivenLoop
 from testbed.flowsim.simulator import FlowSimulation, RunResult, collector_paused
 from testbed.lifecycle import RequestState
+from testbed.metrics import tcp_stalls
 from testbed.ns3sim import build
 from testbed.ns3sim.fabric import transport_of
 from testbed.ns3sim.network import PacketNetwork
@@ -146,6 +147,8 @@ def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,
         "engine_ns3_peak_rss_mb": (rss or 0) / 1024, "engine_ns3_requests": asks,
         "engine_packets": result.engine["packets"]["hops"],
     })
+    result.counters.update({f"tcp_{k}": v for k, v in tcp_stalls(result.transfers).items()
+                            if k != "timeouts_known"})  # as the emulation's summary has
     return result
 
 
