@@ -104,3 +104,17 @@ def cache_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("netkv-cache")
     os.environ["NETKV_CACHE_DIR"] = str(path)
     return path
+
+
+def pytest_runtest_logreport(report):
+    """Every test phase's duration into $NETKV_DURATIONS (run.sh prints the slowest over
+    all of the suite's phases); the parallel workers' reports are written by the
+    controller that collects them."""
+    path = os.environ.get("NETKV_DURATIONS")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import json
+
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": report.nodeid, "when": report.when,
+                            "seconds": round(report.duration, 3)}) + "\n")

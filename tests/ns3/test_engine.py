@@ -52,6 +52,15 @@ def test_a_scenario_and_seed_repeat_byte_for_byte_serial_or_on_two_processes(tmp
         [v for k, v in a.items() if k.endswith("transfers.csv")]
 
 
+def test_cells_on_dask_workers_write_the_same_records(tmp_path):
+    """A local Dask cluster stands in for servers: each worker builds nothing (the program
+    is this machine's) and hands its cell back; the folder is the serial run's."""
+    sc = scenario(schedulers=["rr"])
+    serial = run_flowsim(sc, tmp_path / "a", engine="ns3")
+    on_dask = run_flowsim(sc, tmp_path / "b", executor=Executor.dask("local:2"), engine="ns3")
+    assert cell_bytes(serial.folder) == cell_bytes(on_dask.folder)
+
+
 def test_every_request_ends_once_and_every_shard_keeps_its_tcp_counters():
     got = one_cell(scenario())
     shards = got["transfers"]
