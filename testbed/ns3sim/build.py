@@ -2,10 +2,10 @@
 
 PyPI's `ns3` wheel ships ns-3's headers and shared libraries; its Python bindings (cppyy)
 are not used: they take about 9 s to import and keep a JIT in every process, where a
-small C++ program (kvnet.cc) starts in milliseconds. It is compiled with the system's g++
-the first time it is needed (or by `./run.sh setup`), into this user's cache under a name
-that is the hash of its source, the wheel's version and the compiler's, so an edit or an
-upgrade builds it again and nothing stale runs. Several processes asking at once build it
+small C++ program (kvnet/: main.cc and a header per part) starts in milliseconds. It is
+compiled with the system's g++ the first time it is needed (or by `./run.sh setup`), into
+this user's cache under a name that is the hash of its sources, the wheel's version and
+the compiler's, so an edit or an upgrade builds it again and nothing stale runs. Several processes asking at once build it
 once (a lock file).
 
     python -m testbed.ns3sim.build    # build it now, print where it is
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from testbed.cachedir import user_cache
 
-SOURCE = "kvnet.cc"
+SOURCE = "kvnet"  # the program's folder: main.cc includes the rest
 MODULES = ("core", "network", "internet", "point-to-point", "traffic-control")
 FLAGS = ("-O2", "-std=c++20", "-DNS3_LOG_ENABLE", "-DNS3_ASSERT_ENABLE", "-w")
 
@@ -80,7 +80,9 @@ def program(on_build=None) -> Path:
     before a build starts (it takes about 10 s on two cores)."""
     root, version = wheel()
     cxx = _compiler()
-    source = resources.files("testbed.ns3sim").joinpath(SOURCE).read_bytes()
+    files = sorted((p for p in resources.files("testbed.ns3sim").joinpath(SOURCE).iterdir()
+                    if p.name.endswith((".cc", ".h"))), key=lambda p: p.name)
+    source = b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)
     target = build_dir() / f"kvnet-{_key(source, version, cxx)}"
     if target.exists():
         return target
@@ -92,17 +94,19 @@ def program(on_build=None) -> Path:
         if on_build is not None:
             on_build(f"building the ns-3 engine against ns-3 {_release(version)} (once "
                      "per machine)")
-        src = target.parent / f"{target.name}.cc"
-        src.write_bytes(source)
+        src = target.parent / f"{target.name}.src"  # a copy: the package may be a zip
+        src.mkdir(exist_ok=True)
+        for p in files:
+            (src / p.name).write_bytes(p.read_bytes())
         lib = root / "lib64"
-        cmd = [cxx, *FLAGS, f"-I{root / 'include'}", str(src), "-o", f"{target}.tmp",
+        cmd = [cxx, *FLAGS, f"-I{root / 'include'}", str(src / "main.cc"), "-o", f"{target}.tmp",
                f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-lns{_release(version)}-{m}" for m in MODULES)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise Ns3Unavailable("building the ns-3 engine failed:\n"
                                  + "\n".join(done.stderr.splitlines()[-20:]))
         os.replace(f"{target}.tmp", target)
-        src.unlink()
+        shutil.rmtree(src)
     return target
 
 

@@ -55,7 +55,7 @@ def socket_buffer(scenario, fabric: Fabric) -> int:
 
 @dataclass
 class Ns3Fabric:
-    """Node and link numbering (what kvnet.cc's commands say) and the set-up lines."""
+    """Node and link numbering (what kvnet/main.cc's commands say) and the set-up lines."""
 
     scenario: object
     seed: int

@@ -1,4 +1,4 @@
-"""The ns-3 program as a child process, spoken to a line at a time (kvnet.cc says the
+"""The ns-3 program as a child process, spoken to a line at a time (kvnet/main.cc says the
 protocol). The simulator is a process singleton, so every run gets its own; commands
 that answer nothing are buffered and go with the next one that does."""
 

@@ -1,0 +1,76 @@
+// netkv-ns3: what every part shares (settings, errors, hashes).
+#pragma once
+
+namespace
+{
+
+
+[[noreturn]] void
+Fail(const std::string& why)
+{
+    std::cout << "error " << why << "\nend" << std::endl;
+    std::exit(2);
+}
+
+// zlib's CRC-32, as Python's zlib.crc32: the per-pair hash of routing.pair_port
+uint32_t
+Crc32(const std::string& s)
+{
+    static std::array<uint32_t, 256> table = [] {
+        std::array<uint32_t, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i)
+        {
+            uint32_t c = i;
+            for (int k = 0; k < 8; ++k)
+            {
+                c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            }
+            t[i] = c;
+        }
+        return t;
+    }();
+    uint32_t c = 0xFFFFFFFFu;
+    for (unsigned char ch : s)
+    {
+        c = table[(c ^ ch) & 0xFF] ^ (c >> 8);
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+uint64_t
+Mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+enum class Ecmp
+{
+    PerPair,
+    PerFlow
+};
+
+struct Settings
+{
+    std::string transport = "cubic";
+    uint32_t mss = 1448;
+    uint32_t sndbuf = 131072;
+    uint32_t rcvbuf = 131072;
+    int64_t rtoMinNs = 200000000;
+    int64_t delAckNs = 40000000;
+    uint32_t initCwnd = 10;
+    uint32_t seed = 1;
+    Ecmp ecmp = Ecmp::PerPair;
+    bool byteLimit = false;
+    uint32_t frameBytes = 1514;
+    uint32_t ecnK = 0; // packets in the KV class that mark CE (DCTCP); 0: no marking
+    bool persistent = true;
+    uint16_t kvPort = 7000;
+};
+
+Settings g_set;
+
+
+} // namespace

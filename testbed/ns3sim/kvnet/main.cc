@@ -1,0 +1,391 @@
+// netkv-ns3: the packet side of netkv-testbed's ns-3 engine, one process per run.
+//
+// Python (testbed/ns3sim/process.py) builds the fabric and drives the run over stdin and
+// stdout, one command a line; this program keeps every packet. It holds no decision of its
+// own: the routes come from testbed/topologies/routing.py, the flows from the control
+// plane, the queue sizes and class shares from the scenario. What lives here is what must
+// run per packet: ECMP at each switch (a stable hash of the address pair, or of the
+// 5-tuple salted per switch), the egress queue discipline (the emulation's HTB tree:
+// control, KV and background classes with guaranteed shares, KV priority levels strictly
+// ordered inside the KV class, DCTCP's step marking when asked), and the KV byte streams
+// on pooled TCP connections, whose last byte's arrival stops the simulator so that control
+// returns to Python at that instant.
+//
+// Protocol (times in integer nanoseconds, node and link ids in the order they were made):
+//   set KEY VALUE                       before `ready`: transport and socket settings
+//   host IP | switch SALT               a node
+//   link A B RATE_BPS DELAY_NS QUEUE    a full-duplex link, QUEUE packets (or bytes) a class
+//   route SW DST LINK...                at switch SW, packets to host DST leave on one of LINKs
+//   ready                               build the stacks and queues; answers "ok"
+//   run T                               simulate up to T or the first KV completion before it
+//   flow T FID SRC DST BYTES SHARD TOS  a shard of BYTES from SRC to DST on a pooled connection
+//   tos T FID TOS | pace T FID BPS      re-mark a shard's stream / cap its rate (0: none)
+//   abort T FID                         stop a shard; its connection is not reused
+//   hostdown T HOST                     the host stops answering (its interfaces go down)
+//   linkstate T LINK 0|1                a link fails (drops everything) or returns
+//   clear T, then route ...            replace every switch's routes (after a link change)
+//   bg T SRC DST BPS [UNTIL_NS]         a paced background stream (0 stops it)
+//   counters T                          per directed link: class bytes and drops; live shards
+//   quit
+// Answers end with "end"; "run" answers "done FID T RETX TIMEOUTS TIMEOUT_NS SRTT_NS
+// MINRTT_NS PATH" per shard finished, then "at T". An error is "error TEXT" and exit 2.
+
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+using namespace ns3;
+
+#include "common.h"
+#include "queue.h"
+#include "forwarding.h"
+#include "streams.h"
+#include "background.h"
+#include "build.h"
+
+namespace
+{
+
+// ---------------------------------------------------------------------------------------
+// The command loop.
+
+EventId g_stop;
+
+void
+RunUntil(int64_t t)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    if (t > now && g_done.empty())
+    {
+        g_stop = Simulator::Schedule(NanoSeconds(t - now), [] { Simulator::Stop(); });
+        Simulator::Run();
+        g_stop.Cancel();
+    }
+    for (const auto& line : g_done)
+    {
+        std::cout << line << "\n";
+    }
+    g_done.clear();
+    std::cout << "at " << Simulator::Now().GetNanoSeconds() << "\nend" << std::endl;
+}
+
+// A command that changes the network happens at the simulator's clock: Python has run
+// it to that instant already; one that says a later time is run up to it first (nothing
+// finishes on the way, or Python would have been told).
+void
+At(int64_t t)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    if (t > now)
+    {
+        g_stop = Simulator::Schedule(NanoSeconds(t - now), [] { Simulator::Stop(); });
+        Simulator::Run();
+        g_stop.Cancel();
+        if (Simulator::Now().GetNanoSeconds() != t)
+        {
+            Fail("a shard finished before a command's time: the driver skipped a run");
+        }
+    }
+}
+
+void
+Counters()
+{
+    for (uint32_t id = 0; id < g_links.size(); ++id)
+    {
+        const Link& l = g_links[id];
+        for (int side = 0; side < 2; ++side)
+        {
+            Ptr<ClassQueueDisc> q = side == 0 ? l.qA : l.qB;
+            std::cout << "c " << id << " " << side;
+            for (int c = 0; c < 3; ++c)
+            {
+                std::cout << " " << q->sent[c];
+            }
+            for (int c = 0; c < 3; ++c)
+            {
+                std::cout << " " << q->dropped[c];
+            }
+            std::cout << "\n";
+        }
+    }
+    for (const auto& [fid, s] : g_shards)
+    {
+        std::cout << "f " << fid << " " << s->received << "\n";
+    }
+    uint64_t hosts = 0, hops = 0, marked = 0; // packets on a wire: by hosts, by every node
+    for (const auto& l : g_links)
+    {
+        hops += l.qA->packets + l.qB->packets;
+        marked += l.qA->marked + l.qB->marked;
+        hosts += (g_nodes[l.a].host ? l.qA->packets : 0) + (g_nodes[l.b].host ? l.qB->packets : 0);
+    }
+    std::cout << "p " << hosts << " " << hops << " " << marked << "\n";
+    std::cout << "at " << Simulator::Now().GetNanoSeconds() << "\nend" << std::endl;
+}
+
+void
+Setting(const std::string& key, const std::string& value)
+{
+    if (key == "transport")
+    {
+        g_set.transport = value;
+    }
+    else if (key == "mss")
+    {
+        g_set.mss = std::stoul(value);
+    }
+    else if (key == "sndbuf")
+    {
+        g_set.sndbuf = std::stoul(value);
+    }
+    else if (key == "rcvbuf")
+    {
+        g_set.rcvbuf = std::stoul(value);
+    }
+    else if (key == "rto_min_ns")
+    {
+        g_set.rtoMinNs = std::stoll(value);
+    }
+    else if (key == "delack_ns")
+    {
+        g_set.delAckNs = std::stoll(value);
+    }
+    else if (key == "init_cwnd")
+    {
+        g_set.initCwnd = std::stoul(value);
+    }
+    else if (key == "seed")
+    {
+        g_set.seed = std::stoul(value);
+    }
+    else if (key == "ecmp")
+    {
+        g_set.ecmp = value == "per-flow" ? Ecmp::PerFlow : Ecmp::PerPair;
+    }
+    else if (key == "queue_limit")
+    {
+        g_set.byteLimit = value == "bytes";
+    }
+    else if (key == "frame")
+    {
+        g_set.frameBytes = std::stoul(value);
+    }
+    else if (key == "ecn_k")
+    {
+        g_set.ecnK = std::stoul(value);
+    }
+    else if (key == "connections")
+    {
+        g_set.persistent = value == "persistent";
+    }
+    else if (key == "levels")
+    {
+        g_kvLevels = std::stoul(value);
+    }
+    else if (key == "kv_port")
+    {
+        g_set.kvPort = uint16_t(std::stoul(value));
+    }
+    else
+    {
+        Fail("unknown setting " + key);
+    }
+}
+
+Shard*
+LiveShard(uint32_t fid)
+{
+    auto it = g_shards.find(fid);
+    return it == g_shards.end() ? nullptr : it->second;
+}
+
+void
+Loop()
+{
+    std::string line;
+    std::vector<std::string> w;
+    bool ready = false;
+    while (std::getline(std::cin, line))
+    {
+        w.clear();
+        std::istringstream in(line);
+        for (std::string tok; in >> tok;)
+        {
+            w.push_back(tok);
+        }
+        if (w.empty())
+        {
+            continue;
+        }
+        const std::string& cmd = w[0];
+        auto num = [&](size_t i) -> int64_t {
+            if (i >= w.size())
+            {
+                Fail("'" + cmd + "' needs more fields: " + line);
+            }
+            return std::stoll(w[i]);
+        };
+        if (cmd == "set")
+        {
+            Setting(w.at(1), w.at(2));
+        }
+        else if (cmd == "host" || cmd == "switch")
+        {
+            NodeInfo n;
+            n.host = cmd == "host";
+            n.node = CreateObject<Node>();
+            if (n.host)
+            {
+                n.ip = Ipv4Address(w.at(1).c_str());
+                g_hostOfIp[n.ip.Get()] = g_nodes.size();
+            }
+            else
+            {
+                n.salt = Mix(std::stoull(w.at(1)));
+            }
+            g_nodes.push_back(n);
+            g_routes.emplace_back();
+        }
+        else if (cmd == "link")
+        {
+            AddLink(num(1), num(2), std::stod(w.at(3)), num(4), num(5));
+        }
+        else if (cmd == "route")
+        {
+            auto& links = g_routes.at(num(1))[num(2)];
+            links.clear();
+            for (size_t i = 3; i < w.size(); ++i)
+            {
+                links.push_back(std::stoul(w[i]));
+            }
+        }
+        else if (cmd == "clear")
+        {
+            At(num(1));
+            for (auto& r : g_routes)
+            {
+                r.clear();
+            }
+        }
+        else if (cmd == "ready")
+        {
+            Build();
+            ready = true;
+            std::cout << "ok " << g_nodes.size() << " " << g_links.size() << "\nend" << std::endl;
+        }
+        else if (!ready)
+        {
+            Fail("'" + cmd + "' before ready");
+        }
+        else if (cmd == "run")
+        {
+            RunUntil(num(1));
+        }
+        else if (cmd == "flow")
+        {
+            At(num(1));
+            StartShard(num(2), num(3), num(4), num(5), num(6), uint8_t(num(7)));
+        }
+        else if (cmd == "tos")
+        {
+            At(num(1));
+            if (Shard* s = LiveShard(num(2)); s && s->conn->tos != uint8_t(num(3)))
+            {
+                s->conn->tos = uint8_t(num(3));
+                s->conn->tx->SetIpTos(s->conn->tos);
+            }
+        }
+        else if (cmd == "pace")
+        {
+            At(num(1));
+            if (Shard* s = LiveShard(num(2)))
+            {
+                s->pace = uint64_t(num(3));
+                Feed(s->conn);
+            }
+        }
+        else if (cmd == "abort")
+        {
+            At(num(1));
+            if (Shard* s = LiveShard(num(2)))
+            {
+                s->aborted = true;
+                s->conn->dead = true; // its stream holds bytes nobody will read
+                g_shards.erase(s->fid);
+                s->conn->tx->Close();
+            }
+        }
+        else if (cmd == "hostdown")
+        {
+            At(num(1));
+            uint32_t h = num(2);
+            Ptr<Ipv4> ipv4 = g_nodes[h].node->GetObject<Ipv4>();
+            for (uint32_t i = 1; i < ipv4->GetNInterfaces(); ++i)
+            {
+                ipv4->SetDown(i);
+            }
+        }
+        else if (cmd == "linkstate")
+        {
+            At(num(1));
+            Link& l = g_links.at(num(2));
+            for (auto& em : {l.lossA, l.lossB})
+            {
+                num(3) ? em->Disable() : em->Enable();
+            }
+        }
+        else if (cmd == "bg")
+        {
+            At(num(1));
+            int64_t until = w.size() > 5 ? num(5) : INT64_MAX;
+            SetStream(num(2), num(3), std::stod(w.at(4)), until, w.size() > 5);
+        }
+        else if (cmd == "counters")
+        {
+            At(num(1));
+            Counters();
+        }
+        else if (cmd == "quit")
+        {
+            break;
+        }
+        else
+        {
+            Fail("unknown command " + cmd);
+        }
+    }
+}
+
+} // namespace
+
+int
+main()
+{
+    std::ios::sync_with_stdio(false);
+    // a device holds one packet: every queue is the class queue disc above it
+    g_p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("1p"));
+    try
+    {
+        Loop();
+    }
+    catch (const std::exception& e)
+    {
+        Fail(std::string("bad command: ") + e.what());
+    }
+    std::cout.flush();
+    std::_Exit(0); // the simulation's objects die with the process: one process per run
+}

@@ -1,0 +1,316 @@
+// netkv-ns3: KV shards on pooled TCP connections.
+#pragma once
+
+namespace
+{
+
+// ---------------------------------------------------------------------------------------
+// KV shards on pooled connections.
+
+struct Conn;
+
+struct Shard
+{
+    uint32_t fid;
+    uint64_t bytes;
+    uint64_t sent = 0;
+    uint64_t received = 0;
+    Conn* conn = nullptr;
+    bool aborted = false;
+    uint64_t retx0 = 0, timeouts0 = 0;
+    int64_t timeoutNs0 = 0;
+    uint64_t pace = 0;   // bytes/s cap (0: none)
+    double paceNext = 0; // ns: when the next segment may be written
+};
+
+struct Conn
+{
+    uint32_t src, dst, index;
+    Ptr<Socket> tx, rx;
+    uint16_t sport = 0;
+    bool connected = false;
+    bool dead = false;
+    std::deque<Shard*> sending;   // sender side: shards whose bytes are still to write
+    std::deque<Shard*> receiving; // receiver side: shards in the stream's order
+    uint64_t retx = 0, timeouts = 0;
+    int64_t timeoutNs = 0, lossSince = -1;
+    int64_t srttNs = 0, minRttNs = 0;
+    uint8_t tos = 0x88;
+    EventId paceEvent;
+};
+
+std::map<uint32_t, Shard*> g_shards;                  // live shards by flow id
+std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<Conn*>> g_idle; // pool
+std::map<std::pair<uint32_t, uint16_t>, Conn*> g_bySource; // (src ip, port) -> conn
+std::vector<std::string> g_done;                       // completions not yet reported
+std::vector<Ptr<Socket>> g_listeners;
+
+void Feed(Conn* c);
+
+void
+SchedulePace(Conn* c, double atNs)
+{
+    if (!c->paceEvent.IsPending())
+    {
+        int64_t wait = std::max<int64_t>(1, int64_t(std::ceil(atNs)) - Simulator::Now().GetNanoSeconds());
+        c->paceEvent = Simulator::Schedule(NanoSeconds(wait), [c] { Feed(c); });
+    }
+}
+
+void
+Feed(Conn* c)
+{
+    if (!c->connected || c->dead)
+    {
+        return;
+    }
+    while (!c->sending.empty())
+    {
+        Shard* s = c->sending.front();
+        if (s->aborted)
+        {
+            c->sending.pop_front();
+            continue;
+        }
+        uint64_t left = s->bytes - s->sent;
+        if (left == 0)
+        {
+            c->sending.pop_front();
+            continue;
+        }
+        uint32_t room = c->tx->GetTxAvailable();
+        if (room == 0)
+        {
+            return; // the send callback feeds again
+        }
+        uint64_t n = std::min<uint64_t>({left, room, 1u << 16});
+        if (s->pace > 0) // Karuna's minimum rate: the sender writes no faster than it
+        {
+            double now = double(Simulator::Now().GetNanoSeconds());
+            if (s->paceNext > now)
+            {
+                SchedulePace(c, s->paceNext);
+                return;
+            }
+            n = std::min<uint64_t>(n, g_set.mss);
+            s->paceNext = std::max(s->paceNext, now) + double(n) / s->pace * 1e9;
+        }
+        int put = c->tx->Send(Create<Packet>(uint32_t(n)));
+        if (put <= 0)
+        {
+            return;
+        }
+        s->sent += uint64_t(put);
+    }
+}
+
+void
+OnSendSpace(Conn* c, Ptr<Socket>, uint32_t)
+{
+    Feed(c);
+}
+
+void
+OnConnected(Conn* c, Ptr<Socket>)
+{
+    c->connected = true;
+    Feed(c);
+}
+
+void
+OnRefused(Conn* c, Ptr<Socket>)
+{
+    c->dead = true;
+}
+
+// one trace sink set per connection, bound to it
+struct Traces
+{
+    static void Retx(Conn* c, Ptr<const Packet>, const TcpHeader&, const Address&,
+                     const Address&, Ptr<const TcpSocketBase>)
+    {
+        c->retx++;
+    }
+
+    static void Cong(Conn* c, TcpSocketState::TcpCongState_t from, TcpSocketState::TcpCongState_t to)
+    {
+        int64_t now = Simulator::Now().GetNanoSeconds();
+        if (to == TcpSocketState::CA_LOSS && from != TcpSocketState::CA_LOSS)
+        {
+            c->timeouts++;
+            c->lossSince = now;
+        }
+        else if (from == TcpSocketState::CA_LOSS && to != TcpSocketState::CA_LOSS &&
+                 c->lossSince >= 0)
+        {
+            c->timeoutNs += now - c->lossSince;
+            c->lossSince = -1;
+        }
+    }
+
+    static void Srtt(Conn* c, Time, Time now)
+    {
+        c->srttNs = now.GetNanoSeconds();
+    }
+
+    static void LastRtt(Conn* c, Time, Time rtt)
+    {
+        int64_t ns = rtt.GetNanoSeconds();
+        if (ns > 0 && (c->minRttNs == 0 || ns < c->minRttNs))
+        {
+            c->minRttNs = ns;
+        }
+    }
+};
+
+void
+Trace(Ptr<Socket> sock, const char* name, const CallbackBase& cb)
+{
+    if (!sock->TraceConnectWithoutContext(name, cb))
+    {
+        Fail(std::string("ns-3 has no TCP trace source ") + name);
+    }
+}
+
+Conn*
+OpenConn(uint32_t src, uint32_t dst, uint32_t index)
+{
+    auto* c = new Conn{src, dst, index};
+    Ptr<Socket> s = Socket::CreateSocket(g_nodes[src].node, TcpSocketFactory::GetTypeId());
+    c->tx = s;
+    s->Bind();
+    Address local;
+    s->GetSockName(local);
+    c->sport = InetSocketAddress::ConvertFrom(local).GetPort();
+    g_bySource[{g_nodes[src].ip.Get(), c->sport}] = c;
+    Trace(s, "Retransmission", MakeBoundCallback(&Traces::Retx, c));
+    Trace(s, "CongState", MakeBoundCallback(&Traces::Cong, c));
+    Trace(s, "RTT", MakeBoundCallback(&Traces::Srtt, c));
+    Trace(s, "LastRTT", MakeBoundCallback(&Traces::LastRtt, c));
+    s->SetConnectCallback(MakeBoundCallback(&OnConnected, c), MakeBoundCallback(&OnRefused, c));
+    s->SetSendCallback(MakeBoundCallback(&OnSendSpace, c));
+    s->SetIpTos(c->tos);
+    s->Connect(InetSocketAddress(g_nodes[dst].ip, g_set.kvPort));
+    return c;
+}
+
+void
+Finish(Shard* s)
+{
+    Conn* c = s->conn;
+    std::ostringstream line;
+    line << "done " << s->fid << " " << Simulator::Now().GetNanoSeconds() << " "
+         << c->retx - s->retx0 << " " << c->timeouts - s->timeouts0 << " "
+         << c->timeoutNs - s->timeoutNs0 << " " << c->srttNs << " " << c->minRttNs << " "
+         << PathOf(c->src, c->dst, c->sport, g_set.kvPort);
+    g_done.push_back(line.str());
+    g_shards.erase(s->fid);
+    delete s;
+    if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty())
+    {
+        g_idle[{c->src, c->dst, c->index}].push_back(c);
+    }
+    else if (!g_set.persistent)
+    {
+        c->dead = true;
+        c->tx->Close();
+        if (c->rx)
+        {
+            c->rx->Close();
+        }
+    }
+    Simulator::Stop(); // control goes back to Python at this instant
+}
+
+void
+OnReceive(Conn* c, Ptr<Socket> sock)
+{
+    Ptr<Packet> p;
+    while ((p = sock->Recv()))
+    {
+        uint64_t n = p->GetSize();
+        while (n > 0 && !c->receiving.empty())
+        {
+            Shard* s = c->receiving.front();
+            uint64_t take = std::min(n, s->bytes - s->received);
+            s->received += take;
+            n -= take;
+            if (s->received == s->bytes)
+            {
+                c->receiving.pop_front();
+                if (s->aborted)
+                {
+                    delete s;
+                }
+                else
+                {
+                    Finish(s);
+                }
+            }
+        }
+    }
+}
+
+bool
+OnAcceptRequest(Ptr<Socket>, const Address&)
+{
+    return true;
+}
+
+void
+OnAccept(Ptr<Socket> sock, const Address& from)
+{
+    auto peer = InetSocketAddress::ConvertFrom(from);
+    auto it = g_bySource.find({peer.GetIpv4().Get(), peer.GetPort()});
+    if (it == g_bySource.end())
+    {
+        sock->Close(); // not one of ours: nothing sends it
+        return;
+    }
+    Conn* c = it->second;
+    c->rx = sock;
+    sock->SetIpTos(0x88); // the receiver's ACKs ride the KV class (AF41), as on the fabric
+    sock->SetRecvCallback(MakeBoundCallback(&OnReceive, c));
+    OnReceive(c, sock);
+}
+
+void
+StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos)
+{
+    Conn* c = nullptr; // to or from a host that is down, it never arrives: the control
+                       // plane aborts it when it notices
+    if (g_set.persistent)
+    {
+        auto& idle = g_idle[{src, dst, index}];
+        while (!idle.empty() && c == nullptr)
+        {
+            c = idle.back();
+            idle.pop_back();
+            if (c->dead)
+            {
+                c = nullptr;
+            }
+        }
+    }
+    if (c == nullptr)
+    {
+        c = OpenConn(src, dst, index);
+    }
+    auto* s = new Shard{fid, bytes};
+    s->conn = c;
+    s->retx0 = c->retx;
+    s->timeouts0 = c->timeouts;
+    s->timeoutNs0 = c->timeoutNs;
+    g_shards[fid] = s;
+    if (tos != c->tos)
+    {
+        c->tos = tos;
+        c->tx->SetIpTos(tos);
+    }
+    c->sending.push_back(s);
+    c->receiving.push_back(s);
+    Feed(c);
+}
+
+
+} // namespace
