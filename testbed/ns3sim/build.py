@@ -5,8 +5,8 @@ are not used: they take about 9 s to import and keep a JIT in every process, whe
 small C++ program (kvnet/: main.cc and a header per part) starts in milliseconds. It is
 compiled with the system's g++ the first time it is needed (or by `./run.sh setup`), into
 this user's cache under a name that is the hash of its sources, the wheel's version and
-the compiler's, so an edit or an upgrade builds it again and nothing stale runs. Several processes asking at once build it
-once (a lock file).
+the compiler's, so an edit or an upgrade builds it again and nothing stale runs. Several
+processes asking at once build it once (a lock file).
 
     python -m testbed.ns3sim.build    # build it now, print where it is
 """
