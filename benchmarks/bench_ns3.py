@@ -34,11 +34,11 @@ from pathlib import Path
 
 import yaml
 
+from testbed.api import load_scenario
 from testbed.cells import Task
 from testbed.lifecycle import SERVED_STATES
 from testbed.ns3sim.build import program
 from testbed.runner import run_flowsim, run_task
-from testbed.scenario import load_scenario
 from testbed.sweep import Executor
 from testbed.validate.ns3_probes import probe_tiers
 
