@@ -78,8 +78,33 @@ setup() {
         "$VENV/bin/testbed" provision --local --dev --quiet
     fi
     start_openvswitch
-    # the ns-3 engine's program, compiled once per machine (about 10 s; cached)
-    "$VENV/bin/python" -m testbed.ns3sim.build >/dev/null
+    # the ns-3 engine's program, compiled once per machine (about 10 s; cached); without
+    # it only `--engine ns3` is missing (its tests say so)
+    "$VENV/bin/python" -m testbed.ns3sim.build >/dev/null ||
+        log "the ns-3 engine could not be built (above); simulate --engine ns3 will say why"
+}
+
+pytest_phase() {
+    # "no tests collected" (exit 5) is no failure: a selection may leave a phase empty
+    local code=0
+    "$VENV/bin/python" -m pytest "$@" || code=$?
+    [ "$code" -eq 5 ] && code=0
+    return "$code"
+}
+
+run_tests() {
+    # the CPU-bound unit tests on every core (pytest-xdist), then alone what runs real
+    # processes against the wall clock (the emulation, the workers, the VMs: beside other
+    # tests they would measure the machine), then one list of the suite's 30 slowest
+    local rc=0 durations
+    durations=$(mktemp)
+    export NETKV_DURATIONS=$durations
+    pytest_phase -n auto -m "not root and not vm and not serial" "$@" || rc=$?
+    pytest_phase -p no:xdist -m "(root or serial) and not vm" "$@" || rc=$?
+    pytest_phase -p no:xdist -m vm "$@" || rc=$?
+    "$VENV/bin/python" -m tests.slowest "$durations" 30
+    rm -f "$durations"
+    return "$rc"
 }
 
 cmd=${1:-demo}
@@ -102,7 +127,7 @@ case "$cmd" in
     test)
         setup
         "$VENV/bin/ruff" check testbed tests benchmarks examples
-        exec "$VENV/bin/python" -m pytest "$@"
+        run_tests "$@"
         ;;
     *)
         echo "usage: ./run.sh [demo|test|setup] [extra args]" >&2

@@ -13,6 +13,8 @@ import pytest
 from testbed.emulation import system_ovs
 from testbed.emulation.hosts import host_gone
 
+pytestmark = pytest.mark.serial  # processes watched as they start: runs alone
+
 
 def _running(cmd: list[str]) -> subprocess.Popen:
     """A process whose command line the kernel shows already, as a daemon's is by the

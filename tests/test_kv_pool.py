@@ -7,7 +7,11 @@ import socket
 import threading
 import time
 
+import pytest
+
 from testbed.workers import kvstream, protocol, tcpinfo
+
+pytestmark = pytest.mark.serial  # real KV connections kept and closed: runs alone
 
 
 class Landed:

@@ -12,6 +12,8 @@ from testbed.emulation import judge
 from testbed.workers import lateness
 from testbed.workers.clock import RealTimeLoop
 
+pytestmark = pytest.mark.serial  # a thread's wait for a core, measured: runs alone
+
 OK = judge.LinkFidelity("a", "tor0>agg0", 10e6, 9.9e6, 6)
 CALM = judge.ThreadLoad("ovs-vswitchd", "ovs-vswitchd", "main", 0.6, 0.7, 0.02, 40e-6)
 

@@ -30,6 +30,8 @@ from testbed.workloads.build import build_workload
 from tests.conftest import TRACE
 from tests.sshd import free_port
 
+pytestmark = pytest.mark.serial  # real worker processes on loopback, timed: runs alone
+
 SMALL = {
     "name": "local-workers",
     "workload": {"trace": str(TRACE), "profile": "rag", "load": 1.0, "warmup_s": 1,

@@ -8,6 +8,8 @@ import pytest
 
 from testbed.emulation import servers
 
+pytestmark = pytest.mark.serial  # servers that stop answering, waited on: runs alone
+
 
 def test_a_run_folder_comes_back_whole(tmp_path):
     src = tmp_path / "src"

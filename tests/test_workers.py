@@ -12,6 +12,8 @@ from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.traffic_classes import KV
 from testbed.workers import kvstream, protocol
 
+pytestmark = pytest.mark.serial  # real sockets paced and timed: runs alone
+
 
 def reader(data: bytes):
     view = memoryview(data)

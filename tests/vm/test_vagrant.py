@@ -168,15 +168,19 @@ def test_the_fabric_tests_pass_on_the_kernel_datapath_inside_the_vm(vms):
     out = _inside(vagrant, names[0], f"{SLOW_MACHINE} NETKV_TEST_DATAPATH=kernel CI=true "
                   ".venv/bin/python -m pytest -q -p no:cacheprovider --durations=0 "
                   "tests/emulation/test_fabric.py "
-                  # what the kernel datapath must show (datapath, reachability, rates
-                  # per tier, routes and queues, ECMP, DSCP on the wire, link down);
-                  # the fairness and congestion figures are CPU-bound under software
-                  # emulation; the oracle, Prometheus and `testbed clean` after SIGKILL
-                  # are the packet run's (its own fabric: one fabric fewer to build
-                  # here); signals, crashes while starting and descriptors take the
-                  # datapath-independent paths the host suite runs
+                  # what the kernel datapath must show (datapath, reachability, the
+                  # shaped rate through every tier's links, routes and queues, ECMP,
+                  # DSCP on the wire, link down): one stream across pods crosses tier 1,
+                  # 2 and 3 links and holds the slowest's rate; the tiers one by one are
+                  # tc's on the userspace datapath too (the host suite); the fairness and
+                  # congestion figures are CPU-bound under software emulation; the
+                  # oracle, Prometheus and `testbed clean` after SIGKILL are the packet
+                  # run's (its own fabric: one fabric fewer to build here); signals,
+                  # crashes while starting and descriptors take the datapath-independent
+                  # paths the host suite runs
                   "-k 'not two-ovs-daemons and not chromium and not fairly and not "
-                  "congestion_rises and not oracle_serves and not prometheus'")
+                  "congestion_rises and not oracle_serves and not prometheus and not "
+                  "(bottleneck and (i1 or i2))'")
     assert " passed" in out and " failed" not in out, out
 
 
@@ -332,10 +336,11 @@ def test_a_seed_runs_on_a_vm_through_dask_and_a_lost_vm_costs_nothing(
             assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
             time.sleep(1)
         scenario = ROOT / "scenarios" / "default.yaml"
+        # the shortest run that still shows the re-run: 1.5 modelled seconds of arrivals
         run = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "1",
              *SMALL_FABRIC.split(), "--set", "schedulers=[rr]", "--set",
-             "workload.warmup_s=1", "--set", "workload.measure_s=3", "--set",
+             "workload.warmup_s=0.5", "--set", "workload.measure_s=1", "--set",
              "emulation.start_timeout_s=480", "--out", str(tmp_path / "results"),
              "--dask", address, "--quiet"],
             cwd=ROOT, stdout=(tmp_path / "emulate.log").open("w"), stderr=subprocess.STDOUT)
