@@ -5,6 +5,7 @@ caller's: the simulated engines' in runner.py, the emulation's in emulation/."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import time
@@ -39,11 +40,21 @@ def check_conservation(requests: list[dict], expected: int) -> None:
         )
 
 
+SLUG_MAX = 96  # characters of a sweep point in a folder name (a file name holds 255)
+
+
 def slug(point: dict) -> str:
+    """A sweep point as a folder name: its fields and values, or, past SLUG_MAX
+    characters (a fault list, a long description), their start and a hash of the whole,
+    so every point keeps a name of its own that the filesystem can hold."""
     if not point:
         return "base"
     parts = [f"{_short(k)}-{v}" for k, v in point.items()]
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(parts))
+    name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", "_".join(parts))
+    if len(name) <= SLUG_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[:SLUG_MAX - 13]}-{digest}"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from testbed.records import PARTIAL
 from testbed.runner import run_flowsim, run_task
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
+from tests.conftest import ROOT
 
 SWEEP = """
 name: sweep8
@@ -95,3 +96,19 @@ def test_a_kept_pool_serves_one_map_after_another_on_the_same_processes():
     alone = Executor.local(2)  # without `with`, each map has a pool of its own
     once = {r for _, r in alone.map(pid, list(range(8)))}
     assert once.isdisjoint(first | second) and alone._pool is None
+
+
+def test_a_long_sweep_value_gets_a_short_folder_name_of_its_own(tmp_path):
+    """A point whose value would make a name past the filesystem's 255 characters (a
+    description sweep here) keeps its start and a hash: two such points do not meet."""
+    from testbed.cells import SLUG_MAX, slug
+
+    long_a, long_b = "x" * 400 + "a", "x" * 400 + "b"
+    a, b = slug({"description": long_a}), slug({"description": long_b})
+    assert len(a) == len(b) == SLUG_MAX and a != b and a.startswith("description-xxx")
+    assert slug({"workload.load": 2.0}) == "load-2.0"  # short ones as before
+    sc = load_scenario(ROOT / "scenarios" / "default.yaml",
+                       {"seeds": 1, "schedulers": ["rr"], "workload.measure_s": 2,
+                        "workload.warmup_s": 1, "sweep": {"description": [long_a, long_b]}})
+    out = run_flowsim(sc, tmp_path)
+    assert not out.lost and len(list(out.folder.glob("cells/*/rr/seed1/requests.csv"))) == 2
