@@ -237,7 +237,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              reuse_calibration: bool = True,
              calibration_max_age_s: float = 24 * 3600.0,
              fabrics: int | str = "auto", dask: str | None = None,
-             repeats: int = 0) -> ValidationResult:
+             repeats: int = 0, packets: str = "emulation",
+             jobs: int = 0) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
@@ -247,13 +248,17 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     on that many fabrics side by side, or "auto" (`testbed validate --help`); dask: seeds
     on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
     that many times on packets, for how far packets are from themselves. Needs root and
-    Open vSwitch."""
+    Open vSwitch. packets="ns3": the packets are ns-3's instead (no root; every cell a
+    process on `jobs` local processes, 0: one per core, or on `dask`; calibrated on ns-3's
+    own probes; docs/ns3.md); the sequential plan and repeats are the emulation's."""
     from testbed.cells import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
     check_size(scenario, force)
     preflight(scenario)
+    if packets not in ("emulation", "ns3"):
+        raise ValueError(f"packets must be emulation or ns3, got {packets!r}")
     cal = calibration
     source = "calibration"
     if isinstance(calibration, str | Path):
@@ -265,7 +270,11 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if cal is not None:
         if not isinstance(cal, Mapping) or "capacity_factor" not in cal:
             raise ValueError(f"{source}: not a calibration file (no capacity_factor)")
-        check_calibration(dict(cal), scenario, source)
+        if packets == "emulation":
+            check_calibration(dict(cal), scenario, source)
+    if packets == "ns3":
+        return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
+                             target_ci, budget_s, repeats, dask, jobs)
     with _bar(f"{scenario.name} (validate)", 1, progress) as bar, _sigterm_tears_down():
         folder = run_validation(scenario, Path(out), dict(cal) if cal else None,
                                 lambda label, _wall: bar.show(label), verbose=verbose,
@@ -273,6 +282,25 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 use_cache=reuse_calibration,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
                                 fabrics=fabrics, dask=dask, repeats=repeats)
+    return ValidationResult(folder)
+
+
+def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repeats, dask,
+                  jobs) -> ValidationResult:
+    from testbed.ns3sim.check import check_scenario
+    from testbed.sweep import Executor
+    from testbed.validate.ns3_pipeline import validate_ns3
+
+    for name, given in (("target_ci", target_ci), ("budget_s", budget_s),
+                        ("repeats", repeats or None)):
+        if given is not None:
+            raise ValueError(f"{name}: the sequential plan and repeated runs are the "
+                             "emulation's; on ns-3 give the seeds (a seed repeats exactly)")
+    check_scenario(scenario)
+    executor = Executor.dask(dask) if dask else Executor.local(jobs)
+    with _bar(f"{scenario.name} (validate on ns-3)", 1, progress) as bar, executor:
+        folder = validate_ns3(scenario, out, cal, executor,
+                              lambda label, _wall: bar.show(label), on_note=bar.note)
     return ValidationResult(folder)
 
 

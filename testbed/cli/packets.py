@@ -364,12 +364,18 @@ def calibrate(scenario, out_file: str | None) -> None:
               metavar="N", help="Run the first seed N more times on packets (RR alone where "
               "it is scheduled) and report how far packets are from themselves per transfer: "
               "the floor for any flow model's error. Each costs one more packet run.")
+@click.option("--packets", type=click.Choice(["emulation", "ns3"]), default="emulation",
+              show_default=True,
+              help="Whose packets judge the flow model: the emulation (root), or ns-3's "
+                   "(no root; every cell a process on every core, or on --dask; calibrated "
+                   "on ns-3's own probes; give the seeds, a seed repeats exactly).")
 @force_option
 @fabrics_option
 @dask_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
              budget: float | None, max_age_h: float, recalibrate: bool, repeats: int,
-             verbose: bool, force: bool, fabrics: int | str, dask_address: str | None) -> None:
+             verbose: bool, packets: str, force: bool, fabrics: int | str,
+             dask_address: str | None) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -383,7 +389,8 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
     give more seeds (--seeds N) to narrow it. Runs the fidelity monitor flags are left
     out of the TTFT verdicts and named; transfers below the replica's validity floor
     (where TCP start-up at emulated rates swamps the transfer) are reported apart. The
-    last lines say whether every run was faithful. Needs root and Open vSwitch.
+    last lines say whether every run was faithful. Needs root and Open vSwitch (with
+    --packets ns3, neither: ns-3 simulates the packets, docs/ns3.md).
 
     The paper's claims: each scheduler's gain over RR and CLA* (mean and P99 TTFT, SLO
     attainment) on packets and in the flow model, paired by request across schedulers
@@ -409,7 +416,7 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
                                 calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics,
-                                dask=dask_address, repeats=repeats)
+                                dask=dask_address, repeats=repeats, packets=packets)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

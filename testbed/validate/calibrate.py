@@ -88,12 +88,17 @@ def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[
 
 
 def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
-    """Measure every tier; return the calibration document (calibration.json)."""
+    """Measure every tier on the fabric; return the calibration document."""
+    return calibration_document(network.scenario, measure(network, on_step))
+
+
+def measure(network: EmulatedNetwork, on_step=None) -> dict[str, dict]:
+    """Every tier's lone, repeated and competing probes on the fabric, in modelled bytes
+    and seconds (tier -> {pair, samples, spread_samples, competing})."""
     sc = network.scenario
     spec = sc.cluster.spec()
     emu = sc.emulation
     shards = sc.network.flows_per_transfer or spec.tp
-    fits: list[TierFit] = []
     raw = {}
     for tier, (src, dst) in tier_pairs(spec).items():
         if on_step:
@@ -101,16 +106,10 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         modelled = [gb * 1e9 for gb in PROBE_GB]
         wire = [scaled_bytes(b, emu.scale) for b in modelled]
         got = measure_tier(network, src, dst, wire, shards)
-        samples = [(m, emu.dilation.modelled(secs))
-                   for m, (_, secs, _) in zip(modelled, got, strict=True)]
         raw[str(tier)] = {"pair": [src, dst],
-                          "samples": [{"bytes": b, "seconds": s,
+                          "samples": [{"bytes": m, "seconds": emu.dilation.modelled(secs),
                                        "shards": [emu.dilation.modelled(x) for x in ends]}
-                                      for (b, s), (_, _, ends) in zip(samples, got, strict=True)]}
-        # the rate from large transfers only: small ones are dominated by the replica's
-        # start-up (fitted below as the TCP terms), which the cluster would not pay
-        fits.append(fit_tier(tier, [x for x in samples if x[0] >= CAPACITY_FIT_MIN_GB * 1e9],
-                             gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[tier])))
+                                      for m, (_, secs, ends) in zip(modelled, got, strict=True)]}
         repeats = measure_tier(network, src, dst,
                                [scaled_bytes(COMPETE_GB * 1e9, emu.scale)] * SPREAD_REPEATS, shards)
         raw[str(tier)]["spread_samples"] = [
@@ -130,6 +129,23 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
             for gb, counts, asked in plan
             for d in run_probe(network, src, dst, "compete", shards,
                                str(scaled_bytes(gb * 1e9, emu.scale)), *counts)]
+    return raw
+
+
+def calibration_document(sc, raw: dict[str, dict]) -> dict:
+    """calibration.json from a packet engine's probes (`measure` on the fabric, or the
+    same plan on ns-3: validate/ns3_probes.py): each tier's capacity factor fitted on the
+    large lone transfers (small ones are the replica's start-up, fitted as the TCP terms,
+    which the cluster would not pay), the TCP terms, the probe fits and both models'
+    error on the competing transfers."""
+    spec = sc.cluster.spec()
+    shards = sc.network.flows_per_transfer or spec.tp
+    fits: list[TierFit] = []
+    for tier, doc in raw.items():
+        samples = [(d["bytes"], d["seconds"]) for d in doc["samples"]]
+        fits.append(fit_tier(int(tier), [x for x in samples
+                                         if x[0] >= CAPACITY_FIT_MIN_GB * 1e9],
+                             gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[int(tier)])))
     factors = capacity_factors(fits)
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
@@ -138,8 +154,8 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
         str(f.tier): {"overhead_s": f.overhead_s, **raw[str(f.tier)]} for f in fits}, shards))
     compete = competing_residuals(sc, factors, tcp_fit, raw, shards)
     return {
-        "scenario": sc.name, "scale": emu.scale, "time_dilation": emu.time_dilation,
-        "capacity_factor": factors,
+        "scenario": sc.name, "scale": sc.emulation.scale,
+        "time_dilation": sc.emulation.time_dilation, "capacity_factor": factors,
         "tiers": {str(f.tier): {"factor": f.factor, "overhead_s": f.overhead_s,
                                 "r2": f.r2, **raw[str(f.tier)]} for f in fits},
         "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, raw)},

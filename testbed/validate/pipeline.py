@@ -443,9 +443,17 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
                               engine_comparison(faithful_pts, pts["tcp"]),
                               verdicts["tcp"], len(all_emu),
-                              len(flagged)), **claim_targets(gains),
+                              len(flagged)), "packets": packets_engine(emu_folder),
+                    **claim_targets(gains),
                     **divergence_targets(decisions), **repeat.repeat_targets(floor)},
     }
+
+
+def packets_engine(folder: Path) -> str:
+    """Which engine made a validation's packets run: emulation or ns3."""
+    path = folder / "summary.json"
+    engine = json.loads(path.read_text()).get("engine") if path.exists() else None
+    return "ns3" if engine == "ns3" else "emulation"
 
 
 def _decisions(emu_cells: dict, flow_cells: dict, loads: dict, free: dict) -> dict | None:

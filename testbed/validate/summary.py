@@ -202,7 +202,9 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
                      f"{wall_s / 60:.1f} min: {60 * judged['measured_requests'] / wall_s:.0f} "
                      "per wall-minute")
     bad = t["unfaithful_runs"]
-    if bad:
+    if t.get("packets") == "ns3":
+        lines.append(f"packets: {t['runs']} ns-3 runs (simulated: no machine to fall behind)")
+    elif bad:
         lines.append(f"UNFAITHFUL: {bad} of {t['runs']} emulated runs were flagged by the "
                      "fidelity monitor and left out of the TTFT verdicts (see the report); "
                      "re-run at a higher emulation.time_dilation")

@@ -1,0 +1,69 @@
+"""`testbed validate --packets ns3`: the flow model judged against ns-3's packets.
+
+The same judgement as against the emulation (pipeline.judge: the flow model's runs,
+replays, per-transfer errors, TTFT verdicts, the paper's claims, the report), with ns-3
+in the emulation's place: calibrated on ns-3's own probes (calibrate's plan, the same
+fits), every cell a process of its own on every core or on a Dask cluster. Its replica
+has no time dilation (a simulator does not run short of CPU), so the flow model's twin
+is the replica at ns-3's scale and dilation 1. No root.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from testbed.records import PARTIAL, atomic_write, stamp, write_json
+
+
+def ns3_replica(scenario):
+    """The scenario as ns-3 runs it: the replica at ns-3's scale, no time dilation (what
+    the flow model's twin and a calibration are keyed on)."""
+    return scenario.with_overrides({"emulation.scale": scenario.ns3.scale or
+                                    scenario.emulation.scale,
+                                    "emulation.time_dilation": 1.0})
+
+
+def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
+                 executor=None, on_step: Callable[[str, float], None] | None = None,
+                 on_note: Callable[[str], None] | None = None) -> Path:
+    from testbed.ns3sim.build import program
+    from testbed.runner import run_flowsim
+    from testbed.validate.calibrate import calibration_document
+    from testbed.validate.ns3_probes import probe_tiers
+    from testbed.validate.pipeline import check_calibration, judge
+
+    note = on_note or (lambda _line: None)
+    started = time.monotonic()
+    replica = ns3_replica(scenario)
+    exe = program(on_build=note)
+    folder = out_root / f"{scenario.name}-validate-{stamp()}"
+    folder.mkdir(parents=True)
+    atomic_write(folder / PARTIAL, "validation started; not finished\n")
+    atomic_write(folder / "scenario.yaml",
+                 yaml.safe_dump(replica.model_dump(mode="json"), sort_keys=False))
+    phases = {}
+    if calibration is None:
+        t = time.monotonic()
+        calibration = calibration_document(replica, probe_tiers(
+            replica, exe, lambda label: on_step and on_step(label, 0.0)))
+        phases["calibration_s"] = time.monotonic() - t
+        note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
+    else:
+        check_calibration(calibration, replica)
+    write_json(folder / "calibration.json", calibration)
+    t = time.monotonic()
+    packets = run_flowsim(replica, folder, lambda label: on_step and on_step(label, 0.0),
+                          executor=executor, engine="ns3")
+    phases["packets_s"] = time.monotonic() - t
+    note(f"{len(list(packets.folder.glob('cells/*/*/seed*')))} ns-3 runs in "
+         f"{phases['packets_s']:.1f} s")
+    t = time.monotonic()
+    judge(replica, folder, packets.folder, calibration, on_step)
+    phases["judge_s"] = time.monotonic() - t
+    write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
+    (folder / PARTIAL).unlink(missing_ok=True)
+    return folder

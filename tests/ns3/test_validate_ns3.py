@@ -1,0 +1,41 @@
+"""`validate --packets ns3`: the flow model judged against ns-3's packets, calibrated on
+ns-3's own probes, without root."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from testbed.api import validate
+from testbed.scenario import load_scenario
+from tests.conftest import ROOT
+
+
+def test_a_validation_on_ns3_calibrates_on_its_probes_and_judges_the_claims(tmp_path):
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                       {"workload.warmup_s": 1, "workload.measure_s": 4, "seeds": 2})
+    result = validate(sc, tmp_path, packets="ns3", jobs=2)
+    doc = result.comparison
+    assert doc["targets"]["packets"] == "ns3" and doc["targets"]["runs"] == 6
+    cal = json.loads((result.folder / "calibration.json").read_text())
+    assert set(cal["capacity_factor"]) == {"1", "2", "3"} and cal["time_dilation"] == 1.0
+    assert all(0.5 < f < 1.2 for f in cal["capacity_factor"].values()), cal["capacity_factor"]
+    assert result.claims["verdict"].notna().all() and len(result.claims) > 0
+    lines = result.summary_lines()
+    assert any("6 ns-3 runs" in line for line in lines), lines
+    assert not any("emulated runs" in line for line in lines)
+    assert result.emulation.engine == "ns3" and (result.folder / "report.md").exists()
+
+
+def test_the_emulations_sequential_plan_is_refused_on_ns3_by_name(tmp_path):
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
+    with pytest.raises(ValueError, match="target_ci"):
+        validate(sc, tmp_path, packets="ns3", target_ci=0.05)
+    done = subprocess.run([sys.executable, "-m", "testbed", "validate",
+                           "scenarios/validate.yaml", "--packets", "ns3", "--repeats", "2",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "repeats" in done.stderr, done.stderr
