@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -138,72 +139,33 @@ Counters()
 }
 
 void
-Setting(const std::string& key, const std::string& value)
+Setting(const std::string& key, const std::string& v)
 {
-    if (key == "transport")
-    {
-        g_set.transport = value;
-    }
-    else if (key == "mss")
-    {
-        g_set.mss = std::stoul(value);
-    }
-    else if (key == "sndbuf")
-    {
-        g_set.sndbuf = std::stoul(value);
-    }
-    else if (key == "rcvbuf")
-    {
-        g_set.rcvbuf = std::stoul(value);
-    }
-    else if (key == "rto_min_ns")
-    {
-        g_set.rtoMinNs = std::stoll(value);
-    }
-    else if (key == "delack_ns")
-    {
-        g_set.delAckNs = std::stoll(value);
-    }
-    else if (key == "init_cwnd")
-    {
-        g_set.initCwnd = std::stoul(value);
-    }
-    else if (key == "seed")
-    {
-        g_set.seed = std::stoul(value);
-    }
-    else if (key == "ecmp")
-    {
-        g_set.ecmp = value == "per-flow" ? Ecmp::PerFlow : Ecmp::PerPair;
-    }
-    else if (key == "queue_limit")
-    {
-        g_set.byteLimit = value == "bytes";
-    }
-    else if (key == "frame")
-    {
-        g_set.frameBytes = std::stoul(value);
-    }
-    else if (key == "ecn_k")
-    {
-        g_set.ecnK = std::stoul(value);
-    }
-    else if (key == "connections")
-    {
-        g_set.persistent = value == "persistent";
-    }
-    else if (key == "levels")
-    {
-        g_kvLevels = std::stoul(value);
-    }
-    else if (key == "kv_port")
-    {
-        g_set.kvPort = uint16_t(std::stoul(value));
-    }
-    else
+    using Set = std::function<void(const std::string&)>;
+    static const std::map<std::string, Set> setters = {
+        {"transport", [](const std::string& x) { g_set.transport = x; }},
+        {"mss", [](const std::string& x) { g_set.mss = std::stoul(x); }},
+        {"sndbuf", [](const std::string& x) { g_set.sndbuf = std::stoul(x); }},
+        {"rcvbuf", [](const std::string& x) { g_set.rcvbuf = std::stoul(x); }},
+        {"rto_min_ns", [](const std::string& x) { g_set.rtoMinNs = std::stoll(x); }},
+        {"delack_ns", [](const std::string& x) { g_set.delAckNs = std::stoll(x); }},
+        {"init_cwnd", [](const std::string& x) { g_set.initCwnd = std::stoul(x); }},
+        {"seed", [](const std::string& x) { g_set.seed = std::stoul(x); }},
+        {"ecmp",
+         [](const std::string& x) { g_set.ecmp = x == "per-flow" ? Ecmp::PerFlow : Ecmp::PerPair; }},
+        {"queue_limit", [](const std::string& x) { g_set.byteLimit = x == "bytes"; }},
+        {"frame", [](const std::string& x) { g_set.frameBytes = std::stoul(x); }},
+        {"ecn_k", [](const std::string& x) { g_set.ecnK = std::stoul(x); }},
+        {"connections", [](const std::string& x) { g_set.persistent = x == "persistent"; }},
+        {"levels", [](const std::string& x) { g_kvLevels = std::stoul(x); }},
+        {"kv_port", [](const std::string& x) { g_set.kvPort = uint16_t(std::stoul(x)); }},
+    };
+    auto it = setters.find(key);
+    if (it == setters.end())
     {
         Fail("unknown setting " + key);
     }
+    it->second(v);
 }
 
 Shard*
