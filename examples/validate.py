@@ -14,7 +14,7 @@ args = sys.argv[1:] + [None] * 3
 scenario = load_scenario(args[0] or "scenarios/validate.yaml")
 result = validate(scenario, out=args[1] or "results", calibration=args[2], progress=True)
 
-print("\n".join(result.summary_lines()))
+print("\n".join(result.answer_lines()))  # summary_lines(): every figure
 replay = result.comparison["transfers"]["replay_calibrated"]
 print(f"replayed transfers: n={replay['n']}, median |error| {100 * replay['median_abs_error']:.1f}%")
 print(result.emulation.rows[["scheduler", "ttft_mean_ms"]])

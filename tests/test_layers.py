@@ -13,7 +13,7 @@ LAYERS = [
     "yamlfile", "progress", "clock", "cachedir", "model", "workloads", "topologies", "datapath",
     "lifecycle", "records", "metrics", "plausibility", "scenario", "estimate", "serving",
     "control", "flowsim", "ns3sim", "controller", "workers", "remote", "vm", "sweep", "cells",
-    "runner", "emulation", "validate", "api", "cli", "__main__", "testbed",
+    "runner", "emulation", "validate", "results", "api", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"
 

@@ -152,7 +152,7 @@ def test_a_validation_judged_with_runs_made_again_reports_the_floor(tmp_path):
     (folder / REPEATS).mkdir()
     run_flowsim(repeat_scenario(base), folder / REPEATS).folder.rename(
         folder / REPEATS / "rep-emulation-y")
-    done = CliRunner().invoke(main, ["judge", str(folder)])
+    done = CliRunner().invoke(main, ["judge", str(folder), "--verbose"])
     assert done.exit_code == 0, done.output
     doc = json.loads((folder / "comparison.json").read_text())
     floor = doc["repeat"]

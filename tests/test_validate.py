@@ -188,8 +188,14 @@ def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
     folder = flow_validation(tmp_path / "jdg-validate-x", base)  # a flow run for packets
     done = CliRunner().invoke(main, ["judge", str(folder)])
     assert done.exit_code == 0, done.output
-    assert "all 2 emulated runs faithful" in done.output
+    answer = done.output.splitlines()
+    assert answer[0].startswith("Claims on packets: ") and len(answer) <= 8, answer
+    assert "Packets: all 2 emulated runs faithful." in answer
+    assert "mean TTFT at the packets' placements" not in done.output
+    done = CliRunner().invoke(main, ["judge", str(folder), "--verbose"])  # every figure too
+    assert done.exit_code == 0, done.output
     assert "mean TTFT at the packets' placements" in " ".join(done.output.split())
+    assert done.output.splitlines()[-len(answer):][0] == answer[0]
     doc = json.loads((folder / "comparison.json").read_text())
     assert doc["whole_transfers"]["replay_calibrated"]["p90_abs_error"] < 1e-6
     report = (folder / "report.md").read_text()

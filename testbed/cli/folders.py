@@ -16,7 +16,8 @@ from testbed.workloads.mooncake import TraceError
 
 @main.command()
 @click.argument("folder", type=click.Path(file_okay=False))
-def judge(folder: str) -> None:
+@click.option("--verbose", is_flag=True, help="Print every figure's line before the answer.")
+def judge(folder: str, verbose: bool) -> None:
     """Judge a finished validation FOLDER again with today's flow model (no root).
 
     Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
@@ -24,16 +25,17 @@ def judge(folder: str) -> None:
     report.md and plots/. Use it after changing the flow model or its network.tcp
     settings to see how the verdict moves, without emulating again.
     """
+    from testbed.results import ValidationResult
     from testbed.validate.pipeline import judge_again
-    from testbed.validate.summary import summary_lines
 
     try:
-        doc = judge_again(Path(folder))
+        judge_again(Path(folder))
     except (ValueError, ScenarioError, TraceError) as exc:
         _fail(str(exc))
-    for line in summary_lines(doc["targets"]):
+    result = ValidationResult(Path(folder))
+    for line in (result.summary_lines() + [""] if verbose else []) + result.answer_lines():
         click.echo(line)
-    click.echo(f"report: {Path(folder) / 'report.md'}")
+    click.echo(f"Report: {result.report}")
 
 
 @main.command("compare")

@@ -359,7 +359,9 @@ def calibrate(scenario, out_file: str | None) -> None:
               "dilation, datapath, code version) while younger than this.")
 @click.option("--recalibrate", is_flag=True,
               help="Measure the fabric anew (and refresh the cache) instead of reusing it.")
-@click.option("--verbose", is_flag=True, help="Show Mininet's own progress.")
+@click.option("--verbose", is_flag=True, help="Print every figure's line before the answer "
+              "(per-transfer errors, targets, each claim's intervals, the ranking), and "
+              "Mininet's own progress.")
 @click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True,
               metavar="N", help="Run the first seed N more times on packets (RR alone where "
               "it is scheduled) and report how far packets are from themselves per transfer: "
@@ -388,9 +390,14 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
     "disagree" or "inconclusive" (n too small, or the interval straddles the target):
     give more seeds (--seeds N) to narrow it. Runs the fidelity monitor flags are left
     out of the TTFT verdicts and named; transfers below the replica's validity floor
-    (where TCP start-up at emulated rates swamps the transfer) are reported apart. The
-    last lines say whether every run was faithful. Needs root and Open vSwitch (with
-    --packets ns3, neither: ns-3 simulates the packets, docs/ns3.md).
+    (where TCP start-up at emulated rates swamps the transfer) are reported apart. Needs
+    root and Open vSwitch (with --packets ns3, neither: ns-3 simulates the packets,
+    docs/ns3.md).
+
+    It ends with the answer: whether the paper's claims hold on packets and whether the
+    flow model's gains agree, one row per mean-TTFT claim, what would settle the
+    inconclusive ones, whether the packets can be trusted, and the report's path
+    (--verbose prints every figure's line before it).
 
     The paper's claims: each scheduler's gain over RR and CLA* (mean and P99 TTFT, SLO
     attainment) on packets and in the flow model, paired by request across schedulers
@@ -425,9 +432,9 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
         raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
     report_scheduler_faults(result.emulation)
-    for line in result.summary_lines():
+    for line in (result.summary_lines() + [""] if verbose else []) + result.answer_lines():
         click.echo(line)
-    click.echo(f"report: {result.report}")
+    click.echo(f"Report: {result.report}")
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")

@@ -329,11 +329,12 @@ def judge_again(folder: Path) -> dict:
         cal = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ValueError(f"{folder}: not a validation folder ({exc})") from None
-    emus = sorted(folder.glob("*-emulation-*"))
-    if not emus or not isinstance(raw, dict) or "capacity_factor" not in cal:
+    # the packets' run: the emulation's, or ns-3's (validate --packets ns3)
+    packets = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
+    if not packets or not isinstance(raw, dict) or "capacity_factor" not in cal:
         raise ValueError(f"{folder}: not a validation folder (needs scenario.yaml, "
-                         "calibration.json and the emulation's run folder)")
-    return judge(Scenario.model_validate(raw), folder, emus[-1], cal)
+                         "calibration.json and the packets' run folder)")
+    return judge(Scenario.model_validate(raw), folder, packets[-1], cal)
 
 
 def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
@@ -439,7 +440,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "judged": {"measured_requests": sum(
             json.loads((c / "summary.json").read_text()).get("requests", 0)
             for c in emu_cells.values()),
-            "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values())},
+            "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values()),
+            "seeds": scenario.seeds},
         "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
                               engine_comparison(faithful_pts, pts["tcp"]),
                               verdicts["tcp"], len(all_emu),

@@ -10,7 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from testbed.model.plugins import display_name  # noqa: E402
+from testbed.validate.answer import verdict_interval  # noqa: E402
+from testbed.validate.claims import GAIN_TOLERANCE, METRIC_NAMES  # noqa: E402
 from testbed.validate.compare import SIZE_BUCKETS  # noqa: E402
+
+VERDICT_COLOURS = {"agree": "tab:green", "disagree": "tab:red", "inconclusive": "tab:orange"}
 
 
 def _save(fig, path: Path) -> Path:
@@ -223,7 +227,41 @@ def calibration_fit(cal: dict, out: Path) -> Path | None:
     return _save(fig, out / "calibration_fit.png")
 
 
+def verdict_forest(doc: dict, out: Path) -> Path | None:
+    """Every claim's difference of gains (flow model - packets) with the interval its
+    verdict read, against the +-tolerance band: the picture of an equivalence test (agree:
+    the whole interval inside the band; disagree: wholly outside)."""
+    rows = [(point, c) for point, by in (doc.get("claims") or {}).items()
+            for c in by["claims"]]
+    if not rows:
+        return None
+    several = len({p for p, _ in rows}) > 1
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.42 * len(rows)))
+    band = 100 * GAIN_TOLERANCE
+    ax.axvspan(-band, band, color="0.9", zorder=0, label=f"+-{band:.0f} points")
+    ax.axvline(0, color="k", lw=0.6)
+    for y, (_point, c) in enumerate(reversed(rows)):
+        e = verdict_interval(c)
+        if e["point"] is None or e["point"] != e["point"]:
+            continue
+        lo = e["low"] if e["low"] == e["low"] and e["low"] is not None else e["point"]
+        hi = e["high"] if e["high"] == e["high"] and e["high"] is not None else e["point"]
+        ax.errorbar(100 * e["point"], y, xerr=[[100 * (e["point"] - lo)],
+                                               [100 * (hi - e["point"])]],
+                    fmt="o", capsize=4, color=VERDICT_COLOURS.get(c["verdict"], "k"))
+    labels = [f"{point + ': ' if several else ''}{display_name(c['scheduler'])} vs "
+              f"{display_name(c['baseline'])}, {METRIC_NAMES[c['metric']]} ({c['verdict']})"
+              for point, c in reversed(rows)]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_xlabel("flow model's gain - packets' gain (points)")
+    ax.set_title(f"{doc['scenario']}: the claims' verdicts ({_level(doc)} intervals)")
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, out / "verdicts.png")
+
+
 def write_plots(doc: dict, out: Path) -> list[Path]:
     cal = calibration_fit(doc["calibration"], out)
-    return [transfer_scatter(doc, out), error_distribution(doc, out), error_slices(doc, out),
-            *ttft_bars(doc, out), *gain_bars(doc, out), *tier_bars(doc, out), *([cal] if cal else [])]
+    forest = verdict_forest(doc, out)
+    return [*([forest] if forest else []), transfer_scatter(doc, out),
+            error_distribution(doc, out), error_slices(doc, out), *ttft_bars(doc, out),
+            *gain_bars(doc, out), *tier_bars(doc, out), *([cal] if cal else [])]

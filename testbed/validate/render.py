@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from testbed.metrics import describe_stalls
 from testbed.model.plugins import display_name
+from testbed.validate.answer import answer_lines
 from testbed.validate.render_claims import claim_lines
 from testbed.validate.render_divergence import divergence_lines
 from testbed.validate.summary import TARGET_ENGINES_MEDIAN, reach
@@ -49,15 +51,56 @@ def _ecmp_lines(doc: dict) -> list[str]:
 
 
 def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
-    t = doc["targets"]
-    cal = doc["calibration"]
-    lines = [
-        f"# Validation: {doc['scenario']}, packets vs flow model", "",
-        "Errors are (flow model - packets) / packets: positive means the flow model is "
-        "slower. *Replay* feeds the emulation's own transfers (start, size, endpoints, path) "
-        "to the flow model: network-model error alone. *Both engines* lets each engine make "
-        "its own scheduling decisions from the same workload and seed.", "",
-        *_ecmp_lines(doc),
+    lines = [f"# Validation: {doc['scenario']}, packets vs flow model", "",
+             *_answer_section(doc, plots, folder),
+             "Errors are (flow model - packets) / packets: positive means the flow model is "
+             "slower. *Replay* feeds the emulation's own transfers (start, size, endpoints, "
+             "path) to the flow model: network-model error alone. *Both engines* lets each "
+             "engine make its own scheduling decisions from the same workload and seed.", "",
+             *_ecmp_lines(doc), *_summary_table(doc["targets"])]
+    lines += claim_lines(doc)
+    lines += _verdict_lines(doc)
+    lines += divergence_lines(doc)
+    lines += _validity_lines(doc)
+    unfaithful = [f"{p}/{s}" for p, by in doc["fidelity"].items() for s, v in by.items()
+                  if v != "faithful"]
+    if unfaithful:
+        lines += [f"**Unfaithful emulation rows** (the machine could not keep up; treat their "
+                  f"figures as suspect, marked † below): {', '.join(unfaithful)}", ""]
+    else:
+        lines += ["Every emulated run was **faithful** (saturated links at >= 95% of their "
+                  "rate, CPU headroom kept).", ""]
+    lines += _calibration_lines(doc["calibration"])
+    lines += _transfer_lines(doc)
+    lines += _stall_lines(doc.get("stalls"))
+    lines += _arrival_lines(doc.get("arrival"))
+    lines += _repeat_lines(doc.get("repeat"))
+    lines += _ttft_lines(doc)
+    lines += ["", "## Tier distribution of transfers (T0:T1:T2:T3, %)", "",
+              "| point | scheduler | packets | flow model (calibrated) |", "|---|---|---|---|"]
+    for point, by in doc["tiers"].items():
+        for sched, d in by.items():
+            lines.append(f"| {point} | {display_name(sched)} | {_tiers(d['packets'])} | "
+                         f"{_tiers(d['flow'])} |")
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p.stem}]({p.relative_to(folder)})" for p in plots]
+    lines += ["", "## Run folders", ""]
+    lines += [f"- {k}: `{v}`" for k, v in doc["folders"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _answer_section(doc: dict, plots: list[Path], folder: Path) -> list[str]:
+    """The report leads as the terminal does: the answer, its table, the forest plot."""
+    wall_file = folder / "wall.json"
+    wall = json.loads(wall_file.read_text()) if wall_file.exists() else None
+    forest = [p for p in plots if p.name == "verdicts.png"]
+    return ["## The answer", "", *answer_lines(doc, wall, markdown=True), "",
+            *(f"![the claims' verdicts]({p.relative_to(folder)})" for p in forest),
+            *([""] if forest else [])]
+
+
+def _summary_table(t: dict) -> list[str]:
+    return [
         "## Summary", "",
         "The verdict uses the flow model with its TCP terms (handshake, slow start, tail; "
         "`network.flow_model: tcp`, the replica's equivalents) on whole transfers (first "
@@ -89,30 +132,23 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
         f"{100 * PAPER_TTFT_OVERESTIMATE[0]:.0f}-{100 * PAPER_TTFT_OVERESTIMATE[1]:.0f}% | |",
         "",
     ]
-    lines += claim_lines(doc)
-    lines += _verdict_lines(doc)
-    lines += divergence_lines(doc)
-    lines += _validity_lines(doc)
-    unfaithful = [f"{p}/{s}" for p, by in doc["fidelity"].items() for s, v in by.items()
-                  if v != "faithful"]
-    if unfaithful:
-        lines += [f"**Unfaithful emulation rows** (the machine could not keep up; treat their "
-                  f"figures as suspect, marked † below): {', '.join(unfaithful)}", ""]
-    else:
-        lines += ["Every emulated run was **faithful** (saturated links at >= 95% of their "
-                  "rate, CPU headroom kept).", ""]
-    lines += ["## Calibration", "",
-              "| tier | pair | achieved / configured rate | fixed cost per transfer | r2 |",
-              "|---|---|---|---|---|"]
+
+
+def _calibration_lines(cal: dict) -> list[str]:
+    lines = ["## Calibration", "",
+             "| tier | pair | achieved / configured rate | fixed cost per transfer | r2 |",
+             "|---|---|---|---|---|"]
     for tier, c in cal["tiers"].items():
         lines.append(f"| {tier} | {' -> '.join(c['pair'])} | {100 * c['factor']:.1f}% | "
                      f"{1e3 * c['overhead_s']:.0f} ms | {c['r2']:.3f} |")
     lines += ["", f"Flow-model capacity factors used: `{cal['capacity_factor']}`", ""]
-    lines += _tcp_fit_lines(cal)
-    lines += ["",
-              "## Per-transfer completion time", "",
-              "| comparison | slice | n | median abs error | p90 abs error | mean error (bias) |",
-              "|---|---|---|---|---|---|"]
+    return lines + _tcp_fit_lines(cal)
+
+
+def _transfer_lines(doc: dict) -> list[str]:
+    lines = ["", "## Per-transfer completion time", "",
+             "| comparison | slice | n | median abs error | p90 abs error | mean error (bias) |",
+             "|---|---|---|---|---|---|"]
     for key, label in SLICES.items():
         s = doc["transfers"][key]
         groups = [("all", s)] + [(f"tier {k}", v) for k, v in s["by_tier"].items()] + \
@@ -120,9 +156,11 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
         for name, g in groups:
             lines.append(f"| {label} | {name} | {g['n']} | {_abs(g['median_abs_error'])} | "
                          f"{_abs(g['p90_abs_error'])} | {_pct(g['mean_error'])} |")
-    lines += _stall_lines(doc.get("stalls"))
-    lines += _arrival_lines(doc.get("arrival"))
-    lines += _repeat_lines(doc.get("repeat"))
+    return lines
+
+
+def _ttft_lines(doc: dict) -> list[str]:
+    lines = []
     for phase in ("uncalibrated", "calibrated", "tcp"):
         for point, data in doc[phase].items():
             lines += ["", f"## TTFT and transfer time per scheduler: {point}, flow model "
@@ -147,17 +185,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
                       f"{' < '.join(model)}: "
                       f"{'same order' if r['same_order'] else '**different order**'} "
                       f"(Kendall tau {r['kendall_tau']:.2f})."]
-    lines += ["", "## Tier distribution of transfers (T0:T1:T2:T3, %)", "",
-              "| point | scheduler | packets | flow model (calibrated) |", "|---|---|---|---|"]
-    for point, by in doc["tiers"].items():
-        for sched, d in by.items():
-            lines.append(f"| {point} | {display_name(sched)} | {_tiers(d['packets'])} | "
-                         f"{_tiers(d['flow'])} |")
-    lines += ["", "## Plots", ""]
-    lines += [f"![{p.stem}]({p.relative_to(folder)})" for p in plots]
-    lines += ["", "## Run folders", ""]
-    lines += [f"- {k}: `{v}`" for k, v in doc["folders"].items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _stall_lines(stalls: dict | None) -> list[str]:

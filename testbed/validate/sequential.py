@@ -195,3 +195,22 @@ def need_words(plan: dict) -> str:
         return f"is out of reach in {plan['rounds']} round(s): {draws}"
     return (f"needs ~{plan['needed_window_s']:.0f} s of measurement in all"
             + (f" ({draws})" if draws else ""))
+
+
+def seeds_to_settle(low: float, high: float, seeds: int, tolerance: float,
+                    most: int = 10_000) -> int | None:
+    """Seeds in all at which an inconclusive difference [low, high], measured on `seeds`
+    seeds, would be expected to settle: its interval narrowed as 1/sqrt(seeds) (both the
+    requests' and the draws' parts shrink so) around the same centre until it clears the
+    nearer edge of the +-tolerance band. None where the centre sits on the band's edge
+    (no number of seeds is expected to settle it) or it would take over `most`."""
+    if math.isnan(low) or math.isnan(high) or seeds < 1:
+        return None
+    centre, half = (low + high) / 2.0, (high - low) / 2.0
+    room = abs(tolerance - abs(centre))
+    if half <= room:
+        return seeds
+    if room <= 1e-9:
+        return None
+    need = math.ceil(seeds * (half / room) ** 2)
+    return need if need <= most else None

@@ -194,7 +194,7 @@ def test_validate_runs_a_builtin_and_a_plugin_on_packets_and_reports(tmp_path, w
     assert whole["n"] > 0 and whole["ci"]["median_abs_error"]["low"] <= whole["median_abs_error"]
     assert set(doc["validity"]["tiers"]) == {"1", "2", "3"}
     assert "Validity of the replica" in report and "calibration_fit.png" in report
-    assert any(line.startswith(("UNFAITHFUL:", "all 2 emulated runs faithful"))
+    assert any(line.startswith(("UNFAITHFUL:", "Packets: all 2 emulated runs faithful"))
                for line in done.stdout.splitlines()), done.stdout
 
     (emu,) = folder.glob("fabric-test-emulation-*")

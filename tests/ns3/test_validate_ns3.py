@@ -27,6 +27,12 @@ def test_a_validation_on_ns3_calibrates_on_its_probes_and_judges_the_claims(tmp_
     lines = result.summary_lines()
     assert any("6 ns-3 runs" in line for line in lines), lines
     assert not any("emulated runs" in line for line in lines)
+    answer = result.answer_lines()  # what the terminal shows, the report's path after it
+    assert answer[0].startswith("Claims on packets: ") and len(answer) + 1 <= 8, answer
+    assert answer[-1].startswith("Packets: 6 ns-3 runs") and max(map(len, answer)) <= 100
+    report = (result.folder / "report.md").read_text()
+    assert report.index("## The answer") < report.index("## Summary")
+    assert "plots/verdicts.png" in report and (result.folder / "plots/verdicts.png").exists()
     assert result.emulation.engine == "ns3" and (result.folder / "report.md").exists()
 
 

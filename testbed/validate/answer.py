@@ -1,0 +1,164 @@
+"""The answer a validation prints last (pure words): whether the paper's claims hold on
+packets and whether the flow model gets their gains right, in a few short lines.
+
+The decisions are the claims' own (claims.py: on packets, verdict); this module only
+counts and lays them out. Everything else a validation measured is in its report and in
+`testbed validate --verbose` (summary.summary_lines)."""
+
+from __future__ import annotations
+
+import math
+
+from testbed.model.plugins import display_name
+from testbed.validate.claims import GAIN_TOLERANCE, PRIMARY
+from testbed.validate.sequential import seeds_to_settle
+
+WIDTH = 100  # no line of the answer is longer (the report's path aside)
+_NAME, _PACKETS, _FLOW, _DIFF = 20, 13, 9, 24
+
+
+def _num(x) -> bool:
+    return x is not None and x == x
+
+
+def _pct(x) -> str:
+    return f"{100 * x:+.1f}%" if _num(x) else "-"
+
+
+def verdict_interval(claim: dict) -> dict:
+    """The interval a claim's verdict was taken on: with the draws where it was widened."""
+    return claim.get("difference_with_draws") or claim["difference"]
+
+
+def _diff(e: dict) -> str:
+    if not _num(e["point"]):
+        return "-"
+    if not _num(e["low"]):
+        return f"{100 * e['point']:+.1f} pts"
+    return f"{100 * e['point']:+.1f} [{100 * e['low']:+.1f}, {100 * e['high']:+.1f}] pts"
+
+
+def primary_claims(doc: dict) -> list[tuple[str, dict]]:
+    """(point, claim) of every mean-TTFT gain claim, in the order judged."""
+    return [(point, c) for point, by in (doc.get("claims") or {}).items()
+            for c in by["claims"] if c["metric"] == PRIMARY]
+
+
+def _counts(words: list[str], order: tuple[str, ...]) -> str:
+    return ", ".join(f"{words.count(w)} {w}" for w in order if words.count(w))
+
+
+def headline(claims: list[dict]) -> str:
+    """The first line: do the claims hold on packets, does the flow model agree (the
+    table's rows say which and how)."""
+    n = len(claims)
+    held = [c["on_packets"] for c in claims].count("holds")
+    packets = f"all {n} hold" if held == n else f"{held} of {n} hold"
+    flow = _counts([c["verdict"] for c in claims], ("agree", "disagree", "inconclusive"))
+    return (f"Claims on packets: {packets}. Flow model within "
+            f"{100 * GAIN_TOLERANCE:.0f} pts: {flow}.")
+
+
+def claim_rows(found: list[tuple[str, dict]]) -> list[tuple[str, str, str, str, str]]:
+    """Per claim: its name, the packets' gain and whether it holds, the flow model's gain,
+    their difference with the interval the verdict read, and the verdict."""
+    several = len({point for point, _ in found}) > 1
+    rows = []
+    for point, c in found:
+        name = f"{display_name(c['scheduler'])} vs {display_name(c['baseline'])}"
+        rows.append((f"{point} {name}" if several else name,
+                     f"{_pct(c['packets']['point'])} {c['on_packets']}",
+                     _pct(c["flow"]["point"]), _diff(verdict_interval(c)), c["verdict"]))
+    return rows
+
+
+def header(level: float) -> tuple[str, str, str, str, str]:
+    return ("claim (mean TTFT)", "packets", "flow",
+            f"flow - packets [{100 * level:.0f}% CI]", "verdict")
+
+
+def table(found: list[tuple[str, dict]], level: float) -> list[str]:
+    """The claims' table in fixed columns, for the terminal."""
+    return [f"{a:<{_NAME}}{b:>{_PACKETS}}{c:>{_FLOW}}  {d:<{_DIFF}} {e}"
+            for a, b, c, d, e in [header(level), *claim_rows(found)]]
+
+
+def markdown_table(found: list[tuple[str, dict]], level: float) -> list[str]:
+    """The same table for the report."""
+    return ["| " + " | ".join(header(level)) + " |", "|---|---|---|---|---|",
+            *("| " + " | ".join(row) + " |" for row in claim_rows(found))]
+
+
+def _minutes(m: float) -> str:
+    return f"{m:.0f} min" if m >= 10 else f"{m:.1f} min"
+
+
+def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
+                ) -> str | None:
+    """What would settle the inconclusive claims: seeds in all, and their time here."""
+    open_ = [c for c in claims if c["verdict"] == "inconclusive"]
+    if not open_ or not seeds:
+        return None
+    needs = [seeds_to_settle(verdict_interval(c)["low"], verdict_interval(c)["high"],
+                             seeds, GAIN_TOLERANCE) for c in open_]
+    if any(n is None for n in needs):
+        c = open_[needs.index(None)]
+        return (f"To settle: {display_name(c['scheduler'])} vs {display_name(c['baseline'])} "
+                f"sits on the {100 * GAIN_TOLERANCE:.0f}-point edge; more seeds alone "
+                "would hardly settle it.")
+    need = max(max(needs), seeds + 1)
+    cost = f", about {_minutes((need - seeds) * seed_wall_s / 60)} here" if seed_wall_s else ""
+    which = "it" if len(open_) == 1 else f"all {len(open_)}"
+    return (f"To settle {which} at today's centres: about {need - seeds} more seeds "
+            f"(--seeds {need}){cost}.")
+
+
+def packets_line(t: dict, judged: dict | None, wall_s: float | None) -> str:
+    """Which packets judged, whether they can be trusted, and what they bought."""
+    runs, bad = t["runs"], t["unfaithful_runs"]
+    if t.get("packets") == "ns3":
+        line = f"Packets: {runs} ns-3 runs (deterministic)"
+    elif bad:
+        return (f"UNFAITHFUL: {bad} of {runs} emulated runs left out of the verdicts; "
+                "raise emulation.time_dilation")
+    else:
+        line = f"Packets: all {runs} emulated runs faithful"
+    if judged and wall_s:
+        rate = 60 * judged["measured_requests"] / wall_s
+        line += (f"; {judged['measured_requests']} requests judged in "
+                 f"{_minutes(wall_s / 60)} ({rate:.0f} a minute)")
+    return line + "."
+
+
+def _level(doc: dict) -> float:
+    seq = doc.get("sequential")
+    return seq["level"] if seq else 0.95
+
+
+def _seed_wall_s(seeds: int | None, wall: dict | None) -> float | None:
+    """Wall seconds one more seed costs here: its packet runs and their judging."""
+    phases = (wall or {}).get("phases", {})
+    spent = phases.get("packets_s", 0.0) + phases.get("judge_s", 0.0)
+    return spent / seeds if seeds and spent and not math.isnan(spent) else None
+
+
+def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) -> list[str]:
+    """What `testbed validate` prints after its progress bar (the report's path follows):
+    the answer, the claims' table, what would settle the rest, the packets' line.
+    `markdown`: the same for the report, the table as a markdown table."""
+    found = primary_claims(doc)
+    claims = [c for _, c in found]
+    judged = doc.get("judged") or {}
+    total = wall.get("total_s") if wall else None
+    last = packets_line(doc["targets"], judged, total)
+    if not claims:
+        return ["No claim judged: no seed has a faithful packet run of every scheduler.",
+                "More seeds, or a higher emulation.time_dilation, would give one.", last]
+    rows = (markdown_table if markdown else table)(found, _level(doc))
+    lines = [headline(claims), *([""] if markdown else []), *rows, *([""] if markdown else [])]
+    seeds = judged.get("seeds")
+    settle = settle_line(claims, seeds, _seed_wall_s(seeds, wall))
+    tail = ([settle] if settle else []) + [last]
+    if markdown:  # paragraphs of their own
+        tail = [part for line in tail for part in (line, "")][:-1]
+    return lines + tail
