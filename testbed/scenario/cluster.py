@@ -12,18 +12,22 @@ from testbed.topologies.fattree import FatTreeSpec
 
 
 class CustomModel(_Strict):
-    name: str = "custom"
-    n_layers: int = Field(gt=0)
-    n_kv_heads: int = Field(gt=0)
-    d_head: int = Field(gt=0)
-    bytes_per_elem: int = Field(2, gt=0)
+    name: str = Field("custom", description="names the model in the records")
+    n_layers: int = Field(gt=0, description="transformer layers")
+    n_kv_heads: int = Field(gt=0, description="KV heads (grouped-query attention)")
+    d_head: int = Field(gt=0, description="dimension of one head")
+    bytes_per_elem: int = Field(2, gt=0, description="bytes per KV element (2: fp16 or bf16)")
 
 
 class TimingCfg(_Strict):
-    iter_base_s: float = Field(TimingModel.iter_base_s, ge=0, le=60)
-    iter_per_seq_s: float = Field(TimingModel.iter_per_seq_s, ge=0, le=60)
-    prefill_per_token_s: float = Field(TimingModel.prefill_per_token_s, ge=0, le=60)
-    prefill_base_s: float = Field(TimingModel.prefill_base_s, ge=0, le=3600)
+    iter_base_s: float = Field(TimingModel.iter_base_s, ge=0, le=60, description=(
+        "a decode step's fixed time, seconds"))
+    iter_per_seq_s: float = Field(TimingModel.iter_per_seq_s, ge=0, le=60, description=(
+        "a decode step's time per sequence in its batch, seconds"))
+    prefill_per_token_s: float = Field(TimingModel.prefill_per_token_s, ge=0, le=60, description=(
+        "prefill time per input token, seconds"))
+    prefill_base_s: float = Field(TimingModel.prefill_base_s, ge=0, le=3600, description=(
+        "a prefill's fixed time, seconds"))
 
     @model_validator(mode="after")
     def _time_passes(self) -> TimingCfg:
@@ -39,24 +43,37 @@ class TimingCfg(_Strict):
 class ClusterCfg(_Strict):
     """The fat-tree (defaults are FatTreeSpec's, the paper's 64-GPU cluster) plus serving limits."""
 
-    pods: int = Field(FatTreeSpec.pods, ge=1, le=4096)
-    racks_per_pod: int = Field(FatTreeSpec.racks_per_pod, ge=1, le=1024)
-    servers_per_rack: int = Field(FatTreeSpec.servers_per_rack, ge=1, le=1024)
-    gpus_per_server: int = Field(FatTreeSpec.gpus_per_server, ge=1, le=64)
-    tp: int = Field(FatTreeSpec.tp, ge=1, le=64)
-    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0, le=1e6)
-    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0, le=1e7)
-    tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1, le=1024)
-    core_oversubscription: float = Field(FatTreeSpec.core_oversubscription, ge=1, le=1024)
-    latency_us: tuple[Latency, Latency, Latency, Latency] = FatTreeSpec.latency_us
+    pods: int = Field(FatTreeSpec.pods, ge=1, le=4096, description="pods of the fat-tree")
+    racks_per_pod: int = Field(FatTreeSpec.racks_per_pod, ge=1, le=1024, description=(
+        "racks (ToR switches) per pod"))
+    servers_per_rack: int = Field(FatTreeSpec.servers_per_rack, ge=1, le=1024, description=(
+        "servers per rack"))
+    gpus_per_server: int = Field(FatTreeSpec.gpus_per_server, ge=1, le=64, description=(
+        "GPUs per server"))
+    tp: int = Field(FatTreeSpec.tp, ge=1, le=64, description=(
+        "tensor-parallel degree: GPUs per instance and KV streams per transfer"))
+    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0, le=1e6, description=(
+        "each GPU's NIC rate, Gbit/s"))
+    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0, le=1e7, description=(
+        "NVLink rate inside a server (tier 0), Gbit/s"))
+    tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1, le=1024, description=(
+        "a ToR's host capacity over its uplinks' capacity"))
+    core_oversubscription: float = Field(FatTreeSpec.core_oversubscription, ge=1, le=1024, description=(
+        "an aggregation switch's downlink capacity over its core links'"))
+    latency_us: tuple[Latency, Latency, Latency, Latency] = Field(FatTreeSpec.latency_us, description=(
+        "one-way latency of tiers 0-3, microseconds"))
     aggs_per_pod: int | None = Field(None, ge=1, le=1024,
                                      description="default realises the ratio")
     cores_per_agg: int | None = Field(None, ge=1, le=1024,
                                       description="default realises the ratio")
-    placement: Literal["segregated", "colocated"] = "segregated"
-    prefill_instances: int | None = Field(None, ge=1)
-    prefill: tuple[str, ...] = ()
-    beta_max: int = Field(64, ge=1, le=100000)
+    placement: Literal["segregated", "colocated"] = Field("segregated", description=(
+        "segregated: whole racks of prefill instances (tiers 0 and 1 unreached); "
+        "colocated: prefill spread one per stride so tiers 0 and 1 appear"))
+    prefill_instances: int | None = Field(None, ge=1, description=(
+        "how many instances prefill; default: a quarter of them"))
+    prefill: tuple[str, ...] = Field((), description=(
+        "the prefill instances by name (overrides prefill_instances)"))
+    beta_max: int = Field(64, ge=1, le=100000, description="a decode instance's batch at most")
     memory_gb: float = Field(180.0, gt=0, le=1e6,
                              description="KV memory per instance (4 x 45 GB)")
     memory_reserve_gb: float = Field(2.0, ge=0, le=1e6, description="m_min")

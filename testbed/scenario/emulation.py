@@ -22,7 +22,9 @@ class EmulationCfg(_Strict):
     )
     time_dilation: float = Field(1.0, ge=1, le=1000,
                                  description="slows bandwidth down when CPU-bound")
-    datapath: Literal["auto", "kernel", "user"] = "auto"
+    datapath: Literal["auto", "kernel", "user"] = Field("auto", description=(
+        "Open vSwitch's datapath: kernel, userspace (netdev), or auto (the kernel one "
+        "where its module loads)"))
     start_timeout_s: float = Field(
         120.0, ge=5, le=3600, description="wall seconds every worker has to start and "
         "connect to the router before the run fails: raise it for slow or software-emulated "
@@ -45,8 +47,10 @@ class EmulationCfg(_Strict):
         None, min_length=16, max_length=256, pattern=r"^[\x21-\x7e]+$",
         description="bearer token POST /intent requires (Authorization: Bearer ...); "
         "required when bind is not loopback. It is saved with the run's scenario.yaml")
-    of_port: int = Field(6653, ge=1, le=65535)
-    oracle_port: int = Field(8000, ge=1, le=65535)
+    of_port: int = Field(6653, ge=1, le=65535, description=(
+        "the SDN controller's OpenFlow port"))
+    oracle_port: int = Field(8000, ge=1, le=65535, description=(
+        "the controller's oracle HTTP port"))
     metrics_port: int = Field(9464, ge=1, le=65535, description="not 9100: node exporter")
     poll_s: float = Field(1.0, ge=0.05, le=3600,
                           description="telemetry poll and oracle refresh period")

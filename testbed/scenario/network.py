@@ -11,9 +11,12 @@ from testbed.scenario.base import DAY_S, MIN_PERIOD_S, _Strict
 
 
 class BackgroundCfg(_Strict):
-    tier1: float = Field(0.0, ge=0, lt=1)
-    tier2: float = Field(0.0, ge=0, lt=1)
-    tier3: float = Field(0.0, ge=0, lt=1)
+    tier1: float = Field(0.0, ge=0, lt=1, description=(
+        "share of tier 1's links that background traffic keeps busy"))
+    tier2: float = Field(0.0, ge=0, lt=1, description=(
+        "share of tier 2's links that background traffic keeps busy"))
+    tier3: float = Field(0.0, ge=0, lt=1, description=(
+        "share of tier 3's links that background traffic keeps busy"))
     jitter: float = Field(0.0, ge=0, le=1, description="per-link relative variation")
     change_s: float = Field(1.0, ge=MIN_PERIOD_S, le=DAY_S,
                             description="how often per-link background changes")
@@ -117,5 +120,7 @@ class NetworkCfg(_Strict):
 
 
 class OracleCfg(_Strict):
-    refresh_s: float = Field(1.0, ge=MIN_PERIOD_S, le=DAY_S)
-    inflight_cap: int = Field(16, ge=1, le=1_000_000)
+    refresh_s: float = Field(1.0, ge=MIN_PERIOD_S, le=DAY_S, description=(
+        "how often schedulers read the network cost oracle, modelled seconds"))
+    inflight_cap: int = Field(16, ge=1, le=1_000_000, description=(
+        "NetKV's count of its own transfers in flight is read at most this"))

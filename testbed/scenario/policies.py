@@ -13,7 +13,8 @@ from testbed.scenario.base import DAY_S, MIN_PERIOD_S, _Strict
 class RecoveryCfg(_Strict):
     """KVRS recovery when a decode instance fails (testbed/model/recovery.py)."""
 
-    policy: Literal["always_migrate", "always_recompute", "adaptive"] = "adaptive"
+    policy: Literal["always_migrate", "always_recompute", "adaptive"] = Field("adaptive", description=(
+        "migrate a failed decode's KV, recompute it, or choose by cost (adaptive)"))
     migration_slots: int = Field(32, ge=1, le=100000,
                                  description="concurrent migrations at most")
     heartbeat_s: float = Field(0.5, ge=0.01, le=3600, description="decode heartbeat interval")
@@ -41,9 +42,12 @@ class FlowKVCfg(_Strict):
     switch_cycles: int = Field(4, ge=1, le=1_000_000,
                                description="cycles a switched node keeps its role")
     prefill_low: float = Field(0.05, ge=0, le=1, description="tuned (tune-flowkv.yaml)")
-    prefill_high: float = Field(0.9, ge=0, le=1)
-    decode_low: float = Field(0.5, ge=0, le=1)
-    decode_high: float = Field(0.9, ge=0, le=1)
+    prefill_high: float = Field(0.9, ge=0, le=1, description=(
+        "a prefill node's load over this is overloaded"))
+    decode_low: float = Field(0.5, ge=0, le=1, description=(
+        "a decode node's load under this is light"))
+    decode_high: float = Field(0.9, ge=0, le=1, description=(
+        "a decode node's load over this is overloaded"))
     idle: float = Field(0.15, ge=0, le=1, description="a node under this may switch role "
                         "(0.02-0.15 tuned alike)")
     max_switch: int | None = Field(None, ge=1, le=1_000_000,
@@ -75,7 +79,8 @@ class ReuseCfg(_Strict):
     longest cached prefix of its prompt from the decode instance holding it, layer by
     layer while it computes, instead of recomputing it."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description=(
+        "retrieve reusable KV from the decode instance holding it"))
     min_tokens: int = Field(512, ge=1, le=10_000_000,
                             description="shorter reusable prefixes are computed")
 
@@ -83,8 +88,11 @@ class ReuseCfg(_Strict):
 class FaultCfg(_Strict):
     """One injected fault: what, when (modelled seconds), where, and for how long."""
 
-    at_s: float = Field(ge=0, le=1e7)
-    kind: Literal["decode_down", "link_down", "tor_down", "controller_down", "background"]
+    at_s: float = Field(ge=0, le=1e7, description=(
+        "when the fault happens, modelled seconds from the start"))
+    kind: Literal["decode_down", "link_down", "tor_down", "controller_down", "background"] = (
+        Field(description="what fails: a decode instance, a link, a ToR, the controller; or "
+              "a step in the background traffic"))
     target: str | None = Field(None, description="instance, link 'a-b' or ToR name")
     duration_s: float | None = Field(None, gt=0, le=1e7,
                                      description="back after this (not decode)")

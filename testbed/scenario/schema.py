@@ -28,16 +28,19 @@ from testbed.workloads.profiles import CLA_WEIGHTS, PROFILES
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100,
                       description="names the run folders (with a stamp: within a file name)")
-    description: str = Field("", max_length=10000)
-    seed: int = Field(1, ge=0, le=2**32 - 1)
+    description: str = Field("", max_length=10000, description="free text kept with the run")
+    seed: int = Field(1, ge=0, le=2**32 - 1, description=(
+        "the first seed; `seeds` runs seed, seed+1, ..."))
     seeds: int = Field(1, ge=1, le=1000, description="repetitions with seeds seed, seed+1, ...")
     schedulers: list[str] = Field(["rr", "cla", "netkv-full"], max_length=64, description=(
         "built-in keys, installed plugins' entry-point names, or 'module:Class'"))
     scheduler_timeout_ms: float = Field(100.0, gt=0, le=60_000, description=(
         "a plugin scheduler's decision past this is thrown away and the request placed by "
         "LA (reported); a decision that never returns is interrupted"))
-    cla_weights: tuple[float, float] | None = None
-    model: str | CustomModel = "llama-3-70b"
+    cla_weights: tuple[float, float] | None = Field(None, description=(
+        "CLA*'s (cache, load) weights; default: the workload profile's"))
+    model: str | CustomModel = Field("llama-3-70b", description=(
+        "a preset's name (e.g. llama-3-70b) or a custom model's shape"))
     timing: TimingCfg = TimingCfg()
     cluster: ClusterCfg = ClusterCfg()
     workload: WorkloadCfg = WorkloadCfg()
@@ -50,7 +53,8 @@ class Scenario(_Strict):
     flowkv: FlowKVCfg = FlowKVCfg()
     faults: list[FaultCfg] = []
     drain_s: float = Field(300.0, gt=0, le=DAY_S, description="max time after the last arrival")
-    sweep: dict[str, list[Any]] = {}
+    sweep: dict[str, list[Any]] = Field({}, description=(
+        "dotted field -> list of values: one sweep point per combination"))
 
     @field_validator("schedulers")
     @classmethod

@@ -11,24 +11,33 @@ from testbed.scenario.base import DAY_S, _Strict
 
 
 class TraceSynthCfg(_Strict):
-    mean_input: int = Field(16000, gt=0, le=10_000_000)
-    sigma_input: float = Field(0.8, ge=0, le=10)
-    mean_output: int = Field(150, gt=0, le=1_000_000)
-    documents: int = Field(64, ge=1, le=1_000_000)
-    zipf_s: float = Field(1.1, gt=0, le=100)
-    share_fraction: float = Field(0.6, ge=0, le=1)
+    mean_input: int = Field(16000, gt=0, le=10_000_000, description="mean input tokens")
+    sigma_input: float = Field(0.8, ge=0, le=10, description=(
+        "lognormal sigma of the input length"))
+    mean_output: int = Field(150, gt=0, le=1_000_000, description="mean output tokens")
+    documents: int = Field(64, ge=1, le=1_000_000, description=(
+        "documents in the shared-prefix pool"))
+    zipf_s: float = Field(1.1, gt=0, le=100, description=(
+        "Zipf exponent of the documents' popularity"))
+    share_fraction: float = Field(0.6, ge=0, le=1, description=(
+        "share of a document's blocks a request that draws it reuses"))
 
 
 class WorkloadCfg(_Strict):
-    trace: str | None = "data/traces/mooncake_synthetic_trace.jsonl"
-    synthetic: TraceSynthCfg | None = None
-    profile: Literal["chatbot", "rag", "long-context", "all"] = "rag"
+    trace: str | None = Field("data/traces/mooncake_synthetic_trace.jsonl", description=(
+        "a Mooncake JSONL trace; null with `synthetic`"))
+    synthetic: TraceSynthCfg | None = Field(None, description=(
+        "generate the requests instead of reading a trace"))
+    profile: Literal["chatbot", "rag", "long-context", "all"] = Field("rag", description=(
+        "which of the trace's request classes to replay (the paper's workloads)"))
     load: float | None = Field(1.0, gt=0, le=100,
                                description="fraction of prefill-pool capacity")
     rate_rps: float | None = Field(None, gt=0, le=1e6,
                                    description="absolute rate; overrides load")
-    warmup_s: float = Field(5.0, ge=0, le=DAY_S)
-    measure_s: float = Field(15.0, gt=0, le=DAY_S)
+    warmup_s: float = Field(5.0, ge=0, le=DAY_S, description=(
+        "modelled seconds of arrivals before the measurement (served, not judged)"))
+    measure_s: float = Field(15.0, gt=0, le=DAY_S, description=(
+        "modelled seconds of arrivals that are measured"))
     trace_offset_s: float = Field(
         60.0, ge=0, le=1e8,
         description="trace second where the run starts (the paper measures 60-75 s)"
