@@ -126,7 +126,7 @@ case "$cmd" in
         ;;
     test)
         setup
-        "$VENV/bin/ruff" check testbed tests benchmarks examples
+        "$VENV/bin/ruff" check testbed tests benchmarks examples scripts
         run_tests "$@"
         ;;
     *)

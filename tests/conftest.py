@@ -52,13 +52,18 @@ def plugin_path(tmp_path_factory) -> str:
     """The example plugin package, installed with pip as a user would (into a folder of
     its own, so the developer's environment is left alone), and the faulty plugins: a
     PYTHONPATH value. Its entry point makes `p2c` a scheduler key."""
+    import shutil
     import subprocess
     import sys
 
     target = tmp_path_factory.mktemp("plugins")
+    # built from a copy: pip builds in the source folder, and the suite's parallel workers
+    # each install it (two builds in one folder race)
+    source = shutil.copytree(P2C_PACKAGE, tmp_path_factory.mktemp("p2c-source") / "p2c",
+                             ignore=shutil.ignore_patterns("build", "*.egg-info"))
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                            "--no-build-isolation", "--no-index", "--target", str(target),
-                           str(P2C_PACKAGE)], capture_output=True, text=True, timeout=300)
+                           str(source)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return f"{target}:{PLUGINS}"
 

@@ -32,7 +32,7 @@ def test_the_answer_leads_with_the_claims_and_fits_eight_short_lines():
               claim("netkv-full", "rr", (0.0, -0.03, 0.02), "agree"),
               claim("netkv-full", "cla", (0.2, 0.1, 0.3), "disagree"),
               claim("netkv-full", "cla", (0.2, 0.1, 0.3), "agree", metric="slo")]
-    wall = {"total_s": 60.0, "phases": {"packets_s": 30.0, "judge_s": 10.0}}
+    wall = {"total_s": 60.0, "phases": {"calibration_s": 15.0, "fabric_s": 5.0}}
     lines = answer_lines(doc(claims), wall)
     assert lines[0] == ("Claims on packets: all 3 hold. Flow model within 5 pts: "
                         "1 agree, 1 disagree, 1 inconclusive.")
@@ -42,8 +42,10 @@ def test_the_answer_leads_with_the_claims_and_fits_eight_short_lines():
     # the settle line: the open claim's interval narrowed around its centre
     need = seeds_to_settle(-0.08, 0.1, 4, 0.05)
     assert f"about {need - 4} more seeds (--seeds {need})" in lines[5]
-    assert f"about {(need - 4) * 10.0 / 60:.1f} min here" in lines[5]
+    assert f"about {(need - 4) * 10.0 / 60:.1f} min here" in lines[5]  # (60 - 20) s / 4 seeds
     assert lines[6].startswith("Packets: 12 ns-3 runs (deterministic); 270 requests judged")
+    long = answer_lines(doc(claims), {"total_s": 4000.0, "phases": {}})
+    assert long[5].endswith(f"about {(need - 4) * 1000.0 / 3600:.0f} h here.")
 
 
 def test_a_verdict_read_with_the_draws_shows_that_interval():

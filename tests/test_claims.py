@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from testbed.validate import claims, sequential
+from testbed.validate import claims, decision, sequential, stats, targets
 
 
 def rows(ttfts, slo=5.0, measured=True, arrivals=None):
@@ -40,10 +40,10 @@ def test_pairing_keeps_the_requests_every_run_measured_in_arrival_order():
 
 def test_block_weights_keep_each_seeds_size_and_draw_whole_blocks():
     seeds = np.array([1] * 27 + [2] * 8)
-    w = claims.block_weights(seeds, resamples=200)
+    w = stats.block_weights(seeds, resamples=200)
     assert w.shape == (200, 35)
     assert np.all(w[:, :27].sum(axis=1) == 27) and np.all(w[:, 27:].sum(axis=1) == 8)
-    size = claims.block_length(27)
+    size = stats.block_length(27)
     assert size == 3
     for start in range(0, 27, size):  # a block is drawn whole: equal counts inside it
         assert np.all(w[:, start:start + size] == w[:, start:start + 1])
@@ -52,9 +52,9 @@ def test_block_weights_keep_each_seeds_size_and_draw_whole_blocks():
 
 def test_weighted_quantile_with_unit_weights_is_the_inverted_cdf():
     x = np.array([5.0, 1.0, 3.0, 2.0, 4.0, np.nan])
-    got = claims._weighted_quantile(np.ones((1, 6)), x, 0.5)[0]
+    got = stats.weighted_quantile(np.ones((1, 6)), x, 0.5)[0]
     assert got == np.quantile(x[:5], 0.5, method="inverted_cdf")
-    assert claims._weighted_quantile(np.array([[0, 0, 0, 0, 5, 0.0]]), x, 0.99)[0] == 4.0
+    assert stats.weighted_quantile(np.array([[0, 0, 0, 0, 5, 0.0]]), x, 0.99)[0] == 4.0
 
 
 def _spread_base(n=200, seed=3):
@@ -88,7 +88,7 @@ def test_a_flow_model_that_doubles_the_gain_disagrees():
     (c,) = [c for c in claims.judge_point(claims.pair_requests(runs)).claims
             if c.metric == "ttft_mean"]
     assert c.difference.point == pytest.approx(-0.2, abs=0.02)
-    assert c.difference.high < -claims.GAIN_TOLERANCE and c.verdict == "disagree"
+    assert c.difference.high < -targets.GAIN_TOLERANCE and c.verdict == "disagree"
 
 
 def test_a_difference_within_two_draws_spread_is_no_disagreement():
@@ -110,7 +110,7 @@ def test_a_difference_within_two_draws_spread_is_no_disagreement():
 
     small, large = judged(0.02), judged(0.08)
     assert small.verdict == "disagree" and large.verdict == "inconclusive"
-    assert large.difference.high < -claims.GAIN_TOLERANCE  # the requests alone would say so
+    assert large.difference.high < -targets.GAIN_TOLERANCE  # the requests alone would say so
     z = 1.959964
     assert large.draws.high - large.draws.point == pytest.approx(
         math.hypot(large.difference.high - large.difference.point, z * 0.08 * math.sqrt(2)))
@@ -129,7 +129,7 @@ def test_the_flow_models_mean_over_its_draws_narrows_and_moves_the_difference():
     """Six flow draws a seed: its mean's spread is a sixth of one draw's variance, so the
     widening is sd sqrt(1 + 1/6) against sd sqrt(2) for one draw a side; the point moves
     by how far the draws' mean lies from the seed's own draw (the run paired)."""
-    diff = claims.Estimate(-0.10, -0.14, -0.06, 0.02)
+    diff = stats.Interval(-0.10, -0.14, -0.06, se=0.02)
     one = claims.with_draws(diff, claims.DrawSpread(0.08), seeds=[1, 2])
     six = claims.with_draws(diff, claims.DrawSpread(0.08, 6, {1: 0.03, 2: 0.05}),
                             seeds=[1, 1, 2])
@@ -148,9 +148,9 @@ def test_few_noisy_requests_are_inconclusive_and_a_reversal_is_named():
     (c,) = [c for c in claims.judge_point(claims.pair_requests(runs)).claims
             if c.metric == "ttft_mean"]
     assert c.verdict == "inconclusive"
-    worse = claims.Estimate(0.3, 0.1, 0.5, 0.1)
-    assert claims._better("ttft_mean", worse) == "reversed"
-    assert claims._better("slo", worse) == "holds"
+    worse = stats.Interval(0.3, 0.1, 0.5, se=0.1)
+    assert decision.on_packets(worse, higher_is_better=False) == "reversed"
+    assert decision.on_packets(worse, higher_is_better=True) == "holds"
 
 
 def test_every_baseline_pair_is_claimed_once_on_every_metric():
@@ -181,8 +181,8 @@ def test_ranking_probability_falls_when_two_schedulers_tie():
 
 def test_normal_intervals_at_a_look_level_widen_with_the_level():
     draws = np.random.default_rng(7).normal(0.0, 1.0, 4000)
-    e95 = claims.estimate(0.0, draws, 0.95, normal=True)
-    e999 = claims.estimate(0.0, draws, 0.999, normal=True)
+    e95 = stats.estimate(0.0, draws, 0.95, normal=True)
+    e999 = stats.estimate(0.0, draws, 0.999, normal=True)
     assert e95.half_width == pytest.approx(1.96 * e95.se, rel=1e-3)
     assert e999.half_width > 1.6 * e95.half_width
 

@@ -25,6 +25,7 @@ from tests.conftest import ROOT
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS, *sorted((ROOT / "examples").glob("*/README.md"))]
+LOGS = sorted((ROOT / "docs" / "log").glob("*.md"))  # dated: links checked, code kept as run
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^([ \t]*)```(\w*)\n(.*?)^\1```", re.S | re.M)
 
@@ -69,7 +70,7 @@ def test_every_docs_page_is_linked_from_the_readme_and_the_index():
             assert f"]({page.name})" in index, page.name
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", PAGES + LOGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_stay_in_the_repository_and_land(page):
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     for target in LINK.findall(text):

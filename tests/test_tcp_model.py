@@ -11,7 +11,7 @@ import pytest
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.scenario import ScenarioError, load_scenario
-from testbed.validate import compare, stats, validity
+from testbed.validate import compare, decision, stats, validity, words
 from testbed.validate.calibration import fit_tcp
 from testbed.validate.pipeline import check_calibration
 from testbed.validate.replay import replay_transfers
@@ -314,13 +314,17 @@ def test_ttft_verdicts_agree_disagree_or_say_why_not():
     ref = [rng.uniform(1, 3) for _ in range(400)]
     close = [r * rng.uniform(0.99, 1.03) for r in ref]
     far = [r * 1.3 for r in ref]
-    assert stats.ttft_verdict(stats.paired_mean_error(ref, close))[0] == "agree"
-    kind, sentence = stats.ttft_verdict(stats.paired_mean_error(ref, far))
-    assert kind == "disagree" and "+30.0%" in sentence
-    kind, sentence = stats.ttft_verdict(stats.paired_mean_error(ref[:5], close[:5]))
+    def verdict(iv):
+        kind = decision.ttft_agreement(iv)
+        return kind, words.ttft_sentence(iv, kind)
+
+    assert verdict(stats.paired_mean_error(ref, close))[0] == "agree"
+    kind, sentence = verdict(stats.paired_mean_error(ref, far))
+    assert kind == decision.Verdict.DISAGREE and "+30.0%" in sentence
+    kind, sentence = verdict(stats.paired_mean_error(ref[:5], close[:5]))
     assert kind == "inconclusive" and "n too small" in sentence
     noisy = [r * rng.uniform(0.7, 1.4) for r in ref[:40]]
-    assert stats.ttft_verdict(stats.paired_mean_error(ref[:40], noisy))[0] == "inconclusive"
+    assert verdict(stats.paired_mean_error(ref[:40], noisy))[0] == "inconclusive"
     assert math.isnan(stats.paired_mean_error([], []).point)
     assert stats.seed_agreement([(["a", "b"], ["a", "b"]), (["a", "b"], ["b", "a"])]) == \
         {"seeds": 2, "same": 1, "share": 0.5}

@@ -149,7 +149,7 @@ def seniority(head_start: float, seniority_s: float) -> float:
     and it waits out retransmission timeouts. Relative weights by start time keep
     max-min's other properties (work conserving, streams started together equal). 0
     turns it off, the default: fitted on the probes, the value makes workloads worse
-    (docs/validation.md, "Seniority")."""
+    (docs/log/validation-notebook.md, "Seniority")."""
     if not seniority_s:
         return 1.0
     return 2.0 ** max(-MAX_SENIORITY_DOUBLINGS,
@@ -164,7 +164,7 @@ def join_stall(stream_bytes: float, path_busy: bool, params: TcpParams) -> float
     window of a few segments it cannot recover by fast retransmit, so it waits out
     retransmission timeouts while the incumbents keep the link (the calibration's staggered
     probes: the second of two transfers met 2-4 timeouts, the first none;
-    docs/validation.md, "Seniority"). A stream whose bytes fit in its first window never
+    docs/log/validation-notebook.md, "Seniority"). A stream whose bytes fit in its first window never
     doubles it and loses nothing: it only waits its turn, which max-min sharing gives it.
     Streams that start together (a transfer's shards, transfers arriving at one instant)
     find no incumbent. `path_busy`: a link of its path was saturated by others when it

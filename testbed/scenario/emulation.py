@@ -70,7 +70,7 @@ class EmulationCfg(_Strict):
         "route's advmss: smaller frames put more packets in the replica's pipe per modelled "
         "byte at the same queueing delay (queue floors keep their bytes), at the datapath's "
         "and the hosts' cost per packet; measured worse on the workloads, so full-size by "
-        "default (docs/validation.md, 'Smaller frames')")
+        "default (docs/log/validation-notebook.md, 'Smaller frames')")
     queue_limit: Literal["packets", "bytes"] = Field(
         "packets", description="leaf queues hold queue_min_packets packets of any size, or "
         "that many full frames' worth of bytes (a switch's buffer: SYNs and ACKs fit behind "

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 from testbed.model.plugins import display_name
-from testbed.validate.claims import GAIN_TOLERANCE, PRIMARY
+from testbed.validate.claims import PRIMARY
 from testbed.validate.sequential import seeds_to_settle
+from testbed.validate.targets import GAIN_TOLERANCE
 
 WIDTH = 100  # no line of the answer is longer (the report's path aside)
 _NAME, _PACKETS, _FLOW, _DIFF = 20, 13, 9, 24
@@ -89,8 +90,13 @@ def markdown_table(found: list[tuple[str, dict]], level: float) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in claim_rows(found))]
 
 
-def _minutes(m: float) -> str:
-    return f"{m:.0f} min" if m >= 10 else f"{m:.1f} min"
+def _duration(s: float) -> str:
+    m = s / 60
+    if m < 10:
+        return f"{m:.1f} min"
+    if m < 90:
+        return f"{m:.0f} min"
+    return f"{m / 60:.0f} h" if m < 48 * 60 else f"{m / 1440:.0f} days"
 
 
 def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
@@ -107,7 +113,7 @@ def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
                 f"sits on the {100 * GAIN_TOLERANCE:.0f}-point edge; more seeds alone "
                 "would hardly settle it.")
     need = max(max(needs), seeds + 1)
-    cost = f", about {_minutes((need - seeds) * seed_wall_s / 60)} here" if seed_wall_s else ""
+    cost = f", about {_duration((need - seeds) * seed_wall_s)} here" if seed_wall_s else ""
     which = "it" if len(open_) == 1 else f"all {len(open_)}"
     return (f"To settle {which} at today's centres: about {need - seeds} more seeds "
             f"(--seeds {need}){cost}.")
@@ -126,7 +132,7 @@ def packets_line(t: dict, judged: dict | None, wall_s: float | None) -> str:
     if judged and wall_s:
         rate = 60 * judged["measured_requests"] / wall_s
         line += (f"; {judged['measured_requests']} requests judged in "
-                 f"{_minutes(wall_s / 60)} ({rate:.0f} a minute)")
+                 f"{_duration(wall_s)} ({rate:.0f} a minute)")
     return line + "."
 
 
@@ -136,10 +142,13 @@ def _level(doc: dict) -> float:
 
 
 def _seed_wall_s(seeds: int | None, wall: dict | None) -> float | None:
-    """Wall seconds one more seed costs here: its packet runs and their judging."""
-    phases = (wall or {}).get("phases", {})
-    spent = phases.get("packets_s", 0.0) + phases.get("judge_s", 0.0)
-    return spent / seeds if seeds and spent and not math.isnan(spent) else None
+    """Wall seconds one more seed cost here: the run's time less what is paid once (the
+    calibration, the fabric's start), over its seeds."""
+    if not seeds or not wall or not wall.get("total_s"):
+        return None
+    phases = wall.get("phases", {})
+    spent = wall["total_s"] - phases.get("calibration_s", 0.0) - phases.get("fabric_s", 0.0)
+    return spent / seeds if spent > 0 and not math.isnan(spent) else None
 
 
 def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) -> list[str]:

@@ -50,21 +50,27 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
-from statistics import NormalDist
 
 import numpy as np
 
 from testbed.lifecycle import SERVED_STATES
+from testbed.validate.decision import HIGHER_IS_BETTER, Verdict, agreement, on_packets
+from testbed.validate.stats import (
+    CONFIDENCE,
+    RESAMPLES,
+    Interval,
+    block_weights,
+    estimate,
+    weighted_mean,
+    weighted_quantile,
+    z,
+)
+from testbed.validate.targets import GAIN_TOLERANCE
+from testbed.validate.words import claim_sentence
 
-RESAMPLES = 2000
-CONFIDENCE = 0.95
-SEED = 20261124
-GAIN_TOLERANCE = 0.05  # |flow gain - packet gain| within which the engines agree
 BASELINES = ("rr", "cla")
 METRICS = ("ttft_mean", "ttft_p99", "slo")
 PRIMARY = "ttft_mean"  # the claims a sequential validation must resolve
-METRIC_NAMES = {"ttft_mean": "mean TTFT", "ttft_p99": "P99 TTFT", "slo": "SLO attainment"}
-HIGHER_IS_BETTER = {"ttft_mean": False, "ttft_p99": False, "slo": True}
 ENGINES = ("packets", "flow")
 REPLAY = "replay"  # the flow model on the packets' own transfers (testbed/validate/replay.py)
 FLOW_DRAWS = 6  # the flow model's runs of each seed's requests: its own draw and five more
@@ -130,56 +136,13 @@ def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
                   engines)
 
 
-def block_length(n: int) -> int:
-    return max(1, round(n ** (1 / 3)))
-
-
-def block_weights(seeds: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED
-                  ) -> np.ndarray:
-    """(resamples, n) counts: how often each request is drawn in each resample, blocks of
-    consecutive requests drawn with replacement within each seed."""
-    n = len(seeds)
-    weights = np.zeros((resamples, n))
-    rng = np.random.default_rng(seed)
-    for k in np.unique(seeds):
-        idx = np.flatnonzero(seeds == k)
-        size = block_length(len(idx))
-        blocks = [idx[i:i + size] for i in range(0, len(idx), size)]
-        picks = rng.integers(0, len(blocks), size=(resamples, len(blocks)))
-        for b, members in enumerate(blocks):
-            weights[:, members] += (picks == b).sum(axis=1)[:, None]
-    return weights
-
-
-def _weighted_mean(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """w (R, n), x (n, ...) -> (R, ...), ignoring NaN rows of x."""
-    ok = ~np.isnan(x)
-    num = np.tensordot(w, np.where(ok, x, 0.0), axes=(1, 0))
-    den = np.tensordot(w, ok.astype(float), axes=(1, 0))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return num / den
-
-
-def _weighted_quantile(w: np.ndarray, x: np.ndarray, q: float) -> np.ndarray:
-    """The q-quantile (inverted CDF) of column x (n,) under each row of weights (R, n)."""
-    ok = ~np.isnan(x)
-    order = np.argsort(x[ok], kind="stable")
-    xs = x[ok][order]
-    if len(xs) == 0:
-        return np.full(w.shape[0], math.nan)
-    cum = np.cumsum(w[:, ok][:, order], axis=1)
-    total = cum[:, -1:]
-    pos = np.argmax(cum >= q * total - 1e-9, axis=1)
-    return xs[pos]
-
-
 def statistics(p: Paired, w: np.ndarray) -> dict[str, np.ndarray]:
     """Per resample (rows of w): metric -> (R, engines, schedulers)."""
-    out = {"ttft_mean": _weighted_mean(w, p.ttft), "slo": _weighted_mean(w, p.met)}
+    out = {"ttft_mean": weighted_mean(w, p.ttft), "slo": weighted_mean(w, p.met)}
     p99 = np.empty((w.shape[0], len(p.engines), len(p.schedulers)))
     for e in range(len(p.engines)):
         for s in range(len(p.schedulers)):
-            p99[:, e, s] = _weighted_quantile(w, p.ttft[:, e, s], 0.99)
+            p99[:, e, s] = weighted_quantile(w, p.ttft[:, e, s], 0.99)
     out["ttft_p99"] = p99
     return out
 
@@ -192,56 +155,22 @@ def gain(metric: str, value: np.ndarray, base: np.ndarray) -> np.ndarray:
         return value / base - 1.0
 
 
-@dataclass(frozen=True)
-class Estimate:
-    point: float
-    low: float
-    high: float
-    se: float
-
-    def as_dict(self) -> dict:
-        return {"point": self.point, "low": self.low, "high": self.high, "se": self.se}
-
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2.0
-
-
-def estimate(point: float, draws: np.ndarray, level: float = CONFIDENCE,
-             normal: bool = False) -> Estimate:
-    """Percentile interval of the draws, or point +- z * bootstrap SE (`normal`)."""
-    draws = draws[~np.isnan(draws)]
-    if len(draws) < 2 or math.isnan(point):
-        return Estimate(point, math.nan, math.nan, math.nan)
-    se = float(np.std(draws, ddof=1))
-    if normal:
-        z = float(_z(1.0 - (1.0 - level) / 2.0))
-        return Estimate(point, point - z * se, point + z * se, se)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
-    return Estimate(point, float(low), float(high), se)
-
-
-def _z(p: float) -> float:
-    return NormalDist().inv_cdf(p)
-
-
 @dataclass
 class Claim:
     scheduler: str
     baseline: str
     metric: str
-    packets: Estimate
-    flow: Estimate
-    difference: Estimate  # flow gain - packet gain
+    packets: Interval
+    flow: Interval
+    difference: Interval  # flow gain - packet gain
     n: int
-    on_packets: str = ""  # holds | reversed | unresolved
-    verdict: str = ""  # agree | disagree | inconclusive
+    on_packets: Verdict = Verdict.UNRESOLVED  # holds | reversed | unresolved
+    verdict: Verdict = Verdict.INCONCLUSIVE  # agree | disagree | inconclusive
     sentence: str = ""
-    network: Estimate | None = None  # replay gain - packet gain (same decisions)
+    network: Interval | None = None  # replay gain - packet gain (same decisions)
     network_verdict: str = ""
-    replay: Estimate | None = None  # the replay's gain
-    draws: Estimate | None = None  # the difference widened by the draws' spread (with_draws)
+    replay: Interval | None = None  # the replay's gain
+    draws: Interval | None = None  # the difference widened by the draws' spread (with_draws)
 
     def as_dict(self) -> dict:
         out = {"scheduler": self.scheduler, "baseline": self.baseline,
@@ -256,14 +185,6 @@ class Claim:
         if self.draws is not None:
             out["difference_with_draws"] = self.draws.as_dict()
         return out
-
-
-def _better(metric: str, est: Estimate) -> str:
-    if math.isnan(est.low):
-        return "unresolved"
-    better_low = est.low > 0 if HIGHER_IS_BETTER[metric] else est.high < 0
-    worse = est.high < 0 if HIGHER_IS_BETTER[metric] else est.low > 0
-    return "holds" if better_low else ("reversed" if worse else "unresolved")
 
 
 @dataclass(frozen=True)
@@ -289,8 +210,8 @@ def draws_variance(sd: float, seeds: int, flow_draws: int = FLOW_DRAWS) -> float
     return sd * sd * (1.0 + 1.0 / max(1, flow_draws)) / seeds
 
 
-def with_draws(diff: Estimate, spread: DrawSpread, seeds, level: float = CONFIDENCE
-               ) -> Estimate:
+def with_draws(diff: Interval, spread: DrawSpread, seeds, level: float = CONFIDENCE
+               ) -> Interval:
     """The difference of gains across engines taken on the flow model's mean over its
     draws and widened by both engines' draws (see the module's docstring); `seeds`: the
     seeds pooled."""
@@ -298,54 +219,18 @@ def with_draws(diff: Estimate, spread: DrawSpread, seeds, level: float = CONFIDE
     if math.isnan(diff.low) or math.isnan(spread.sd) or not seeds:
         return diff
     sd = math.sqrt(draws_variance(spread.sd, len(seeds), spread.flow_draws))
-    extra = _z(1.0 - (1.0 - level) / 2.0) * sd
+    extra = z(level) * sd
     point = diff.point + spread.shift(seeds)
-    return Estimate(point, point - math.hypot(diff.point - diff.low, extra),
+    return Interval(point, point - math.hypot(diff.point - diff.low, extra),
                     point + math.hypot(diff.high - diff.point, extra),
-                    math.hypot(diff.se, sd))
-
-
-def agreement(diff: Estimate, tolerance: float = GAIN_TOLERANCE) -> str:
-    if math.isnan(diff.low):
-        return "inconclusive"
-    if -tolerance <= diff.low and diff.high <= tolerance:
-        return "agree"
-    if diff.low > tolerance or diff.high < -tolerance:
-        return "disagree"
-    return "inconclusive"
-
-
-def _fmt_gain(metric: str, e: Estimate) -> str:
-    unit = " pts" if HIGHER_IS_BETTER[metric] else "%"
-    if math.isnan(e.low):
-        return f"{100 * e.point:+.1f}{unit}"
-    return f"{100 * e.point:+.1f}{unit} [{100 * e.low:+.1f}, {100 * e.high:+.1f}]"
-
-
-def _fmt_diff(e: Estimate) -> str:
-    return (f"{100 * e.point:+.1f} pts" + ("" if math.isnan(e.low) else
-                                            f" [{100 * e.low:+.1f}, {100 * e.high:+.1f}]"))
-
-
-def describe(c: Claim) -> str:
-    from testbed.model.plugins import display_name
-
-    name = f"{display_name(c.scheduler)} vs {display_name(c.baseline)}, {METRIC_NAMES[c.metric]}"
-    return (f"{name}: packets {_fmt_gain(c.metric, c.packets)} ({c.on_packets}), flow "
-            f"{_fmt_gain(c.metric, c.flow)}; flow - packets {_fmt_diff(c.difference)}"
-            + ("" if c.draws is None else
-               f", the flow model's mean over its draws with the draws {_fmt_diff(c.draws)}")
-            + f", n={c.n}: {c.verdict}"
-            + ("" if c.network is None else
-               f"; at the packets' decisions (replay - packets) {_fmt_diff(c.network)}: "
-               f"{c.network_verdict}"))
+                    se=math.hypot(diff.se, sd))
 
 
 @dataclass
 class PointClaims:
     claims: list[Claim] = field(default_factory=list)
     ranking: dict = field(default_factory=dict)
-    values: dict = field(default_factory=dict)  # metric -> engine -> scheduler -> Estimate
+    values: dict = field(default_factory=dict)  # metric -> engine -> scheduler -> Interval
     n: int = 0
 
     def as_dict(self) -> dict:
@@ -381,7 +266,7 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
             pk = estimate(float(g_at[0]), g[:, 0], level, normal)
             fl = estimate(float(g_at[1]), g[:, 1], level, normal)
             diff = estimate(float(g_at[1] - g_at[0]), g[:, 1] - g[:, 0], level, normal)
-            c = Claim(s, base, m, pk, fl, diff, p.n, _better(m, pk),
+            c = Claim(s, base, m, pk, fl, diff, p.n, on_packets(pk, HIGHER_IS_BETTER[m]),
                       agreement(diff, tolerance))
             spread = (spreads or {}).get(f"{s} vs {base}") if m == PRIMARY else None
             if spread is not None:
@@ -393,7 +278,7 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
                                      normal)
                 c.network_verdict = agreement(c.network, tolerance)
                 c.replay = estimate(float(g_at[r]), g[:, r], level, normal)
-            c.sentence = describe(c)
+            c.sentence = claim_sentence(c)
             out.claims.append(c)
     two = len(ENGINES)  # the ranking compares the engines, not the replay
     out.ranking = ranking_probability(p.schedulers, at["ttft_mean"][0][:two],

@@ -41,10 +41,10 @@ from testbed.validate import (
     arrival,
     beside,
     cache,
-    claims,
     compare,
     divergence,
     repeat,
+    stats,
     trajectory,
     validity,
 )
@@ -377,7 +377,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     asked = scenario.network.ecmp
     # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
     # level of a sequential validation's last look when it stopped early
-    level = sequential["level"] if sequential else claims.CONFIDENCE
+    level = sequential["level"] if sequential else stats.CONFIDENCE
     spread = trajectory.spread(tcp_twin)  # one run is one draw: the verdicts count it
     gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
                          replayed=replays["replay_tcp"], draws=spread)

@@ -11,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from testbed.model.plugins import display_name  # noqa: E402
 from testbed.validate.answer import verdict_interval  # noqa: E402
-from testbed.validate.claims import GAIN_TOLERANCE, METRIC_NAMES  # noqa: E402
 from testbed.validate.compare import SIZE_BUCKETS  # noqa: E402
+from testbed.validate.targets import GAIN_TOLERANCE  # noqa: E402
+from testbed.validate.words import METRIC_NAMES  # noqa: E402
 
 VERDICT_COLOURS = {"agree": "tab:green", "disagree": "tab:red", "inconclusive": "tab:orange"}
 

@@ -4,8 +4,10 @@ ranking's probability, and for a sequential validation its plan, looks and stop.
 from __future__ import annotations
 
 from testbed.model.plugins import display_name
-from testbed.validate.claims import GAIN_TOLERANCE, HIGHER_IS_BETTER, METRIC_NAMES
+from testbed.validate.decision import HIGHER_IS_BETTER
 from testbed.validate.sequential import need_words, seeds_for_draws
+from testbed.validate.targets import GAIN_TOLERANCE
+from testbed.validate.words import METRIC_NAMES
 
 
 def _est(metric: str, e: dict) -> str:

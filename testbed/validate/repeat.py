@@ -32,8 +32,7 @@ from pathlib import Path
 
 from testbed.records import read_csv
 from testbed.validate import arrival, compare, stats, validity
-
-START_TOLERANCE = 0.05  # of a transfer's time: shard starts that count as the same
+from testbed.validate.targets import START_TOLERANCE
 
 
 def _placements(rows: Sequence[dict]) -> dict[str, frozenset]:

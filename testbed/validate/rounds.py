@@ -22,7 +22,7 @@ from testbed.cells import Task, slug
 from testbed.model.plugins import display_name
 from testbed.records import read_csv
 from testbed.runner import run_task
-from testbed.validate import claims, sequential, trajectory
+from testbed.validate import claims, sequential, stats, trajectory
 from testbed.validate.cache import load_timings
 from testbed.validate.twin import flow_twin
 from testbed.workloads.build import build_workload
@@ -212,7 +212,7 @@ class Looks:
         """The level the final claims are stated at: each point's last look's, the widest
         of them when points stopped at different looks."""
         last = {x["point"]: x["level"] for x in self.looks}
-        return max(last.values(), default=claims.CONFIDENCE)
+        return max(last.values(), default=stats.CONFIDENCE)
 
     def record(self, wall_s: float) -> dict:
         """What sequential.json holds; wall_s and predicted_wall_s run up to the judging

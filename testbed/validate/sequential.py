@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from testbed.validate.claims import draws_variance
+from testbed.validate.stats import z as z_of
 
 ALPHA = 0.05
 
@@ -61,10 +62,6 @@ def look_level(look: int, planned: int, alpha: float = ALPHA) -> float:
     spent = (obrien_fleming_spent(look / planned, alpha)
              - obrien_fleming_spent((look - 1) / planned, alpha))
     return 1.0 - spent
-
-
-def z_of(level: float) -> float:
-    return NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Confidence in a verdict (pure): bootstrap intervals and the words a verdict uses.
+"""The statistics core (pure): resampling, the one interval type, the normal quantile.
 
 One validation holds a few dozen requests per scheduler and seed, so a point error alone
 says little: a percentile bootstrap (Efron & Tibshirani, ch. 13) gives each figure a 95%
@@ -12,26 +12,102 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
-MIN_REQUESTS = 20  # below this a mean-TTFT comparison is "inconclusive: n too small"
-TTFT_TARGET = 0.05  # |mean TTFT error| a scheduler must stay within ...
-TTFT_CI_BOUND = 0.10  # ... with both ends of its interval inside this
-SEED = 20261123
+SEED = 20261123  # resampling transfers and request pairs
+CLAIMS_SEED = 20261124  # the claims' block bootstrap
+
+
+def z(level: float) -> float:
+    """The two-sided normal quantile of a confidence level (1.96 at 95%)."""
+    return NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
 
 
 @dataclass(frozen=True)
 class Interval:
+    """A figure and its interval; `n` the units resampled, `se` the bootstrap standard
+    error, where known (each written only when given, so a record keeps its keys)."""
+
     point: float
     low: float
     high: float
-    n: int
+    n: int | None = None
+    se: float | None = None
 
     def as_dict(self) -> dict:
-        return {"point": self.point, "low": self.low, "high": self.high, "n": self.n}
+        out = {"point": self.point, "low": self.low, "high": self.high}
+        if self.n is not None:
+            out["n"] = self.n
+        if self.se is not None:
+            out["se"] = self.se
+        return out
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2.0
+
+
+def block_length(n: int) -> int:
+    return max(1, round(n ** (1 / 3)))
+
+
+def block_weights(seeds: np.ndarray, resamples: int = RESAMPLES, seed: int = CLAIMS_SEED
+                  ) -> np.ndarray:
+    """(resamples, n) counts: how often each request is drawn in each resample, blocks of
+    consecutive requests drawn with replacement within each seed (a non-overlapping block
+    bootstrap, Carlstein 1986; block length n^(1/3), Hall, Horowitz & Jing 1995)."""
+    n = len(seeds)
+    weights = np.zeros((resamples, n))
+    rng = np.random.default_rng(seed)
+    for k in np.unique(seeds):
+        idx = np.flatnonzero(seeds == k)
+        size = block_length(len(idx))
+        blocks = [idx[i:i + size] for i in range(0, len(idx), size)]
+        picks = rng.integers(0, len(blocks), size=(resamples, len(blocks)))
+        for b, members in enumerate(blocks):
+            weights[:, members] += (picks == b).sum(axis=1)[:, None]
+    return weights
+
+
+def weighted_mean(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """w (R, n), x (n, ...) -> (R, ...), ignoring NaN rows of x."""
+    ok = ~np.isnan(x)
+    num = np.tensordot(w, np.where(ok, x, 0.0), axes=(1, 0))
+    den = np.tensordot(w, ok.astype(float), axes=(1, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den
+
+
+def weighted_quantile(w: np.ndarray, x: np.ndarray, q: float) -> np.ndarray:
+    """The q-quantile (inverted CDF) of column x (n,) under each row of weights (R, n)."""
+    ok = ~np.isnan(x)
+    order = np.argsort(x[ok], kind="stable")
+    xs = x[ok][order]
+    if len(xs) == 0:
+        return np.full(w.shape[0], math.nan)
+    cum = np.cumsum(w[:, ok][:, order], axis=1)
+    total = cum[:, -1:]
+    pos = np.argmax(cum >= q * total - 1e-9, axis=1)
+    return xs[pos]
+
+
+def estimate(point: float, draws: np.ndarray, level: float = CONFIDENCE,
+             normal: bool = False) -> Interval:
+    """Percentile interval of the draws, or point +- z * bootstrap SE (`normal`)."""
+    draws = draws[~np.isnan(draws)]
+    if len(draws) < 2 or math.isnan(point):
+        return Interval(point, math.nan, math.nan, se=math.nan)
+    se = float(np.std(draws, ddof=1))
+    if normal:
+        half = z(level) * se
+        return Interval(point, point - half, point + half, se=se)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    return Interval(point, float(low), float(high), se=se)
 
 
 def bootstrap(values, statistic: Callable[[np.ndarray], np.ndarray],
@@ -42,13 +118,13 @@ def bootstrap(values, statistic: Callable[[np.ndarray], np.ndarray],
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
+        return Interval(math.nan, math.nan, math.nan, n=0)
     point = float(statistic(data[None, ...])[0])
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     stats = statistic(data[idx])
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return Interval(point, float(low), float(high), n)
+    return Interval(point, float(low), float(high), n=n)
 
 
 def _abs_quantile(q: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -72,7 +148,7 @@ def clustered_abs_quantile(values: Sequence[float], groups: Sequence[object], q:
     for value, group in zip(values, groups, strict=True):
         by.setdefault(group, []).append(abs(value))
     if not by:
-        return Interval(math.nan, math.nan, math.nan, 0)
+        return Interval(math.nan, math.nan, math.nan, n=0)
     width = max(len(v) for v in by.values())
     table = np.full((len(by), width), np.nan)  # a group per row, padded with NaN
     for i, v in enumerate(by.values()):
@@ -82,7 +158,7 @@ def clustered_abs_quantile(values: Sequence[float], groups: Sequence[object], q:
     stats = np.nanquantile(table[idx].reshape(resamples, -1), q, axis=1)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return Interval(point, float(low), float(high), len(by))
+    return Interval(point, float(low), float(high), n=len(by))
 
 
 def paired_mean_error(reference: Sequence[float], model: Sequence[float]) -> Interval:
@@ -96,20 +172,6 @@ def paired_mean_error(reference: Sequence[float], model: Sequence[float]) -> Int
         return (rows[..., 1].mean(axis=1) - ref) / ref
 
     return bootstrap(list(zip(reference, model, strict=True)), ratio)
-
-
-def ttft_verdict(iv: Interval, target: float = TTFT_TARGET, bound: float = TTFT_CI_BOUND,
-                 min_n: int = MIN_REQUESTS) -> tuple[str, str]:
-    """(kind, sentence): kind is agree | disagree | inconclusive."""
-    if iv.n < min_n or math.isnan(iv.point):
-        return "inconclusive", f"inconclusive: n too small ({iv.n} requests, need {min_n})"
-    ci = f"CI {100 * iv.low:+.1f}% .. {100 * iv.high:+.1f}%, n={iv.n}"
-    if abs(iv.point) <= target and max(abs(iv.low), abs(iv.high)) <= bound:
-        return "agree", f"agree within {100 * target:.0f}% ({100 * iv.point:+.1f}%, {ci})"
-    if iv.low > target or iv.high < -target:
-        return "disagree", f"disagree: {100 * iv.point:+.1f}% ({ci})"
-    return "inconclusive", (f"inconclusive: {100 * iv.point:+.1f}% ({ci}) straddles the "
-                            f"{100 * target:.0f}% target; more seeds narrow it")
 
 
 def seed_agreement(orders: Sequence[tuple[Sequence[str], Sequence[str]]]) -> dict:

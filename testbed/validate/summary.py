@@ -4,13 +4,10 @@ their targets, the primary claims counted, and the lines `testbed validate` prin
 from __future__ import annotations
 
 from testbed.model.plugins import display_name
-from testbed.validate import claims, compare, stats
-
-TARGET_TRANSFER_ERROR = 0.05  # median |error| per whole transfer, replay
-TARGET_TRANSFER_P90 = 0.15
-TARGET_ENGINES_MEDIAN = 0.10  # median |error| per whole transfer, both engines deciding
-TARGET_TTFT_ERROR = stats.TTFT_TARGET
-TARGET_TTFT_CI = stats.TTFT_CI_BOUND
+from testbed.validate import claims, compare, decision, stats
+from testbed.validate import targets as goal
+from testbed.validate.decision import REACH_KEYS, Verdict
+from testbed.validate.words import reach_sentence
 
 
 def with_intervals(pairs) -> dict:
@@ -52,68 +49,31 @@ def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: 
         "ttft_verdicts": {k: kinds.count(k) for k in ("agree", "disagree", "inconclusive")},
         "same_ranking": same_rank,
         "runs": runs, "unfaithful_runs": unfaithful,
-        "transfer_target": TARGET_TRANSFER_ERROR, "transfer_p90_target": TARGET_TRANSFER_P90,
-        "ttft_target": TARGET_TTFT_ERROR, "ttft_ci_target": TARGET_TTFT_CI,
+        "transfer_target": goal.TRANSFER_MEDIAN, "transfer_p90_target": goal.TRANSFER_P90,
+        "ttft_target": goal.TTFT_ERROR, "ttft_ci_target": goal.TTFT_CI,
     }
 
 
-_REACH = {"median": ("transfer_target", "replay_median_abs_transfer_error",
-                      "packets_median_abs_transfer_error", "packets_median_ci"),
-          "p90": ("transfer_p90_target", "replay_p90_abs_transfer_error",
-                  "packets_p90_abs_transfer_error", "packets_p90_ci")}
+def reach(t: dict, which: str = "p90") -> tuple[Verdict, str]:
+    """The replay's median or p90 target against packets' own floor: the verdict
+    (decision.reach) and its sentence."""
+    verdict = decision.reach(t, which)
+    return verdict, reach_sentence(t, which, verdict)
 
 
-def reach(t: dict, which: str = "p90") -> tuple[str, str]:
-    """(kind, sentence) for the replay's median or p90 target, read against packets' own
-    floor (repeat.py): met | within reach | out of reach | undecided | floor not
-    measured. A deterministic model cannot be judged closer to packets than packets are
-    to themselves, so where repeated runs already differ by more than the target the
-    miss says nothing about the model, and the verdict names what would change that."""
-    target_key, replay_key, floor_key, ci_key = _REACH[which]
-    target, got = t[target_key], t[replay_key]
-    if got is None or got != got:
-        return "not judged", "no transfer above the validity floor"
-    if got <= target:
-        return "met", f"met ({100 * got:.1f}% <= {100 * target:.0f}%)"
-    floor, ci = t.get(floor_key), t.get(ci_key)
-    if floor is None:
-        return "floor not measured", (
-            f"missed ({100 * got:.1f}%); whether any model could meet it here is not "
-            "measured: --repeats 3 runs the first seed again on packets and says")
-    about = f"packets repeat to a {which} of {100 * floor:.1f}%"
-    if ci and ci[0] == ci[0]:
-        about += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
-    if ci and ci[0] > target:
-        return "out of reach", (
-            f"missed ({100 * got:.1f}%) and out of reach on this fabric: {about}, over the "
-            f"{100 * target:.0f}% target, so no deterministic model can be judged to meet "
-            "it here; runs that repeat would (more packets in flight per stream: a larger "
-            "emulation.scale, on more cores)")
-    if ci and ci[1] <= target:
-        return "within reach", (f"missed ({100 * got:.1f}%) within reach: {about}, under "
-                                f"the {100 * target:.0f}% target: the model's own error")
-    return "undecided", (f"missed ({100 * got:.1f}%); {about}, an interval that holds "
-                         f"{100 * target:.0f}%: more repeat runs or a longer window "
-                         "(--repeats N, workload.measure_s: more transfers offered alike) "
-                         "say whether a model could meet it here")
-
-
-def acceptance(doc: dict) -> dict[str, tuple[str, str]]:
+def acceptance(doc: dict) -> dict[str, tuple[Verdict, str]]:
     """The per-transfer and ranking targets of one validation (its comparison.json),
-    each (kind, sentence); kind is met | missed | not judged, or reach's."""
+    each (verdict, sentence)."""
     t = doc["targets"]
     value = t["engines_median_abs_transfer_error"]
-    if value is None or value != value:
-        engines = ("not judged", "nothing to judge")
-    else:
-        word = "met" if value <= TARGET_ENGINES_MEDIAN else "missed"
-        engines = (word, f"{word} ({100 * value:.1f}% against "
-                         f"{100 * TARGET_ENGINES_MEDIAN:.0f}%)")
-
+    verdict = decision.at_most(value, goal.ENGINES_MEDIAN)
+    engines = (verdict, "nothing to judge" if verdict == Verdict.NOT_JUDGED else
+               f"{verdict} ({100 * value:.1f}% against {100 * goal.ENGINES_MEDIAN:.0f}%)")
     ranks = list((doc.get("seed_rankings") or {}).get("tcp", {}).values())
     same, seeds = sum(r["same"] for r in ranks), sum(r["seeds"] for r in ranks)
-    ranking = (("not judged", "no seed with every scheduler faithful") if not seeds else
-               ("met" if same == seeds else "missed", f"{same} of {seeds} seeds"))
+    verdict = decision.every_seed(same, seeds)
+    ranking = (verdict, "no seed with every scheduler faithful" if not seeds else
+               f"{same} of {seeds} seeds")
     return {"replay_median": reach(t, "median"), "replay_p90": reach(t, "p90"),
             "engines_median": engines, "same_ranking": ranking}
 
@@ -163,9 +123,9 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
                      f"floor for any flow model): median {pct(t['packets_median_abs_transfer_error'])}"
                      f", p90 {pct(t['packets_p90_abs_transfer_error'])}; the replay on the same "
                      f"transfers: p90 {pct(t['replay_same_p90_abs_transfer_error'])}")
-    for which in _REACH:
+    for which in REACH_KEYS:
         kind, sentence = reach(t, which)
-        if kind not in ("met", "not judged"):
+        if kind not in (Verdict.MET, Verdict.NOT_JUDGED):
             lines.append(f"replay {which} target: {sentence}")
     f = t.get("forced_ttft_verdicts")
     if f:
@@ -179,7 +139,7 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
                      "scheduler; more seeds or a higher emulation.time_dilation would give one)")
     elif g is not None:
         lines.append(f"gains (mean TTFT, flow model vs packets within "
-                     f"{100 * claims.GAIN_TOLERANCE:.0f} points): {g['agree']} agree, "
+                     f"{100 * goal.GAIN_TOLERANCE:.0f} points): {g['agree']} agree, "
                      f"{g['disagree']} disagree, {g['inconclusive']} inconclusive")
         n = t.get("network_gain_verdicts")
         if n:

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from testbed.flowsim.network import FluidNetwork
 from testbed.metrics import percentile
 from testbed.model import tcp
-
-TOLERANCE = 0.05  # the per-transfer error target: an artifact above it would swamp it
+from testbed.validate.targets import VALIDITY_TOLERANCE as TOLERANCE
 
 
 def tier_pairs(spec) -> dict[int, tuple[str, str]]:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from testbed.records import read_csv
 from testbed.validate import claims, compare, stats
+from testbed.validate.decision import ttft_agreement
 from testbed.validate.trajectory import draw_spreads
+from testbed.validate.words import ttft_sentence
 
 
 def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
@@ -36,9 +38,9 @@ def ttft_verdicts(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
     out: dict[str, dict] = {}
     for (point, sched), (ref, mod) in sorted(pooled.items()):
         iv = stats.paired_mean_error(ref, mod)
-        kind, sentence = stats.ttft_verdict(iv)
-        out.setdefault(point, {})[sched] = {**iv.as_dict(), "verdict": kind,
-                                            "sentence": sentence}
+        verdict = ttft_agreement(iv)
+        out.setdefault(point, {})[sched] = {**iv.as_dict(), "verdict": verdict,
+                                            "sentence": ttft_sentence(iv, verdict)}
     return out
 
 
@@ -63,7 +65,7 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
 
 
 def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
-                 level: float = claims.CONFIDENCE, normal: bool = False,
+                 level: float = stats.CONFIDENCE, normal: bool = False,
                  replayed: dict[str, list[dict]] | None = None,
                  draws: dict[str, dict] | None = None) -> dict:
     """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
