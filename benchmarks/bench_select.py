@@ -9,9 +9,9 @@ Run: .venv/bin/python benchmarks/bench_select.py chatbot=FOLDER rag=FOLDER ...
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from testbed.validate.document import DocumentError, load
 from testbed.validate.selection import row_figures, selection_lines
 
 
@@ -26,7 +26,10 @@ def main() -> None:
         path = Path(folder or name) / "comparison.json"
         if not path.is_file():
             ap.error(f"{item}: no comparison.json in {path.parent}")
-        rows[name] = row_figures(json.loads(path.read_text()))
+        try:
+            rows[name] = row_figures(load(path))
+        except DocumentError as exc:
+            ap.error(str(exc))
     print("\n".join(selection_lines(rows)))
 
 

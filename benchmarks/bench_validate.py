@@ -37,6 +37,7 @@ import yaml
 from testbed.cli.common import handle_signals
 from testbed.emulation.ingress import machine_drops
 from testbed.scenario import load_scenario
+from testbed.validate.document import load
 from testbed.validate.pipeline import validate
 from testbed.validate.selection import row_figures, selection_lines
 from testbed.validate.summary import acceptance
@@ -161,7 +162,7 @@ def main() -> None:
         folder = validate(sc, Path(args.out), target_ci=args.target_ci, budget_s=args.budget,
                           repeats=args.repeats)
         wall = time.perf_counter() - t0
-        doc = json.loads((folder / "comparison.json").read_text())
+        doc = load(folder / "comparison.json")
         lines.append(row(name, doc, wall))
         figures[name] = row_figures(doc)
         accepted[name] = acceptance(doc)

@@ -196,7 +196,16 @@ class ValidationResult:
     @cached_property
     def comparison(self) -> dict:
         """comparison.json: every error with its interval, verdicts, targets."""
-        return json.loads((self.folder / "comparison.json").read_text())
+        from testbed.validate.document import load
+
+        return load(self.folder / "comparison.json")
+
+    @cached_property
+    def document(self):
+        """comparison.json as its typed model (testbed.validate.document.Comparison)."""
+        from testbed.validate.document import Comparison
+
+        return Comparison.model_validate(self.comparison)
 
     @property
     def targets(self) -> dict:

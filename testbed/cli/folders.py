@@ -186,11 +186,12 @@ def _floors(folder: Path, raw: dict) -> dict[int, dict]:
     """The validity floor a validation judged with, or the scenario's own."""
     from testbed.scenario import Scenario
     from testbed.validate import validity
+    from testbed.validate.document import load
 
-    try:
-        tiers = json.loads((folder / "comparison.json").read_text())["validity"]["tiers"]
+    try:  # an older or missing comparison.json: the scenario's own floors
+        tiers = load(folder / "comparison.json")["validity"]["tiers"]
         return {int(t): v for t, v in tiers.items()}
-    except (OSError, ValueError, KeyError):
+    except (ValueError, KeyError):
         try:
             return validity.floors(Scenario.model_validate(raw))
         except ValueError as exc:

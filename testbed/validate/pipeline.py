@@ -49,6 +49,7 @@ from testbed.validate import (
     validity,
 )
 from testbed.validate.contention import with_probe_fits
+from testbed.validate.document import write_comparison
 from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import (
     claim_targets,
@@ -307,7 +308,7 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     seq_file = folder / "sequential.json"
     sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
     doc = build_document(scenario, emu_folder, flows, cal, factors, sequential)
-    write_json(folder / "comparison.json", doc)
+    doc = write_comparison(folder / "comparison.json", doc)
     from testbed.validate.plots import write_plots
     from testbed.validate.render import render_validation
 
