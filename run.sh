@@ -80,7 +80,7 @@ setup() {
     start_openvswitch
     # the ns-3 engine's program, compiled once per machine (about 10 s; cached); without
     # it only `--engine ns3` is missing (its tests say so)
-    "$VENV/bin/python" -m testbed.ns3sim.build >/dev/null ||
+    "$VENV/bin/python" -m testbed.ns3sim.program >/dev/null ||
         log "the ns-3 engine could not be built (above); simulate --engine ns3 will say why"
 }
 

@@ -9,7 +9,7 @@ the path's bottleneck rate), the TCP stalls their senders saw (segments resent,
 retransmission timeouts), and the busiest link's idle share between its first and last
 departure with its late departures (late: the machine held a queued link; idle with
 none late: the queue was empty, TCP was not sending); and what the machine dropped or
-held before the switches' queues (testbed/datapath/ingress.py: the input backlog's and
+held before the switches' queues (testbed/datapath/input_queues.py: the input backlog's and
 the datapath's sockets' drops, the bytes those sockets held, sampled at 100 Hz, and the
 wait that makes at the rate the datapath's ports took bytes in: an upper bound).
 
@@ -40,7 +40,7 @@ import yaml
 
 from testbed.cli.common import handle_signals
 from testbed.datapath.departures import DepartureTracer
-from testbed.datapath.ingress import IngressReader
+from testbed.datapath.input_queues import IngressReader
 from testbed.emulation.ingress import ingress_judgement, machine_drops
 from testbed.emulation.net import EmulatedNetwork
 from testbed.emulation.threads import vswitchd_pids

@@ -37,7 +37,7 @@ import yaml
 from testbed.api import load_scenario
 from testbed.cells import Task
 from testbed.lifecycle import SERVED_STATES
-from testbed.ns3sim.build import program
+from testbed.ns3sim.program import program
 from testbed.runner import run_flowsim, run_task
 from testbed.sweep import Executor
 from testbed.validate.ns3_probes import probe_tiers

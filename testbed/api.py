@@ -135,8 +135,8 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine == "ns3":
-        from testbed.ns3sim.build import program
         from testbed.ns3sim.check import check_scenario
+        from testbed.ns3sim.program import program
 
         for sc in scenarios:
             check_scenario(sc)
@@ -197,7 +197,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     preflight(scenario)
     network = EmulatedNetwork
     if cluster is not None:
-        from testbed.emulation.cluster import cluster_network
+        from testbed.emulation.multi_machine import cluster_network
 
         network = cluster_network(cluster, placement, tunnel)
         fabrics = 1 if fabrics == "auto" else fabrics  # the cluster is the fabric
@@ -215,7 +215,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
-        from testbed.validate.cache import load_timings, record_fabric
+        from testbed.validate.machine_cache import load_timings, record_fabric
 
         outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
                                 network=network, on_fabric=on_fabric, fabrics=fabrics,

@@ -1,7 +1,7 @@
 """Serving state: prefill FIFOs and continuous-batching decode, for both engines.
 
 The flow simulator drives these classes with its discrete-event loop; the emulation's
-workers drive the very same classes with a real-time loop (testbed.workers.clock), so
+workers drive the very same classes with a real-time loop (testbed.workers.realtime), so
 batching, memory and cache behave identically and only time and the network differ.
 
 A decode instance admits requests whose KV has landed at iteration boundaries, up to

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.emulation.cluster import ClusterNetwork, servers_from_inventory
+from testbed.emulation.multi_machine import ClusterNetwork, servers_from_inventory
 from testbed.emulation.net import EmulationError
 from testbed.scenario import load_scenario
 from tests.conftest import ROOT
@@ -73,7 +73,7 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
 
 
 def test_a_servers_shaping_is_cut_into_lines_a_node_shell_takes():
-    from testbed.emulation.cluster import _lines_of
+    from testbed.emulation.multi_machine import _lines_of
 
     groups = [["--netns", f"/proc/{k}/ns/net", f"agg{k}-eth1", "20000000", "16", "2",
                "packets"] for k in range(200)]
@@ -85,7 +85,7 @@ def test_a_servers_shaping_is_cut_into_lines_a_node_shell_takes():
 
 @pytest.mark.parametrize("servers", [["localhost", "vm2"], ["a", "b", "c"]])
 def test_the_pod_placement_keeps_each_pod_on_one_server_and_deals_out_the_cores(servers):
-    from testbed.emulation.cluster import _pod_placer
+    from testbed.emulation.multi_machine import _pod_placer
 
     fabric = load_scenario(ROOT / "scenarios" / "default.yaml").fabric()
     spec = fabric.spec

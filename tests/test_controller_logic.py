@@ -12,11 +12,11 @@ from collections import Counter
 
 import pytest
 
-from testbed.controller.oracle_server import make_server
-from testbed.controller.state import ControllerState
 from testbed.datapath import tc
 from testbed.emulation import cleanup, judge
 from testbed.model import congestion
+from testbed.sdn.oracle_server import make_server
+from testbed.sdn.state import ControllerState
 from testbed.topologies import routing
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.fattree import FatTreeSpec
@@ -198,7 +198,7 @@ def test_oracle_server_answers_and_validates(fabric):
 
 
 def test_the_dscp_policy_trusts_levels_marks_kv_by_port_and_remarks_the_rest(fabric):
-    from testbed.controller import rules
+    from testbed.sdn import rules
 
     got = rules.classify_rules([1, 2], kv_port=7000, control_ports=(7100,))
     by_port = {p: [r for r in got if dict(r.match).get("in_port") == p] for p in (1, 2)}
@@ -214,7 +214,7 @@ def test_the_dscp_policy_trusts_levels_marks_kv_by_port_and_remarks_the_rest(fab
 
 @pytest.mark.parametrize("ecmp", ["per-pair", "per-flow"])
 def test_forwarding_rules_pin_the_pair_path_only_under_per_pair(fabric, ecmp):
-    from testbed.controller import rules
+    from testbed.sdn import rules
 
     table, gids, down = rules.route_table(fabric, set())
     assert not down and gids
@@ -284,7 +284,7 @@ def test_the_intent_endpoint_bounds_and_checks_what_it_takes(fabric, headers, bo
 
 
 def test_a_token_guards_the_intent_endpoint_and_stored_intents_are_capped(fabric, monkeypatch):
-    from testbed.controller import state as state_mod
+    from testbed.sdn import state as state_mod
 
     state = ControllerState(fabric)
     server = make_server(state, "127.0.0.1", 0, token="s3cret-token-0123456789")

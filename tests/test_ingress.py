@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from testbed.datapath import ingress
+from testbed.datapath import input_queues as ingress
 from testbed.emulation import judge
 from testbed.emulation.ingress import ingress_judgement
 

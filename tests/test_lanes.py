@@ -158,7 +158,7 @@ def test_fabrics_side_by_side_that_were_flagged_lower_the_ceiling_auto_keeps(
 
 
 def test_an_emulation_records_what_its_fabric_carried(tmp_path, monkeypatch):
-    from testbed.validate import cache
+    from testbed.validate import machine_cache as cache
 
     monkeypatch.setenv("NETKV_CACHE_DIR", str(tmp_path / "cache"))
     _ran_side_by_side(tmp_path, 4, [True])

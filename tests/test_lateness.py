@@ -10,7 +10,7 @@ import pytest
 from testbed.clock import RunClock
 from testbed.emulation import judge
 from testbed.workers import lateness
-from testbed.workers.clock import RealTimeLoop
+from testbed.workers.realtime import RealTimeLoop
 
 pytestmark = pytest.mark.serial  # a thread's wait for a core, measured: runs alone
 

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 LAYERS = [
     "yamlfile", "progress", "clock", "cachedir", "model", "workloads", "topologies", "datapath",
     "lifecycle", "records", "metrics", "plausibility", "scenario", "estimate", "serving",
-    "control", "flowsim", "ns3sim", "controller", "workers", "remote", "vm", "sweep", "cells",
+    "control", "flowsim", "ns3sim", "sdn", "workers", "remote", "vm", "sweep", "cells",
     "runner", "emulation", "validate", "results", "api", "cli", "__main__", "testbed",
 ]
 PACKAGE = ROOT / "testbed"
@@ -95,3 +95,18 @@ def test_every_module_imports():
         if name.endswith("__main__"):
             continue
         importlib.import_module(name)
+
+
+# one concept in each engine's own package: the same name for the same thing
+COUNTERPARTS = {"fabric.py": {"topologies", "ns3sim"},  # the fabric as each engine builds it
+                "faults.py": {"flowsim", "workers"},  # faults as each engine injects them
+                "network.py": {"flowsim", "ns3sim"}}  # the network interface, fluid or packets
+
+
+def test_no_module_name_means_two_different_things():
+    by: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            by[path.name].add(path.parent.name)
+    twins = {name: homes for name, homes in by.items() if len(homes) > 1}
+    assert twins == COUNTERPARTS, f"rename one of these (or say why they are one concept): {twins}"

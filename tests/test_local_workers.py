@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from testbed.cells import check_conservation
-from testbed.controller.oracle_server import make_server, serve_in_thread
-from testbed.controller.state import ControllerState
 from testbed.emulation.processes import LocalLauncher, WorkerSet, local_hosts
 from testbed.model.kv import kv_bytes_per_token
 from testbed.scenario import load_scenario
+from testbed.sdn.oracle_server import make_server, serve_in_thread
+from testbed.sdn.state import ControllerState
 from testbed.workers.channel import Listener, connect
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
@@ -284,7 +284,7 @@ def test_a_worker_started_over_ssh_stops_when_its_session_ends(tmp_path, end):
 def test_the_router_starts_another_machines_worker_on_that_machines_clock(tmp_path, oracle):
     """A worker on another machine has its clock measured by round trips before the
     start (the fastest of CLOCK_PROBES counts), and gets t0 on its own clock."""
-    from testbed.workers.clock import CLOCK_PROBES
+    from testbed.workers.realtime import CLOCK_PROBES
     from testbed.workers.router import Router
 
     sc = load_scenario_from(SMALL, tmp_path)

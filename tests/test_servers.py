@@ -68,7 +68,7 @@ def test_remote_dask_starts_a_named_root_fabric_worker_per_host(tmp_path):
     import subprocess
     import sys
 
-    from testbed.cli.cluster import dask_worker_argv
+    from testbed.cli.machines import dask_worker_argv
     from tests.conftest import ROOT
 
     argv = dask_worker_argv("/opt/p", "tcp://10.0.0.1:8786", "node1")

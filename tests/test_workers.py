@@ -158,7 +158,7 @@ def test_real_time_loop_runs_due_timers_in_time_order_and_posted_jobs():
     import time
 
     from testbed.clock import RunClock
-    from testbed.workers.clock import RealTimeLoop
+    from testbed.workers.realtime import RealTimeLoop
 
     loop = RealTimeLoop(RunClock(time.time(), 1.0))
     seen = []

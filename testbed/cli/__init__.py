@@ -3,7 +3,7 @@ packets (fabric, emulation, calibration, validation), folders (finished runs: ju
 compare, repeat), cluster (provisioning, remote machines) and vm (the Vagrant box); common
 holds the group and the SCENARIO parameter type."""
 
-from testbed.cli import cluster, flow, folders, packets, vm  # noqa: F401 - registers commands
+from testbed.cli import flow, folders, machines, packets, vm  # noqa: F401 - registers commands
 from testbed.cli.common import main
 
 __all__ = ["main"]

@@ -17,7 +17,7 @@ from testbed.cli.common import (
     scenario_options,
 )
 from testbed.model.plugins import display_name
-from testbed.ns3sim.build import Ns3Unavailable
+from testbed.ns3sim.program import Ns3Unavailable
 from testbed.workloads.mooncake import TraceError
 
 

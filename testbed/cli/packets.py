@@ -41,7 +41,7 @@ def controller(scenario, openflow_sockets, cluster) -> None:
     emulation.ovs_instances "auto" it expects them in the root namespace).
     """
     sc = scenario
-    from testbed.controller.main import run
+    from testbed.sdn.main import run
     from testbed.topologies.placement import private_daemons
     from testbed.topologies.routing import packet_ecmp
 
@@ -147,7 +147,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
     atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
     handle_signals()
     if cluster:
-        from testbed.emulation.cluster import ClusterNetwork, servers_from_inventory
+        from testbed.emulation.multi_machine import ClusterNetwork, servers_from_inventory
         from testbed.remote.inventory import InventoryError
 
         try:

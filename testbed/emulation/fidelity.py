@@ -18,7 +18,7 @@ from testbed.datapath import tc
 from testbed.datapath.backlog import BacklogReader
 from testbed.datapath.departures import DepartureTracer
 from testbed.datapath.departures import available as can_trace
-from testbed.datapath.ingress import IngressReader, daemons_in
+from testbed.datapath.input_queues import IngressReader, daemons_in
 from testbed.emulation.ingress import ingress_judgement
 from testbed.emulation.judge import (
     BACKLOG_HZ,

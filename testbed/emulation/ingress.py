@@ -1,5 +1,5 @@
 """Did the machine drop or hold packets before the emulated fabric queued them? The
-judgement of what testbed.datapath.ingress read during a run.
+judgement of what testbed.datapath.input_queues read during a run.
 
 A drop there is a loss the modelled fabric does not have: a retransmission, or a
 timeout, that neither the switch's queue nor the flow model explains. So any drop fails

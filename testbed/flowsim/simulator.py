@@ -23,7 +23,7 @@ import numpy as np
 from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.faults import FaultEvents
-from testbed.flowsim.flowkv import FlowKVControl
+from testbed.flowsim.flowkv_control import FlowKVControl
 from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.reuse_fetch import Fetch, PrefixFetch
 from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry

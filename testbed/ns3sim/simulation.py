@@ -20,7 +20,7 @@ from testbed.flowsim.events import DrivenLoop
 from testbed.flowsim.simulator import FlowSimulation, RunResult, collector_paused
 from testbed.lifecycle import RequestState
 from testbed.metrics import tcp_stalls
-from testbed.ns3sim import build
+from testbed.ns3sim import program as build
 from testbed.ns3sim.fabric import transport_of
 from testbed.ns3sim.network import PacketNetwork
 from testbed.topologies.replica import background_partner

@@ -15,7 +15,7 @@ from testbed.scenario.base import GB, MAX_CELLS, MAX_GPUS, ScenarioError
 from testbed.scenario.cluster import ClusterCfg, CustomModel, TimingCfg
 from testbed.scenario.emulation import EmulationCfg
 from testbed.scenario.loading import _format_errors, load_scenario, resolve_path
-from testbed.scenario.network import BackgroundCfg, NetworkCfg, OracleCfg, TcpCfg
+from testbed.scenario.network_cfg import BackgroundCfg, NetworkCfg, OracleCfg, TcpCfg
 from testbed.scenario.ns3 import Ns3Cfg
 from testbed.scenario.policies import FaultCfg, FlowKVCfg, RecoveryCfg, ReuseCfg
 from testbed.scenario.schema import Scenario

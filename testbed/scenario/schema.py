@@ -17,7 +17,7 @@ from testbed.model.timing import TimingModel
 from testbed.scenario.base import DAY_S, MAX_CELLS, ScenarioError, _Strict
 from testbed.scenario.cluster import ClusterCfg, CustomModel, TimingCfg
 from testbed.scenario.emulation import EmulationCfg
-from testbed.scenario.network import NetworkCfg, OracleCfg
+from testbed.scenario.network_cfg import NetworkCfg, OracleCfg
 from testbed.scenario.ns3 import Ns3Cfg
 from testbed.scenario.policies import FaultCfg, FlowKVCfg, RecoveryCfg, ReuseCfg
 from testbed.scenario.workload import WorkloadCfg

@@ -30,7 +30,7 @@ def ns3_replica(scenario):
 def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                  executor=None, on_step: Callable[[str, float], None] | None = None,
                  on_note: Callable[[str], None] | None = None) -> Path:
-    from testbed.ns3sim.build import program
+    from testbed.ns3sim.program import program
     from testbed.runner import run_flowsim
     from testbed.validate.calibrate import calibration_document
     from testbed.validate.ns3_probes import probe_tiers

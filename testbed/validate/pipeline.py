@@ -19,7 +19,7 @@
 
 With a target width or a budget the packets run in planned rounds and stop early
 (rounds.py, sequential.py); the calibration and this machine's phase times are cached
-(cache.py).
+(machine_cache.py).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from testbed.topologies.routing import ECMP_MODES, packet_ecmp
 from testbed.validate import (
     arrival,
     beside,
-    cache,
     compare,
     divergence,
+    machine_cache,
     repeat,
     stats,
     trajectory,
@@ -124,7 +124,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
              on_step: Callable[[str, float], None] | None = None, verbose: bool = False,
              on_live: Callable[[dict], None] | None = None, target_ci: float | None = None,
              budget_s: float | None = None, use_cache: bool = True,
-             cache_max_age_s: float = cache.DEFAULT_MAX_AGE_S,
+             cache_max_age_s: float = machine_cache.DEFAULT_MAX_AGE_S,
              on_note: Callable[[str], None] | None = None,
              fabrics: int | str = "auto", dask: str | None = None, repeats: int = 0) -> Path:
     """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
@@ -160,8 +160,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     elif use_cache:  # measured on a fabric split as this run's calibration fabric will be
         count = 1 if dask else lanes
         cell = scenario.cells()[0][1]
-        calibration, why = cache.load_calibration(scenario, cache_max_age_s, split=fabric_split(
-            cell, count, lane_daemons(cell, cache.load_timings()[0], count)))
+        calibration, why = machine_cache.load_calibration(scenario, cache_max_age_s, split=fabric_split(
+            cell, count, lane_daemons(cell, machine_cache.load_timings()[0], count)))
         note(why)
     if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
@@ -186,7 +186,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
             measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
             phases["calibration_s"] = time.monotonic() - t
             if use_cache:
-                cache.save_calibration(scenario, measured[0], split=network.split)
+                machine_cache.save_calibration(scenario, measured[0], split=network.split)
         if looks is not None:
             cal = calibration or measured[0]
             looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
@@ -200,7 +200,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         hook = on_fabric
     emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
                         on_live=on_live, after_round=looks, fabrics=lanes, on_note=note,
-                        dask=dask, timings=cache.load_timings()[0])
+                        dask=dask, timings=machine_cache.load_timings()[0])
     again = repeat.repeat_scenario(scenario)
     for i in range(repeats):
         note(f"packets again ({i + 1} of {repeats}): {', '.join(again.schedulers)}, seed 1")
@@ -221,9 +221,9 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         write_json(folder / "sequential.json",
                    {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
     phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
-    cache.record_timings(phases)
+    machine_cache.record_timings(phases)
     if dask is None:  # this machine's fabrics: what they kept busy and carried
-        cache.record_fabric(emu.folder)
+        machine_cache.record_fabric(emu.folder)
     write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
     (folder / PARTIAL).unlink(missing_ok=True)
     return folder
@@ -240,7 +240,7 @@ def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, 
     from testbed.emulation.lanes import plan_lanes
 
     cell = scenario.cells()[0][1]
-    return plan_lanes(fabrics, cell, cache.load_timings()[0], seeds or cell.seeds)[:2]
+    return plan_lanes(fabrics, cell, machine_cache.load_timings()[0], seeds or cell.seeds)[:2]
 
 
 def run_overheads(emu_folder: Path, scenario,

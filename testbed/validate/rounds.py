@@ -23,7 +23,7 @@ from testbed.model.plugins import display_name
 from testbed.records import read_csv
 from testbed.runner import run_task
 from testbed.validate import claims, sequential, stats, trajectory
-from testbed.validate.cache import load_timings
+from testbed.validate.machine_cache import load_timings
 from testbed.validate.twin import flow_twin
 from testbed.workloads.build import build_workload
 

@@ -14,11 +14,11 @@ import threading
 from testbed.lifecycle import RequestState
 from testbed.serving import PrefillInstance
 from testbed.workers.background import BackgroundTraffic
-from testbed.workers.base import Worker
 from testbed.workers.decode_engine import DecodeEngine
 from testbed.workers.kvstream import KVReceiver, send_transfer
 from testbed.workers.levels import SenderLevels
 from testbed.workers.push import push_kv
+from testbed.workers.worker import Worker
 from testbed.workloads.build import build_workload, prewarm_placement
 from testbed.workloads.requests import Request
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from testbed.workers.base import Worker
+from testbed.workers.worker import Worker
 from testbed.workloads.build import build_workload
 
 

@@ -18,11 +18,11 @@ from testbed.lifecycle import RequestState
 from testbed.model.schedulers import switches_roles
 from testbed.serving import PrefillInstance
 from testbed.workers.background import BackgroundTraffic
-from testbed.workers.base import Worker
 from testbed.workers.decode_engine import DecodeEngine
 from testbed.workers.kvstream import KVReceiver, ShardResult
 from testbed.workers.levels import SenderLevels
 from testbed.workers.push import push_kv
+from testbed.workers.worker import Worker
 from testbed.workloads.requests import Request
 
 

@@ -44,12 +44,12 @@ from testbed.serving import PrefillInstance
 from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
-from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
 from testbed.workers.faults import FaultState
 from testbed.workers.journal import Journal
-from testbed.workers.roles import RouterFlowKV
+from testbed.workers.realtime import RealTimeLoop
 from testbed.workers.router_faults import RouterFaults
+from testbed.workers.router_flowkv import RouterFlowKV
 from testbed.workers.router_link import ControlLink
 from testbed.workers.router_oracle import OracleFeed, fetch_oracle
 from testbed.workers.router_records import Ledger, RunRecords

@@ -9,7 +9,7 @@ import threading
 import time
 
 from testbed.workers.channel import Connection
-from testbed.workers.clock import CLOCK_PROBES, clock_sample
+from testbed.workers.realtime import CLOCK_PROBES, clock_sample
 
 START_MARGIN_S = 0.5  # wall seconds between "start" and modelled time zero
 

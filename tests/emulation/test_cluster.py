@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from testbed.emulation import cleanup
-from testbed.emulation.cluster import _pod_placer, servers_from_inventory
+from testbed.emulation.multi_machine import _pod_placer, servers_from_inventory
 from testbed.scenario import load_scenario
 from tests.conftest import TRACE
 from tests.emulation.conftest import SLOWDOWN, write_small

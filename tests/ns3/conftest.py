@@ -14,7 +14,7 @@ HERE = Path(__file__).parent
 
 
 def missing() -> str | None:
-    from testbed.ns3sim import build
+    from testbed.ns3sim import program as build
 
     try:
         build.program()
@@ -29,6 +29,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def program() -> Path:
-    from testbed.ns3sim import build
+    from testbed.ns3sim import program as build
 
     return build.program()

@@ -213,7 +213,7 @@ def test_the_cli_runs_ns3_and_refuses_a_capture_it_cannot_make(tmp_path):
 def test_a_missing_wheel_says_how_to_install_it(monkeypatch):
     from importlib import metadata
 
-    from testbed.ns3sim import build
+    from testbed.ns3sim import program as build
 
     def absent(name):
         raise metadata.PackageNotFoundError(name)

@@ -11,9 +11,9 @@ import logging
 import os
 import signal
 
-from testbed.controller.exporter import Metrics
-from testbed.controller.oracle_server import make_server, serve_in_thread
-from testbed.controller.state import ControllerState
+from testbed.sdn.exporter import Metrics
+from testbed.sdn.oracle_server import make_server, serve_in_thread
+from testbed.sdn.state import ControllerState
 from testbed.topologies.fabric import Fabric
 
 
@@ -28,7 +28,7 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
     from os_ken.base.app_manager import AppManager
     from os_ken.controller import controller as _of  # noqa: F401 - registers ofp options
 
-    from testbed.controller import app
+    from testbed.sdn import app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("os_ken").setLevel(logging.WARNING)
@@ -48,16 +48,16 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
         # os-ken 4.2's run_apps cannot unwind (its cleanup calls HubThread.kill, which
         # does not exist with native threads): close our servers and leave at once.
         server.shutdown()
-        logging.getLogger("testbed.controller").info("stopped by signal %d", signum)
+        logging.getLogger("testbed.sdn").info("stopped by signal %d", signum)
         logging.shutdown()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    logging.getLogger("testbed.controller").info(
+    logging.getLogger("testbed.sdn").info(
         "OpenFlow on %s:%d, oracle on http://%s:%d/oracle, metrics on http://%s:%d/metrics",
         bind, of_port, bind, oracle_port, bind, metrics_port)
-    AppManager.run_apps(["testbed.controller.app"])
+    AppManager.run_apps(["testbed.sdn.app"])
 
 
 class _UnixStream:

@@ -18,8 +18,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from testbed.controller.state import ControllerState
 from testbed.model.oracle import TransferIntent
+from testbed.sdn.state import ControllerState
 
 MAX_BODY = 4 * 1024  # an intent is ~150 bytes of JSON
 MAX_ID = 256

@@ -12,7 +12,7 @@ import pytest
 from testbed.cli.packets import Duration, Fraction
 from testbed.emulation.lanes import fabric_split
 from testbed.scenario import load_scenario
-from testbed.validate import cache
+from testbed.validate import machine_cache as cache
 from tests.conftest import ROOT
 
 

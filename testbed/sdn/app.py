@@ -3,7 +3,7 @@
 What to install comes from rules.py (pure: DSCP policy, forwarding, ECMP groups), the
 telemetry from poller.py; this module only turns rules into messages, follows switches
 and port status, answers ARP and drives the poll. `RUNTIME` is set by
-testbed.controller.main before os-ken instantiates the app (AppManager builds apps
+testbed.sdn.main before os-ken instantiates the app (AppManager builds apps
 itself and has no other way in).
 """
 
@@ -20,12 +20,12 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 
-from testbed.controller import rules as R
-from testbed.controller.exporter import Metrics
-from testbed.controller.poller import Poller
-from testbed.controller.state import ControllerState
+from testbed.sdn import rules as R
+from testbed.sdn.exporter import Metrics
+from testbed.sdn.poller import Poller
+from testbed.sdn.state import ControllerState
 
-log = logging.getLogger("testbed.controller")
+log = logging.getLogger("testbed.sdn")
 
 
 @dataclass
@@ -49,7 +49,7 @@ class FabricController(app_manager.OSKenApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if RUNTIME is None:
-            raise RuntimeError("testbed.controller.app.RUNTIME must be set before starting")
+            raise RuntimeError("testbed.sdn.app.RUNTIME must be set before starting")
         self.rt = RUNTIME
         self.state = RUNTIME.state
         self.fabric = self.state.fabric

@@ -8,7 +8,7 @@ this user's cache under a name that is the hash of its sources, the wheel's vers
 the compiler's, so an edit or an upgrade builds it again and nothing stale runs. Several
 processes asking at once build it once (a lock file).
 
-    python -m testbed.ns3sim.build    # build it now, print where it is
+    python -m testbed.ns3sim.program    # build it now, print where it is
 """
 
 from __future__ import annotations

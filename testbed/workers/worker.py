@@ -11,9 +11,9 @@ import time
 import traceback
 
 from testbed.workers.channel import Connection, connect
-from testbed.workers.clock import RealTimeLoop
 from testbed.workers.config import RunConfig
 from testbed.workers.kvstream import ConnectionPool
+from testbed.workers.realtime import RealTimeLoop
 
 
 class Worker:
