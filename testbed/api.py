@@ -191,7 +191,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     fabric there, and comes back with its run folder (docs/fabric.md)."""
     from testbed.cells import count_runs, preflight
     from testbed.emulation.net import EmulatedNetwork
-    from testbed.emulation.orchestrator import run_emulation
+    from testbed.emulation.orchestrator import RunHooks, run_emulation
 
     check_size(scenario, force)
     preflight(scenario)
@@ -217,10 +217,10 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
 
         from testbed.validate.machine_cache import load_timings, record_fabric
 
-        outcome = run_emulation(scenario, Path(out), step, verbose=verbose, on_live=bar.live,
-                                network=network, on_fabric=on_fabric, fabrics=fabrics,
-                                timings=load_timings()[0],
-                                on_note=bar.note, dask=dask)
+        hooks = RunHooks(on_step=step, on_note=bar.note, on_live=bar.live,
+                         on_fabric=on_fabric)
+        outcome = run_emulation(scenario, Path(out), hooks, verbose=verbose, network=network,
+                                fabrics=fabrics, timings=load_timings()[0], dask=dask)
     if cluster is None and dask is None:  # this machine's fabrics: they size the next
         record_fabric(outcome.folder)
     return RunResult(outcome.folder, scenario, outcome)

@@ -110,3 +110,15 @@ def test_no_module_name_means_two_different_things():
             by[path.name].add(path.parent.name)
     twins = {name: homes for name, homes in by.items() if len(homes) > 1}
     assert twins == COUNTERPARTS, f"rename one of these (or say why they are one concept): {twins}"
+
+
+def test_no_function_over_80_lines_where_runs_are_judged():
+    long = []
+    for folder in ("validate", "emulation"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
+                        node.end_lineno - node.lineno + 1 > 80:
+                    long.append(f"{folder}/{path.name}: {node.name} "
+                                f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, "split these: " + "; ".join(long)

@@ -256,26 +256,13 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
         dp_bound = busiest_dp
     worker_bound = busiest_worker if busiest_worker is not None and \
         busiest_worker.saturated else None
-    reasons, warnings = [], []
+    warnings = []
     if busiest_dp is not None and dp_bound is None and busiest_dp.median >= THREAD_NEAR:
         warnings.append(f"{busiest_dp.process} thread {busiest_dp.thread} ({busiest_dp.role}) "
                         f"busy {busiest_dp.median:.0%} of a core: near the datapath's ceiling")
-    if slow:
-        worst = min(slow, key=lambda lk: lk.ratio)
-        reasons.append(f"{len(slow)} saturated link(s) below {min_ratio:.0%} of their rate "
-                       f"(worst {worst.link}: {worst.ratio:.1%})")
-    if late:
-        name, worst = max(late.values(), key=lambda x: x[1].late_share)
-        reasons.append(f"{len(late)} link(s) sent late while queued (worst {name}: "
-                       f"{worst.late_share:.1%} of {worst.judged} departures more than a frame "
-                       "time behind the wire)")
-    for lk in overruled:
-        sp = spaced[lk.interface][1]
-        warnings.append(f"{lk.link} at {lk.ratio:.1%} of its rate by the backlog samples, but "
-                        f"{sp.late} of {sp.judged} queued departures late: judged on time")
-    if departures_lost:
-        warnings.append(f"the departure trace lost {departures_lost} events (buffer overrun): "
-                        "the per-packet figures miss some packets")
+    reasons, link_warnings = _link_findings(slow, late, overruled, spaced, departures_lost,
+                                            min_ratio)
+    warnings += link_warnings
     cpu = cpu_judgement(headroom, min_headroom, timers, pushes, threads)
     reasons += cpu["reasons"]
     warnings += cpu["warnings"]
@@ -312,6 +299,38 @@ def verdict(links: list[LinkFidelity], cpu_busy: list[float], min_ratio: float =
         "timers": cpu["timers"],
         "ingress": (ingress or {}).get("figures"),
         "min_ratio": min_ratio,
+        **_link_figures(checked, backlog_hz, departures, departure_error, departures_lost),
+    }
+
+
+def _link_findings(slow: list, late: dict, overruled: list, spaced: dict,
+                   departures_lost: int, min_ratio: float) -> tuple[list[str], list[str]]:
+    """(reasons, warnings) from the links: below their rate, late while queued, a sampler
+    overruled by the per-packet trace, a trace that lost events."""
+    reasons, warnings = [], []
+    if slow:
+        worst = min(slow, key=lambda lk: lk.ratio)
+        reasons.append(f"{len(slow)} saturated link(s) below {min_ratio:.0%} of their rate "
+                       f"(worst {worst.link}: {worst.ratio:.1%})")
+    if late:
+        name, worst = max(late.values(), key=lambda x: x[1].late_share)
+        reasons.append(f"{len(late)} link(s) sent late while queued (worst {name}: "
+                       f"{worst.late_share:.1%} of {worst.judged} departures more than a frame "
+                       "time behind the wire)")
+    for lk in overruled:
+        sp = spaced[lk.interface][1]
+        warnings.append(f"{lk.link} at {lk.ratio:.1%} of its rate by the backlog samples, but "
+                        f"{sp.late} of {sp.judged} queued departures late: judged on time")
+    if departures_lost:
+        warnings.append(f"the departure trace lost {departures_lost} events (buffer overrun): "
+                        "the per-packet figures miss some packets")
+    return reasons, warnings
+
+
+def _link_figures(checked: list, backlog_hz: float | None, departures: dict | None,
+                  departure_error: str | None, departures_lost: int) -> dict:
+    """The links' part of fidelity.json: the tests applied and every link's figures."""
+    return {
         "saturation_test": (f"a backlog standing {STANDING_SHARE:.0%} of the interval, sampled "
                             f"at {backlog_hz:g} Hz; rate while backlogged"
                             if backlog_hz else "a backlog of half a queue at the interval's "

@@ -216,40 +216,60 @@ def keep_what_finished(rundir: Path, workload, cause: str) -> bool:
     return True
 
 
-def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None] | None = None,
-                  verbose: bool = False,
-                  on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None,
-                  on_live: Callable[[dict], None] | None = None,
-                  network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
-                  after_round: Callable[[int, list[int], Path], bool] | None = None,
-                  fabrics: int | str = 1, timings: dict | None = None,
-                  on_note: Callable[[str], None] | None = None,
-                  dask: str | None = None) -> RunOutcome:
-    """Emulate every cell through the shared cell loop (runner.run_cells); return the
-    table rows.
-
-    `on_fabric(network, celldir)` runs once per sweep point with the fabric up, before
-    the point's runs (validate calibrates there; with fabrics side by side, on a fabric
-    of their kind built for it); `on_live(doc)` about once a second
-    during a run (LiveWatch); `network(cell, cell_file, workdir, quiet=)` builds each
-    point's fabric (a ClusterNetwork partial spreads it over several machines);
+@dataclass
+class RunHooks:
+    """What the caller of an emulated run hears and decides, each optional (as Faucet's
+    valve hands work to its managers): `on_step(label, wall_s)` as each run or fabric
+    starts; `on_note(line)` how many fabrics and why, and when they shrink; `on_live(doc)`
+    about once a second during a run (LiveWatch); `on_fabric(network, celldir)` once per
+    sweep point with its fabric up, before the point's runs (validate calibrates there;
+    with fabrics side by side, on a fabric of their kind built for it);
     `after_round(index, seeds, folder)`, once every scheduler of a point has run a round
-    (a seed, or one per fabric side by side; records written under the run folder), says
-    whether to run the point's next round (a sequential validation stops early there).
+    (records written), whether to run the point's next round (a sequential validation
+    stops early there)."""
 
-    `fabrics`: how many fabrics a point's seeds run on side by side (lanes.py), or
-    "auto" (lanes.lane_count, from the cores and what one fabric run alone here was
-    measured to keep busy: `timings`, validate's cache; each fabric side by side gets the
-    OVS daemons its forwarding needs, lanes.fabric_need); `on_note(line)` hears how many
-    and why, and when they shrink.
+    on_step: Callable[[str, float], None] | None = None
+    on_note: Callable[[str], None] | None = None
+    on_live: Callable[[dict], None] | None = None
+    on_fabric: Callable[[EmulatedNetwork, Path], None] | None = None
+    after_round: Callable[[int, list[int], Path], bool] | None = None
 
-    `dask`: a Dask scheduler's address; each point's seeds then run on the servers whose
-    workers offer a fabric (servers.py), a seed per server at a time, and this machine
-    needs a fabric only for `on_fabric`."""
+    def step(self, label: str, wall_s: float = 0.0) -> None:
+        if self.on_step:
+            self.on_step(label, wall_s)
+
+    def note(self, line: str) -> None:
+        if self.on_note:
+            self.on_note(line)
+
+    def fabric(self, network: EmulatedNetwork, celldir: Path) -> None:
+        if self.on_fabric is not None:
+            self.on_fabric(network, celldir)
+
+    def go_on(self, index: int, seeds: list[int], root: Path) -> bool:
+        return self.after_round is None or bool(self.after_round(index, seeds, root))
+
+
+def run_emulation(scenario, out_root: Path, hooks: RunHooks | None = None, *,
+                  verbose: bool = False, network: Callable[..., EmulatedNetwork] = EmulatedNetwork,
+                  fabrics: int | str = 1, timings: dict | None = None,
+                  dask: str | None = None) -> RunOutcome:
+    """Emulate every cell through the shared cell loop (cells.run_cells); what the caller
+    hears and decides goes through `hooks`.
+
+    `network(cell, cell_file, workdir, quiet=)` builds each point's fabric (a
+    ClusterNetwork partial spreads it over several machines). `fabrics`: how many fabrics
+    a point's seeds run on side by side (lanes.py), or "auto" (lanes.lane_count, from the
+    cores and what one fabric run alone here was measured to keep busy: `timings`,
+    validate's cache; each fabric side by side gets the OVS daemons its forwarding needs,
+    lanes.fabric_need). `dask`: a Dask scheduler's address; each point's seeds then run
+    on the servers whose workers offer a fabric (servers.py), a seed per server at a time,
+    and this machine needs a fabric only for `hooks.on_fabric`."""
+    hooks = hooks or RunHooks()
     preflight(scenario)
     check_room(out_root, PACKET_RUN_MIN_FREE, "a packet-level run")
     for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
-        if dask is None or on_fabric is not None:
+        if dask is None or hooks.on_fabric is not None:
             net_preflight(cell)
             choose_datapath(cell.emulation.datapath)
     verdicts: list[dict] = []
@@ -264,57 +284,28 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
             atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
             seeds = sorted({t.seed for t in mine})
             if pool is not None:
-                if on_fabric is not None:
+                if hooks.on_fabric is not None:
                     with EmulatedNetwork(cell, cell_file, celldir / "setup",
                                          quiet=not verbose) as net:
-                        on_fabric(net, celldir)
-                yield from on_servers(pool, index, point, cell, mine, root, on_step,
-                                      after_round, on_note, verdicts)
+                        hooks.fabric(net, celldir)
+                yield from on_servers(pool, index, point, cell, mine, root, hooks, verdicts)
                 continue
             count, why, daemons = plan_lanes(fabrics, cell, timings or {}, len(seeds))
             if count > 1 and network is not EmulatedNetwork:
                 raise ValueError("a fabric over a cluster runs one at a time: fabrics=1")
-            if on_note and fabrics != 1:
-                on_note(f"{slug(point)}: {count} fabric(s) side by side ({why})")
-            if on_step:
-                on_step(f"{slug(point)}: building the fabric"
-                        + (f"s ({count} side by side)" if count > 1 else ""), 0.0)
+            if fabrics != 1:
+                hooks.note(f"{slug(point)}: {count} fabric(s) side by side ({why})")
+            hooks.step(f"{slug(point)}: building the fabric"
+                       + (f"s ({count} side by side)" if count > 1 else ""))
             if count > 1:
-                if on_fabric is not None:  # its own fabric, as the lanes build theirs
-                    setup = lane_cell(cell)
-                    setup_file = celldir / "setup" / "scenario.yaml"
-                    atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"),
-                                                            sort_keys=False))
-                    with EmulatedNetwork(setup, setup_file, celldir / "setup",
-                                         quiet=not verbose, cores=lane_cores(count),
-                                         daemons=daemons) as net:
-                        on_fabric(net, celldir)
+                if hooks.on_fabric is not None:  # its own fabric, as the lanes build theirs
+                    _setup_fabric(cell, celldir, verbose, count, daemons, hooks)
                 yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
-                                    on_step, after_round, on_note, verdicts, daemons)
+                                    hooks, verdicts, daemons)
                 continue
             with network(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
-                if on_fabric is not None:
-                    on_fabric(net, celldir)
-                built: tuple[int, object] | None = None  # (seed, its workload)
-                for task in mine:
-                    if built is not None and built[0] != task.seed and after_round is not None \
-                            and not after_round(index, [built[0]], root):
-                        break
-                    if built is None or built[0] != task.seed:
-                        built = (task.seed, build_workload(cell, task.seed))
-                    workload = built[1]
-                    if on_step:
-                        wl = cell.workload
-                        on_step(f"{slug(point)} {task.scheduler} seed {task.seed}",
-                                cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
-                    records, verdict = run_task(
-                        net, cell, task.scheduler, task.seed, root / task.rel,
-                        f"{index}-{task.scheduler}-{task.seed}", workload, on_live)
-                    verdicts.append({"cell": task.rel, **verdict})
-                    yield task, records
-                else:  # every seed ran: the last look is still taken (and recorded)
-                    if built is not None and after_round is not None:
-                        after_round(index, [built[0]], root)
+                hooks.fabric(net, celldir)
+                yield from on_one_fabric(net, index, point, cell, mine, root, hooks, verdicts)
 
     def all_faithful() -> bool:
         return all(v["verdict"] == "faithful" for v in verdicts)
@@ -333,9 +324,42 @@ def run_emulation(scenario, out_root: Path, on_step: Callable[[str, float], None
     return outcome
 
 
+def _setup_fabric(cell, celldir: Path, verbose: bool, count: int, daemons: int | None,
+                  hooks: RunHooks) -> None:
+    """A fabric of the lanes' kind for `hooks.on_fabric` alone (validate calibrates there)."""
+    setup = lane_cell(cell)
+    setup_file = celldir / "setup" / "scenario.yaml"
+    atomic_write(setup_file, yaml.safe_dump(setup.model_dump(mode="json"), sort_keys=False))
+    with EmulatedNetwork(setup, setup_file, celldir / "setup", quiet=not verbose,
+                         cores=lane_cores(count), daemons=daemons) as net:
+        hooks.fabric(net, celldir)
+
+
+def on_one_fabric(net: EmulatedNetwork, index: int, point, cell, mine: list, root: Path,
+                  hooks: RunHooks, verdicts: list[dict]):
+    """A point's tasks on its one fabric, seed by seed; after each seed's schedulers the
+    look decides whether to go on."""
+    built: tuple[int, object] | None = None  # (seed, its workload)
+    for task in mine:
+        if built is not None and built[0] != task.seed \
+                and not hooks.go_on(index, [built[0]], root):
+            return
+        if built is None or built[0] != task.seed:
+            built = (task.seed, build_workload(cell, task.seed))
+        wl = cell.workload
+        hooks.step(f"{slug(point)} {task.scheduler} seed {task.seed}",
+                   cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
+        records, verdict = run_task(net, cell, task.scheduler, task.seed, root / task.rel,
+                                    f"{index}-{task.scheduler}-{task.seed}", built[1],
+                                    hooks.on_live)
+        verdicts.append({"cell": task.rel, **verdict})
+        yield task, records
+    if built is not None:  # every seed ran: the last look is still taken (and recorded)
+        hooks.go_on(index, [built[0]], root)
+
+
 def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldir: Path,
-             verbose: bool, on_step, after_round, on_note, verdicts: list[dict],
-             daemons: int | None = None):
+             verbose: bool, hooks: RunHooks, verdicts: list[dict], daemons: int | None = None):
     """A point's seeds on `count` fabrics side by side: each round gives every lane one
     seed (all its schedulers, in order); after a round the look decides whether to go on,
     and a round with a run flagged CPU- or datapath-bound costs a lane."""
@@ -359,9 +383,8 @@ def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldi
                          "rundir": str((root / task.rel).resolve()),
                          "tag": f"{index}-{task.scheduler}-{seed}"})
                     n += 1
-            if on_step:
-                on_step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
-                        f"{len(batch)} fabrics", run_wall)
+            hooks.step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
+                       f"{len(batch)} fabrics", run_wall)
             bound = False
             longest = max(len(v) for v in jobs.values())
             for job, reply in pool.run(jobs, longest * (run_timeout_s(cell) + 60.0)):
@@ -376,17 +399,16 @@ def on_lanes(count: int, index: int, point, cell, mine: list, root: Path, celldi
                 fid = doc["records"]["files"]["fidelity.json"]
                 bound |= bool(fid.get("cpu_bound") or fid.get("datapath_bound"))
                 yield task, doc["records"]
-            if after_round is not None and not after_round(index, batch, root):
+            if not hooks.go_on(index, batch, root):
                 break
             if bound and pool.size > 1 and pending:
                 pool.shrink(pool.size - 1)
-                if on_note:
-                    on_note(f"{slug(point)}: a run side by side was CPU- or datapath-bound: "
-                            f"{pool.size} fabric(s) from here")
+                hooks.note(f"{slug(point)}: a run side by side was CPU- or datapath-bound: "
+                           f"{pool.size} fabric(s) from here")
 
 
-def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path, on_step,
-               after_round, on_note, verdicts: list[dict]):
+def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path,
+               hooks: RunHooks, verdicts: list[dict]):
     """A point's seeds on the servers: each round gives every server one seed (all its
     schedulers, on the server's own fabric); after a round the look decides whether to go
     on. The servers are counted again each round: one that joined takes a seed, one that
@@ -399,13 +421,11 @@ def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path
     while pending:
         names = pool.wait_for_servers(pool.alone_s)
         batch, pending = pending[:len(names)], pending[len(names):]
-        if on_note:
-            on_note(f"{slug(point)}: seed(s) {', '.join(map(str, batch))} on "
-                    f"{len(names)} server(s): {', '.join(names)}")
-        if on_step:
-            on_step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
-                    f"{len(batch)} server(s)",
-                    cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
+        hooks.note(f"{slug(point)}: seed(s) {', '.join(map(str, batch))} on "
+                   f"{len(names)} server(s): {', '.join(names)}")
+        hooks.step(f"{slug(point)} seeds {', '.join(map(str, batch))} on "
+                   f"{len(batch)} server(s)",
+                   cell.emulation.dilation.wall(wl.warmup_s + wl.measure_s))
         jobs, tasks, n = [], {}, 0
         for seed in batch:
             runs = []
@@ -425,7 +445,7 @@ def on_servers(pool: ServerPool, index: int, point, cell, mine: list, root: Path
                 verdicts.append({"cell": task.rel, "server": answer["server"],
                                  **doc["verdict"]})
                 yield task, doc["records"]
-        if after_round is not None and not after_round(index, batch, root):
+        if not hooks.go_on(index, batch, root):
             break
 
 

@@ -28,6 +28,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -136,8 +137,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
     seed again that many times on packets (RR alone where it is scheduled) to measure how
     far packets are from themselves (validate/repeat.py)."""
-    from testbed.emulation.lanes import fabric_split, lane_daemons
-    from testbed.emulation.orchestrator import run_emulation
+    from testbed.emulation.orchestrator import RunHooks, run_emulation
     from testbed.validate import rounds
     from testbed.validate.calibrate import calibrate
 
@@ -145,24 +145,12 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     started = time.monotonic()
     looks = basis = None
     sequential_run = target_ci is not None or budget_s is not None
-    if dask is not None:
-        from testbed.emulation.servers import count_servers
-
-        lanes = count_servers(dask)
-        note(f"{lanes} server(s) at {dask}: one seed each per round")
-    else:
-        lanes, why = side_by_side(scenario, fabrics,
-                                  rounds.MAX_ROUNDS if sequential_run else None)
-        if fabrics != 1:
-            note(f"{lanes} fabric(s) side by side ({why})")
+    lanes = _lanes(scenario, fabrics, dask, rounds.MAX_ROUNDS if sequential_run else None,
+                   note)
     if calibration is not None:
         check_calibration(calibration, scenario)
-    elif use_cache:  # measured on a fabric split as this run's calibration fabric will be
-        count = 1 if dask else lanes
-        cell = scenario.cells()[0][1]
-        calibration, why = machine_cache.load_calibration(scenario, cache_max_age_s, split=fabric_split(
-            cell, count, lane_daemons(cell, machine_cache.load_timings()[0], count)))
-        note(why)
+    elif use_cache:
+        calibration = _cached_calibration(scenario, 1 if dask else lanes, cache_max_age_s, note)
     if sequential_run:
         plan, basis = rounds.make_plan(scenario, target_ci or 1e-3, budget_s or math.inf,
                                        calibrated=calibration is not None, lanes=lanes)
@@ -198,15 +186,54 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         hook = None
     else:
         hook = on_fabric
-    emu = run_emulation(scenario, folder, on_step, verbose=verbose, on_fabric=hook,
-                        on_live=on_live, after_round=looks, fabrics=lanes, on_note=note,
-                        dask=dask, timings=machine_cache.load_timings()[0])
+    hooks = RunHooks(on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
+                     after_round=looks)
+    emu = run_emulation(scenario, folder, hooks, verbose=verbose, fabrics=lanes, dask=dask,
+                        timings=machine_cache.load_timings()[0])
     again = repeat.repeat_scenario(scenario)
     for i in range(repeats):
         note(f"packets again ({i + 1} of {repeats}): {', '.join(again.schedulers)}, seed 1")
-        run_emulation(again, folder / repeat.REPEATS, on_step, verbose=verbose, on_note=note)
+        run_emulation(again, folder / repeat.REPEATS, RunHooks(on_step=on_step, on_note=note),
+                      verbose=verbose)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
+    _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
+                      on_step, this_machine=dask is None)
+    return folder
+
+
+def _lanes(scenario, fabrics: int | str, dask: str | None, rounds_at_most: int | None,
+           note: Callable[[str], None]) -> int:
+    """Seeds a round runs at once: one per Dask server, or the fabrics side by side."""
+    if dask is not None:
+        from testbed.emulation.servers import count_servers
+
+        lanes = count_servers(dask)
+        note(f"{lanes} server(s) at {dask}: one seed each per round")
+        return lanes
+    lanes, why = side_by_side(scenario, fabrics, rounds_at_most)
+    if fabrics != 1:
+        note(f"{lanes} fabric(s) side by side ({why})")
+    return lanes
+
+
+def _cached_calibration(scenario, count: int, max_age_s: float,
+                        note: Callable[[str], None]) -> dict | None:
+    """This machine's calibration of the fabric, measured on a fabric split as this run's
+    calibration fabric will be (None: measure it)."""
+    from testbed.emulation.lanes import fabric_split, lane_daemons
+
+    cell = scenario.cells()[0][1]
+    split = fabric_split(cell, count, lane_daemons(cell, machine_cache.load_timings()[0], count))
+    calibration, why = machine_cache.load_calibration(scenario, max_age_s, split=split)
+    note(why)
+    return calibration
+
+
+def _judge_and_record(scenario, folder: Path, emu_folder: Path, cal: dict, looks, basis,
+                      phases: dict, started: float, on_step, this_machine: bool) -> None:
+    """After the packets: the judged scenario (the seeds a sequential run ran), the
+    judging, this machine's phase times, and the folder finished."""
     judged = scenario
     if looks is not None:
         judged = scenario.with_overrides({"seeds": max(1, looks.seeds_run())})
@@ -215,18 +242,17 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     t = time.monotonic()
     if looks is not None:  # judge() reads it: the level, and the report's plan and looks
         write_json(folder / "sequential.json", looks.record(t - started))
-    judge(judged, folder, emu.folder, cal, on_step)
+    judge(judged, folder, emu_folder, cal, on_step)
     phases["judge_s"] = time.monotonic() - t
     if looks is not None:
         write_json(folder / "sequential.json",
                    {**looks.record(t - started), "total_wall_s": time.monotonic() - started})
-    phases.update(run_overheads(emu.folder, scenario, basis["drain_s"] if looks else None))
+    phases.update(run_overheads(emu_folder, scenario, basis["drain_s"] if looks else None))
     machine_cache.record_timings(phases)
-    if dask is None:  # this machine's fabrics: what they kept busy and carried
-        machine_cache.record_fabric(emu.folder)
+    if this_machine:  # this machine's fabrics: what they kept busy and carried
+        machine_cache.record_fabric(emu_folder)
     write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
     (folder / PARTIAL).unlink(missing_ok=True)
-    return folder
 
 
 def _factors(cal: dict) -> dict[int, float]:
@@ -338,8 +364,28 @@ def judge_again(folder: Path) -> dict:
     return judge(Scenario.model_validate(raw), folder, packets[-1], cal)
 
 
-def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
-                   factors: dict[int, float], sequential: dict | None = None) -> dict:
+@dataclass(frozen=True)
+class Judging:
+    """What every section of a validation's document is computed from: the packets' cells
+    (all, and the faithful ones), the flow model's, their transfers and the replays."""
+
+    scenario: object
+    emu_folder: Path
+    cal: dict
+    factors: dict[int, float]
+    all_emu: dict[str, Path]
+    emu_cells: dict[str, Path]
+    flagged: list[str]
+    flow_cells: dict[str, dict[str, Path]]
+    loads: dict[str, dict[str, list[dict]]]
+    tcp_twin: object
+    replayer: object
+    replays: dict[str, dict]
+    by_tier: dict
+
+
+def _judging(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
+             factors: dict[int, float]) -> Judging:
     all_emu = cells_of(emu_folder)
     emu_cells, flagged = faithful_cells(all_emu)
     flow_cells = {name: cells_of(f) for name, f in flows.items()}
@@ -350,57 +396,38 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     replays = {"replay_uncalibrated": replay_cells(scenario, all_emu, None),
                "replay_calibrated": replay_cells(scenario, all_emu, factors),
                "replay_tcp": replay_cells(replayer, all_emu, factors)}
+    return Judging(scenario, emu_folder, cal, factors, all_emu, emu_cells, flagged, flow_cells,
+                   loads, tcp_twin, replayer, replays, validity.floors(tcp_twin, factors))
+
+
+def _transfer_sections(j: Judging) -> tuple[dict, dict, dict]:
+    """The per-transfer sections (errors per shard and whole, above and below the validity
+    floor, stalls, arrival order, the replica's validity, each TCP term left out), and the
+    whole-transfer pairs and those above the floor that the targets read."""
     # each TCP term on its own: the full model less one term (or plus RTT weighting)
-    ablations = {name: whole_pairs(all_emu, replay_cells(replayer.with_overrides(over),
-                                                         all_emu, factors))
+    ablations = {name: whole_pairs(j.all_emu, replay_cells(j.replayer.with_overrides(over),
+                                                           j.all_emu, j.factors))
                  for name, over in TCP_ABLATIONS.items()}
     # per-transfer errors: every emulated run (replay judges the network model on what
     # the packets did, faithful or not is in the fidelity section); engines: faithful only
-    models = {**replays, "engines_uncalibrated": loads["uncalibrated"],
-              "engines_calibrated": loads["calibrated"], "engines_tcp": loads["tcp"]}
-    shard_pairs = {name: transfer_pairs(all_emu if name.startswith("replay") else emu_cells,
-                                        rows) for name, rows in models.items()}
-    whole = {name: whole_pairs(all_emu if name.startswith("replay") else emu_cells, rows)
-             for name, rows in models.items()}
-    by_tier = validity.floors(tcp_twin, factors)
-    above = {name: [p for p in ps if validity.above_floor(p.tier, p.size_bytes, by_tier)]
+    models = {**j.replays, "engines_uncalibrated": j.loads["uncalibrated"],
+              "engines_calibrated": j.loads["calibrated"], "engines_tcp": j.loads["tcp"]}
+    runs = {name: j.all_emu if name.startswith("replay") else j.emu_cells for name in models}
+    shard_pairs = {name: transfer_pairs(runs[name], rows) for name, rows in models.items()}
+    whole = {name: whole_pairs(runs[name], rows) for name, rows in models.items()}
+    above = {name: [p for p in ps if validity.above_floor(p.tier, p.size_bytes, j.by_tier)]
              for name, ps in whole.items()}
-    below = {name: [p for p in ps if not validity.above_floor(p.tier, p.size_bytes, by_tier)]
+    below = {name: [p for p in ps if not validity.above_floor(p.tier, p.size_bytes, j.by_tier)]
              for name, ps in whole.items()}
-    emu_rows = [r for c in all_emu.values() for r in read_csv(c / "transfers.csv")]
-    whole_rows = [r for c in all_emu.values()
+    emu_rows = [r for c in j.all_emu.values() for r in read_csv(c / "transfers.csv")]
+    whole_rows = [r for c in j.all_emu.values()
                   for r in compare.whole_transfers(read_csv(c / "transfers.csv"))]
-    # tables and plots show every run (the report marks unfaithful ones); the verdicts
-    # (worst TTFT difference, ranking) use faithful runs only
-    emu_pts = per_point(all_emu)
-    faithful_pts = per_point(emu_cells)
-    pts = {name: per_point(cells) for name, cells in flow_cells.items()}
-    asked = scenario.network.ecmp
-    # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
-    # level of a sequential validation's last look when it stopped early
-    level = sequential["level"] if sequential else stats.CONFIDENCE
-    spread = trajectory.spread(tcp_twin)  # one run is one draw: the verdicts count it
-    gains = point_claims(emu_cells, flow_cells["tcp"], level, normal=bool(sequential),
-                         replayed=replays["replay_tcp"], draws=spread)
-    verdicts = {name: ttft_verdicts(emu_cells, flow_cells[name])
-                for name in ("calibrated", "tcp")}
-    decisions = _decisions(emu_cells, flow_cells, loads, verdicts["tcp"])
-    floor = repeat.packets_against_packets(
-        [emu_cells] + [faithful_cells(cells_of(f))[0]
-                       for f in repeat.repeat_folders(emu_folder.parent)],
-        by_tier, replays["replay_tcp"])
+    emulation = j.scenario.emulation
     return {
-        "scenario": scenario.name,
-        "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
-                 "meaning": ECMP_MODES[packet_ecmp(asked)]},
-        "folders": {"emulation": str(emu_folder),
-                    **{f"flow_{name}": str(f) for name, f in flows.items()}},
-        "calibration": cal,
         "transfers": {name: compare.error_summary(p) for name, p in shard_pairs.items()},
         "stalls": {"connections": tcp_stalls(emu_rows),
                    "replay_tcp": compare.stall_split(shard_pairs["replay_tcp"])},
-        "arrival": arrival.by_arrival(all_emu, replays["replay_tcp"], by_tier),
-        "repeat": floor,
+        "arrival": arrival.by_arrival(j.all_emu, j.replays["replay_tcp"], j.by_tier),
         "whole_transfers": {name: with_intervals(p) for name, p in whole.items()},
         "whole_above_floor": {name: with_intervals(p) for name, p in above.items()},
         "whole_below_floor": {name: compare.error_summary(p) for name, p in below.items()},
@@ -408,45 +435,89 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
                                     for p in ps] for name, ps in shard_pairs.items()},
         "validity": {
             "tolerance": validity.TOLERANCE,
-            "tiers": {str(t): v for t, v in by_tier.items()},
+            "tiers": {str(t): v for t, v in j.by_tier.items()},
             "segments_per_shard": validity.segment_profile(
-                emu_rows, scenario.emulation.scale, scenario.emulation.frame_bytes),
+                emu_rows, emulation.scale, emulation.frame_bytes),
             "shard_spread": _spread(emu_rows),
-            "model_shard_spread": _spread([r for rows in replays["replay_tcp"].values()
+            "model_shard_spread": _spread([r for rows in j.replays["replay_tcp"].values()
                                            for r in rows]),
             "clear_90": validity.scale_to_clear(
-                tcp_twin, [float(r["bytes"]) for r in whole_rows],
-                [int(r["tier"]) for r in whole_rows], factors),
+                j.tcp_twin, [float(r["bytes"]) for r in whole_rows],
+                [int(r["tier"]) for r in whole_rows], j.factors),
         },
         "tcp_ablation": {name: with_intervals(p) for name, p in ablations.items()},
-        **beside.judged(cal.get("tcp", {}), replayer, all_emu, emu_cells, factors, flow_cells,
-                        loads),
-        "decisions": decisions,
-        "trajectory": spread,
-        "excluded_runs": flagged,
+    }, whole, above
+
+
+def _engine_sections(j: Judging, verdicts: dict) -> dict:
+    """Both engines free, per scheduler: TTFT and transfer time, the verdicts, the
+    rankings per seed, tier shares and each run's fidelity. Tables show every run (the
+    report marks unfaithful ones); the verdicts use faithful runs only."""
+    emu_pts = per_point(j.all_emu)
+    pts = {name: per_point(cells) for name, cells in j.flow_cells.items()}
+    return {
         "uncalibrated": engine_comparison(emu_pts, pts["uncalibrated"]),
         "calibrated": engine_comparison(emu_pts, pts["calibrated"]),
         "tcp": engine_comparison(emu_pts, pts["tcp"]),
         "ttft_verdicts": verdicts,
-        "seed_rankings": {name: seed_rankings(emu_cells, flow_cells[name])
+        "seed_rankings": {name: seed_rankings(j.emu_cells, j.flow_cells[name])
                           for name in ("calibrated", "tcp")},
         "tiers": {point: {sched: {"packets": emu_pts[point][sched].get("tier_share", {}),
                                   "flow": pts["tcp"].get(point, {}).get(sched, {}).get(
                                       "tier_share", {})}
                           for sched in emu_pts[point]} for point in emu_pts},
         "fidelity": {point: {sched: s.get("fidelity", "unknown") for sched, s in by.items()}
-                     for point, by in per_point(all_emu).items()},
+                     for point, by in emu_pts.items()},
+    }
+
+
+def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
+                   factors: dict[int, float], sequential: dict | None = None) -> dict:
+    """comparison.json: every section, in the order the report reads them."""
+    j = _judging(scenario, emu_folder, flows, cal, factors)
+    sections, whole, above = _transfer_sections(j)
+    # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
+    # level of a sequential validation's last look when it stopped early
+    level = sequential["level"] if sequential else stats.CONFIDENCE
+    spread = trajectory.spread(j.tcp_twin)  # one run is one draw: the verdicts count it
+    gains = point_claims(j.emu_cells, j.flow_cells["tcp"], level, normal=bool(sequential),
+                         replayed=j.replays["replay_tcp"], draws=spread)
+    verdicts = {name: ttft_verdicts(j.emu_cells, j.flow_cells[name])
+                for name in ("calibrated", "tcp")}
+    decisions = _decisions(j.emu_cells, j.flow_cells, j.loads, verdicts["tcp"])
+    floor = repeat.packets_against_packets(
+        [j.emu_cells] + [faithful_cells(cells_of(f))[0]
+                         for f in repeat.repeat_folders(emu_folder.parent)],
+        j.by_tier, j.replays["replay_tcp"])
+    asked = scenario.network.ecmp
+    first = ("transfers", "stalls", "arrival")
+    faithful = engine_comparison(per_point(j.emu_cells), per_point(j.flow_cells["tcp"]))
+    return {
+        "scenario": scenario.name,
+        "ecmp": {"scenario": asked, "compared": packet_ecmp(asked),
+                 "meaning": ECMP_MODES[packet_ecmp(asked)]},
+        "folders": {"emulation": str(emu_folder),
+                    **{f"flow_{name}": str(f) for name, f in flows.items()}},
+        "calibration": cal,
+        **{k: sections[k] for k in first},
+        "repeat": floor,
+        **{k: v for k, v in sections.items() if k not in first},
+        **beside.judged(cal.get("tcp", {}), j.replayer, j.all_emu, j.emu_cells, factors,
+                        j.flow_cells, j.loads),
+        "decisions": decisions,
+        "trajectory": spread,
+        "excluded_runs": j.flagged,
+        **_engine_sections(j, verdicts),
         "claims": gains,
         "sequential": sequential,
         "judged": {"measured_requests": sum(
             json.loads((c / "summary.json").read_text()).get("requests", 0)
-            for c in emu_cells.values()),
+            for c in j.emu_cells.values()),
             "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values()),
             "seeds": scenario.seeds},
-        "targets": {**targets(above["replay_tcp"], whole["engines_tcp"],
-                              engine_comparison(faithful_pts, pts["tcp"]),
-                              verdicts["tcp"], len(all_emu),
-                              len(flagged)), "packets": packets_engine(emu_folder),
+        "targets": {**targets(above["replay_tcp"], whole["engines_tcp"], faithful,
+                              verdicts["tcp"], len(j.all_emu), len(j.flagged)),
+                    "packets": packets_engine(emu_folder),
                     **claim_targets(gains),
                     **divergence_targets(decisions), **repeat.repeat_targets(floor)},
     }

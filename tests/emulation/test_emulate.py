@@ -469,14 +469,14 @@ def test_the_plugin_example_runs_p2c_in_both_engines(tmp_path, with_plugins):
 def test_a_failing_plugin_on_packets_is_reported_and_the_live_view_flows(tmp_path,
                                                                          with_plugins):
     from testbed import api
-    from testbed.emulation.orchestrator import run_emulation
+    from testbed.emulation.orchestrator import RunHooks, run_emulation
     from testbed.progress import live_line
 
     path = write_small(tmp_path, TRACE, {
         **SHORT, "schedulers": ["faulty_plugins:RaisesSometimes"], "workload.measure_s": 6})
     sc = load_scenario(path)
     seen: list[dict] = []
-    outcome = run_emulation(sc, tmp_path / "results", on_live=seen.append)
+    outcome = run_emulation(sc, tmp_path / "results", RunHooks(on_live=seen.append))
     assert cleanup.find_leftovers().empty
     run = api.open_run(outcome.folder)
     expected = {r.request_id for r in build_workload(sc, sc.seed).requests}
