@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from testbed.workers.faults import FaultState
+from testbed.workers.fault_state import FaultState
 from testbed.workers.router_faults import RouterFaults
 
 

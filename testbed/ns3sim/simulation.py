@@ -21,8 +21,8 @@ from testbed.flowsim.simulator import FlowSimulation, RunResult, collector_pause
 from testbed.lifecycle import RequestState
 from testbed.metrics import tcp_stalls
 from testbed.ns3sim import program as build
-from testbed.ns3sim.fabric import transport_of
-from testbed.ns3sim.network import PacketNetwork
+from testbed.ns3sim.ns3_fabric import transport_of
+from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.topologies.replica import background_partner
 from testbed.topologies.routing import packet_ecmp, path_text
 from testbed.workloads.build import Workload

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from testbed.ns3sim.network import PacketNetwork
+from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.validate.calibrate import (
     COMPETE_GB,
     COMPETE_MORE,

@@ -45,7 +45,7 @@ from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.config import RunConfig
-from testbed.workers.faults import FaultState
+from testbed.workers.fault_state import FaultState
 from testbed.workers.journal import Journal
 from testbed.workers.realtime import RealTimeLoop
 from testbed.workers.router_faults import RouterFaults

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from scapy.all import IP, TCP, rdpcap
 
-from testbed.workers.faults import fault_interfaces, set_links
+from testbed.workers.fault_state import fault_interfaces, set_links
 from tests.conftest import ROOT
 from tests.emulation.conftest import SLOWDOWN, running_fabric, wait_for
 from tests.emulation.helpers import (

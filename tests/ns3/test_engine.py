@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cells import Task
-from testbed.ns3sim.network import PacketNetwork
+from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.process import Ns3Error, Ns3Process
 from testbed.runner import run_flowsim, run_task
 from testbed.scenario import load_scenario

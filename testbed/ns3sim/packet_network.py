@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from testbed.flowsim.links import Flow
 from testbed.model.congestion import InterfaceRate, tier_congestion
 from testbed.model.cost import gbps_to_bytes_per_s
-from testbed.ns3sim.fabric import Hop, Ns3Fabric
+from testbed.ns3sim.ns3_fabric import Hop, Ns3Fabric
 from testbed.ns3sim.process import Ns3Process
 from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.routing import PairPaths
