@@ -287,14 +287,16 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
     from testbed.sweep import Executor
     from testbed.validate.ns3_pipeline import validate_ns3
 
-    for name, given in (("target_ci", target_ci), ("budget_s", budget_s),
-                        ("repeats", repeats or None)):
+    for name, given in (("target_ci", target_ci), ("repeats", repeats or None)):
         if given is not None:
-            raise ValueError(f"{name}: the sequential plan and repeated runs are the "
-                             "emulation's; on ns-3 give the seeds (a seed repeats exactly)")
+            raise ValueError(f"{name}: the planned half-width and repeated runs are the "
+                             "emulation's; on ns-3 seeds are added until the claims are "
+                             "conclusive (--budget bounds it), or give the seeds (a seed "
+                             "repeats exactly)")
     check_scenario(scenario)
     executor = Executor.dask(dask) if dask else Executor.local(jobs)
     with _bar(f"{scenario.name} (validate on ns-3)", 1, progress) as bar, executor:
         folder = validate_ns3(scenario, out, cal, executor,
-                              lambda label, _wall: bar.show(label), on_note=bar.note)
+                              lambda label, _wall: bar.show(label), on_note=bar.note,
+                              budget_s=budget_s)
     return ValidationResult(folder)

@@ -48,6 +48,13 @@ def test_the_answer_leads_with_the_claims_and_fits_eight_short_lines():
     assert long[5].endswith(f"about {(need - 4) * 1000.0 / 3600:.0f} h here.")
 
 
+def test_more_seeds_than_the_trace_has_segments_say_so():
+    d = doc([claim("cla", "rr", (0.01, -0.08, 0.1), "inconclusive")], seeds=52)
+    d["sequential"] = {"level": 0.99, "segments": 52}
+    line = answer_lines(d)[-2]
+    assert "over the trace's 52 segments" in line and len(line) <= WIDTH
+
+
 def test_a_verdict_read_with_the_draws_shows_that_interval():
     c = claim("cla", "rr", (0.0, -0.02, 0.02), "inconclusive", draws=(0.04, -0.1, 0.18))
     lines = answer_lines(doc([c]))

@@ -352,7 +352,8 @@ def calibrate(scenario, out_file: str | None) -> None:
               "expected time, stop once every primary claim is resolved.")
 @click.option("--budget", "budget", type=Duration(), default=None, metavar="T",
               help="Sequential: wall-time budget (e.g. 9m, 540s, 1h); the plan fits in it and "
-              "no round starts that would not.")
+              "no round starts that would not. On ns-3: how long seeds may be added "
+              "(default 30m).")
 @click.option("--calibration-max-age", "max_age_h", type=click.FloatRange(min=0), default=24.0,
               show_default=True, metavar="HOURS",
               help="Reuse this machine's cached calibration of the same fabric (scale, "
@@ -370,7 +371,10 @@ def calibrate(scenario, out_file: str | None) -> None:
               show_default=True,
               help="Whose packets judge the flow model: the emulation (root), or ns-3's "
                    "(no root; every cell a process on every core, or on --dask; calibrated "
-                   "on ns-3's own probes; give the seeds, a seed repeats exactly).")
+                   "on ns-3's own probes). On ns-3 a scenario of one seed gets seeds added "
+                   "in doubling rounds, each its own trace segment, until every mean-TTFT "
+                   "claim is conclusive or --budget is spent; --seeds N (2 or more) judges "
+                   "exactly N.")
 @force_option
 @fabrics_option
 @dask_option

@@ -99,9 +99,10 @@ def _duration(s: float) -> str:
     return f"{m / 60:.0f} h" if m < 48 * 60 else f"{m / 1440:.0f} days"
 
 
-def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
-                ) -> str | None:
-    """What would settle the inconclusive claims: seeds in all, and their time here."""
+def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None,
+                segments: int | None = None) -> str | None:
+    """What would settle the inconclusive claims: seeds in all, and their time here; or,
+    where that is more seeds than the trace has segments of their own, that."""
     open_ = [c for c in claims if c["verdict"] == "inconclusive"]
     if not open_ or not seeds:
         return None
@@ -113,6 +114,9 @@ def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
                 f"sits on the {100 * GAIN_TOLERANCE:.0f}-point edge; more seeds alone "
                 "would hardly settle it.")
     need = max(max(needs), seeds + 1)
+    if segments is not None and need > segments:
+        return (f"To settle: about {need} seeds, over the trace's {segments} segments "
+                "(a longer trace or window).")
     cost = f", about {_duration((need - seeds) * seed_wall_s)} here" if seed_wall_s else ""
     which = "it" if len(open_) == 1 else f"all {len(open_)}"
     return (f"To settle {which} at today's centres: about {need - seeds} more seeds "
@@ -166,7 +170,8 @@ def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) ->
     rows = (markdown_table if markdown else table)(found, _level(doc))
     lines = [headline(claims), *([""] if markdown else []), *rows, *([""] if markdown else [])]
     seeds = judged.get("seeds")
-    settle = settle_line(claims, seeds, _seed_wall_s(seeds, wall))
+    settle = settle_line(claims, seeds, _seed_wall_s(seeds, wall),
+                         (doc.get("sequential") or {}).get("segments"))
     tail = ([settle] if settle else []) + [last]
     if markdown:  # paragraphs of their own
         tail = [part for line in tail for part in (line, "")][:-1]

@@ -27,14 +27,21 @@ def ns3_replica(scenario):
                                     "emulation.time_dilation": 1.0})
 
 
+FIRST_ROUND_SEEDS = 8  # the pilot: enough seeds for a first interval, about half a minute
+DEFAULT_BUDGET_S = 1800.0  # how long a validation on ns-3 may add seeds, by default
+
+
 def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                  executor=None, on_step: Callable[[str, float], None] | None = None,
-                 on_note: Callable[[str], None] | None = None) -> Path:
+                 on_note: Callable[[str], None] | None = None,
+                 budget_s: float | None = None) -> Path:
+    """The scenario's seeds on ns-3, judged once; or, when it asks for one seed (none
+    given), seeds added in doubling rounds until every primary claim is conclusive or the
+    budget (default 30 min) is spent (ns3_rounds.py)."""
     from testbed.ns3sim.program import program
-    from testbed.runner import run_flowsim
     from testbed.validate.calibrate import calibration_document
     from testbed.validate.ns3_probes import probe_tiers
-    from testbed.validate.pipeline import check_calibration, judge
+    from testbed.validate.pipeline import check_calibration
 
     note = on_note or (lambda _line: None)
     started = time.monotonic()
@@ -45,7 +52,7 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     atomic_write(folder / PARTIAL, "validation started; not finished\n")
     atomic_write(folder / "scenario.yaml",
                  yaml.safe_dump(replica.model_dump(mode="json"), sort_keys=False))
-    phases = {}
+    phases: dict[str, float] = {}
     if calibration is None:
         t = time.monotonic()
         calibration = calibration_document(replica, probe_tiers(
@@ -55,6 +62,23 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     else:
         check_calibration(calibration, replica)
     write_json(folder / "calibration.json", calibration)
+    if replica.seeds == 1 or budget_s is not None:
+        from testbed.validate.ns3_rounds import run_rounds
+
+        run_rounds(replica, folder, calibration, executor, on_step, note,
+                   DEFAULT_BUDGET_S if budget_s is None else budget_s, phases, started)
+    else:
+        _judge_once(replica, folder, calibration, executor, on_step, note, phases)
+    write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
+    (folder / PARTIAL).unlink(missing_ok=True)
+    return folder
+
+
+def _judge_once(replica, folder: Path, calibration: dict, executor, on_step, note,
+                phases: dict) -> None:
+    from testbed.runner import run_flowsim
+    from testbed.validate.pipeline import judge
+
     t = time.monotonic()
     packets = run_flowsim(replica, folder, lambda label: on_step and on_step(label, 0.0),
                           executor=executor, engine="ns3")
@@ -64,6 +88,3 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     t = time.monotonic()
     judge(replica, folder, packets.folder, calibration, on_step)
     phases["judge_s"] = time.monotonic() - t
-    write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
-    (folder / PARTIAL).unlink(missing_ok=True)
-    return folder

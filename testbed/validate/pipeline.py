@@ -333,11 +333,16 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
     flows.update(beside.engine_runs(scenario, factors, fit, folder))
     seq_file = folder / "sequential.json"
     sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
-    doc = build_document(scenario, emu_folder, flows, cal, factors, sequential)
-    doc = write_comparison(folder / "comparison.json", doc)
+    return publish(folder, build_document(scenario, emu_folder, flows, cal, factors,
+                                          sequential))
+
+
+def publish(folder: Path, doc: dict) -> dict:
+    """comparison.json (checked against its model), the plots and report.md."""
     from testbed.validate.plots import write_plots
     from testbed.validate.render import render_validation
 
+    doc = write_comparison(folder / "comparison.json", doc)
     plots = write_plots(doc, folder / "plots")
     atomic_write(folder / "report.md", render_validation(doc, plots, folder))
     return doc

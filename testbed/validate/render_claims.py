@@ -118,9 +118,33 @@ def _seeds_needed(spread: dict) -> list[str]:
             "scheduler (each seed a packet run), however many requests each holds."]
 
 
+def _ns3_rounds_lines(seq: dict) -> list[str]:
+    """The plan and looks of a validation on ns-3 (validate/ns3_rounds.py)."""
+    lines = ["### Plan and stop", "",
+             f"Seeds in doubling rounds on ns-3 within {seq['budget_s'] / 60:.0f} min: looks "
+             f"planned at {', '.join(map(str, seq['planned_seeds']))} seeds. Stopped after "
+             f"{len(seq['looks'])} look(s): {seq['reason']}.", "",
+             "| look | seeds | level | primary claims: flow - packets | verdicts | wall |",
+             "|---|---|---|---|---|---|"]
+    for look in seq["looks"]:
+        lines.append(f"| {look['look']} | {look['seeds']} | {_look_claims(look)} | "
+                     f"{look['wall_s'] / 60:.1f} min |")
+    return lines + [""]
+
+
+def _look_claims(look: dict) -> str:
+    """A look's level, its primary claims' differences and their verdicts (table cells)."""
+    diffs = "; ".join(f"{display_name(c['scheduler'])} vs {display_name(c['baseline'])} "
+                      f"{_diff(c['difference'])}" for c in look["claims"])
+    return (f"{100 * look['level']:.2f}% | {diffs or '-'} | "
+            f"{', '.join(c['verdict'] for c in look['claims']) or '-'}")
+
+
 def _sequential_lines(seq: dict | None) -> list[str]:
     if not seq:
         return []
+    if seq.get("engine") == "ns3":
+        return _ns3_rounds_lines(seq)
     p = seq["plan"]
     lines = ["### Plan and stop", "",
              f"Asked: half-width {100 * p['target_half_width']:.1f} points on each primary "
@@ -135,9 +159,5 @@ def _sequential_lines(seq: dict | None) -> list[str]:
              "| look | seed | paired requests | level | primary claims: flow - packets | "
              "verdicts |", "|---|---|---|---|---|---|"]
     for look in seq["looks"]:
-        diffs = "; ".join(f"{display_name(c['scheduler'])} vs {display_name(c['baseline'])} "
-                          f"{_diff(c['difference'])}" for c in look["claims"])
-        lines.append(f"| {look['look']} | {look['seed']} | {look['n']} | "
-                     f"{100 * look['level']:.2f}% | {diffs or '-'} | "
-                     f"{', '.join(c['verdict'] for c in look['claims']) or '-'} |")
+        lines.append(f"| {look['look']} | {look['seed']} | {look['n']} | {_look_claims(look)} |")
     return lines + [""]

@@ -17,6 +17,10 @@ def with_intervals(pairs) -> dict:
 
 
 def _sequential_line(seq: dict) -> str:
+    if seq.get("engine") == "ns3":
+        return (f"stopped after {seq['rounds_run']} of {len(seq['planned_seeds'])} planned "
+                f"look(s), at {seq['looks'][-1]['seeds'] if seq['looks'] else 0} seeds: "
+                f"{seq['reason']}; took {seq.get('wall_s', 0.0) / 60:.1f} min")
     total = seq.get("total_wall_s", seq["wall_s"])
     expected = seq["predicted_wall_s"] + seq["predicted_judge_s"]
     return (f"stopped after {seq['rounds_run']} of {seq['plan']['rounds']} planned round(s): "

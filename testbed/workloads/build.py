@@ -137,6 +137,25 @@ def build_workload(scenario, seed: int) -> Workload:
                     _mix(wl.slo_mix))
 
 
+def seed_offset(scenario, seed: int) -> float:
+    """Where seed `seed`'s window starts in the trace (what build_workload replays)."""
+    if scenario.workload.synthetic is not None:
+        return scenario.workload.trace_offset_s
+    return trace_offset(scenario, seed, _profile_trace(scenario), offered_rate(scenario, seed)[0])
+
+
+def segments_available(scenario) -> int | None:
+    """How many seeds get a segment of the trace of their own (seed_segments) before it
+    ends; None where there is no end to reach (a synthetic workload, or trace_loop)."""
+    wl = scenario.workload
+    if wl.synthetic is not None or wl.trace_loop:
+        return None
+    trace = _profile_trace(scenario)
+    rate = offered_rate(scenario, scenario.seed)[0]
+    window = (wl.warmup_s + wl.measure_s) * rate / _rate(trace, wl.trace)
+    return max(0, int((trace[-1].arrival_s - wl.trace_offset_s) // window))
+
+
 def trace_offset(scenario, seed: int, trace: list[Request], rate: float) -> float:
     """Where seed `seed` starts in the trace: trace_offset_s, or with seed_segments one
     window (warm-up + measurement, in trace seconds) further per seed after the first."""
