@@ -190,8 +190,9 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     offers a fabric (`dask worker ADDRESS --resources fabric=1`, as root), on its own
     fabric there, and comes back with its run folder (docs/fabric.md)."""
     from testbed.cells import count_runs, preflight
+    from testbed.emulation.hooks import RunHooks
     from testbed.emulation.net import EmulatedNetwork
-    from testbed.emulation.orchestrator import RunHooks, run_emulation
+    from testbed.emulation.orchestrator import run_emulation
 
     check_size(scenario, force)
     preflight(scenario)

@@ -130,8 +130,8 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     Replaying a run through the model that made it must agree to rounding, and the TCP
     terms can only add time."""
     from testbed.runner import run_flowsim
-    from testbed.validate.pipeline import build_document, flow_twin
     from testbed.validate.render import render_validation
+    from testbed.validate.sections import build_document, flow_twin
     from testbed.validate.summary import summary_lines
 
     base = Scenario(name="doc", workload={"trace": str(TRACE), "measure_s": 6.0}, seeds=2,

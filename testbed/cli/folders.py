@@ -95,7 +95,7 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
       testbed repeat results/validate-validate-A results/validate-validate-B
     """
     from testbed.validate import repeat
-    from testbed.validate.pipeline import cells_of
+    from testbed.validate.sections import cells_of
     from testbed.validate.verdicts import faithful_cells
 
     runs, scenarios = [], []

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from testbed.clock import Dilation
 from testbed.datapath import tc
 from testbed.datapath.departures import Spacing
+from testbed.emulation.spans import merged, overlap
 from testbed.emulation.threads import VSWITCHD
 
 MIN_RATIO = 0.95
@@ -436,37 +437,12 @@ def stalled_together(woke: dict[str, dict]) -> float | None:
         if "late_spans" not in t:
             return None
         clock = Dilation(t.get("dilation") or 1.0)
-        late = _merged([(due, ran) for due, ran in t["late_spans"]
+        late = merged([(due, ran) for due, ran in t["late_spans"]
                         if 1e3 * clock.modelled(ran - due) > MAX_STALL_MS])
-        common = late if common is None else _overlap(common, late)
+        common = late if common is None else overlap(common, late)
         if not common:
             return 0.0
     return max((1e3 * clock.modelled(b - a) for a, b in common or ()), default=0.0)
-
-
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]
-             ) -> list[tuple[float, float]]:
-    """Where two sorted, disjoint lists of spans both hold."""
-    out, i, j = [], 0, 0
-    while i < len(xs) and j < len(ys):
-        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        if a < b:
-            out.append((a, b))
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 def departure_summary(doc: dict) -> dict | None:

@@ -15,19 +15,20 @@ the chance that any look's interval misses is at most 5%.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from testbed.records import write_json
+from testbed.validate.answer import primary_claims, verdict_interval
+from testbed.validate.decision import Verdict
 from testbed.validate.sequential import obrien_fleming_spent
 
 FIRST_SEEDS = 8
 MOST_SEEDS = 1000  # the scenario's own bound on seeds
 JUDGE_PER_RUN = 1.0  # judging a seed, in the pilot's seconds to run one: 0.7 on the demo
-CONCLUSIVE = ("agree", "disagree")
+CONCLUSIVE = (Verdict.AGREE, Verdict.DISAGREE)
 
 
 def planned_seeds(first: int, run_s: float, budget_s: float, spent_s: float,
@@ -56,14 +57,11 @@ def look_level(before: int, now: int, planned: int) -> float:
     return 1.0 - (obrien_fleming_spent(now / planned) - obrien_fleming_spent(before / planned))
 
 
-def primary_verdicts(folder: Path) -> list[dict]:
-    """The mean-TTFT claims of the last judging (comparison.json), each its name and
-    verdict."""
-    doc = json.loads((folder / "comparison.json").read_text())
+def primary_verdicts(doc: dict) -> list[dict]:
+    """The mean-TTFT claims of a judging, each its name, verdict and the interval the
+    verdict read."""
     return [{"scheduler": c["scheduler"], "baseline": c["baseline"], "verdict": c["verdict"],
-             "difference": c.get("difference_with_draws") or c["difference"]}
-            for by in doc["claims"].values() for c in by["claims"]
-            if c["metric"] == "ttft_mean"]
+             "difference": verdict_interval(c)} for _, c in primary_claims(doc)]
 
 
 def _add_seeds(replica, folder: Path, packets: Path | None, done: int, now: int, executor,
@@ -134,9 +132,10 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
                   "looks": looks, "level": level, "rounds_run": k, "reason": reason}
         write_json(folder / "sequential.json", record)
         t = time.monotonic()
-        judge(replica.with_overrides({"seeds": now}), folder, packets, calibration, on_step)
+        doc = judge(replica.with_overrides({"seeds": now}), folder, packets, calibration,
+                    on_step)
         judge_s += time.monotonic() - t
-        verdicts = primary_verdicts(folder)
+        verdicts = primary_verdicts(doc)
         looks.append({"look": k, "seeds": now, "level": level, "claims": verdicts,
                       "wall_s": time.monotonic() - started})
         note(f"look {k} ({now} seeds, level {100 * level:.2f}%): "
@@ -159,5 +158,4 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     record.update({"looks": looks, "reason": reason, "rounds_run": len(looks),
                    "wall_s": time.monotonic() - started})
     write_json(folder / "sequential.json", record)
-    publish(folder, {**json.loads((folder / "comparison.json").read_text()),
-                     "sequential": record})
+    publish(folder, {**doc, "sequential": record})

@@ -1,6 +1,6 @@
 """The verdicts read from run folders: which runs were faithful, per-scheduler TTFT
 verdicts, per-seed rankings and the paper's claims (claims.py) of every sweep point.
-Cells are keyed point/scheduler/seedN, as pipeline.cells_of gives them."""
+Cells are keyed point/scheduler/seedN, as sections.cells_of gives them."""
 
 from __future__ import annotations
 

@@ -74,6 +74,7 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
     # fits). A 90-point target width is met at the first look, so of the two planned
     # rounds (two trace segments) only the first runs, unless its runs were unfaithful;
     # then RR's first seed runs once more on packets, for packets against packets
+    from testbed.results import ValidationResult
     from testbed.validate.sequential import look_level
 
     path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
@@ -97,7 +98,9 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
     if first["faithful"]:
         assert seq["rounds_run"] == 1 and ran == ["seed1"]
         assert seq["reason"].startswith(("conclusive", "target width"))
-        assert f"stopped after 1 of 2 planned round(s): {seq['reason']}" in done.stdout
+        assert f"stopping: {seq['reason']}" in " ".join(done.stderr.split())  # its look's note
+        assert any(line.startswith(f"stopped after 1 of 2 planned round(s): {seq['reason']}")
+                   for line in ValidationResult(folder).summary_lines())  # and --verbose
     else:  # nothing judged at the first look: the second round ran
         assert seq["rounds_run"] == 2 and ran == ["seed1", "seed2"]
     doc = json.loads((folder / "comparison.json").read_text())
@@ -469,7 +472,8 @@ def test_the_plugin_example_runs_p2c_in_both_engines(tmp_path, with_plugins):
 def test_a_failing_plugin_on_packets_is_reported_and_the_live_view_flows(tmp_path,
                                                                          with_plugins):
     from testbed import api
-    from testbed.emulation.orchestrator import RunHooks, run_emulation
+    from testbed.emulation.hooks import RunHooks
+    from testbed.emulation.orchestrator import run_emulation
     from testbed.progress import live_line
 
     path = write_small(tmp_path, TRACE, {
