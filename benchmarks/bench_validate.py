@@ -21,7 +21,12 @@ three rows or more, last: which flow-model terms are on by default, each chosen 
 one row out in turn
 (testbed/validate/selection.py; benchmarks/bench_select.py does it on finished folders).
 
+With --packets ns3 every row is judged against ns-3's packets instead (no root; its
+calibration and every fitted term from ns-3's own probes, never from the rows; 8 seeds a
+row by default, every core).
+
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
+     [--packets emulation|ns3]
      [--measure 12] [--target-ci 0.05 --budget 540] [--repeats 3] [--set FIELD=VALUE ...]
 """
 
@@ -37,7 +42,9 @@ import yaml
 from testbed.cli.common import handle_signals
 from testbed.emulation.ingress import machine_drops
 from testbed.scenario import load_scenario
+from testbed.sweep import Executor
 from testbed.validate.document import load
+from testbed.validate.ns3_pipeline import validate_ns3
 from testbed.validate.pipeline import validate
 from testbed.validate.selection import row_figures, selection_lines
 from testbed.validate.summary import acceptance
@@ -134,7 +141,11 @@ def main() -> None:
     handle_signals()  # SIGTERM tears the fabric down as Ctrl-C does
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
-    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="seeds a row (default 1 on the emulation, 8 on ns-3)")
+    ap.add_argument("--packets", choices=("emulation", "ns3"), default="emulation",
+                    help="whose packets judge the flow model: the emulation (root) or ns-3 "
+                         "(every core; a seed repeats exactly, so the p90 is judgeable)")
     ap.add_argument("--measure", type=float, default=None, help="measurement seconds")
     ap.add_argument("--target-ci", type=float, default=None, help="sequential: half-width")
     ap.add_argument("--budget", type=float, default=None, help="sequential: wall seconds")
@@ -151,7 +162,7 @@ def main() -> None:
     figures, accepted = {}, {}
     for name in args.rows.split(","):
         path, over = ROWS[name]
-        over = {**over, "seeds": args.seeds}
+        over = {**over, "seeds": args.seeds or (8 if args.packets == "ns3" else 1)}
         if args.measure:
             over["workload.measure_s"] = args.measure
         for item in args.sets:
@@ -159,8 +170,12 @@ def main() -> None:
             over[key] = yaml.safe_load(value)
         sc = load_scenario(path, over)
         t0 = time.perf_counter()
-        folder = validate(sc, Path(args.out), target_ci=args.target_ci, budget_s=args.budget,
-                          repeats=args.repeats)
+        if args.packets == "ns3":
+            with Executor.local(0) as pool:
+                folder = validate_ns3(sc, Path(args.out), executor=pool)
+        else:
+            folder = validate(sc, Path(args.out), target_ci=args.target_ci,
+                              budget_s=args.budget, repeats=args.repeats)
         wall = time.perf_counter() - t0
         doc = load(folder / "comparison.json")
         lines.append(row(name, doc, wall))

@@ -27,19 +27,39 @@ START, END = "<!-- demo-answer:start -->", "<!-- demo-answer:end -->"
 def sample(result: ValidationResult) -> dict:
     """What the answer reads, and no more (comparison.json itself is about a megabyte)."""
     doc = result.comparison
-    claims: dict = {}
-    for point, c in primary_claims(doc):
-        claims.setdefault(point, {"n": doc["claims"][point]["n"], "claims": []})
-        claims[point]["claims"].append(c)
+    claims = _primary(doc)
     wall = result.folder / "wall.json"
+    three = _three_way(doc["three_way"]) if doc.get("three_way") else {}
     return {"date": date.today().isoformat(), "folder": result.folder.name,
             "report": f"results/{result.folder.name}/report.md",
             "doc": {"claims": claims, "judged": doc.get("judged"),
                     "sequential": {"level": doc["sequential"]["level"]}
                     if doc.get("sequential") else None,
                     "targets": {k: doc["targets"][k] for k in
-                                ("runs", "unfaithful_runs", "packets")}},
+                                ("runs", "unfaithful_runs", "packets")}, **three},
             "wall": json.loads(wall.read_text()) if wall.exists() else None}
+
+
+def _primary(doc: dict) -> dict:
+    out: dict = {}
+    for point, c in primary_claims(doc):
+        out.setdefault(point, {"n": doc["claims"][point]["n"], "claims": []})
+        out[point]["claims"].append(c)
+    return out
+
+
+def _three_way(tw: dict) -> dict:
+    """What the answer of a validation on both packet engines reads of its section."""
+    flow, stand = tw["flow_vs_ns3"], tw["stand_in"]
+    seq = flow.get("sequential")
+    return {"three_way": {
+        "flow_vs_ns3": {"claims": _primary(flow), "judged": flow["judged"],
+                        "runs": flow["runs"], "wall": flow["wall"],
+                        "sequential": {k: seq[k] for k in ("level", "segments") if k in seq}
+                        if seq else None},
+        "stand_in": {"seeds": stand["seeds"], "claims": _primary(stand),
+                     "transfers_forced": {k: stand["transfers_forced"].get(k) for k in
+                                          ("n", "median_abs_error", "p90_abs_error")}}}}
 
 
 def printed(s: dict) -> list[str]:

@@ -247,15 +247,20 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     that many times on packets, for how far packets are from themselves. Needs root and
     Open vSwitch. packets="ns3": the packets are ns-3's instead (no root; every cell a
     process on `jobs` local processes, 0: one per core, or on `dask`; calibrated on ns-3's
-    own probes; docs/ns3.md); the sequential plan and repeats are the emulation's."""
+    own probes; docs/ns3.md); the sequential plan and repeats are the emulation's.
+    packets="both": the emulation's validation, then ns-3 judged against the emulation on
+    its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
+    bounds those; testbed/validate/three_way.py); "auto" (the CLI's default): both where
+    this machine can run the fabric, ns-3 otherwise."""
     from testbed.cells import preflight
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
     check_size(scenario, force)
     preflight(scenario)
-    if packets not in ("emulation", "ns3"):
-        raise ValueError(f"packets must be emulation or ns3, got {packets!r}")
+    if packets not in PACKET_ENGINES:
+        raise ValueError(f"packets must be one of {', '.join(PACKET_ENGINES)}, got {packets!r}")
+    packets = packet_engines(packets)
     cal = calibration
     source = "calibration"
     if isinstance(calibration, str | Path):
@@ -267,19 +272,54 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if cal is not None:
         if not isinstance(cal, Mapping) or "capacity_factor" not in cal:
             raise ValueError(f"{source}: not a calibration file (no capacity_factor)")
-        if packets == "emulation":
+        if packets != "ns3":
             check_calibration(dict(cal), scenario, source)
     if packets == "ns3":
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
                              target_ci, budget_s, repeats, dask, jobs)
-    with _bar(f"{scenario.name} (validate)", 1, progress) as bar, _sigterm_tears_down():
+    both = packets == "both"
+    if both:
+        from testbed.ns3sim.check import check_scenario
+
+        if target_ci is not None:
+            raise ValueError("target_ci: the emulation's planned width; on both engines the "
+                             "emulation runs the scenario's seeds and ns-3 adds seeds until "
+                             "the flow model's claims are conclusive (budget_s bounds it)")
+        check_scenario(scenario)
+    title = f"{scenario.name} (validate{' on the emulation and ns-3' if both else ''})"
+    with _bar(title, 1, progress) as bar, _sigterm_tears_down():
         folder = run_validation(scenario, Path(out), dict(cal) if cal else None,
                                 lambda label, _wall: bar.show(label), verbose=verbose,
-                                on_live=bar.live, target_ci=target_ci, budget_s=budget_s,
+                                on_live=bar.live, target_ci=target_ci,
+                                budget_s=None if both else budget_s,
                                 use_cache=reuse_calibration,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
                                 fabrics=fabrics, dask=dask, repeats=repeats)
+        if both:
+            _ns3_beside(scenario, folder, bar, budget_s, dask, jobs)
     return ValidationResult(folder)
+
+
+PACKET_ENGINES = ("auto", "emulation", "ns3", "both")
+
+
+def packet_engines(packets: str) -> str:
+    """"auto": both packet engines where this machine can run the fabric (root, Mininet,
+    Open vSwitch), ns-3 alone otherwise."""
+    if packets != "auto":
+        return packets
+    from testbed.emulation.net import fabric_unavailable
+
+    return "ns3" if fabric_unavailable() else "both"
+
+
+def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs) -> None:
+    from testbed.sweep import Executor
+    from testbed.validate import three_way
+
+    with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
+        three_way.run(scenario, folder, executor, lambda label, _wall: bar.show(label),
+                      bar.note, budget_s)
 
 
 def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repeats, dask,

@@ -13,7 +13,7 @@ from testbed.validate.document import (
     read_comparison,
     write_comparison,
 )
-from testbed.validate.pipeline import judge_again
+from testbed.validate.rejudge import judge_again
 from tests.conftest import TRACE, flow_validation
 
 

@@ -17,25 +17,93 @@ from testbed.workloads.mooncake import TraceError
 @main.command()
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--verbose", is_flag=True, help="Print every figure's line before the answer.")
-def judge(folder: str, verbose: bool) -> None:
+@click.option("--predictions", type=click.Path(dir_okay=False, exists=True), default=None,
+              metavar="FILE", help="Judge another simulator's predictions (CSV: cell, "
+              "request, ttft_s[, transfer_s]; docs/predictions.md) against the run FOLDER "
+              "(a run folder, or a validation's packets) instead.")
+def judge(folder: str, verbose: bool, predictions: str | None) -> None:
     """Judge a finished validation FOLDER again with today's flow model (no root).
 
     Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
     calibrated, with TCP terms) beside the old runs, and rewrites comparison.json,
     report.md and plots/. Use it after changing the flow model or its network.tcp
     settings to see how the verdict moves, without emulating again.
+
+    With --predictions FILE: another simulator's per-request TTFT (and per-transfer
+    times) for the work FOLDER's run served (`testbed export-workload FOLDER` writes it
+    out), judged with validate's statistics: mean TTFT per scheduler, the paper's claims,
+    the transfers. FOLDER/predictions-<name>/ gets judged.json and report.md; a bad line
+    is named (line and field), exit 2, nothing written.
     """
     from testbed.results import ValidationResult
-    from testbed.validate.pipeline import judge_again
+    from testbed.sweep import Executor
+    from testbed.validate.rejudge import judge_again
 
+    if predictions:
+        _judge_predictions(Path(folder), Path(predictions))
+        return
     try:
-        judge_again(Path(folder))
+        with Executor.local(0) as pool:  # the flow model's runs and draws on every core
+            judge_again(Path(folder), pool)
     except (ValueError, ScenarioError, TraceError) as exc:
         _fail(str(exc))
     result = ValidationResult(Path(folder))
     for line in (result.summary_lines() + [""] if verbose else []) + result.answer_lines():
         click.echo(line)
     click.echo(f"Report: {result.report}")
+
+
+def _judge_predictions(folder: Path, path: Path) -> None:
+    from testbed.records import atomic_write, write_json
+    from testbed.validate import predictions as pred
+    from testbed.validate.exported import run_folder
+
+    try:
+        run = run_folder(folder)
+        cells = pred.run_cells(run)
+        got = pred.parse(path, cells)
+    except ValueError as exc:  # PredictionError among them
+        _fail(str(exc))
+    doc = pred.judge(run, got, cells)
+    out = folder / f"predictions-{path.stem}"
+    out.mkdir(exist_ok=True)
+    write_json(out / "judged.json", doc)
+    atomic_write(out / "report.md", pred.report(doc, path.name))
+    for line in pred.answer_lines(doc, path.name):
+        click.echo(line)
+    click.echo(f"Report: {out / 'report.md'}")
+
+
+@main.command("export-workload")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Where the file goes (default: FOLDER/workload.json; - for stdout).")
+def export_workload(folder: str, out_file: str | None) -> None:
+    """Write the exact work a finished run FOLDER served, for another simulator.
+
+    Per cell (point/scheduler/seed) every request (arrival, token counts, prefix hits, KV
+    and transferred bytes, the prefill and decode instances chosen, the tier) and every
+    KV transfer shard (endpoints, tier, bytes, start), with the fabric (each instance's
+    pod, rack and server; each tier's bandwidth and latency; ECMP, background) and the
+    model's KV bytes per token: JSON, schema in docs/schemas/workload.schema.json. A
+    validation folder exports its packets' run. Predict each request's TTFT, then
+    `testbed judge --predictions FILE FOLDER`.
+    """
+    from testbed.records import atomic_write
+    from testbed.validate.exported import export
+
+    try:
+        doc = export(Path(folder))
+    except (ValueError, ScenarioError) as exc:
+        _fail(str(exc))
+    text = doc.model_dump_json(indent=1) + "\n"
+    if out_file == "-":
+        click.echo(text, nl=False)
+        return
+    target = Path(out_file) if out_file else Path(folder) / "workload.json"
+    atomic_write(target, text)
+    n = sum(len(c.requests) for c in doc.cells)
+    click.echo(f"{len(doc.cells)} cells, {n} requests written to {target}")
 
 
 @main.command("compare")

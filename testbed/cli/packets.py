@@ -367,14 +367,17 @@ def calibrate(scenario, out_file: str | None) -> None:
               metavar="N", help="Run the first seed N more times on packets (RR alone where "
               "it is scheduled) and report how far packets are from themselves per transfer: "
               "the floor for any flow model's error. Each costs one more packet run.")
-@click.option("--packets", type=click.Choice(["emulation", "ns3"]), default="emulation",
-              show_default=True,
-              help="Whose packets judge the flow model: the emulation (root), or ns-3's "
+@click.option("--packets", type=click.Choice(["auto", "emulation", "ns3", "both"]),
+              default="auto", show_default=True,
+              help="Whose packets judge the flow model: the emulation (root), ns-3's "
                    "(no root; every cell a process on every core, or on --dask; calibrated "
-                   "on ns-3's own probes). On ns-3 a scenario of one seed gets seeds added "
-                   "in doubling rounds, each its own trace segment, until every mean-TTFT "
-                   "claim is conclusive or --budget is spent; --seeds N (2 or more) judges "
-                   "exactly N.")
+                   "on ns-3's own probes), or both: the emulation's validation, ns-3 "
+                   "judged against the emulation on its seeds (does ns-3 stand in for "
+                   "Linux TCP?), and the flow model against ns-3. auto: both where this "
+                   "machine can run the fabric, ns-3 otherwise. On ns-3 a scenario of one "
+                   "seed gets seeds added in doubling rounds, each its own trace segment, "
+                   "until every mean-TTFT claim is conclusive or --budget is spent; --seeds "
+                   "N (2 or more) judges exactly N.")
 @force_option
 @fabrics_option
 @dask_option
@@ -396,7 +399,10 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
     out of the TTFT verdicts and named; transfers below the replica's validity floor
     (where TCP start-up at emulated rates swamps the transfer) are reported apart. Needs
     root and Open vSwitch (with --packets ns3, neither: ns-3 simulates the packets,
-    docs/ns3.md).
+    docs/ns3.md). By default (--packets auto) a machine that can run the fabric runs
+    both packet engines: the flow model is judged against ns-3 on as many seeds as its
+    claims need, and ns-3 against the emulation on the emulation's seeds; without root,
+    ns-3 alone.
 
     It ends with the answer: whether the paper's claims hold on packets and whether the
     flow model's gains agree, one row per mean-TTFT claim, what would settle the
@@ -418,10 +424,17 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
     """
     from testbed.api import validate as run_validation
     from testbed.cells import ConservationError
-    from testbed.emulation.net import EmulationError
+    from testbed.emulation.net import EmulationError, fabric_unavailable
     from testbed.emulation.processes import WorkerError
 
     handle_signals()
+    if packets == "both" and (why := fabric_unavailable()):
+        _fail(f"--packets both: {why}; --packets ns3 runs without the fabric")
+    if packets == "auto":
+        why = fabric_unavailable()
+        packets = "ns3" if why else "both"
+        if why:
+            console.print(f"note: packets on ns-3 alone ({why}); --packets both with root")
     try:
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
                                 progress=True, verbose=verbose, target_ci=target_ci,

@@ -123,18 +123,31 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def preflight(scenario) -> None:
+def fabric_unavailable() -> str | None:
+    """Why this machine cannot build the emulated fabric (root, Mininet, Open vSwitch),
+    or None when it can."""
     if os.geteuid() != 0:
-        raise EmulationError("the emulation needs root (network namespaces, Open vSwitch, tc)")
+        return "the emulation needs root (network namespaces, Open vSwitch, tc)"
     try:
         import mininet.net  # noqa: F401
     except ImportError:
-        raise EmulationError("Mininet is not importable: install Debian's 'mininet' package "
-                             "(./run.sh setup does)") from None
-    ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
+        return ("Mininet is not importable: install Debian's 'mininet' package "
+                "(./run.sh setup does)")
+    try:
+        ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
+                             text=True)
+    except FileNotFoundError:
+        return "Open vSwitch is not installed (./run.sh setup installs it)"
     if ovs.returncode != 0:
-        raise EmulationError("Open vSwitch does not answer (ovs-vsctl show failed): start it "
-                             "with /usr/share/openvswitch/scripts/ovs-ctl start")
+        return ("Open vSwitch does not answer (ovs-vsctl show failed): start it with "
+                "/usr/share/openvswitch/scripts/ovs-ctl start")
+    return None
+
+
+def preflight(scenario) -> None:
+    reason = fabric_unavailable()
+    if reason:
+        raise EmulationError(reason)
     emu = scenario.emulation
     for label, port in (("of_port", emu.of_port), ("oracle_port", emu.oracle_port),
                         ("metrics_port", emu.metrics_port)):

@@ -159,6 +159,8 @@ def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) ->
     """What `testbed validate` prints after its progress bar (the report's path follows):
     the answer, the claims' table, what would settle the rest, the packets' line.
     `markdown`: the same for the report, the table as a markdown table."""
+    if doc.get("three_way"):
+        return three_way_lines(doc, wall, markdown)
     found = primary_claims(doc)
     claims = [c for _, c in found]
     judged = doc.get("judged") or {}
@@ -176,3 +178,83 @@ def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) ->
     if markdown:  # paragraphs of their own
         tail = [part for line in tail for part in (line, "")][:-1]
     return lines + tail
+
+
+_EMU, _NS3, _FLOW3, _DIFF3, _VERDICT, _STAND = 10, 8, 8, 21, 13, 18
+
+
+def _short(e: dict) -> str:
+    """A difference in points with its interval, without the unit (the header says it)."""
+    return _diff(e).removesuffix(" pts")
+
+
+def three_way_rows(tw: dict) -> list[tuple[str, ...]]:
+    """Per mean-TTFT claim: the emulation's gain, ns-3's, the flow model's, flow - ns-3
+    with its verdict (the ns-3 validation's seeds), ns-3 - emulation with its verdict
+    (the emulation's seeds)."""
+    found = primary_claims(tw["flow_vs_ns3"])
+    stand = {(p, c["scheduler"], c["baseline"]): c for p, c in primary_claims(tw["stand_in"])}
+    several = len({point for point, _ in found}) > 1
+    rows = []
+    for point, c in found:
+        name = f"{display_name(c['scheduler'])} vs {display_name(c['baseline'])}"
+        s = stand.get((point, c["scheduler"], c["baseline"]))
+        emu = _pct(s["packets"]["point"]) if s else "-"
+        other = (f"{round(100 * s['difference']['point'], 1) + 0.0:+.1f} {s['verdict']}"
+                 if s and _num(s["difference"]["point"]) else "-")
+        rows.append((f"{point} {name}" if several else name, emu, _pct(c["packets"]["point"]),
+                     _pct(c["flow"]["point"]), _short(verdict_interval(c)), c["verdict"], other))
+    return rows
+
+
+def _three_header(level: float) -> tuple[str, ...]:
+    return ("claim (mean TTFT)", "emulation", "ns-3", "flow",
+            f"flow - ns-3 [{100 * level:.0f}% CI]", "verdict", "ns-3 - emulation")
+
+
+def _holds(claims: list[dict]) -> str:
+    return f"{[c['on_packets'] for c in claims].count('holds')} of {len(claims)}"
+
+
+def three_way_lines(doc: dict, wall: dict | None, markdown: bool = False) -> list[str]:
+    """The answer of a validation on both packet engines (at most 7 lines: the report's
+    path follows): the claims on each, the flow model against ns-3, and ns-3 against the
+    emulation (does it stand in for Linux TCP)."""
+    tw = doc["three_way"]
+    flow, stand = tw["flow_vs_ns3"], tw["stand_in"]
+    ours = [c for _, c in primary_claims(flow)]
+    emu = [c for _, c in primary_claims(stand)]
+    words = _counts([c["verdict"] for c in ours], ("agree", "disagree", "inconclusive"))
+    head = (f"Claims on packets: emulation {_holds(emu)} hold, ns-3 {_holds(ours)}. Flow vs "
+            f"ns-3 within {100 * GAIN_TOLERANCE:.0f} pts: {words or 'none judged'}.")
+    level = (flow.get("sequential") or {}).get("level", 0.95)
+    rows = [_three_header(level), *three_way_rows(tw)]
+    if markdown:
+        table_ = ["| " + " | ".join(rows[0]) + " |", "|---" * len(rows[0]) + "|",
+                  *("| " + " | ".join(r) + " |" for r in rows[1:])]
+    else:
+        table_ = [f"{a:<{_NAME - 1}}{b:>{_EMU}}{c:>{_NS3}}{d:>{_FLOW3}}  {e:<{_DIFF3}} "
+                  f"{f:<{_VERDICT}}{g}" for a, b, c, d, e, f, g in rows]
+    judged = flow.get("judged") or {}
+    settle = settle_line(ours, judged.get("seeds"),
+                         _seed_wall_s(judged.get("seeds"), flow.get("wall")),
+                         (flow.get("sequential") or {}).get("segments"))
+    tail = ([settle] if settle else []) + [stand_in_line(doc["targets"], stand, emu)]
+    if markdown:
+        tail = [part for line in tail for part in (line, "")][:-1]
+    return [head, *([""] if markdown else []), *table_, *([""] if markdown else []), *tail]
+
+
+def stand_in_line(t: dict, stand: dict, claims: list[dict]) -> str:
+    """ns-3 against the emulation: on how many seeds, whether the emulation's runs can be
+    trusted, the claims' verdicts and whole transfers at the emulation's placements."""
+    seeds = len(stand["seeds"])
+    runs = (f"UNFAITHFUL: {t['unfaithful_runs']} of {t['runs']} runs left out"
+            if t["unfaithful_runs"] else f"{t['runs']} runs faithful")
+    verdicts = _counts([c["verdict"] for c in claims], ("agree", "disagree", "inconclusive"))
+    forced = stand["transfers_forced"]
+    transfers = (f"per transfer {100 * forced['median_abs_error']:.1f}% "
+                 f"(p90 {100 * forced['p90_abs_error']:.1f}%)" if forced.get("n")
+                 else "no transfer paired")
+    return (f"ns-3 vs emulation ({seeds} seed{'s' * (seeds != 1)}; {runs}): "
+            f"{verdicts or 'none judged'}; {transfers}.")

@@ -48,10 +48,12 @@ def other_way(scenario, factors: dict[int, float], fit: dict, term: Term):
     return flow_twin(scenario, factors, fit, beside=(term.field,))
 
 
-def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path) -> dict[str, Path]:
+def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path,
+                executor=None) -> dict[str, Path]:
     """The flow model with each fitted term the other way, the rest as the verdict's: run
     name -> its folder."""
-    return {t.model: run_flowsim(other_way(scenario, factors, fit, t), folder).folder
+    return {t.model: run_flowsim(other_way(scenario, factors, fit, t), folder,
+                                 executor=executor).folder
             for t in TERMS.values() if fitted(fit, t)}
 
 

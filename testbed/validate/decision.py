@@ -117,3 +117,14 @@ def every_seed(same: int, seeds: int) -> Verdict:
     if not seeds:
         return Verdict.NOT_JUDGED
     return Verdict.MET if same == seeds else Verdict.MISSED
+
+
+def all_of(verdicts) -> Verdict:
+    """Several agreement verdicts as one: disagree if any disagrees, agree if every one
+    agrees, inconclusive otherwise (or with none)."""
+    verdicts = list(verdicts)
+    if Verdict.DISAGREE in verdicts:
+        return Verdict.DISAGREE
+    if verdicts and all(v == Verdict.AGREE for v in verdicts):
+        return Verdict.AGREE
+    return Verdict.INCONCLUSIVE

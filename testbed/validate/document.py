@@ -145,6 +145,7 @@ class Comparison(_Record):
     sequential: Section | None
     judged: Judged
     targets: Targets
+    three_way: Section | None = None  # --packets both: ns-3 vs the emulation, flow vs ns-3
 
     def beside(self) -> dict[str, BesideTerm]:
         """The terms judged beside the verdict's model that were fitted, by key."""

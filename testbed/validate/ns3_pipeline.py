@@ -86,5 +86,5 @@ def _judge_once(replica, folder: Path, calibration: dict, executor, on_step, not
     note(f"{len(list(packets.folder.glob('cells/*/*/seed*')))} ns-3 runs in "
          f"{phases['packets_s']:.1f} s")
     t = time.monotonic()
-    judge(replica, folder, packets.folder, calibration, on_step)
+    judge(replica, folder, packets.folder, calibration, on_step, executor)
     phases["judge_s"] = time.monotonic() - t

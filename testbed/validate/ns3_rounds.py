@@ -133,7 +133,7 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
         write_json(folder / "sequential.json", record)
         t = time.monotonic()
         doc = judge(replica.with_overrides({"seeds": now}), folder, packets, calibration,
-                    on_step)
+                    on_step, executor)
         judge_s += time.monotonic() - t
         verdicts = primary_verdicts(doc)
         looks.append({"look": k, "seeds": now, "level": level, "claims": verdicts,

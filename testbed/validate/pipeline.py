@@ -254,26 +254,30 @@ def _run_end(cell: Path) -> float:
 
 
 def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
-          on_step: Callable[[str, float], None] | None = None) -> dict:
+          on_step: Callable[[str, float], None] | None = None, executor=None) -> dict:
     """Everything after the packets: the flow model's runs, the comparisons, the report.
-    Needs no root, so a validation can be judged again under a changed flow model."""
+    Needs no root, so a validation can be judged again under a changed flow model.
+    `executor` (testbed.sweep): where the flow model's runs and draws go (here, serially,
+    by default); the document is the same either way."""
     factors = _factors(cal)
     cal = with_probe_fits(scenario, cal)
     fit = cal.get("tcp", {})
     if on_step:
         on_step("flow model (uncalibrated, calibrated, with TCP terms, forced to the packets' "
                 "placements) and replays", 0.0)
-    flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder).folder,
-             "calibrated": run_flowsim(flow_twin(scenario, factors), folder).folder,
-             "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder).folder}
+    on = {"executor": executor}
+    flows = {"uncalibrated": run_flowsim(flow_twin(scenario), folder, **on).folder,
+             "calibrated": run_flowsim(flow_twin(scenario, factors), folder, **on).folder,
+             "tcp": run_flowsim(flow_twin(scenario, factors, fit), folder, **on).folder}
     # the same model made to place every request where the packets did
     flows["tcp_forced"] = run_flowsim(flow_twin(scenario, factors, fit), folder,
-                                      follow=divergence.recorded(cells_of(emu_folder))).folder
-    flows.update(beside.engine_runs(scenario, factors, fit, folder))
+                                      follow=divergence.recorded(cells_of(emu_folder)),
+                                      **on).folder
+    flows.update(beside.engine_runs(scenario, factors, fit, folder, executor))
     seq_file = folder / "sequential.json"
     sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
     return publish(folder, build_document(scenario, emu_folder, flows, cal, factors,
-                                          sequential))
+                                          sequential, executor))
 
 
 def publish(folder: Path, doc: dict) -> dict:
@@ -285,24 +289,3 @@ def publish(folder: Path, doc: dict) -> dict:
     plots = write_plots(doc, folder / "plots")
     atomic_write(folder / "report.md", render_validation(doc, plots, folder))
     return doc
-
-
-def judge_again(folder: Path) -> dict:
-    """Judge a finished validation folder anew (its packets run and calibration kept; the
-    flow model's runs made again beside the old ones)."""
-    from testbed.scenario import Scenario
-
-    folder = Path(folder)
-    if (folder / PARTIAL).exists():
-        raise ValueError(f"{folder}: this validation did not finish (PARTIAL)")
-    try:
-        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
-        cal = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{folder}: not a validation folder ({exc})") from None
-    # the packets' run: the emulation's, or ns-3's (validate --packets ns3)
-    packets = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
-    if not packets or not isinstance(raw, dict) or "capacity_factor" not in cal:
-        raise ValueError(f"{folder}: not a validation folder (needs scenario.yaml, "
-                         "calibration.json and the packets' run folder)")
-    return judge(Scenario.model_validate(raw), folder, packets[-1], cal)

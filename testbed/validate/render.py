@@ -10,6 +10,7 @@ from testbed.model.plugins import display_name
 from testbed.validate.answer import answer_lines
 from testbed.validate.render_claims import claim_lines
 from testbed.validate.render_divergence import divergence_lines
+from testbed.validate.render_three_way import three_way_lines
 from testbed.validate.summary import reach
 from testbed.validate.targets import ENGINES_MEDIAN
 
@@ -59,6 +60,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
              "path) to the flow model: network-model error alone. *Both engines* lets each "
              "engine make its own scheduling decisions from the same workload and seed.", "",
              *_ecmp_lines(doc), *_summary_table(doc["targets"])]
+    lines += three_way_lines(doc, folder)
     lines += claim_lines(doc)
     lines += _verdict_lines(doc)
     lines += divergence_lines(doc)

@@ -174,14 +174,16 @@ def _engine_sections(j: Judging, verdicts: dict) -> dict:
 
 
 def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict,
-                   factors: dict[int, float], sequential: dict | None = None) -> dict:
-    """comparison.json: every section, in the order the report reads them."""
+                   factors: dict[int, float], sequential: dict | None = None,
+                   executor=None) -> dict:
+    """comparison.json: every section, in the order the report reads them (`executor`:
+    where the flow model's draws run)."""
     j = _judging(scenario, emu_folder, flows, cal, factors)
     sections, whole, above = _transfer_sections(j)
     # the claims: the verdict's model (TCP terms) against faithful packet runs; at the
     # level of a sequential validation's last look when it stopped early
     level = sequential["level"] if sequential else stats.CONFIDENCE
-    spread = trajectory.spread(j.tcp_twin)  # one run is one draw: the verdicts count it
+    spread = trajectory.spread(j.tcp_twin, executor=executor)  # one run is one draw
     gains = point_claims(j.emu_cells, j.flow_cells["tcp"], level, normal=bool(sequential),
                          replayed=j.replays["replay_tcp"], draws=spread)
     verdicts = {name: ttft_verdicts(j.emu_cells, j.flow_cells[name])

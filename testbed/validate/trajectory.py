@@ -18,6 +18,7 @@ import statistics
 
 from testbed.cells import slug
 from testbed.flowsim.simulator import simulate
+from testbed.sweep import Lost
 from testbed.validate.claims import FLOW_DRAWS, PRIMARY, DrawSpread, claim_pairs, gain, served
 from testbed.workloads.build import build_workload
 
@@ -64,12 +65,32 @@ def pooled(per_seed: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
             for c in claims}
 
 
-def spread(scenario, draws: int = FLOW_DRAWS) -> dict[str, dict]:
+def _seed_draws(task: tuple) -> dict[str, list[float]]:
+    return seed_draws(*task[1:])
+
+
+def spread(scenario, draws: int = FLOW_DRAWS, executor=None) -> dict[str, dict]:
     """point -> pooled(...) over every seed of the flow-model scenario given (the
-    verdict's), for its mean-TTFT claims."""
-    return {f"{index:03d}-{slug(point)}": pooled(
-        {seed: seed_draws(cell, seed, draws) for seed in range(cell.seed, cell.seed + cell.seeds)})
-        for index, (point, cell) in enumerate(scenario.cells())}
+    verdict's), for its mean-TTFT claims; each seed's draws on `executor` (a
+    testbed.sweep.Executor; here by default): the same figures either way."""
+    cells = [(f"{index:03d}-{slug(point)}", cell)
+             for index, (point, cell) in enumerate(scenario.cells())]
+    tasks = [(i, cell, seed, draws) for i, (cell, seed) in enumerate(
+        (cell, seed) for _, cell in cells for seed in range(cell.seed, cell.seed + cell.seeds))]
+    got: dict[int, dict] = {}
+    runs = executor.map(_seed_draws, tasks) if executor is not None else (
+        (t, _seed_draws(t)) for t in tasks)
+    for task, result in runs:
+        if isinstance(result, Lost):
+            raise RuntimeError(f"the flow model's draws of seed {task[2]} failed: "
+                               f"{result.error}")
+        got[task[0]] = result
+    out, i = {}, 0
+    for key, cell in cells:
+        out[key] = pooled({seed: got[i + k] for k, seed in
+                           enumerate(range(cell.seed, cell.seed + cell.seeds))})
+        i += cell.seeds
+    return out
 
 
 def draw_spreads(point_spread: dict | None) -> dict[str, DrawSpread]:

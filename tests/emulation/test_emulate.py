@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -82,8 +83,8 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
                                          "emulation.rto_min_ms": 10})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
-                           str(out), "--target-ci", "90%", "--budget", "20m",
-                           "--fabrics", "1", "--repeats", "1"], cwd=ROOT,
+                           str(out), "--packets", "emulation", "--target-ci", "90%",
+                           "--budget", "20m", "--fabrics", "1", "--repeats", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert cleanup.find_leftovers().empty
@@ -121,6 +122,40 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
             for p in sorted((again / "cells").glob("*/*/seed*"))] == ["000-base/rr/seed1"]
     if doc["repeat"] is not None:  # transfers above the floor, faithful in both runs
         assert doc["repeat"]["runs"] == 2 and "## Packets against packets" in report
+
+
+def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(tmp_path):
+    # the default as root: the emulation's validation, ns-3 on its cells (deciding and at
+    # its placements), the flow model against ns-3 in ns3/ (seeds until --budget), one answer
+    path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
+                                         "emulation.queue_limit": "bytes",
+                                         "emulation.rto_min_ms": 10})
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
+                           str(out), "--budget", "90s", "--fabrics", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cleanup.find_leftovers().empty
+    (folder,) = out.glob("fabric-test-validate-*")
+    assert not (folder / PARTIAL).exists()
+    doc = json.loads((folder / "comparison.json").read_text())
+    tw = doc["three_way"]
+    assert tw["stand_in"]["seeds"] == [1]
+    assert tw["stand_in"]["transfers_forced"]["n"] > 0  # every transfer of the seed paired
+    ns3 = Path(tw["folders"]["ns3_validation"])
+    assert ns3.parent == folder / "ns3" and (ns3 / "sequential.json").exists()
+    forced = Path(tw["folders"]["forced"])  # ns-3 placed each request where the emulation did
+    emu = next(folder.glob("fabric-test-emulation-*"))
+    for name in ("rr", "netkv-full"):
+        want = {r["id"]: r["decode"] for r in rows(next(emu.glob(f"cells/*/{name}/seed1"))
+                                                    / "requests.csv") if r["decode"]}
+        got = {r["id"]: r["decode"] for r in rows(next(forced.glob(f"cells/*/{name}/seed1"))
+                                                   / "requests.csv") if r["id"] in want}
+        assert got == want
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Claims on packets: emulation ")
+    assert any(line.startswith("ns-3 vs emulation (1 seed; ") for line in lines), lines
+    assert "## ns-3 against the emulation" in (folder / "report.md").read_text()
 
 
 def rows(path):

@@ -1,0 +1,144 @@
+"""`testbed validate --packets both`: three engines, one verdict.
+
+The emulation's validation (the flow model against real Linux TCP) runs first, as
+`--packets emulation` runs it. Then ns-3 runs the emulation's own cells and seeds twice,
+deciding for itself and forced to the emulation's placements, and ns-3 is judged against
+the emulation with the same paired statistics as the flow model is (claims per metric,
+whole transfers, TTFT, the ranking per seed): does ns-3 stand in for Linux TCP on this
+fabric? The claims' verdicts are taken at the emulation's placements (the network alone,
+as the flow model's replay is); ns-3 deciding for itself is judged beside. Then the flow
+model is judged against ns-3 (validate_ns3: seeds added on every
+core until its claims are conclusive or the budget is spent), in a validation folder of
+its own under ns3/. The section `three_way` of the emulation's comparison.json holds
+both, and the answer leads with one table of the three engines.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from testbed.records import PARTIAL, atomic_write, read_csv, write_json
+from testbed.validate import compare, divergence
+from testbed.validate.claims import PRIMARY
+from testbed.validate.decision import all_of
+from testbed.validate.replay import whole_pairs
+from testbed.validate.sections import cells_of
+from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
+
+STAND_IN = "ns3-vs-emulation"  # ns-3's runs of the emulation's own cells and seeds
+NS3 = "ns3"  # the flow model's validation against ns-3
+RUNS = "runs.json"  # which of STAND_IN's run folders decided and which followed
+
+
+def mirror(scenario):
+    """The emulation's cells as ns-3 runs them: the emulation's scale, seeds and workload,
+    no time dilation (records are in modelled time on both)."""
+    from testbed.validate.ns3_pipeline import ns3_replica
+
+    return ns3_replica(scenario.with_overrides({"ns3.scale": scenario.emulation.scale}))
+
+
+def packets_folder(folder: Path) -> Path:
+    """The emulation's run folder inside a validation folder."""
+    found = sorted(folder.glob("*-emulation-*"))
+    if not found:
+        raise ValueError(f"{folder}: no emulation run folder (a validation on packets)")
+    return found[-1]
+
+
+def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] | None,
+        note: Callable[[str], None], budget_s: float | None) -> None:
+    """After the emulation's validation in `folder`: ns-3 on its cells, the flow model's
+    validation on ns-3, and the three-way section in comparison.json and the report."""
+    from testbed.runner import run_flowsim
+    from testbed.validate.ns3_pipeline import validate_ns3
+
+    started = time.monotonic()
+    atomic_write(folder / PARTIAL, "ns-3's part of a three-engine validation not finished\n")
+    emu = cells_of(packets_folder(folder))
+    twin = mirror(scenario)
+    out = folder / STAND_IN
+    out.mkdir(exist_ok=True)
+    if on_step:
+        on_step("ns-3 on the emulation's cells and seeds (deciding, then at its placements)",
+                0.0)
+    deciding = run_flowsim(twin, out, executor=executor, engine="ns3").folder
+    forced = run_flowsim(twin, out, executor=executor, engine="ns3",
+                         follow=divergence.recorded(emu)).folder
+    write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name})
+    note(f"ns-3 ran the emulation's {len(emu)} cells in {time.monotonic() - started:.0f} s; "
+         "now the flow model against ns-3")
+    validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s)
+    rejudge(folder)
+    wall_file = folder / "wall.json"
+    wall = json.loads(wall_file.read_text()) if wall_file.exists() else {"phases": {}}
+    wall["phases"]["ns3_s"] = time.monotonic() - started
+    wall["total_s"] = wall.get("total_s", 0.0) + wall["phases"]["ns3_s"]
+    write_json(wall_file, wall)
+    (folder / PARTIAL).unlink(missing_ok=True)
+
+
+def rejudge(folder: Path) -> dict:
+    """comparison.json with its three-way section (anew from the run folders), republished."""
+    from testbed.validate.document import load
+    from testbed.validate.pipeline import publish
+
+    doc = load(folder / "comparison.json")
+    doc["three_way"] = section(folder)
+    return publish(folder, doc)
+
+
+def ns3_validation(folder: Path) -> Path:
+    found = sorted((folder / NS3).glob("*-validate-*"))
+    if not found:
+        raise ValueError(f"{folder / NS3}: no validation on ns-3 in it")
+    return found[-1]
+
+
+def section(folder: Path) -> dict:
+    """ns-3 against the emulation on the emulation's seeds, and the flow model against
+    ns-3 as its own validation judged it (pure but for reading the folders)."""
+    from testbed.validate.document import load
+
+    emu_cells, flagged = faithful_cells(cells_of(packets_folder(folder)))
+    runs = json.loads((folder / STAND_IN / RUNS).read_text())
+    deciding = cells_of(folder / STAND_IN / runs["deciding"])
+    forced = cells_of(folder / STAND_IN / runs["forced"])
+    theirs = ns3_validation(folder)
+    ns3 = load(theirs / "comparison.json")
+    wall_file = theirs / "wall.json"
+    # the verdict at the emulation's placements: the network alone, as the flow model's
+    # replay is; deciding for itself adds each engine's own draw of the decisions
+    gains = point_claims(emu_cells, forced)
+    primary = [c["verdict"] for by in gains.values() for c in by["claims"]
+               if c["metric"] == PRIMARY]
+    return {
+        "engines": {"packets": "emulation", "flow": "ns3"},
+        "folders": {"deciding": str(folder / STAND_IN / runs["deciding"]),
+                    "forced": str(folder / STAND_IN / runs["forced"]),
+                    "ns3_validation": str(theirs)},
+        "stand_in": {
+            "seeds": sorted({int(k.rsplit("seed", 1)[1]) for k in emu_cells}),
+            "excluded_runs": flagged,
+            "verdict": all_of(primary),
+            "claims": gains,
+            "claims_deciding": point_claims(emu_cells, deciding),
+            "transfers_forced": compare.error_summary(whole_pairs(emu_cells, _rows(forced))),
+            "transfers_deciding": compare.error_summary(
+                whole_pairs(emu_cells, _rows(deciding))),
+            "ttft_verdicts": ttft_verdicts(emu_cells, forced),
+            "seed_rankings": seed_rankings(emu_cells, deciding),
+        },
+        "flow_vs_ns3": {"claims": ns3["claims"], "judged": ns3["judged"],
+                        "sequential": ns3.get("sequential"),
+                        "runs": ns3["targets"]["runs"],
+                        "wall": json.loads(wall_file.read_text()) if wall_file.exists()
+                        else None},
+    }
+
+
+def _rows(cells: dict[str, Path]) -> dict[str, list[dict]]:
+    return {key: read_csv(cell / "transfers.csv") for key, cell in cells.items()}
