@@ -47,6 +47,11 @@ class Prober:
         while pending or len(owner):
             due = pending[0][0] if pending else t0 + 3600.0
             finished = self.net.run_until(due)
+            if finished is None and not pending:
+                raise RuntimeError(
+                    f"ns-3 probe {src} -> {dst}: {len(owner)} flow(s) still unfinished an "
+                    "hour of simulated time after the set started (a stalled TCP "
+                    "connection in ns-3 at these emulation.* settings)")
             if finished is None:
                 self.now = due
                 _, j = pending.pop(0)

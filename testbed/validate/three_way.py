@@ -103,7 +103,8 @@ def section(folder: Path) -> dict:
     ns-3 as its own validation judged it (pure but for reading the folders)."""
     from testbed.validate.document import load
 
-    emu_cells, flagged = faithful_cells(cells_of(packets_folder(folder)))
+    all_emu = cells_of(packets_folder(folder))
+    emu_cells, flagged = faithful_cells(all_emu)
     runs = json.loads((folder / STAND_IN / RUNS).read_text())
     deciding = cells_of(folder / STAND_IN / runs["deciding"])
     forced = cells_of(folder / STAND_IN / runs["forced"])
@@ -126,9 +127,9 @@ def section(folder: Path) -> dict:
             "verdict": all_of(primary),
             "claims": gains,
             "claims_deciding": point_claims(emu_cells, deciding),
-            "transfers_forced": compare.error_summary(whole_pairs(emu_cells, _rows(forced))),
-            "transfers_deciding": compare.error_summary(
-                whole_pairs(emu_cells, _rows(deciding))),
+            # every run's transfers, as the replay keeps them: what the packets did
+            "transfers_forced": compare.error_summary(whole_pairs(all_emu, _rows(forced))),
+            "transfers_deciding": compare.error_summary(whole_pairs(all_emu, _rows(deciding))),
             "ttft_verdicts": ttft_verdicts(emu_cells, forced),
             "seed_rankings": seed_rankings(emu_cells, deciding),
         },

@@ -126,10 +126,10 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
 
 def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(tmp_path):
     # the default as root: the emulation's validation, ns-3 on its cells (deciding and at
-    # its placements), the flow model against ns-3 in ns3/ (seeds until --budget), one answer
+    # its placements), the flow model against ns-3 in ns3/ (seeds until --budget), one answer.
+    # The kernel's rto_min: ns-3 stalls a probe at 20 ms or less on this replica
     path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
-                                         "emulation.queue_limit": "bytes",
-                                         "emulation.rto_min_ms": 10})
+                                         "emulation.queue_limit": "bytes"})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
                            str(out), "--budget", "90s", "--fabrics", "1"], cwd=ROOT,
@@ -140,8 +140,11 @@ def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(
     assert not (folder / PARTIAL).exists()
     doc = json.loads((folder / "comparison.json").read_text())
     tw = doc["three_way"]
-    assert tw["stand_in"]["seeds"] == [1]
-    assert tw["stand_in"]["transfers_forced"]["n"] > 0  # every transfer of the seed paired
+    if doc["targets"]["unfaithful_runs"]:  # left out of the claims, named
+        assert tw["stand_in"]["excluded_runs"] and tw["stand_in"]["verdict"] == "inconclusive"
+    else:
+        assert tw["stand_in"]["seeds"] == [1]
+    assert tw["stand_in"]["transfers_forced"]["n"] > 0  # every run's transfers paired
     ns3 = Path(tw["folders"]["ns3_validation"])
     assert ns3.parent == folder / "ns3" and (ns3 / "sequential.json").exists()
     forced = Path(tw["folders"]["forced"])  # ns-3 placed each request where the emulation did
@@ -154,7 +157,7 @@ def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(
         assert got == want
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Claims on packets: emulation ")
-    assert any(line.startswith("ns-3 vs emulation (1 seed; ") for line in lines), lines
+    assert any(line.startswith("ns-3 vs emulation (") for line in lines), lines
     assert "## ns-3 against the emulation" in (folder / "report.md").read_text()
 
 
