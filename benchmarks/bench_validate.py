@@ -23,10 +23,13 @@ one row out in turn
 
 With --packets ns3 every row is judged against ns-3's packets instead (no root; its
 calibration and every fitted term from ns-3's own probes, never from the rows; 8 seeds a
-row by default, every core).
+row by default, every core). With --flow-model NAME (repeatable; `--flow-model simple`: the
+four built-in simple models) each row also judges those network models against its
+packets (testbed/validate/flow_models.py), and a last table gives one verdict row per
+model and row.
 
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
-     [--packets emulation|ns3]
+     [--packets emulation|ns3] [--flow-model simple | --flow-model NAME ...]
      [--measure 12] [--target-ci 0.05 --budget 540] [--repeats 3] [--set FIELD=VALUE ...]
 """
 
@@ -41,11 +44,14 @@ import yaml
 
 from testbed.cli.common import handle_signals
 from testbed.emulation.ingress import machine_drops
+from testbed.model import network_models
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
+from testbed.validate import model_table
 from testbed.validate.document import load
 from testbed.validate.ns3_pipeline import validate_ns3
 from testbed.validate.pipeline import validate
+from testbed.validate.rejudge import with_flow_models
 from testbed.validate.selection import row_figures, selection_lines
 from testbed.validate.summary import acceptance
 
@@ -153,7 +159,14 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/netkv-bench-validate")
     ap.add_argument("--repeats", type=int, default=0,
                     help="run each row's first seed N more times on packets (RR): the floor")
+    ap.add_argument("--flow-model", dest="models", action="append", default=[],
+                    metavar="NAME", help="judge this network model too (repeatable); simple: "
+                    "the four built-in simple models")
     args = ap.parse_args()
+    models = [m for name in args.models
+              for m in (network_models.SIMPLE if name == "simple" else [name])]
+    model_lines = [f"| row | {' | '.join(model_table.HEADER)} |",
+                   "|---" * (len(model_table.HEADER) + 1) + "|"]
     lines = ["| row | replay median (TCP, above floor) [CI] | p90 [CI] | fluid median / p90 "
              "(all) | transfers above / below floor | mean TTFT per scheduler | same ranking "
              "(seeds) | faithful | gains a/d/i | judged (per wall-minute) | packets against packets "
@@ -177,6 +190,13 @@ def main() -> None:
             folder = validate(sc, Path(args.out), target_ci=args.target_ci,
                               budget_s=args.budget, repeats=args.repeats)
         wall = time.perf_counter() - t0
+        if models:
+            with Executor.local(0) as pool:
+                with_flow_models(folder, models, pool)
+            model_lines += [f"| {name} | " + " | ".join(r) + " |"
+                            for r in model_table.rows(load(folder / "comparison.json")
+                                                      ["flow_models"])]
+            print("\n".join(model_lines[-len(models) - 1:]), flush=True)
         doc = load(folder / "comparison.json")
         lines.append(row(name, doc, wall))
         figures[name] = row_figures(doc)
@@ -186,6 +206,9 @@ def main() -> None:
         print(f"{name}: {ingress_line(folder)}", flush=True)
     print("\n".join(lines))
     print("\n".join(["", *acceptance_lines(accepted)]))
+    if models:
+        print("\n".join(["", *model_table.intro(), "",
+                         *model_lines]))
     if len(figures) >= 3:  # each term chosen on the other rows, judged on the one left out
         print("\n".join(["", *selection_lines(figures)]))
 

@@ -6,7 +6,8 @@ Scripted like Mininet:
     run = simulate(load_scenario("scenarios/default.yaml", seeds=1))
     run.requests  # a pandas DataFrame
 
-and extended with your own scheduler: subclass `testbed.Scheduler` (docs/schedulers.md).
+and extended with your own scheduler: subclass `testbed.Scheduler`, or your own network
+model: subclass `testbed.NetworkModel` (docs/schedulers.md).
 Names load on first use, so `import testbed` stays cheap for the CLI and the workers.
 """
 
@@ -24,6 +25,10 @@ _EXPORTS = {
     "Candidate": "testbed.model.candidates", "CandidateTable": "testbed.model.candidates",
     "RequestInfo": "testbed.model.schedulers", "Decision": "testbed.model.schedulers",
     "Oracle": "testbed.model.oracle", "PluginError": "testbed.model.plugins",
+    "NetworkModel": "testbed.model.network_models",
+    "NetworkModelContext": "testbed.model.network_models",
+    "Transfer": "testbed.model.network_models", "SharedFlow": "testbed.model.network_models",
+    "Link": "testbed.model.network_models",
 }
 __all__ = sorted(_EXPORTS)
 

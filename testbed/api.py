@@ -235,7 +235,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              calibration_max_age_s: float = 24 * 3600.0,
              fabrics: int | str = "auto", dask: str | None = None,
              repeats: int = 0, packets: str = "emulation",
-             jobs: int = 0) -> ValidationResult:
+             jobs: int = 0, flow_models: Sequence[str] = ()) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
@@ -251,8 +251,11 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     packets="both": the emulation's validation, then ns-3 judged against the emulation on
     its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
     bounds those; testbed/validate/three_way.py); "auto" (the CLI's default): both where
-    this machine can run the fabric, ns-3 otherwise."""
+    this machine can run the fabric, ns-3 otherwise. flow_models: network models
+    (testbed/model/network_models.py: built-in keys, entry points, 'module:Class') judged
+    beside the verdict's max-min, a row each in the section `flow_models`."""
     from testbed.cells import preflight
+    from testbed.validate.flow_models import check_models
     from testbed.validate.pipeline import check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
@@ -261,6 +264,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if packets not in PACKET_ENGINES:
         raise ValueError(f"packets must be one of {', '.join(PACKET_ENGINES)}, got {packets!r}")
     packets = packet_engines(packets)
+    models = check_models(list(flow_models)) if flow_models else []
     cal = calibration
     source = "calibration"
     if isinstance(calibration, str | Path):
@@ -276,7 +280,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
             check_calibration(dict(cal), scenario, source)
     if packets == "ns3":
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
-                             target_ci, budget_s, repeats, dask, jobs)
+                             target_ci, budget_s, repeats, dask, jobs, models)
     both = packets == "both"
     if both:
         from testbed.ns3sim.check import check_scenario
@@ -297,6 +301,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 fabrics=fabrics, dask=dask, repeats=repeats)
         if both:
             _ns3_beside(scenario, folder, bar, budget_s, dask, jobs)
+        if models:
+            _flow_models(folder, models, bar, dask, jobs)
     return ValidationResult(folder)
 
 
@@ -322,8 +328,19 @@ def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs) -> None:
                       bar.note, budget_s)
 
 
+def _flow_models(folder: Path, models: list[str], bar, dask, jobs, executor=None) -> None:
+    from testbed.sweep import Executor
+    from testbed.validate.rejudge import with_flow_models
+
+    if executor is not None:
+        with_flow_models(folder, models, executor, lambda label, _wall: bar.show(label))
+        return
+    with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
+        with_flow_models(folder, models, executor, lambda label, _wall: bar.show(label))
+
+
 def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repeats, dask,
-                  jobs) -> ValidationResult:
+                  jobs, models: list[str]) -> ValidationResult:
     from testbed.ns3sim.check import check_scenario
     from testbed.sweep import Executor
     from testbed.validate.ns3_pipeline import validate_ns3
@@ -340,4 +357,6 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
         folder = validate_ns3(scenario, out, cal, executor,
                               lambda label, _wall: bar.show(label), on_note=bar.note,
                               budget_s=budget_s)
+        if models:
+            _flow_models(folder, models, bar, dask, jobs, executor)
     return ValidationResult(folder)

@@ -262,8 +262,10 @@ class ValidationResult:
         """The answer `testbed validate` prints: do the claims hold on packets, does the
         flow model get their gains right, what would settle the rest."""
         from testbed.validate.answer import answer_lines
+        from testbed.validate.model_table import terminal_lines
 
-        return answer_lines(self.comparison, self._read("wall.json"))
+        return (answer_lines(self.comparison, self._read("wall.json"))
+                + terminal_lines(self.comparison.get("flow_models")))
 
     def summary_lines(self) -> list[str]:
         """Every figure's line (`testbed validate --verbose`)."""

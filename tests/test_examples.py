@@ -61,3 +61,27 @@ def test_the_plugin_script_is_twenty_lines_or_so():
     code = [line for line in (ROOT / "examples" / "plugin_both_engines.py").read_text()
             .splitlines() if line.strip()]
     assert len(code) <= 22
+
+
+def test_the_network_model_example_judges_its_model_beside_max_min(tmp_path):
+    import json
+    import os
+
+    from testbed.scenario import Scenario
+    from testbed.validate.rejudge import judge_again
+    from tests.conftest import TRACE, flow_validation
+
+    base = Scenario(name="nm", workload={"trace": str(TRACE), "measure_s": 3.0},
+                    schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
+    folder = flow_validation(tmp_path / "nm-validate-x", base)  # a flow run for packets
+    judge_again(folder)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "network_model.py"),
+                           str(folder)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert any(line.startswith("per-stream ") for line in done.stdout.splitlines())
+    rows = json.loads((folder / "comparison.json").read_text())["flow_models"]["models"]
+    assert [r["model"] for r in rows] == ["max-min", "network_model:PerStream",
+                                          "fixed-bandwidth"]
+    assert rows[1]["faults"] == 0  # it ran behind the guard without a fault

@@ -254,3 +254,21 @@ def schedulers() -> None:
             name = f"(cannot load: {exc})"
         table.add_row(key, name, origin)
     out.print(table)
+
+
+@main.command("network-models")
+def network_models_cmd() -> None:
+    """List the network models `network.model` and `validate --flow-model` may name.
+
+    max-min (the flow model's own fluid sharing, with its TCP terms when
+    network.flow_model is tcp), the four simple built-ins of serving simulators
+    (fixed-bandwidth, latency-bandwidth, each with a -fair variant), and every installed
+    plugin (entry point group netkv_testbed.network_models). Any 'module:Class'
+    importable from the Python path works too: docs/schedulers.md#network-models.
+    """
+    from testbed.model import network_models
+
+    table = Table("key", "what it does", "from")
+    for key, (what, origin) in network_models.known().items():
+        table.add_row(key, what, origin)
+    out.print(table)

@@ -21,7 +21,12 @@ from testbed.workloads.mooncake import TraceError
               metavar="FILE", help="Judge another simulator's predictions (CSV: cell, "
               "request, ttft_s[, transfer_s]; docs/predictions.md) against the run FOLDER "
               "(a run folder, or a validation's packets) instead.")
-def judge(folder: str, verbose: bool, predictions: str | None) -> None:
+@click.option("--flow-model", "flow_models", multiple=True, metavar="NAME",
+              help="Judge these network models against FOLDER's packets (repeatable; "
+              "`testbed network-models` lists them), a row each beside max-min; the rest "
+              "of the document is kept as it is.")
+def judge(folder: str, verbose: bool, predictions: str | None,
+          flow_models: tuple[str, ...]) -> None:
     """Judge a finished validation FOLDER again with today's flow model (no root).
 
     Keeps its packets run and calibration, runs the flow model anew (uncalibrated,
@@ -37,14 +42,19 @@ def judge(folder: str, verbose: bool, predictions: str | None) -> None:
     """
     from testbed.results import ValidationResult
     from testbed.sweep import Executor
-    from testbed.validate.rejudge import judge_again
+    from testbed.validate.flow_models import check_models
+    from testbed.validate.rejudge import judge_again, with_flow_models
 
     if predictions:
         _judge_predictions(Path(folder), Path(predictions))
         return
     try:
+        models = check_models(list(flow_models)) if flow_models else []
         with Executor.local(0) as pool:  # the flow model's runs and draws on every core
-            judge_again(Path(folder), pool)
+            if models:
+                with_flow_models(Path(folder), models, pool)
+            else:
+                judge_again(Path(folder), pool)
     except (ValueError, ScenarioError, TraceError) as exc:
         _fail(str(exc))
     result = ValidationResult(Path(folder))

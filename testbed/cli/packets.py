@@ -378,13 +378,20 @@ def calibrate(scenario, out_file: str | None) -> None:
                    "seed gets seeds added in doubling rounds, each its own trace segment, "
                    "until every mean-TTFT claim is conclusive or --budget is spent; --seeds "
                    "N (2 or more) judges exactly N.")
+@click.option("--flow-model", "flow_models", multiple=True, metavar="NAME",
+              help="Judge this network model too (repeatable): a built-in "
+              "(fixed-bandwidth, fixed-bandwidth-fair, latency-bandwidth, "
+              "latency-bandwidth-fair), an installed plugin or 'module:Class' "
+              "(`testbed network-models` lists them). Each is replayed on the packets' "
+              "transfers and run deciding, on every packet engine judged, and gets a row "
+              "beside max-min (the verdict's model) after the answer and in the report.")
 @force_option
 @fabrics_option
 @dask_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
              budget: float | None, max_age_h: float, recalibrate: bool, repeats: int,
-             verbose: bool, packets: str, force: bool, fabrics: int | str,
-             dask_address: str | None) -> None:
+             verbose: bool, packets: str, flow_models: tuple[str, ...], force: bool,
+             fabrics: int | str, dask_address: str | None) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -440,7 +447,8 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
                                 calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics,
-                                dask=dask_address, repeats=repeats, packets=packets)
+                                dask=dask_address, repeats=repeats, packets=packets,
+                                flow_models=flow_models)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

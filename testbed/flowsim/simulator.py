@@ -24,6 +24,7 @@ from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.faults import FaultEvents
 from testbed.flowsim.flowkv_control import FlowKVControl
+from testbed.flowsim.model_network import flow_network
 from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.reuse_fetch import Fetch, PrefixFetch
 from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
@@ -121,10 +122,12 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         return EventLoop()
 
     def _network(self, seed: int) -> FluidNetwork:
-        """The network the transfers run on (an engine over packets puts its own here)."""
+        """The network the transfers run on: max-min or the scenario's network model (an
+        engine over packets puts its own here)."""
         net = self.scenario.network
-        return FluidNetwork(self.spec, random.Random(seed * 104729 + 3), net.capacity_factor,
-                            self.scenario.tcp_params(), net.tcp.rtt_exponent)
+        return flow_network(self.spec, random.Random(seed * 104729 + 3), net.capacity_factor,
+                            self.scenario.tcp_params(), net.tcp.rtt_exponent, net.model,
+                            self.scenario.scheduler_timeout_ms / 1e3)
 
     def new_decoder(self, name: str) -> DecodeInstance:
         """A decode engine on instance `name` (every decode instance; a prefill instance
@@ -260,8 +263,14 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
                 faults_injected=len(self.faults_log), level_bytes=self.net.level_bytes,
                 reuse_bytes=self.reuse_bytes,
                 prefill_stall_s=sum(p.stall_s for p in self.prefill.values()),
-                pruned_requests=len(self.pruned), roles=self.flowkv),
+                pruned_requests=len(self.pruned), roles=self.flowkv) | self._model_faults(),
         )
+
+    def _model_faults(self) -> dict:
+        """A network-model plugin's faults under its guard, for summary.json."""
+        faults = getattr(self.net, "faults", None)
+        report = faults() if faults else None
+        return {"network_model_faults": report} if report is not None else {}
 
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,

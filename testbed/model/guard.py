@@ -30,12 +30,12 @@ RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK = (
 KINDS = (RAISED, UNKNOWN_INSTANCE, BAD_RETURN, TOO_SLOW, CALLBACK)
 
 
-class _Overtime(BaseException):
+class Overtime(BaseException):
     """Raised into a decision that ran past its limit (BaseException: a plugin's own
     `except Exception` cannot swallow it)."""
 
 
-class _Deadline:
+class Deadline:
     """An interval timer that interrupts the main thread after `seconds`; elsewhere (a
     thread pool's worker) nothing: the late decision is still thrown away afterwards."""
 
@@ -55,7 +55,7 @@ class _Deadline:
 
     @staticmethod
     def _fire(_signum, _frame):
-        raise _Overtime
+        raise Overtime
 
     def __exit__(self, *_exc):
         if self.armed:
@@ -80,9 +80,9 @@ class GuardedScheduler(SchedulerWrapper):
         t0 = time.perf_counter()
         kind, detail, decision = None, "", None
         try:
-            with _Deadline(self.timeout_s):
+            with Deadline(self.timeout_s):
                 decision = self.inner.select(request, prefill, candidates, oracle)
-        except _Overtime:
+        except Overtime:
             kind, detail = TOO_SLOW, f"still deciding after {self.timeout_s * 1e3:g} ms"
         except Exception as exc:  # noqa: BLE001 - the plugin's error, recorded by name
             kind, detail = RAISED, f"{type(exc).__name__}: {exc}"

@@ -74,30 +74,40 @@ def resolve(key: str) -> PluginScheduler:
 
 
 def _load(target: str, origin: str) -> type[Scheduler]:
+    obj = load_class(target, f"scheduler {origin!r}", Scheduler,
+                     "a scheduler class (subclass testbed.Scheduler and implement rank(); "
+                     "docs/schedulers.md)")
+    if obj.rank is Scheduler.rank and obj.select is Scheduler.select:
+        raise PluginError(f"scheduler {origin!r}: {target.partition(':')[2]} implements "
+                          "neither rank() nor select()")
+    return obj
+
+
+def load_class(target: str, label: str, base: type, what: str) -> type:
+    """The class `target` ("module:Class") names, imported and checked to subclass `base`
+    (any plugin kind: schedulers here, network models in model/network_models.py);
+    PluginError starts with `label` ("scheduler 'x:Y'") and, for a wrong class, says it
+    is not `what`."""
     if not _TARGET.match(target):
-        raise PluginError(f"scheduler {origin!r}: expected 'module:Class' (dotted names)")
+        raise PluginError(f"{label}: expected 'module:Class' (dotted names)")
     module_name, _, attr = target.partition(":")
     try:
         obj = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise PluginError(f"scheduler {origin!r}: no module named {module_name!r} on the "
+            raise PluginError(f"{label}: no module named {module_name!r} on the "
                               "Python path (install the plugin's package, or add its folder "
                               "to PYTHONPATH)") from None
-        raise PluginError(f"scheduler {origin!r}: importing {module_name} failed: {exc}") from None
+        raise PluginError(f"{label}: importing {module_name} failed: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a plugin's import-time error, reported by name
-        raise PluginError(f"scheduler {origin!r}: importing {module_name} raised "
+        raise PluginError(f"{label}: importing {module_name} raised "
                           f"{type(exc).__name__}: {exc}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise PluginError(f"scheduler {origin!r}: module {module_name} has no {attr!r}")
+            raise PluginError(f"{label}: module {module_name} has no {attr!r}")
         obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
-        raise PluginError(f"scheduler {origin!r}: {attr} is not a scheduler class (subclass "
-                          "testbed.Scheduler and implement rank(); docs/schedulers.md)")
-    if obj.rank is Scheduler.rank and obj.select is Scheduler.select:
-        raise PluginError(f"scheduler {origin!r}: {attr} implements neither rank() nor "
-                          "select()")
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise PluginError(f"{label}: {attr} is not {what}")
     return obj
 
 

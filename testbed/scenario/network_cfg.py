@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from testbed.model import network_models
 from testbed.scenario.base import DAY_S, MIN_PERIOD_S, _Strict
 
 
@@ -75,6 +76,13 @@ class NetworkCfg(_Strict):
         "adds handshake, slow start and tail round trips and RTT-weighted shares "
         "(network.tcp)")
     tcp: TcpCfg = TcpCfg()
+    model: str = Field(
+        "max-min", max_length=200, description="flow engine: what times a KV transfer. "
+        "max-min: fluid sharing re-solved at every arrival and completion (with the TCP "
+        "terms of flow_model: tcp); fixed-bandwidth, latency-bandwidth and their -fair "
+        "variants: the simple models of serving simulators, timed once at a transfer's "
+        "start; or a plugin's entry-point name or 'module:Class' "
+        "(docs/schedulers.md#network-models). Packet engines ignore it")
     flows_per_transfer: int | None = Field(None, ge=1, le=64, description="default: TP")
     ecmp: Literal["per-transfer", "per-pair", "per-flow"] = Field(
         "per-transfer",
@@ -116,6 +124,13 @@ class NetworkCfg(_Strict):
         for tier, f in v.items():
             if tier not in (0, 1, 2, 3) or not 0.1 <= f <= 1.5:
                 raise ValueError(f"tier {tier}: factor {f} (tiers 0-3, factors 0.1-1.5)")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        if not network_models.is_max_min(v):
+            network_models.resolve(v)  # imported and checked now, not mid-run
         return v
 
 

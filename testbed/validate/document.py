@@ -146,6 +146,7 @@ class Comparison(_Record):
     judged: Judged
     targets: Targets
     three_way: Section | None = None  # --packets both: ns-3 vs the emulation, flow vs ns-3
+    flow_models: Section | None = None  # --flow-model: other network models, a row each
 
     def beside(self) -> dict[str, BesideTerm]:
         """The terms judged beside the verdict's model that were fitted, by key."""

@@ -1,39 +1,56 @@
 """`testbed judge FOLDER`: a finished validation judged again from its folder alone (its
 packets' runs and calibration kept, the flow model run anew), a validation on both packet
-engines with its ns-3 validation and three-way section too."""
+engines with its ns-3 validation and three-way section too, and the other flow models
+it was judged with (or those asked for now)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import yaml
-
-from testbed.records import PARTIAL
 from testbed.validate import three_way
-from testbed.validate.pipeline import judge
+from testbed.validate.flow_models import inputs, judge_models
+from testbed.validate.pipeline import judge, publish
 
 
-def judge_again(folder: Path, executor=None) -> dict:
+def judge_again(folder: Path, executor=None, flow_models: list[str] | None = None) -> dict:
     """Judge a finished validation folder anew (its packets run and calibration kept; the
-    flow model's runs made again beside the old ones, on `executor`: here by default)."""
-    from testbed.scenario import Scenario
+    flow model's runs made again beside the old ones, on `executor`: here by default).
+    `flow_models`: the network models to judge beside the verdict's (None: those it was
+    judged with before, if any)."""
+    folder = Path(folder)
+    scenario, cal, packets = inputs(folder)
+    if flow_models is None:
+        flow_models = previous_models(folder)
+    doc = judge(scenario, folder, packets, cal, executor=executor)
+    if (folder / three_way.STAND_IN / three_way.RUNS).exists():  # --packets both
+        judge_again(three_way.ns3_validation(folder), executor, flow_models=[])
+        doc = three_way.rejudge(folder)
+    if flow_models:
+        doc = with_flow_models(folder, flow_models, executor)
+    return doc
+
+
+def previous_models(folder: Path) -> list[str]:
+    """The network models a validation's comparison.json was judged with besides max-min."""
+    try:
+        doc = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    rows = (doc.get("flow_models") or {}).get("models") or []
+    return [r["model"] for r in rows if r["model"] != "max-min"]
+
+
+def with_flow_models(folder: Path, keys: list[str], executor=None, on_step=None) -> dict:
+    """comparison.json with its `flow_models` section judged anew (validate/flow_models.py);
+    on both packet engines the ns-3 validation's rows beside the emulation's."""
+    from testbed.validate.document import load
 
     folder = Path(folder)
-    if (folder / PARTIAL).exists():
-        raise ValueError(f"{folder}: this validation did not finish (PARTIAL)")
-    try:
-        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
-        cal = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{folder}: not a validation folder ({exc})") from None
-    # the packets' run: the emulation's, or ns-3's (validate --packets ns3)
-    packets = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
-    if not packets or not isinstance(raw, dict) or "capacity_factor" not in cal:
-        raise ValueError(f"{folder}: not a validation folder (needs scenario.yaml, "
-                         "calibration.json and the packets' run folder)")
-    doc = judge(Scenario.model_validate(raw), folder, packets[-1], cal, executor=executor)
-    if (folder / three_way.STAND_IN / three_way.RUNS).exists():  # --packets both
-        judge_again(three_way.ns3_validation(folder), executor)
-        doc = three_way.rejudge(folder)
-    return doc
+    section = judge_models(folder, keys, executor, on_step)
+    if (folder / three_way.STAND_IN / three_way.RUNS).exists():
+        section["ns3"] = with_flow_models(three_way.ns3_validation(folder), keys, executor,
+                                          on_step)["flow_models"]
+    doc = load(folder / "comparison.json")
+    doc["flow_models"] = section
+    return publish(folder, doc)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from testbed.metrics import describe_stalls
 from testbed.model.plugins import display_name
+from testbed.validate import model_table
 from testbed.validate.answer import answer_lines
 from testbed.validate.render_claims import claim_lines
 from testbed.validate.render_divergence import divergence_lines
@@ -61,6 +62,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
              "engine make its own scheduling decisions from the same workload and seed.", "",
              *_ecmp_lines(doc), *_summary_table(doc["targets"])]
     lines += three_way_lines(doc, folder)
+    lines += model_table.markdown_lines(doc.get("flow_models"))
     lines += claim_lines(doc)
     lines += _verdict_lines(doc)
     lines += divergence_lines(doc)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.flowsim.events import EventLoop
-from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.model_network import flow_network
+from testbed.model.network_models import MAX_MIN
 from testbed.model.tcp import TcpParams
 from testbed.records import read_csv
 from testbed.topologies.fattree import FatTreeSpec
@@ -23,14 +24,16 @@ from testbed.validate import compare
 def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "per-transfer",
                      seed: int = 0, background: dict[int, float] | None = None,
                      capacity_factor: dict[int, float] | None = None,
-                     tcp: TcpParams | None = None, rtt_exponent: float = 0.0) -> list[dict]:
+                     tcp: TcpParams | None = None, rtt_exponent: float = 0.0,
+                     model: str = MAX_MIN) -> list[dict]:
     """Every row needs request, shard, src, dst, bytes, start; returns rows with `end`.
 
     A row's recorded `path` (a>b>c) is followed when present; otherwise `ecmp` picks.
     `capacity_factor` (tier -> factor) is a calibration of the link rates; `tcp` adds
-    the TCP terms (testbed/model/tcp.py) to the fluid model."""
+    the TCP terms (testbed/model/tcp.py) to the fluid model; `model`, a network model in
+    place of max-min (testbed/model/network_models.py)."""
     loop = EventLoop()
-    net = FluidNetwork(spec, random.Random(seed), capacity_factor, tcp, rtt_exponent)
+    net = flow_network(spec, random.Random(seed), capacity_factor, tcp, rtt_exponent, model)
     if background:
         net.set_background({hop: background.get(link.tier, 0.0)
                             for hop, link in net.links.items()}, 0.0)
@@ -83,7 +86,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
 
 def replay_cells(scenario, emu_cells: dict[str, Path],
                  capacity_factor: dict[int, float] | None) -> dict[str, list[dict]]:
-    """`scenario` decides the flow model (fluid or tcp: flow_twin)."""
+    """`scenario` decides the flow model (fluid or tcp: flow_twin; network.model)."""
     bg = scenario.network.background
     out = {}
     for key, cell in emu_cells.items():
@@ -93,7 +96,8 @@ def replay_cells(scenario, emu_cells: dict[str, Path],
                                     background={1: bg.tier1, 2: bg.tier2, 3: bg.tier3},
                                     capacity_factor=capacity_factor,
                                     tcp=scenario.tcp_params(),
-                                    rtt_exponent=scenario.network.tcp.rtt_exponent)
+                                    rtt_exponent=scenario.network.tcp.rtt_exponent,
+                                    model=scenario.network.model)
     return out
 
 
