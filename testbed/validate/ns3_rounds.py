@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.records import write_json
+import yaml
+
+from testbed.records import atomic_write, write_json
 from testbed.validate.answer import primary_claims, verdict_interval
 from testbed.validate.decision import Verdict
 from testbed.validate.sequential import obrien_fleming_spent
@@ -158,4 +160,8 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     record.update({"looks": looks, "reason": reason, "rounds_run": len(looks),
                    "wall_s": time.monotonic() - started})
     write_json(folder / "sequential.json", record)
+    # the judged scenario (its seeds, each a segment), so that a judge from the folder
+    # alone (testbed judge, --flow-model) judges the same seeds
+    atomic_write(folder / "scenario.yaml", yaml.safe_dump(
+        replica.with_overrides({"seeds": done}).model_dump(mode="json"), sort_keys=False))
     publish(folder, {**doc, "sequential": record})

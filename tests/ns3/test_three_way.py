@@ -55,3 +55,14 @@ def test_ns3_against_itself_agrees_exactly_and_the_answer_has_three_engines(tmp_
     # judged again from its folders: the same three-way section
     again = judge_again(folder)
     assert again["three_way"]["stand_in"]["claims"] == stand["claims"]
+    # other flow models, on both packet engines: against ns-3 standing in for the
+    # emulation and against ns-3 itself, the same packets, so the same rows
+    from testbed.validate.rejudge import with_flow_models
+
+    rows = with_flow_models(folder, ["fixed-bandwidth"])["flow_models"]
+    assert rows["ns3"]["packets"] == "ns3" and not rows["ns3"].get("ns3")
+    assert [r["model"] for r in rows["models"]] == ["max-min", "fixed-bandwidth"]
+    for mine, theirs in zip(rows["models"], rows["ns3"]["models"], strict=True):
+        assert mine["targets"] == theirs["targets"]
+    shown = ValidationResult(folder).answer_lines()
+    assert sum(line.startswith("fixed-bandwidth ") for line in shown) == 2
