@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from testbed.model.guard import BAD_RETURN, RAISED, TOO_SLOW, Deadline, Overtime
-from testbed.model.plugins import PluginError, load_class
+from testbed.model.plugins import PluginError, load_class, target_of
 from testbed.model.tcp import TcpParams
 
 MAX_MIN = "max-min"
@@ -184,15 +184,12 @@ def resolve(key: str) -> tuple[type[NetworkModel], str]:
     no class (it is the fluid network itself): ask is_max_min first."""
     if key in BUILTINS:
         return BUILTINS[key], "built-in"
-    installed = entry_points()
-    if key in installed:
-        target, origin = installed[key], f"entry point {key} = {installed[key]}"
-    elif ":" in key:
-        target, origin = key, key
-    else:
+    found = target_of(key, entry_points())
+    if found is None:
         raise PluginError(f"unknown network model {key!r}; choose from "
                           f"{', '.join(known())}, or name a plugin as 'module:Class' "
                           "(docs/schedulers.md#network-models)")
+    target, origin = found
     cls = load_class(target, f"network model {origin!r}", NetworkModel,
                      "a network model class (subclass testbed.NetworkModel and implement "
                      "transfer_time(); docs/schedulers.md#network-models)")

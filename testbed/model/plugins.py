@@ -60,17 +60,25 @@ def resolve(key: str) -> PluginScheduler:
     once found: a sweep validates the key in every cell, and reading the installed
     packages' entry points costs milliseconds (a failure is not remembered)."""
     installed = entry_points()
-    if key in installed:
-        target, origin = installed[key], f"entry point {key} = {installed[key]}"
-    elif ":" in key:
-        target, origin = key, key
-    else:
+    found = target_of(key, installed)
+    if found is None:
         known = ", ".join([*SCHEDULERS, *installed])
         raise PluginError(f"unknown scheduler {key!r}; choose from {known}, or name a plugin "
                           "as 'module:Class' (docs/schedulers.md)")
+    target, origin = found
     cls = _load(target, origin)
     name = cls.__dict__.get("name") or key
     return PluginScheduler(key, str(name), cls, origin)
+
+
+def target_of(key: str, installed: dict[str, str]) -> tuple[str, str] | None:
+    """The "module:Class" a plugin key names and where it came from (an installed entry
+    point's name first, then a "module:Class" key itself); None: it names neither."""
+    if key in installed:
+        return installed[key], f"entry point {key} = {installed[key]}"
+    if ":" in key:
+        return key, key
+    return None
 
 
 def _load(target: str, origin: str) -> type[Scheduler]:
