@@ -111,10 +111,22 @@ def cache_dir(tmp_path_factory) -> Path:
     return path
 
 
+_CONFIG: list = []  # pytest's config, for its terminal reporter
+
+
+def pytest_configure(config):
+    _CONFIG[:] = [config]
+
+
 def pytest_runtest_logreport(report):
-    """Every test phase's duration into $NETKV_DURATIONS (run.sh prints the slowest over
-    all of the suite's phases); the parallel workers' reports are written by the
-    controller that collects them."""
+    """A failure's traceback at once, not only at the session's end (a CI run stopped
+    at its time limit still says why a test failed); every test phase's duration into
+    $NETKV_DURATIONS (run.sh prints the slowest over all of the suite's phases); the
+    parallel workers' reports are written by the controller that collects them."""
+    terminal = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if report.failed and terminal is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}), "
+                            f"at once:\n{report.longreprtext[-6000:]}", red=True)
     path = os.environ.get("NETKV_DURATIONS")
     if not path or os.environ.get("PYTEST_XDIST_WORKER"):
         return

@@ -51,7 +51,7 @@ from testbed.workers.realtime import RealTimeLoop
 from testbed.workers.router_faults import RouterFaults
 from testbed.workers.router_flowkv import RouterFlowKV
 from testbed.workers.router_link import ControlLink
-from testbed.workers.router_oracle import OracleFeed, fetch_oracle
+from testbed.workers.router_oracle import OracleFeed, first_oracle
 from testbed.workers.router_records import Ledger, RunRecords
 from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
@@ -121,7 +121,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
         self.expected: int | None = None
         self.last_arrival = 0.0
         self.warmup, self.measure = sc.workload.warmup_s, sc.workload.measure_s
-        self.latest_oracle: Oracle = fetch_oracle(cfg.oracle_url + "/oracle")
+        self.latest_oracle: Oracle = first_oracle(cfg.oracle_url + "/oracle")
         self.oracle_fetches, self.oracle_errors = 1, 0
         self.intents: queue.SimpleQueue[TransferIntent | None] = queue.SimpleQueue()
         self.intents_posted = 0

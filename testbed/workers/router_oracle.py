@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +18,23 @@ from testbed.model.oracle import Oracle
 def fetch_oracle(url: str, timeout: float = 2.0) -> Oracle:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return Oracle.from_dict(json.loads(resp.read()))
+
+
+def first_oracle(url: str, within_s: float = 30.0) -> Oracle:
+    """The router's first oracle, asked again until `within_s` has passed: a controller
+    on a loaded or software-emulated machine can take longer than one fetch's timeout to
+    answer its first request. The last error is raised, with how often it was tried."""
+    deadline, tries = time.monotonic() + within_s, 0
+    while True:
+        tries += 1
+        try:
+            return fetch_oracle(url)
+        except urllib.error.HTTPError:
+            raise  # it answered: asking again gets the same answer
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise OSError(f"{exc} ({tries} tries in {within_s:.0f} s)") from exc
+        time.sleep(0.5)
 
 
 class OracleFeed:
