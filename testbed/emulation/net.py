@@ -452,9 +452,13 @@ class EmulatedNetwork:
             if self.controller is not None:
                 child.stop(self.controller)
             left = cleanup.find_leftovers()
+            # node shells and workers of this fabric that outlived Mininet's stop (on a
+            # slow machine it can return before they exit): this process's own only
+            mine = cleanup.descendants(os.getpid()) if left.processes else set()
             ours = cleanup.Leftovers(
                 bridges=[b for b in left.bridges if b in self.fabric.switches],
-                interfaces=left.interfaces, processes=[],
+                interfaces=left.interfaces,
+                processes=[p for p in left.processes if p in mine],
                 manifests=[self.manifest] if self.manifest.exists() else [],
                 namespaces=[d.netns for d in self.daemons if d.netns in left.namespaces])
             cleanup.remove(ours)
