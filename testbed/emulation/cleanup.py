@@ -132,6 +132,15 @@ def our_processes() -> list[int]:
     return sorted(set(pids))
 
 
+def own_processes(among: list[int] | None = None) -> list[int]:
+    """Our processes (`among` those, or all of them) that are this process's descendants:
+    its own fabric's, never a side-by-side sibling's."""
+    if among == []:
+        return []  # nothing to look for: no walk of /proc
+    mine = descendants(os.getpid())
+    return [p for p in (our_processes() if among is None else among) if p in mine]
+
+
 def manifests() -> list[Path]:
     """Run manifests and the routers' control sockets (side-by-side fabrics' too)."""
     if not STATE_DIR.is_dir():

@@ -452,13 +452,10 @@ class EmulatedNetwork:
             if self.controller is not None:
                 child.stop(self.controller)
             left = cleanup.find_leftovers()
-            # node shells and workers of this fabric that outlived Mininet's stop (on a
-            # slow machine it can return before they exit): this process's own only
-            mine = cleanup.descendants(os.getpid()) if left.processes else set()
+            # with our shells and workers that outlived the stop (a slow machine's can)
             ours = cleanup.Leftovers(
                 bridges=[b for b in left.bridges if b in self.fabric.switches],
-                interfaces=left.interfaces,
-                processes=[p for p in left.processes if p in mine],
+                interfaces=left.interfaces, processes=cleanup.own_processes(left.processes),
                 manifests=[self.manifest] if self.manifest.exists() else [],
                 namespaces=[d.netns for d in self.daemons if d.netns in left.namespaces])
             cleanup.remove(ours)
@@ -489,9 +486,7 @@ class EmulatedNetwork:
         worker.start()
         worker.join(timeout)
         if worker.is_alive():
-            mine = cleanup.descendants(os.getpid())  # not a side-by-side sibling's
-            cleanup.remove(cleanup.Leftovers(
-                processes=[p for p in cleanup.our_processes() if p in mine]))
+            cleanup.remove(cleanup.Leftovers(processes=cleanup.own_processes()))
             worker.join(10)
 
     def __enter__(self) -> EmulatedNetwork:
