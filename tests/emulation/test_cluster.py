@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,22 @@ def _remote_leftovers(servers, name: str) -> str:
         ["ssh", "-o", "BatchMode=yes", who, "sudo",
          f"{servers.project_dir[name]}/.venv/bin/testbed", "clean", "--dry-run"],
         capture_output=True, text=True, timeout=120).stdout
+
+
+def _listed() -> str:
+    """What find_leftovers sees, with each process's command line and parent (a leftover
+    reparented to init is no descendant of the run that made it)."""
+    left = cleanup.find_leftovers()
+    procs = []
+    for pid in left.processes:
+        try:
+            proc = Path(f"/proc/{pid}")
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            cmd, ppid = "(gone)", "?"
+        procs.append(f"{pid} (parent {ppid}, this test {os.getpid()}): {cmd[:160]}")
+    return f"{left.describe()}: {left}; " + "; ".join(procs)
 
 
 def _check_the_fabric(network, sc, servers) -> str:
@@ -102,12 +119,13 @@ def test_one_fabric_over_the_servers_passes_pingall_a_shaped_stream_and_a_run(tm
                                          "drain_s": 60, "workload.profile": "rag",
                                          "workload.warmup_s": 1, "workload.measure_s": 3})
     sc = load_scenario(path)
+    assert cleanup.find_leftovers().empty, f"left before this run: {_listed()}"
     checked = []
     run = emulate(sc, tmp_path / "results", cluster=inv, tunnel=tunnel,
                   on_fabric=lambda network, _: checked.append(
                       _check_the_fabric(network, sc, servers)))
     assert len(checked) == 1  # one sweep point, one fabric
-    assert cleanup.find_leftovers().empty
+    assert cleanup.find_leftovers().empty, f"left by the run: {_listed()}"
     remote = servers.names[1:]
     for name in remote:
         assert "nothing to clean" in _remote_leftovers(servers, name), name

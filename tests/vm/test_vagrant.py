@@ -217,6 +217,8 @@ def test_the_fabric_tests_pass_on_the_kernel_datapath_inside_the_vm(vms):
                   "congestion_rises and not oracle_serves and not prometheus and not "
                   "(bottleneck and (i1 or i2))'")
     assert " passed" in out and " failed" not in out, out
+    left = vagrant.ssh(names[0], "sudo /vagrant/.venv/bin/testbed clean --dry-run")
+    assert left.strip() == "nothing to clean", left  # the fabrics' teardowns left nothing
 
 
 @pytest.fixture(scope="module")
