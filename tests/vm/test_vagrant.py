@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.vm.vagrant import Vagrant
+from testbed.vm.vagrant import Vagrant, VagrantError
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
@@ -193,9 +193,20 @@ def test_a_packet_run_in_the_vm_serves_the_oracle_and_prometheus_to_the_host(vms
 
 def _inside(vagrant: Vagrant, name: str, command: str, timeout: float = 1800) -> str:
     """Run a command in the VM's checkout as root; the output is printed (the test's log)
-    and returned, and a non-zero exit fails with its last lines."""
-    return vagrant.ssh(name, f"cd /vagrant && sudo {command}", timeout=timeout,
-                       on_line=lambda line: print(line, flush=True))
+    and returned, and a non-zero exit fails with an inner pytest's failure lines first
+    (a CI log keeps only a part of a long failure), then its last lines."""
+    lines: list[str] = []
+
+    def seen(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    try:
+        return vagrant.ssh(name, f"cd /vagrant && sudo {command}", timeout=timeout,
+                           on_line=seen)
+    except VagrantError as exc:
+        why = [ln for ln in lines if ln.startswith(("E ", "FAILED", "ERROR"))][:40]
+        raise AssertionError("\n".join(["inside the VM:", *why, str(exc)])) from None
 
 
 def test_the_fabric_tests_pass_on_the_kernel_datapath_inside_the_vm(vms):
