@@ -13,8 +13,9 @@ VENV=$ROOT/.venv
 # Debian's python3: later issues need Mininet, which Debian installs into this
 # interpreter's site-packages, so the venv is built from it with system site-packages.
 PY=/usr/bin/python3
-# What building the venv needs (g++: the ns-3 engine's program is compiled here); the
-# playbook (testbed provision --local) installs the rest. Without root, the emulation's packages must already be there (tests skip).
+# What building the venv needs (g++: the ns-3 engine's program and the flow simulator's
+# sharing are compiled here); the playbook (testbed provision --local) installs the rest.
+# Without root, the emulation's packages must already be there (tests skip).
 APT_PACKAGES=(python3 python3-venv python3-pip git g++)
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
@@ -83,6 +84,10 @@ setup() {
     # it only `--engine ns3` is missing (its tests say so)
     "$VENV/bin/python" -m testbed.ns3sim.program >/dev/null ||
         log "the ns-3 engine could not be built (above); simulate --engine ns3 will say why"
+    # the C++ kernels (the flow simulator's max-min sharing: seconds, cached); without them
+    # their Python counterparts run, slower, and say so
+    "$VENV/bin/python" -m testbed.native >/dev/null ||
+        log "the C++ kernels could not be built (above)"
 }
 
 pytest_phase() {

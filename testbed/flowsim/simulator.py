@@ -13,6 +13,7 @@ control plane calls; its transfers (transfers.py), faults (faults.py), prefix fe
 from __future__ import annotations
 
 import gc
+import os
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,8 +31,10 @@ from testbed.flowsim.reuse_fetch import Fetch, PrefixFetch
 from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
 from testbed.flowsim.transfers import TransferPlane
 from testbed.lifecycle import RequestState, new_request, request_row
+from testbed.model import compiled_cache
 from testbed.model.cache import HolderIndex, PrefixCache
 from testbed.model.candidates import CandidateTable
+from testbed.model.compiled_cache import CompiledHolderIndex
 from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.loadgrid import seed_keys
@@ -85,7 +88,8 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self.fetches: dict[str, Fetch] = {}  # request id -> its KV-reuse fetch in flight
         self.pruned: set[str] = set()  # requests MFS moved to the scavenger class
         self._deadlines: dict[str, float] = {}  # request -> its P2D deadline, once
-        self.holders = HolderIndex()  # which decode caches hold a trace id's blocks
+        # which decode caches hold a trace id's blocks; the caches compiled where they can be
+        self.holders = CompiledHolderIndex() if compiled_caches(workload) else HolderIndex()
         # what the router sees of every decode instance
         self.board = DecodeBoard(scenario.cluster.beta_max)
         self.decode = {i.name: self.new_decoder(i.name) for i in self.spec.decode_pool}
@@ -137,6 +141,8 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self._live = None  # the candidate set changes
         return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
                               cluster.memory_gb * GB,
+                              self.holders.cache(block_tokens, block_bytes, name)
+                              if isinstance(self.holders, CompiledHolderIndex) else
                               PrefixCache(block_tokens, block_bytes, self.holders, name),
                               self._completed, board=self.board,
                               coalesce=self.COALESCE_ITERATIONS)
@@ -271,6 +277,15 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         faults = getattr(self.net, "faults", None)
         report = faults() if faults else None
         return {"network_model_faults": report} if report is not None else {}
+
+
+def compiled_caches(workload: Workload) -> bool:
+    """Whether this run's prefix caches are the compiled ones: unless NETKV_FLOWSIM_NATIVE
+    is 0 (the Python reference for every compiled part of the flow simulator), where they
+    build, and where every trace id fits 64 bits."""
+    if os.environ.get("NETKV_FLOWSIM_NATIVE", "1") == "0" or not compiled_cache.available():
+        return False
+    return all(compiled_cache.fits(r.hash_ids) for r in (*workload.requests, *workload.history))
 
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,

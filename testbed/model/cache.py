@@ -54,6 +54,12 @@ def block_keys(hash_ids: Sequence[int], input_len: int, block_tokens: int) -> li
     return [hash_ids[k // ratio] * ratio + k % ratio for k in range(n)]
 
 
+def blocks_within(budget_bytes: float, block_bytes: float) -> int:
+    """Whole blocks a memory budget holds (a budget of exactly k blocks, in floating
+    point, holds k)."""
+    return max(0, math.floor(budget_bytes / block_bytes + 1e-9))
+
+
 def _count_in(group_count: dict[int, int], group: int) -> None:
     group_count[group] = group_count.get(group, 0) + 1
 
@@ -321,7 +327,7 @@ class PrefixCache:
 
     def evict_to(self, budget_bytes: float) -> int:
         """Evict least-recently-used unpinned blocks until the cache fits the budget."""
-        keep = max(0, math.floor(budget_bytes / self.block_bytes + 1e-9))
+        keep = blocks_within(budget_bytes, self.block_bytes)
         excess = min(self._size - keep, self._size - self._pinned)
         if excess <= 0:
             return 0
