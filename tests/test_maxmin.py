@@ -2,7 +2,8 @@
 the rates the full recomputation gives (tests/reference_maxmin.py), on random fat-trees and
 random sequences of flows arriving, leaving and changing level, with weights, caps and
 strict priority levels; each against two references that fill by different routes
-(sequential progressive filling, and local bottlenecks frozen round by round on arrays)."""
+(sequential progressive filling, and local bottlenecks frozen round by round on arrays);
+the Python sharing and the compiled one (native/maxmin.cc) alike."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from testbed.flowsim.compiled_sharing import NativeFluidNetwork
 from testbed.flowsim.network import FluidNetwork
 from testbed.topologies.fattree import FatTreeSpec
 from tests.reference_maxmin import array_reference_rates, reference_rates
 
+# the Python sharing (the reference) and the compiled one
+NETWORKS = pytest.mark.parametrize("network", [FluidNetwork, NativeFluidNetwork],
+                                   ids=["python", "compiled"])
 SPECS = [FatTreeSpec(), FatTreeSpec(pods=4), FatTreeSpec(gpus_per_server=4, aggs_per_pod=2,
                                                          cores_per_agg=1)]
 
@@ -56,9 +61,10 @@ def _check_against(net: FluidNetwork, want: dict[int, float]) -> None:
     tol = 1e-9 * max(link.capacity for link in net.links.values())
     for fid, flow in net.flows.items():
         assert flow.rate == pytest.approx(want[fid], rel=1e-9, abs=tol), fid
+    rates = net.kv_rates()
     for hop, link in net.links.items():
         total = sum(want[f] for f in link.flows)
-        assert link.kv_rate == pytest.approx(total, rel=1e-9, abs=tol), hop
+        assert rates[link.index] == pytest.approx(total, rel=1e-9, abs=tol), hop
 
 
 @st.composite
@@ -76,13 +82,14 @@ FILLS = {"component": (False, 3, 64), "incremental": (True, 1, 64),
          "incremental-levels": (True, 3, 64), "incremental-gives-up": (True, 1, 2)}
 
 
+@NETWORKS
 @pytest.mark.parametrize("fill", FILLS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripts())
-def test_incremental_sharing_equals_the_full_recomputation(fill, script):
+def test_incremental_sharing_equals_the_full_recomputation(network, fill, script):
     spec_index, ops = script
     spec = SPECS[spec_index]
-    net = FluidNetwork(spec, random.Random(0))
+    net = network(spec, random.Random(0))
     net.incremental, levels, net.INCREMENTAL_MAX_FLOWS = FILLS[fill]
     net.INCREMENTAL_MAX_SHARE = 0.0
     pairs = _pairs(spec)
@@ -125,9 +132,10 @@ def test_incremental_sharing_equals_the_full_recomputation(fill, script):
         check(net)
 
 
+@NETWORKS
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripts())
-def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(script):
+def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(network, script):
     """Under the TCP model a transfer's streams share unequally by their order among the
     ones still sending (tcp.shard_share): a stream leaving moves its siblings' weights on
     other paths, and the incremental re-sharing still gives the full recomputation's
@@ -138,7 +146,7 @@ def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(script)
     spec = SPECS[spec_index]
     params = TcpParams(mss_bytes=1.0, init_cwnd=1e12, handshake_rtts=0, tail_rtts=0,
                        shard_spread=0.6)
-    net = FluidNetwork(spec, random.Random(0), tcp=params)
+    net = network(spec, random.Random(0), tcp=params)
     pairs = _pairs(spec)
     now = 0.0
     for op, x in ops:
@@ -156,3 +164,30 @@ def test_a_transfers_streams_reweighted_as_one_leaves_keep_sharing_exact(script)
             net.recompute({h for f in streams for h in f.path}, changed=streams)
             net.pop_finished(now)  # the (instant) handshakes end
         check(net)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripts())
+def test_the_compiled_links_carry_the_bytes_the_python_ones_do(script):
+    """Every link's KV and background bytes, integrated by the compiled side as rates and
+    backgrounds change, are the Python network's (to rounding), flows finishing included."""
+    spec_index, ops = script
+    spec = SPECS[spec_index]
+    nets = [network(spec, random.Random(0)) for network in (FluidNetwork, NativeFluidNetwork)]
+    pairs, hops = _pairs(spec), list(nets[0].links)
+    now = 0.0
+    for op, x in ops:
+        now += 1e-3
+        for net in nets:
+            if op in ("remove", "level", "cap") and net.flows:
+                net.pop_finished(now)
+            elif op == "background":
+                net.set_background({hops[x % len(hops)]: (x % 90) / 100}, now)
+            else:
+                a, b = pairs[x % len(pairs)]
+                net.add_flow(spec.paths(a, b)[0], 1e5 * (1 + x % 7), now)
+            net.advance(now)
+    (kv_py, bg_py), (kv_c, bg_c) = (net.link_bytes() for net in nets)
+    tol = 1e-9 * max(kv_py.max(), bg_py.max(), 1.0)
+    assert kv_c == pytest.approx(kv_py, rel=1e-9, abs=tol)
+    assert bg_c == pytest.approx(bg_py, rel=1e-9, abs=tol)

@@ -3,7 +3,10 @@ flows with their rates, windows and completion bookkeeping."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
 SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
@@ -81,3 +84,10 @@ class Flow:
         if cap is None:
             return window
         return cap if window is None else min(cap, window)
+
+
+def byte_columns(links: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """The KV and background bytes each link (anything with kv_bytes and bg_bytes) has
+    carried, as two columns in the links' order."""
+    return (np.fromiter((lk.kv_bytes for lk in links), float, len(links)),
+            np.fromiter((lk.bg_bytes for lk in links), float, len(links)))

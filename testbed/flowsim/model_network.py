@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from testbed.flowsim.compiled_sharing import NativeFluidNetwork, available
 from testbed.flowsim.links import Flow
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import network_models as nm
@@ -25,9 +26,11 @@ def flow_network(spec: FatTreeSpec, rng: random.Random | None,
                  rtt_exponent: float, model: str = nm.MAX_MIN,
                  timeout_s: float = 1.0) -> FluidNetwork:
     """The network a flow-engine run (or a replay) times its transfers on: max-min
-    sharing with the TCP terms, or the model `model` names."""
+    sharing with the TCP terms (compiled where a compiler is, else in Python), or the
+    model `model` names."""
     if nm.is_max_min(model):
-        return FluidNetwork(spec, rng, capacity_factor, tcp, rtt_exponent)
+        network = NativeFluidNetwork if available() else FluidNetwork
+        return network(spec, rng, capacity_factor, tcp, rtt_exponent)
     factor = capacity_factor or {}
     ctx = nm.NetworkModelContext(
         {t: gbps_to_bytes_per_s(bw) * factor.get(t, 1.0)

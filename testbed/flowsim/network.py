@@ -21,8 +21,10 @@ from __future__ import annotations
 import heapq
 import random
 
+import numpy as np
+
 from testbed.flowsim.conditions import LinkConditions
-from testbed.flowsim.links import Flow, Hop, LinkState
+from testbed.flowsim.links import Flow, Hop, LinkState, byte_columns
 from testbed.flowsim.paths import PathChoice
 from testbed.flowsim.ramp import TcpRamp
 from testbed.flowsim.sharing import MaxMinSharing
@@ -219,10 +221,21 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
         self._clock(now)
         for flow in self.flows.values():
             self._settle(flow)
-        now = self.last_update
+        self._settle_links(self.last_update)
+
+    def _settle_links(self, now: float) -> None:
         for link in self.link_list:
             if link.kv_rate or link.background:  # an idle link's counters stand still
                 link.settle(now)
+
+    def link_bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        """KV and background bytes every link (link_list's order) has carried up to the
+        last `advance`."""
+        return byte_columns(self.link_list)
+
+    def kv_rates(self) -> list[float]:
+        """Every link's KV rate now (bytes/s, link_list's order)."""
+        return [lk.kv_rate for lk in self.link_list]
 
     def pop_finished(self, now: float) -> list[Flow]:
         """Remove flows whose bytes are delivered, up to float rounding (1 ns or 1 ppb).

@@ -3,8 +3,6 @@ the oracle refreshed on its period, and link utilisation sampled for links.csv."
 
 from __future__ import annotations
 
-import numpy as np
-
 LINK_SAMPLE_S = 1.0
 
 
@@ -38,9 +36,7 @@ class NetworkTelemetry:
         now = self.loop.now
         self.net.advance(now)
         measured = self.workload.warmup_s <= now - LINK_SAMPLE_S and now <= self._horizon
-        links = self.net.link_list
-        kv = np.fromiter((lk.kv_bytes for lk in links), float, len(links))
-        bg = np.fromiter((lk.bg_bytes for lk in links), float, len(links))
+        kv, bg = self.net.link_bytes()
         kv0, bg0 = self._last_sample
         self.links.add(round(now, 6), measured, (kv - kv0) / self._sample_bytes,
                        (bg - bg0) / self._sample_bytes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.flowsim.links import Flow
+from testbed.flowsim.links import Flow, byte_columns
 from testbed.model.congestion import InterfaceRate, tier_congestion
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.ns3sim.ns3_fabric import Hop, Ns3Fabric
@@ -248,6 +248,10 @@ class PacketNetwork:
             link.kv_bytes = kv / self.scale
             link.bg_bytes = (ctl + bg) / self.scale
 
+
+    def link_bytes(self):
+        """KV and background bytes every link has carried up to the last `advance`."""
+        return byte_columns(self.link_list)
     def tier_congestion(self) -> dict[int, float]:
         """c_tier from the switches' egress counters since the last reading, as the
         controller's poller computes it (nothing before a second reading)."""
