@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -53,13 +54,8 @@ def library_path(source: Path) -> Path:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(text + version.encode() + " ".join(FLAGS).encode()).hexdigest()
     target = user_cache() / "native" / f"{source.stem}-{key[:16]}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():  # another process built it while this one waited
-            return target
+
+    def build() -> None:
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
         done = subprocess.run([cxx, *FLAGS, str(source), "-o", str(tmp)],
                               capture_output=True, text=True)
@@ -67,6 +63,20 @@ def library_path(source: Path) -> Path:
             raise NativeUnavailable(f"building {source.name} failed:\n"
                                     + "\n".join(done.stderr.splitlines()[-20:]))
         os.replace(tmp, target)
+
+    return built_once(target, build)
+
+
+def built_once(target: Path, build: Callable[[], None]) -> Path:
+    """`target`, made by `build()` (which writes it whole, e.g. by a rename) unless it is
+    there: one build for several processes asking at once (a lock file beside it)."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():  # else another process built it while this one waited
+            build()
     return target
 
 

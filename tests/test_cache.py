@@ -100,6 +100,18 @@ def test_refcounted_pins_and_unpin_errors():
         cache.pin([5], 2)  # one id covers one 512-token block
 
 
+def random_prompts(rng: random.Random, n: int = 10) -> list[tuple[list[int], int]]:
+    """(trace ids, input length) of requests that share prefixes: ids from five families,
+    now and then one id twice in a request."""
+    prompts = []
+    for _ in range(n):
+        ids = [rng.randrange(5) * 100 + j for j in range(rng.randrange(1, 7))]
+        if rng.random() < 0.1:
+            ids.append(ids[0])  # the same id twice in one request
+        prompts.append((ids, rng.randrange(1, 512 * len(ids) + 1)))
+    return prompts
+
+
 def _lru_keys(cache: PrefixCache) -> list[int]:
     """The run-based LRU spelled out block by block, oldest first."""
     return [run[0] * cache.ratio + j for run in cache._lru.values()
@@ -121,12 +133,7 @@ def test_runs_per_trace_id_keep_the_state_a_block_by_block_cache_keeps(seed, blo
     runs = PrefixCache(block_tokens, 1.0, index, "d")
     runs.record_changes()
     ref = KeyCache(block_tokens, 1.0)
-    prompts = []
-    for _ in range(10):
-        ids = [rng.randrange(5) * 100 + j for j in range(rng.randrange(1, 7))]
-        if rng.random() < 0.1:
-            ids.append(ids[0])  # the same id twice in one request
-        prompts.append((ids, rng.randrange(1, 512 * len(ids) + 1)))
+    prompts = random_prompts(rng)
     live: list[tuple[list[int], list[int], int]] = []  # (ids, keys, blocks held)
     for _ in range(80):
         op = rng.random()

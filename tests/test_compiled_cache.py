@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from testbed.model.cache import HolderIndex, PrefixCache, block_keys
 from testbed.model.compiled_cache import CompiledHolderIndex, fits
+from tests.test_cache import random_prompts
 
 
 @settings(max_examples=120, deadline=None)
@@ -24,12 +25,7 @@ def test_the_compiled_caches_keep_the_python_caches_state(seed, block_tokens):
     py_index, c_index = HolderIndex(), CompiledHolderIndex()
     py = {n: PrefixCache(block_tokens, 1.0, py_index, n) for n in names}
     c = {n: c_index.cache(block_tokens, 1.0, n) for n in names}
-    prompts = []
-    for _ in range(10):
-        ids = [rng.randrange(5) * 100 + j for j in range(rng.randrange(1, 7))]
-        if rng.random() < 0.1:
-            ids.append(ids[0])  # the same id twice in one request
-        prompts.append((ids, rng.randrange(1, 512 * len(ids) + 1)))
+    prompts = random_prompts(rng)
     live: list[tuple[str, list[int], int, int]] = []  # (cache, ids, blocks, blocks held)
     for _ in range(120):
         op, name = rng.random(), rng.choice(names)

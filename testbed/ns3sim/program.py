@@ -13,7 +13,6 @@ processes asking at once build it once (a lock file).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -23,6 +22,7 @@ from importlib import metadata, resources
 from pathlib import Path
 
 from testbed.cachedir import user_cache
+from testbed.native import built_once
 
 SOURCE = "kvnet"  # the program's folder: main.cc includes the rest
 MODULES = ("core", "network", "internet", "point-to-point", "traffic-control")
@@ -84,13 +84,8 @@ def program(on_build=None) -> Path:
                     if p.name.endswith((".cc", ".h"))), key=lambda p: p.name)
     source = b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)
     target = build_dir() / f"kvnet-{_key(source, version, cxx)}"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():  # another process built it while this one waited
-            return target
+
+    def build() -> None:
         if on_build is not None:
             on_build(f"building the ns-3 engine against ns-3 {_release(version)} (once "
                      "per machine)")
@@ -107,7 +102,8 @@ def program(on_build=None) -> Path:
                                  + "\n".join(done.stderr.splitlines()[-20:]))
         os.replace(f"{target}.tmp", target)
         shutil.rmtree(src)
-    return target
+
+    return built_once(target, build)
 
 
 def main() -> None:

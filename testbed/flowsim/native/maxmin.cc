@@ -234,14 +234,8 @@ struct Core {
         }
         unit = std::max(unit, 0.0);
         double rate = (f.cap != INF && f.cap / w < unit) ? f.cap : unit * w;
-        set_rate(s, rate);
-        unfrozen.drop(s);
-        --n_unfrozen;
-        for (int h : f.links) {
-            touch_link(h);
-            links[h].rate += rate;
-            if (keep) keep_res[h] -= rate;
-        }
+        active_m.next();  // no link is shared: freeze only adds to the links
+        freeze(s, rate, keep, keep_res);
     }
 
     void fill(const std::vector<int>& set, bool keep) {
