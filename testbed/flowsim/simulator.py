@@ -32,7 +32,7 @@ from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
 from testbed.flowsim.transfers import TransferPlane
 from testbed.lifecycle import RequestState, new_request, request_row
 from testbed.model import compiled_cache
-from testbed.model.cache import HolderIndex, PrefixCache
+from testbed.model.cache import HolderIndex
 from testbed.model.candidates import CandidateTable
 from testbed.model.compiled_cache import CompiledHolderIndex
 from testbed.model.follow import Followed
@@ -141,9 +141,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self._live = None  # the candidate set changes
         return DecodeInstance(name, self.loop, self.timing, cluster.beta_max,
                               cluster.memory_gb * GB,
-                              self.holders.cache(block_tokens, block_bytes, name)
-                              if isinstance(self.holders, CompiledHolderIndex) else
-                              PrefixCache(block_tokens, block_bytes, self.holders, name),
+                              self.holders.cache(block_tokens, block_bytes, name),
                               self._completed, board=self.board,
                               coalesce=self.COALESCE_ITERATIONS)
 

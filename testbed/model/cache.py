@@ -139,6 +139,10 @@ class HolderIndex:
     def holders(self, group: int) -> set[str]:
         return self._holders.get(group, _NOBODY)
 
+    def cache(self, block_tokens: int, block_bytes: float, owner: str) -> PrefixCache:
+        """A prefix cache this index follows, of decode instance `owner`."""
+        return PrefixCache(block_tokens, block_bytes, self, owner)
+
     def _lost(self, group: int, owner: str) -> None:
         held = self._holders[group]
         held.discard(owner)
