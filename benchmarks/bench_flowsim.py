@@ -11,8 +11,8 @@ Largest fabrics and the whole paper (targets on the 2-core machine):
     a fresh process: under 3 minutes within 8 GB per scheduler
   - `--only decision-largest`: NetKV-Full's decision over every decode instance of a
     65,536-GPU fabric (12,288 candidates): median < 50 us, over one table asked again and
-    again, and over a new table each time, as the simulator hands them over (a quarter
-    of the rows holding the request's prefix, and as many as a run has)
+    again, and over a new table each time, made by a decode board as the simulator's (as
+    many rows holding the request's prefix as a run has, and a quarter of the rows)
   - `--only paper [--jobs N|auto]`: every shipped experiment scenario (scenarios/exp*.yaml)
     at its own seeds, every cell and scheduler, as `testbed simulate scenarios/exp*.yaml
     --jobs N` runs them (records written): under 60 s in all
@@ -192,52 +192,45 @@ RUN_HIT_ROWS = 5
 
 
 def decision_largest(gpus: int = 65536, trials: int = 2000) -> None:
-    """NetKV-Full over every decode instance of the largest fabric: over one
-    CandidateTable asked again and again (what is derived per table paid once), and over
-    a new one at every decision, as the flow simulator hands them over (the table built
-    outside the timing, with the load keys the decode board keeps), with a quarter of
-    the rows holding the request's prefix and with as many as in a run; the oracle's
-    lazy tier map, rows cached per prefill."""
-    from testbed.model.loadgrid import load_key, seed_keys
+    """NetKV-Full (and CLA*) over every decode instance of the largest fabric, the table
+    made by a decode board as the flow simulator's (columns copied, load keys and their
+    census given; made outside the timing): one table asked again and again (what is
+    derived per table paid once), and a new one at every decision, with as many rows
+    holding the request's prefix as a run has and with a quarter of them (past FEW
+    cached rows NetKV makes a pass over the table); the oracle's lazy tier map, rows
+    cached per prefill."""
     from testbed.model.oracle import Oracle
-    from testbed.model.schedulers import CandidateTable
+    from testbed.serving import DecodeBoard
 
     model = MODEL_PRESETS["llama-3-70b"]
     spec = FatTreeSpec(pods=gpus // 32)
     ctx = SchedulerContext(TimingModel(), beta_max=64, memory_reserve_bytes=2e9)
     oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us,
                     {2: 0.1, 3: 0.2})
-    names = [d.name for d in spec.decode_pool]
+    names = tuple(d.name for d in spec.decode_pool)  # the simulator keeps one tuple
     prefill = [p.name for p in spec.prefill_pool]
     rng = random.Random(1)
     n = len(names)
-    table = CandidateTable(names, [rng.uniform(20e9, 180e9) for _ in range(n)],
-                           [rng.randint(0, 8) for _ in range(n)],
-                           [rng.randint(0, 64) for _ in range(n)],
-                           [rng.choice((0, 0, 0, 1024)) for _ in range(n)])
+    board = DecodeBoard(ctx.beta_max)
+    for slot in range(n):
+        board.slot()
+        board.publish(slot, rng.uniform(20e9, 180e9), rng.randint(0, 8), rng.randint(0, 64))
     reqs = [RequestInfo(f"r{i}", k, kv_cache_bytes(model, k))
             for i, k in enumerate(rng.randint(4096, 65536) for _ in range(256))]
     index = {name: i for i, name in enumerate(names)}
-    live = table.names  # the simulator keeps one tuple of the live instances' names
-    beta_max = ctx.beta_max
-    kept = np.array([load_key(q, b, beta_max) for q, b in
-                     zip(table.queued.tolist(), table.batch.tolist(), strict=True)])
     few = np.zeros(n, dtype=np.int64)
     few[rng.sample(range(n), RUN_HIT_ROWS)] = 1024
-    tables = {"a quarter of rows cached": table.hit_tokens,
-              f"{RUN_HIT_ROWS} rows cached, as in a run": few}
+    dense = np.array([rng.choice((0, 0, 0, 1024)) for _ in range(n)], dtype=np.int64)
 
-    def new_table(hit_tokens) -> CandidateTable:  # as the simulator hands one over
-        fresh = CandidateTable(live, table.free_memory.copy(), table.queued.copy(),
-                               table.batch.copy(), hit_tokens.copy(), index=index,
-                               hit_rows=np.flatnonzero(hit_tokens))  # from its index
-        seed_keys(fresh, kept.copy(), beta_max)  # with the load keys its board keeps
-        return fresh
+    def new_table(hit_tokens):  # a CandidateTable, as the simulator hands one over
+        return board.table(names, slice(0, n), hit_tokens.copy(), index,
+                           np.flatnonzero(hit_tokens))  # the hit rows from its index
 
-    cases = [("one table", None)] + [(f"a new table each time, {what}", hit_tokens)
-                                     for what, hit_tokens in tables.items()]
+    cases = [(f"one table, {RUN_HIT_ROWS} rows cached", new_table(few), None),
+             (f"a new table each time, {RUN_HIT_ROWS} rows cached, as in a run", None, few),
+             ("a new table each time, a quarter of rows cached", None, dense)]
     for key in ("netkv-full", "cla"):
-        for what, hit_tokens in cases:
+        for what, table, hit_tokens in cases:
             sched = make_scheduler(key, ctx)
             samples = []
             for i in range(trials):

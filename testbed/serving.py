@@ -24,7 +24,8 @@ import numpy as np
 from testbed.lifecycle import RequestState, served_state
 from testbed.model import reuse
 from testbed.model.cache import PrefixCache, full_block_count
-from testbed.model.loadgrid import load_key
+from testbed.model.candidates import CandidateTable
+from testbed.model.loadgrid import KeyCensus, load_key, seed_keys
 from testbed.model.timing import TimingModel
 from testbed.workloads.requests import Request
 
@@ -170,7 +171,8 @@ class DecodeBoard:
     """What a router sees of many decode instances (free memory, queued, batch) as
     columns, kept current by the instances themselves: a scheduler over a thousand of
     them reads three arrays instead of three thousand properties per decision. With
-    `beta_max`, each one's load key too (loadgrid.load_key: its load term's place)."""
+    `beta_max`, each one's load key too (loadgrid.load_key: its load term's place), and
+    their census (which instances hold each key)."""
 
     def __init__(self, beta_max: int | None = None):
         self.beta_max = beta_max
@@ -178,6 +180,7 @@ class DecodeBoard:
         self.queued = np.zeros(0, dtype=np.int64)
         self.batch = np.zeros(0, dtype=np.int64)
         self.load_key = np.zeros(0, dtype=np.int64)
+        self.census = KeyCensus() if beta_max is not None else None  # of load_key
 
     def slot(self) -> int:
         n = len(self.free_memory)
@@ -185,6 +188,8 @@ class DecodeBoard:
         self.queued = np.append(self.queued, 0)
         self.batch = np.append(self.batch, 0)
         self.load_key = np.append(self.load_key, 0)
+        if self.census is not None:
+            self.census.add()
         return n
 
     def publish(self, slot: int, free_memory: float, queued: int, batch: int) -> None:
@@ -192,7 +197,23 @@ class DecodeBoard:
         self.queued[slot] = queued
         self.batch[slot] = batch
         if self.beta_max is not None:
-            self.load_key[slot] = load_key(queued, batch, self.beta_max)
+            key = self.load_key[slot] = load_key(queued, batch, self.beta_max)
+            self.census.move(slot, key)
+
+    def table(self, names: tuple[str, ...], slots: slice | np.ndarray, hit_tokens: np.ndarray,
+              index: dict[str, int], hit_rows: np.ndarray) -> CandidateTable:
+        """The instances at `slots` (named `names`, with `hit_tokens` of the request's
+        prefix, nonzero at `hit_rows`) as a router's snapshot: their columns copied, with
+        their load keys, and with the census where `slots` is every instance in order."""
+        table = CandidateTable(names, self.free_memory[slots].copy(), self.queued[slots].copy(),
+                               self.batch[slots].copy(), hit_tokens, index=index,
+                               hit_rows=hit_rows)
+        if self.beta_max is not None:
+            whole = isinstance(slots, slice) and slots.start == 0 \
+                and len(names) == len(self.census)
+            seed_keys(table, self.load_key[slots].copy(), self.beta_max,
+                      self.census if whole else None)
+        return table
 
 
 class DecodeInstance:

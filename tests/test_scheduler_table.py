@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.model.loadgrid import LoadGrid, load_key, seed_keys
+from testbed.model.loadgrid import CENSUS, KeyCensus, LoadGrid, load_key, seed_keys
 from testbed.model.oracle import Oracle
 from testbed.model.scheduler_base import OUT_OF_REACH, out_of_reach
 from testbed.model.schedulers import (
@@ -216,6 +216,134 @@ def test_a_decode_board_keeps_each_instances_load_key_as_it_publishes():
     assert board.load_key.tolist() == [0, 5 * 9 + 8, 15 * 9 + 3]
     board.publish(slots[1], 1e9, 0, 2)  # drained: its key follows
     assert board.load_key[slots[1]] == 2
+
+
+def test_a_census_counts_the_rows_at_each_key_as_they_move():
+    census = KeyCensus()
+    rows = [census.add() for _ in range(4)]
+    assert rows == [0, 1, 2, 3] and census.count == [4] and census.lowest({}) == 0
+    version = census.version
+    census.move(1, 5)
+    census.move(2, 5)
+    census.move(3, 5)
+    census.move(3, 5)  # no change: no new version
+    assert census.version == version + 3
+    assert census.count[5] == 3 and census.rows[5] == {1, 2, 3}
+    assert census.lowest({0: 1}) == 5  # row 0 skipped: the next key held
+    assert census.lowest({0: 1, 5: 3}) is None
+    census.move(0, 7)
+    assert census.lowest({}) == 5 and census.lowest({}, start=6) == 7
+    census.move(2, -1)  # a batch outside [0, beta_max]
+    assert census.keyless == 1 and census.rows[5] == {1, 3}
+    census.move(2, 2)
+    assert census.keyless == 0 and census.lowest({}) == 2
+
+
+def test_a_decode_board_keeps_the_census_of_its_load_keys():
+    board = DecodeBoard(beta_max=8)
+    for _ in range(3):
+        board.slot()
+    board.publish(1, 1e9, 5, 8)
+    board.publish(2, 1e9, 20, 3)
+    assert board.census.keys == board.load_key.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), key=st.sampled_from(["netkv-full", "netkv-static",
+                                                         "netkv-topo"]),
+       busy=st.sampled_from(["idle", "some ties", "few ties", "long queues"]),
+       hits=st.sampled_from([0, 1, 5, 80]), tight=st.booleans())
+def test_netkv_picks_by_tiers_from_a_census_as_the_table_pass(seed, key, busy, hits, tight):
+    """With its board's census a table is picked from without a pass over its rows:
+    decision after decision (in-flight counts moving, the seeded draws included) the
+    same instance at the same cost as the table pass, over a fat-tree's tier map, with
+    many or few rows tied at the least load, long queues (where a later load key costs
+    less: the table pass then decides), rows with a cached prefix, rows without room;
+    and the pick by tiers does decide most of them."""
+    from testbed.topologies.fattree import FatTreeSpec
+
+    rng = random.Random(seed)
+    spec = FatTreeSpec(pods=16)
+    oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us,
+                    {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
+    names = tuple(d.name for d in spec.decode_pool)
+    prefills = [p.name for p in spec.prefill_pool]
+    ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
+    board = DecodeBoard(ctx.beta_max)
+    for _ in names:
+        board.slot()
+    by_tiers, by_pass = make_scheduler(key, ctx), make_scheduler(key, ctx)
+    index = {n: i for i, n in enumerate(names)}
+    taken = 0
+    # (queued, batch) pairs; the long queues' lowest key (excess 9, a full batch) has a
+    # load above the next key's (excess 10, an empty batch)
+    pairs = {"idle": [(0, 0)] * 6 + [(1, 3)],
+             "some ties": [(q, b) for q in (0, 3) for b in (0, 16, 40, 64)],
+             "few ties": [(q, b) for q in range(9) for b in range(65)],
+             "long queues": [(9, 64), (74, 0), (140, 30), (200, 64)]}[busy]
+    for step in range(30):
+        length = rng.randint(512, 65536)
+        req = RequestInfo("r", length, length * 327680.0)
+        # room near the request's own size: rows that fit only thanks to their hit
+        rooms = [GB, 200 * GB, 200 * GB, req.kv_bytes * 0.75 + 2 * GB] if tight \
+            else [200 * GB]
+        publish = len(names) if step == 0 else len(names) // 4  # all, then some
+        for slot in rng.sample(range(len(names)), publish):
+            board.publish(slot, rng.choice(rooms), *rng.choice(pairs))
+        hit = np.zeros(len(names), dtype=np.int64)
+        rows = sorted(rng.sample(range(len(names)), hits))
+        hit[rows] = [rng.choice([512, length // 2, length // 16 * 16]) for _ in rows]
+
+        def table(census, hit=hit, rows=rows):
+            t = CandidateTable(names, board.free_memory.copy(), board.queued.copy(),
+                               board.batch.copy(), hit.copy(), index=index,
+                               hit_rows=np.array(rows, dtype=np.int64))
+            seed_keys(t, board.load_key.copy(), ctx.beta_max, census)
+            return t
+
+        src = rng.choice(prefills)
+        with_census = table(board.census)
+        by_tiers._terms = {}
+        taken += by_tiers._pick_by_tiers(req, src, with_census, oracle,
+                                         *with_census.memo[CENSUS]) is not None
+        by_tiers._terms = None
+        by_tiers._rng.setstate(by_pass._rng.getstate())  # the look above drew nothing
+        a = by_tiers.select(req, src, with_census, oracle)
+        b = by_pass.select(req, src, table(None), oracle)
+        assert repr(a) == repr(b)
+        assert by_tiers._rng.getstate() == by_pass._rng.getstate()
+        if not a.rejected and rng.random() < 0.7:
+            by_tiers.transfer_done(src, a.tier)
+            by_pass.transfer_done(src, b.tier)
+    if busy in ("some ties", "few ties") and hits <= 5 and not tight:
+        assert taken >= 25
+    if busy == "long queues":
+        assert taken < 30
+
+
+def test_a_census_behind_its_table_is_not_read():
+    """A table is a snapshot: once a row publishes after it was made, its census is not
+    read for it (the table pass decides)."""
+    from testbed.topologies.fattree import FatTreeSpec
+
+    spec = FatTreeSpec(pods=8)
+    oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us)
+    names = tuple(d.name for d in spec.decode_pool)
+    board = DecodeBoard(64)
+    for i, _ in enumerate(names):
+        board.slot()
+        board.publish(i, 200 * GB, 0, 1 + i % 7)
+    table = CandidateTable(names, board.free_memory.copy(), board.queued.copy(),
+                           board.batch.copy(), np.zeros(len(names), dtype=np.int64))
+    seed_keys(table, board.load_key.copy(), 64, board.census)
+    sched = make_scheduler("netkv-full", SchedulerContext(TimingModel()))
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    src = spec.prefill_pool[0].name
+    sched._terms = {}
+    assert sched._pick_by_tiers(req, src, table, oracle, *table.memo[CENSUS]) is not None
+    board.publish(3, 200 * GB, 0, 0)
+    assert sched._pick_by_tiers(req, src, table, oracle, *table.memo[CENSUS]) is None
+    sched._terms = None
 
 
 @settings(max_examples=15, deadline=None)

@@ -37,7 +37,6 @@ from testbed.model.candidates import CandidateTable
 from testbed.model.compiled_cache import CompiledHolderIndex
 from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
-from testbed.model.loadgrid import seed_keys
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import switches_roles
 from testbed.records import LinkSamples
@@ -209,12 +208,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
                 rows.append(position[name])
                 hit[rows[-1]] = tokens
         rows.sort()
-        board = self.board
-        table = CandidateTable(names, board.free_memory[slots].copy(),
-                               board.queued[slots].copy(), board.batch[slots].copy(), hit,
-                               index=position, hit_rows=np.array(rows, dtype=np.int64))
-        seed_keys(table, board.load_key[slots].copy(), board.beta_max)
-        return table
+        return self.board.table(names, slots, hit, position, np.array(rows, dtype=np.int64))
 
     def prefill_done(self, rs: RequestState) -> None:
         self.plane.prefilled(rs)

@@ -31,11 +31,19 @@ def load_key(queued: int, batch: int, beta_max: int) -> int:
     return max(0, queued + batch - beta_max) * (beta_max + 1) + batch
 
 
-def seed_keys(table, keys: np.ndarray, beta_max: int) -> None:
+def seed_keys(table, keys: np.ndarray, beta_max: int, census: KeyCensus | None = None
+              ) -> None:
     """Give `table` its rows' load keys (load_key of each, kept by the table's maker), as
-    LoadGrid.keys would find them; nothing where a row has none."""
+    LoadGrid.keys would find them; nothing where a row has none. With the maker's census
+    of those keys, row for row, as it stands now (a table is a snapshot: its version says
+    whether it still does)."""
     if len(keys) and keys.min() >= 0:
         table.memo[_memo_key(beta_max)] = (keys, int(keys.max()) // (beta_max + 1))
+        if census is not None and len(census) == len(keys):
+            table.memo[CENSUS] = (census, census.version)
+
+
+CENSUS = "load-key-census"  # a table's memo entry: (KeyCensus, its version then)
 
 
 def _memo_key(beta_max: int) -> tuple:
@@ -49,6 +57,7 @@ class LoadGrid:
         self._load_time = load_time
         self.beta_max = beta_max
         self.values = np.zeros(0)  # flat: excess * (beta_max + 1) + batch
+        self.after = np.zeros(0)  # after[k]: the least of values[k + 1:] (inf past the end)
         self._rows = 0
 
     def keys(self, table) -> np.ndarray | None:
@@ -85,4 +94,70 @@ class LoadGrid:
         # queued = excess + free slots: queue_delay sees exactly this excess
         self.values = np.ascontiguousarray(
             self._load_time(_Loads(excess + (beta_max - batch), batch))).ravel()
+        least_from = np.minimum.accumulate(self.values[::-1])[::-1]  # least of values[k:]
+        self.after = np.append(least_from[1:], np.inf)
         self._rows = rows
+
+
+class KeyCensus:
+    """How many rows hold each load key, and which, kept current as they publish.
+
+    A NetKV decision over thousands of candidates costs every uncached row of one tier
+    the same transfer time, so the cheapest of them is the one with the least load: the
+    census finds it by walking up from the lowest key held, instead of reading every
+    row (see NetKV's pick by tiers). Rows without a key (-1: a batch outside
+    [0, beta_max]) are counted apart; while any is, nobody asks."""
+
+    def __init__(self) -> None:
+        self.keys: list[int] = []  # per row
+        self.count: list[int] = []  # per key: rows holding it
+        self.rows: list[set[int]] = []  # per key: which
+        self.keyless = 0  # rows at -1
+        self.version = 0  # bumped whenever a row's key changes
+        self._low = 0  # no key below it is held
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self) -> int:
+        """A new row, at key 0 (an idle instance's); its index."""
+        row = len(self.keys)
+        self.keys.append(-1)
+        self.keyless += 1
+        self.move(row, 0)
+        return row
+
+    def move(self, row: int, key: int) -> None:
+        old = self.keys[row]
+        if old == key:
+            return
+        self.version += 1
+        self.keys[row] = key
+        if old < 0:
+            self.keyless -= 1
+        else:
+            self.count[old] -= 1
+            self.rows[old].discard(row)
+        if key < 0:
+            self.keyless += 1
+            return
+        while key >= len(self.count):
+            self.count.append(0)
+            self.rows.append(set())
+        self.count[key] += 1
+        self.rows[key].add(row)
+        if key < self._low:
+            self._low = key
+
+    def lowest(self, skip: dict[int, int], start: int = 0) -> int | None:
+        """The lowest key from `start` up held by a row not skipped (`skip`: key -> how
+        many of its rows to pass over), or None if every row is skipped."""
+        count = self.count
+        low = self._low
+        while low < len(count) and not count[low]:
+            low += 1
+        self._low = low
+        key = max(low, start)
+        while key < len(count) and count[key] <= skip.get(key, 0):
+            key += 1
+        return key if key < len(count) else None

@@ -194,6 +194,23 @@ class Scheduler:
 
     MAX_RUNS = 16
 
+    def _tier_split(self, prefill: str, root: CandidateTable, oracle: Oracle
+                    ) -> tuple[int, list[int], dict[int, int]] | None:
+        """The tier most rows of a whole table are in from `prefill` (the rest of the
+        fabric, in a fat-tree), and the other rows (its pod), as a list and each one's
+        tier; None where more than FEW are outside it."""
+        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
+        if "split" not in extra:
+            tier = int(np.bincount(row).argmax())
+            near = np.flatnonzero(row != tier).tolist()
+            extra["split"] = None if len(near) > self.FEW else (
+                tier, near, dict(zip(near, row[near].tolist(), strict=True)))
+        return extra["split"]
+
+    # At most this many rows outside the largest tier (the prefill's pod in a fat-tree),
+    # cached, or tied at the least cost for a pick by tiers (NetKV); past it, the table pass.
+    FEW = 64
+
     def _tier_entry(self, prefill: str, root: CandidateTable, oracle: Oracle) -> tuple:
         """(names, tier map, tier row, tiers present, what is derived from the row),
         remembered per prefill and candidate set (see _tier_row)."""

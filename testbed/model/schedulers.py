@@ -15,6 +15,7 @@ IEEE arithmetic as one at a time, so a thousand-instance cluster costs one pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +23,10 @@ import numpy as np
 from testbed.model.candidates import Candidate, CandidateTable
 from testbed.model.cost import transfer_time
 from testbed.model.kv import effective_transfer_bytes
-from testbed.model.loadgrid import LoadGrid
+from testbed.model.loadgrid import CENSUS, KeyCensus, LoadGrid
 from testbed.model.oracle import Oracle
 from testbed.model.scheduler_base import (
+    OUT_OF_REACH,
     Decision,
     RequestInfo,
     Scheduler,
@@ -190,6 +192,87 @@ class NetKV(Scheduler):
 
     def _table_key(self, request, prefill, table, oracle):
         return self._table_costs(request, prefill, table, oracle)
+
+    def _pick_on_table(self, request, prefill, table, oracle):
+        census = table.memo.get(CENSUS)
+        if census is not None and type(self)._table_key is NetKV._table_key:
+            picked = self._pick_by_tiers(request, prefill, table, oracle, *census)
+            if picked is not None:
+                return picked
+        return super()._pick_on_table(request, prefill, table, oracle)
+
+    def _pick_by_tiers(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                       oracle: Oracle, census: KeyCensus, version: int
+                       ) -> tuple[Candidate, float] | None:
+        """_pick_on_table's pick without a pass over the rows, for a table that comes with
+        its board's load-key census: the uncached rows of the largest tier all cost its
+        transfer time plus their load, so the cheapest of them hold the lowest key the
+        census holds outside the other rows, which are few (the prefill's pod, the rows
+        with a cached prefix) and costed one by one as in the table pass. The same
+        minimum, the same tied rows in table order, the same draw; None (the table pass
+        decides) where that does not hold: a census behind the table, many tied, cached
+        or near rows, a later key whose load is not above the lowest's, no tied row in D_r."""
+        if census.version != version or census.keyless or len(census) != len(table) \
+                or table.base is not None:
+            return None
+        try:
+            return self._least_by_tiers(request, prefill, table, oracle, census)
+        except ValueError:  # an equation refusing: the table pass decides (and speaks)
+            return None
+
+    def _least_by_tiers(self, request, prefill, table, oracle, census):
+        key = self._loads.keys(table)
+        hits = table.hit_rows
+        split = self._tier_split(prefill, table, oracle)
+        if key is None or split is None or len(hits) > self.FEW:
+            return None
+        tier, near, near_tier = split
+        _, present = self._tier_row(prefill, table, oracle)
+        terms = [(1.0, 0.0)] * (present[-1] + 1)  # tiers not present: never looked up
+        for t in present:
+            terms[t] = self._tier_terms(t, prefill, oracle, self.use_congestion,
+                                        self.use_inflight)
+        kv, length = request.kv_bytes, request.input_len
+        size = effective_transfer_bytes(kv, 0, length)
+        net = [transfer_time(size, b, lat) for b, lat in terms]
+        cached = dict(zip(hits.tolist(), table.hit_tokens[hits].tolist(), strict=True))
+        apart = near + [r for r in cached if r not in near_tier]  # costed one by one
+        apart_keys = key[apart].tolist()
+        lowest = census.lowest(Counter(apart_keys))
+        load, after = self._loads.values, self._loads.after
+        best = float("inf")  # of the rest: the largest tier's uncached rows
+        if lowest is not None:
+            best = net[tier] + float(load[lowest])
+            if not net[tier] + float(after[lowest]) > best:  # a later key may cost as much
+                return None
+        costs = []  # the same sums as the table pass's: a transfer time + the load
+        for row, row_load in zip(apart, load[apart_keys].tolist(), strict=True):
+            t = near_tier.get(row, tier)
+            hit = cached.get(row)
+            if hit is None:
+                costs.append(net[t] + row_load)
+            else:
+                b, lat = terms[t]
+                costs.append(transfer_time(effective_transfer_bytes(kv, hit, length), b, lat)
+                             + row_load)
+        low = min(best, min(costs, default=best))
+        if not low < OUT_OF_REACH:
+            return None
+        tied = [r for r, c in zip(apart, costs, strict=True) if c == low]
+        if best == low:
+            if census.count[lowest] - apart_keys.count(lowest) + len(tied) > self.FEW:
+                return None
+            tied += [r for r in census.rows[lowest] if r not in near_tier and r not in cached]
+        tied.sort()  # in table order, as the table pass finds them
+        # D_r for the tied rows, as _fits_rows has it
+        free, reserve = table.free_memory, self.ctx.memory_reserve_bytes
+        uncached = size + reserve
+        rows = [r for r in tied if free[r] >= (
+            uncached if r not in cached
+            else effective_transfer_bytes(kv, cached[r], length) + reserve)]
+        if not rows:
+            return None
+        return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], low
 
     def rank(self, request, prefill, feasible, oracle):
         if isinstance(feasible, CandidateTable):
