@@ -180,7 +180,7 @@ class DecodeBoard:
         self.queued = np.zeros(0, dtype=np.int64)
         self.batch = np.zeros(0, dtype=np.int64)
         self.load_key = np.zeros(0, dtype=np.int64)
-        self.census = KeyCensus() if beta_max is not None else None  # of load_key
+        self.census: KeyCensus | None = None  # of load_key, once a table is large enough
 
     def slot(self) -> int:
         n = len(self.free_memory)
@@ -192,13 +192,18 @@ class DecodeBoard:
             self.census.add()
         return n
 
+    # Tables of fewer instances are ranked one by one (Scheduler.SMALL), so no census is
+    # kept for them: its upkeep on every publish would buy nothing.
+    CENSUS_FROM = 64
+
     def publish(self, slot: int, free_memory: float, queued: int, batch: int) -> None:
         self.free_memory[slot] = free_memory
         self.queued[slot] = queued
         self.batch[slot] = batch
         if self.beta_max is not None:
             key = self.load_key[slot] = load_key(queued, batch, self.beta_max)
-            self.census.move(slot, key)
+            if self.census is not None:
+                self.census.move(slot, key)
 
     def table(self, names: tuple[str, ...], slots: slice | np.ndarray, hit_tokens: np.ndarray,
               index: dict[str, int], hit_rows: np.ndarray) -> CandidateTable:
@@ -210,7 +215,9 @@ class DecodeBoard:
                                hit_rows=hit_rows)
         if self.beta_max is not None:
             whole = isinstance(slots, slice) and slots.start == 0 \
-                and len(names) == len(self.census)
+                and len(names) == len(self.load_key)
+            if whole and self.census is None and len(names) >= self.CENSUS_FROM:
+                self.census = KeyCensus.of(self.load_key.tolist())
             seed_keys(table, self.load_key[slots].copy(), self.beta_max,
                       self.census if whole else None)
         return table

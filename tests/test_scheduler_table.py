@@ -239,13 +239,23 @@ def test_a_census_counts_the_rows_at_each_key_as_they_move():
     assert census.keyless == 0 and census.lowest({}) == 2
 
 
-def test_a_decode_board_keeps_the_census_of_its_load_keys():
+def test_a_decode_board_keeps_the_census_of_its_load_keys_once_a_table_is_large():
     board = DecodeBoard(beta_max=8)
-    for _ in range(3):
+    n = DecodeBoard.CENSUS_FROM
+    names = tuple(f"d{i}" for i in range(n))
+    index = {name: i for i, name in enumerate(names)}
+    none = np.zeros(0, dtype=np.int64)
+    for _ in range(n):
         board.slot()
     board.publish(1, 1e9, 5, 8)
-    board.publish(2, 1e9, 20, 3)
+    small = board.table(names[:-1], slice(0, n - 1), np.zeros(n - 1), index, none)
+    assert board.census is None and CENSUS not in small.memo  # not every instance
+    table = board.table(names, slice(0, n), np.zeros(n), index, none)
+    assert table.memo[CENSUS] == (board.census, board.census.version)
+    board.publish(2, 1e9, 20, 3)  # kept from then on
+    board.slot()
     assert board.census.keys == board.load_key.tolist()
+    assert sorted(r for rows in board.census.rows for r in rows) == list(range(n + 1))
 
 
 @settings(max_examples=60, deadline=None)
@@ -295,21 +305,24 @@ def test_netkv_picks_by_tiers_from_a_census_as_the_table_pass(seed, key, busy, h
         hit[rows] = [rng.choice([512, length // 2, length // 16 * 16]) for _ in rows]
 
         def table(census, hit=hit, rows=rows):
+            if census:  # as the simulator hands it over
+                return board.table(names, slice(0, len(names)), hit.copy(), index,
+                                   np.array(rows, dtype=np.int64))
             t = CandidateTable(names, board.free_memory.copy(), board.queued.copy(),
                                board.batch.copy(), hit.copy(), index=index,
                                hit_rows=np.array(rows, dtype=np.int64))
-            seed_keys(t, board.load_key.copy(), ctx.beta_max, census)
+            seed_keys(t, board.load_key.copy(), ctx.beta_max)
             return t
 
         src = rng.choice(prefills)
-        with_census = table(board.census)
+        with_census = table(True)
         by_tiers._terms = {}
         taken += by_tiers._pick_by_tiers(req, src, with_census, oracle,
                                          *with_census.memo[CENSUS]) is not None
         by_tiers._terms = None
         by_tiers._rng.setstate(by_pass._rng.getstate())  # the look above drew nothing
         a = by_tiers.select(req, src, with_census, oracle)
-        b = by_pass.select(req, src, table(None), oracle)
+        b = by_pass.select(req, src, table(False), oracle)
         assert repr(a) == repr(b)
         assert by_tiers._rng.getstate() == by_pass._rng.getstate()
         if not a.rejected and rng.random() < 0.7:
@@ -326,16 +339,15 @@ def test_a_census_behind_its_table_is_not_read():
     read for it (the table pass decides)."""
     from testbed.topologies.fattree import FatTreeSpec
 
-    spec = FatTreeSpec(pods=8)
+    spec = FatTreeSpec(pods=16)
     oracle = Oracle(spec.tier_map, spec.tier_bandwidth_gbps, spec.tier_latency_us)
     names = tuple(d.name for d in spec.decode_pool)
     board = DecodeBoard(64)
     for i, _ in enumerate(names):
         board.slot()
         board.publish(i, 200 * GB, 0, 1 + i % 7)
-    table = CandidateTable(names, board.free_memory.copy(), board.queued.copy(),
-                           board.batch.copy(), np.zeros(len(names), dtype=np.int64))
-    seed_keys(table, board.load_key.copy(), 64, board.census)
+    table = board.table(names, slice(0, len(names)), np.zeros(len(names), dtype=np.int64),
+                        {n: i for i, n in enumerate(names)}, np.zeros(0, dtype=np.int64))
     sched = make_scheduler("netkv-full", SchedulerContext(TimingModel()))
     req = RequestInfo("r", 4096, 4096 * 327680.0)
     src = spec.prefill_pool[0].name
@@ -375,6 +387,65 @@ def test_a_whole_table_pick_is_feasible_then_rank(seed, key):
         if not a.rejected:
             whole.transfer_done("p", a.tier)
             cut.transfer_done("p", b.tier)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 31),
+       key=st.sampled_from(["la", "cla", "netkv-topo", "netkv-static", "netkv-full"]))
+def test_a_small_table_is_picked_from_its_columns_as_the_list_path(seed, n, key):
+    """Below SMALL rows a table is ranked on its columns as lists, no candidate built
+    but the chosen: decision after decision (in-flight counts moving, the seeded draws
+    included, some tables with nothing feasible, batches out of range) the same decision
+    as the list of candidates gives, to the repr."""
+    rng = random.Random(seed)
+    names = tuple(f"d{i}" for i in range(n))
+    oracle = Oracle({("p", d): rng.choice([1, 2, 3]) for d in names},
+                    {1: 100.0, 2: 50.0, 3: 25.0}, {1: 3.0, 2: 8.0, 3: 15.0},
+                    {2: rng.uniform(0, 0.5), 3: rng.uniform(0, 0.9)})
+    ctx = SchedulerContext(TimingModel(), memory_reserve_bytes=2 * GB, seed=seed)
+    few, listed = make_scheduler(key, ctx), make_scheduler(key, ctx)
+    board = DecodeBoard(ctx.beta_max)
+    index = {d: i for i, d in enumerate(names)}
+    for _ in names:
+        board.slot()
+    for _ in range(20):
+        length = rng.randint(512, 65536)
+        req = RequestInfo("r", length, length * 327680.0)
+        roomy = rng.choice([200, 200, 1]) * GB  # a third of the tables: nothing fits
+        near = req.kv_bytes * 0.75 + 2 * GB  # rows that fit only thanks to their hit
+        for slot in range(n):
+            board.publish(slot, rng.choice([GB, near, roomy]), rng.choice([0, 1, 5, 70]),
+                          rng.choice([0, 10, 64, 64, 65 if rng.random() < 0.02 else 0]))
+        hit = np.array([rng.choice([0] * 6 + [512, length // 16 * 16]) for _ in names],
+                       dtype=np.int64)
+        table = board.table(names, slice(0, n), hit, index, np.flatnonzero(hit))
+        a = few.select(req, "p", table, oracle)
+        b = listed.select(req, "p", list(table), oracle)
+        assert repr(a) == repr(b)
+        if not a.rejected:
+            few.transfer_done("p", a.tier)
+            listed.transfer_done("p", b.tier)
+
+
+def test_a_netkv_subclass_with_its_own_cost_is_ranked_by_it_over_any_table():
+    """NetKV's passes over a table compute its cost their own way: a subclass that
+    costs differently (here: the most free memory wins) is asked through its cost."""
+    from testbed.model.schedulers import NetKV
+
+    class Roomiest(NetKV):
+        def cost(self, request, prefill, cand, oracle):
+            return -cand.free_memory
+
+    ctx = SchedulerContext(TimingModel())
+    req = RequestInfo("r", 4096, 4096 * 327680.0)
+    for n in (8, 100):
+        names = [f"d{i}" for i in range(n)]
+        oracle = Oracle({("p", d): 2 for d in names}, {2: 50.0}, {2: 8.0})
+        table = CandidateTable(names, [(10 + i) * GB for i in range(n)], [0] * n,
+                               [0] * n, [0] * n)
+        sched = Roomiest(ctx, use_inflight=True, use_congestion=True, name="roomiest")
+        assert not sched._by_whole_table()
+        assert sched.select(req, "p", table, oracle).decode == names[-1]
 
 
 def test_a_subclass_that_ranks_its_own_way_is_asked_even_over_a_whole_table():

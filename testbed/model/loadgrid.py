@@ -58,6 +58,7 @@ class LoadGrid:
         self.beta_max = beta_max
         self.values = np.zeros(0)  # flat: excess * (beta_max + 1) + batch
         self.after = np.zeros(0)  # after[k]: the least of values[k + 1:] (inf past the end)
+        self.listed: list[float] = []  # values as Python floats, for a few rows at a time
         self._rows = 0
 
     def keys(self, table) -> np.ndarray | None:
@@ -96,6 +97,7 @@ class LoadGrid:
             self._load_time(_Loads(excess + (beta_max - batch), batch))).ravel()
         least_from = np.minimum.accumulate(self.values[::-1])[::-1]  # least of values[k:]
         self.after = np.append(least_from[1:], np.inf)
+        self.listed = self.values.tolist()
         self._rows = rows
 
 
@@ -118,6 +120,14 @@ class KeyCensus:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @classmethod
+    def of(cls, keys: list[int]) -> KeyCensus:
+        """A census of rows holding `keys`, in order."""
+        census = cls()
+        for key in keys:
+            census.move(census.add(), key)
+        return census
 
     def add(self) -> int:
         """A new row, at key 0 (an idle instance's); its index."""

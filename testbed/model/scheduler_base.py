@@ -21,6 +21,7 @@ from testbed.model.cost import (
 )
 from testbed.model.inflight import InflightCounter
 from testbed.model.kv import effective_transfer_bytes
+from testbed.model.loadgrid import LoadGrid
 from testbed.model.oracle import Oracle
 from testbed.model.timing import TimingModel
 
@@ -68,6 +69,7 @@ class Scheduler:
         self._rng = random.Random(ctx.seed)
         self._tier_rows: dict[tuple[str, int], tuple[tuple, object, np.ndarray, list, dict]] = {}
         self._terms: dict | None = None  # a tier's B_eff and latency, during one select()
+        self._loads = LoadGrid(self.load_time, ctx.beta_max)  # load_time by (excess, batch)
 
     @property
     def rng(self) -> random.Random:
@@ -194,6 +196,14 @@ class Scheduler:
 
     MAX_RUNS = 16
 
+    def _tier_list(self, prefill: str, root: CandidateTable, oracle: Oracle) -> list[int]:
+        """The tier row from `prefill` over a whole table as a Python list."""
+        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
+        listed = extra.get("list")
+        if listed is None:
+            listed = extra["list"] = row.tolist()
+        return listed
+
     def _tier_split(self, prefill: str, root: CandidateTable, oracle: Oracle
                     ) -> tuple[int, list[int], dict[int, int]] | None:
         """The tier most rows of a whole table are in from `prefill` (the rest of the
@@ -275,8 +285,10 @@ class Scheduler:
         self._terms = {}  # one request, prefill, oracle, in-flight count until the end
         try:
             if isinstance(candidates, CandidateTable) and candidates.base is None \
-                    and len(candidates) >= self.SMALL and self._by_whole_table():
-                picked = self._pick_on_table(request, prefill, candidates, oracle)
+                    and self._by_whole_table():
+                picked = self._pick_on_table(request, prefill, candidates, oracle) \
+                    if len(candidates) >= self.SMALL \
+                    else self._pick_few(request, prefill, candidates, oracle)
                 if picked is not None:  # committed while this decision's terms stand
                     return self.commit(request, prefill, picked[0], oracle, picked[1])
             feasible = self.feasible(request, candidates)
@@ -332,6 +344,51 @@ class Scheduler:
         # drawn from as an array: thousands of rows may tie
         return table[int(rows[0] if len(rows) == 1 else self._rng.choice(rows))], \
             float(key[rows[0]])
+
+    def _pick_few(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                  oracle: Oracle) -> tuple[Candidate, float] | None:
+        """feasible() then rank() over a table of fewer than SMALL rows, on its columns
+        as Python lists and with no candidate built but the chosen: D_r as the list
+        path tests it, each feasible row keyed by `_few_keys` (the numbers the list
+        path's key gives), the least, the tied rows in table order, the same draw. None
+        where this scheduler has no such keys, or nothing is feasible (the list path
+        then decides and says why)."""
+        free, hit = table.free_memory.tolist(), table.hit_tokens.tolist()
+        kv, length = request.kv_bytes, request.input_len
+        reserve = self.ctx.memory_reserve_bytes
+        whole = effective_transfer_bytes(kv, 0, length) + reserve
+        try:
+            rows = [i for i, (room, tokens) in enumerate(zip(free, hit, strict=True))
+                    if room >= (effective_transfer_bytes(kv, tokens, length) + reserve
+                                if tokens else whole)]
+            keys = self._few_keys(request, prefill, table, oracle, rows, hit) if rows \
+                else None
+        except ValueError:  # the list path checks only the feasible rows, and speaks
+            return None
+        if keys is None:
+            return None
+        best = min(keys)
+        tied = [row for row, key in zip(rows, keys, strict=True) if key == best]
+        return table[tied[0] if len(tied) == 1 else self._rng.choice(tied)], best
+
+    def _few_keys(self, request: RequestInfo, prefill: str, table: CandidateTable,
+                  oracle: Oracle, rows: list[int], hit: list[int]) -> list[float] | None:
+        """rank()'s key for `rows` of a small table (`hit`: every row's hit tokens), as
+        the one-candidate terms give it; None if this scheduler has none."""
+        return None
+
+    def _few_loads(self, table: CandidateTable, rows: list[int]) -> list[float] | None:
+        """load_time of `rows` of a table, read from the load grid (its entries are the
+        one-candidate numbers); None where a batch is outside [0, beta_max]."""
+        key = self._loads.keys(table)
+        if key is None:
+            return None
+        keys, load = key.tolist(), self._loads.listed
+        return [load[keys[row]] for row in rows]
+
+    # The one-candidate terms a class's whole-table key (_table_key, _few_keys) computes
+    # again its own way: a subclass overriding any of them is ranked through rank().
+    MIRRORS: tuple[str, ...] = ()
 
     def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
                    oracle: Oracle) -> np.ndarray | None:
@@ -395,7 +452,8 @@ def _ranks_by_table_key(cls: type) -> bool:
     """Scheduler._by_whole_table for a class (asked at every decision: found once)."""
     owner = next(c for c in cls.__mro__ if "_table_key" in vars(c))
     return owner is not Scheduler and vars(owner).get("rank") is cls.rank \
-        and cls.feasible is Scheduler.feasible
+        and cls.feasible is Scheduler.feasible \
+        and all(getattr(cls, name) is getattr(owner, name) for name in owner.MIRRORS)
 
 # What an infeasible row's cost becomes in one table pass: no feasible cost comes near
 # it, and anything at or above it goes the general way.

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from testbed.model.candidates import Candidate, CandidateTable
 from testbed.model.cost import transfer_time
 from testbed.model.kv import effective_transfer_bytes
-from testbed.model.loadgrid import CENSUS, KeyCensus, LoadGrid
+from testbed.model.loadgrid import CENSUS, KeyCensus
 from testbed.model.oracle import Oracle
 from testbed.model.scheduler_base import (
     OUT_OF_REACH,
@@ -78,6 +79,9 @@ class LoadAware(Scheduler):
     def _table_key(self, request, prefill, table, oracle):
         return self.load_time(table)
 
+    def _few_keys(self, request, prefill, table, oracle, rows, hit):
+        return self._few_loads(table, rows)
+
 
 class CacheAware(Scheduler):
     """CA: maximise the prefix hit; load breaks ties."""
@@ -129,6 +133,11 @@ class CacheLoadAware(Scheduler):
             key[hits] = -self.score(request, _Busy(busy[hits], table.hit_tokens[hits]))
         return key
 
+    def _few_keys(self, request, prefill, table, oracle, rows, hit):
+        """-score of each row, scored as one candidate."""
+        queued, batch = table.queued.tolist(), table.batch.tolist()
+        return [-self.score(request, _Scalars(queued[r], batch[r], hit[r])) for r in rows]
+
     def _uncached_key(self) -> np.ndarray:
         """-score of a candidate without a cached prefix, by q_d + beta_d (capped at
         beta_max: the load term is 0 from there on), computed by `score` itself for the
@@ -138,6 +147,14 @@ class CacheLoadAware(Scheduler):
             busy = np.arange(self.ctx.beta_max + 1, dtype=np.int64)
             self._uncached = (now, -self.score(RequestInfo("", 1, 0.0), _Busy(busy)))
         return self._uncached[1]
+
+
+class _Scalars(NamedTuple):
+    """What CLA*'s score reads of one candidate."""
+
+    queued: int
+    batch: int
+    hit_tokens: int
 
 
 @dataclass(frozen=True)
@@ -162,12 +179,13 @@ class NetKV(Scheduler):
     through T_queue.
     """
 
+    MIRRORS = ("cost", "network_time", "effective_bytes")
+
     def __init__(self, ctx: SchedulerContext, use_inflight: bool, use_congestion: bool, name: str):
         super().__init__(ctx)
         self.use_inflight = use_inflight
         self.use_congestion = use_congestion
         self.name = name
-        self._loads = LoadGrid(self.load_time, ctx.beta_max)
         self._buffer = np.zeros(0)
         self._places = np.zeros(0, dtype=np.int64)
 
@@ -192,6 +210,32 @@ class NetKV(Scheduler):
 
     def _table_key(self, request, prefill, table, oracle):
         return self._table_costs(request, prefill, table, oracle)
+
+    def _costs_as_built(self) -> bool:
+        """Whether `cost` and its terms are NetKV's (its passes over a table compute
+        them their own way)."""
+        return all(getattr(type(self), name) is getattr(NetKV, name) for name in self.MIRRORS)
+
+    def _few_keys(self, request, prefill, table, oracle, rows, hit):
+        """`cost` of each row: its tier's transfer time of its s_eff plus its load."""
+        loads = self._few_loads(table, rows)
+        if loads is None:
+            return None
+        tiers = self._tier_list(prefill, table, oracle)
+        kv, length = request.kv_bytes, request.input_len
+        uncached = effective_transfer_bytes(kv, 0, length)
+        terms: dict[int, tuple[float, float]] = {}
+        keys = []
+        for row, load in zip(rows, loads, strict=True):
+            tier = tiers[row]
+            bandwidth_latency = terms.get(tier)
+            if bandwidth_latency is None:
+                bandwidth_latency = terms[tier] = self._tier_terms(
+                    tier, prefill, oracle, self.use_congestion, self.use_inflight)
+            tokens = hit[row]
+            size = effective_transfer_bytes(kv, tokens, length) if tokens else uncached
+            keys.append(transfer_time(size, *bandwidth_latency) + load)
+        return keys
 
     def _pick_on_table(self, request, prefill, table, oracle):
         census = table.memo.get(CENSUS)
@@ -275,7 +319,7 @@ class NetKV(Scheduler):
         return table[rows[0] if len(rows) == 1 else self._rng.choice(rows)], low
 
     def rank(self, request, prefill, feasible, oracle):
-        if isinstance(feasible, CandidateTable):
+        if isinstance(feasible, CandidateTable) and self._costs_as_built():
             costs = self._table_costs(request, prefill, feasible, oracle)
             if costs is not None:
                 return self.pick_min(feasible, lambda _: costs)
