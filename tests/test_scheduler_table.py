@@ -232,7 +232,7 @@ def test_a_census_counts_the_rows_at_each_key_as_they_move():
     assert census.lowest({0: 1}) == 5  # row 0 skipped: the next key held
     assert census.lowest({0: 1, 5: 3}) is None
     census.move(0, 7)
-    assert census.lowest({}) == 5 and census.lowest({}, start=6) == 7
+    assert census.lowest({}) == 5 and census.lowest({5: 3}) == 7
     census.move(2, -1)  # a batch outside [0, beta_max]
     assert census.keyless == 1 and census.rows[5] == {1, 3}
     census.move(2, 2)

@@ -159,15 +159,15 @@ class KeyCensus:
         if key < self._low:
             self._low = key
 
-    def lowest(self, skip: dict[int, int], start: int = 0) -> int | None:
-        """The lowest key from `start` up held by a row not skipped (`skip`: key -> how
-        many of its rows to pass over), or None if every row is skipped."""
+    def lowest(self, skip: dict[int, int]) -> int | None:
+        """The lowest key held by a row not skipped (`skip`: key -> how many of its rows
+        to pass over), or None if every row is skipped."""
         count = self.count
         low = self._low
         while low < len(count) and not count[low]:
             low += 1
         self._low = low
-        key = max(low, start)
+        key = low
         while key < len(count) and count[key] <= skip.get(key, 0):
             key += 1
         return key if key < len(count) else None
