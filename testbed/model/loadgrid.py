@@ -74,6 +74,15 @@ class LoadGrid:
             self._grow(max(top + 1, 2 * self._rows, 1))
         return keys
 
+    def rows(self, table, rows: list[int]) -> list[float] | None:
+        """load_time of `rows` of a table, read from the grid (its entries are the
+        one-candidate numbers); None where a batch is outside [0, beta_max]."""
+        key = self.keys(table)
+        if key is None:
+            return None
+        keys, load = key.tolist(), self.listed
+        return [load[keys[row]] for row in rows]
+
     def _keys(self, queued: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray | None, int]:
         """load_key over columns, in place, and the largest excess."""
         beta_max = self.beta_max

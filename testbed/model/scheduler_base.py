@@ -196,31 +196,6 @@ class Scheduler:
 
     MAX_RUNS = 16
 
-    def _tier_list(self, prefill: str, root: CandidateTable, oracle: Oracle) -> list[int]:
-        """The tier row from `prefill` over a whole table as a Python list."""
-        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
-        listed = extra.get("list")
-        if listed is None:
-            listed = extra["list"] = row.tolist()
-        return listed
-
-    def _tier_split(self, prefill: str, root: CandidateTable, oracle: Oracle
-                    ) -> tuple[int, list[int], dict[int, int]] | None:
-        """The tier most rows of a whole table are in from `prefill` (the rest of the
-        fabric, in a fat-tree), and the other rows (its pod), as a list and each one's
-        tier; None where more than FEW are outside it."""
-        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
-        if "split" not in extra:
-            tier = int(np.bincount(row).argmax())
-            near = np.flatnonzero(row != tier).tolist()
-            extra["split"] = None if len(near) > self.FEW else (
-                tier, near, dict(zip(near, row[near].tolist(), strict=True)))
-        return extra["split"]
-
-    # At most this many rows outside the largest tier (the prefill's pod in a fat-tree),
-    # cached, or tied at the least cost for a pick by tiers (NetKV); past it, the table pass.
-    FEW = 64
-
     def _tier_entry(self, prefill: str, root: CandidateTable, oracle: Oracle) -> tuple:
         """(names, tier map, tier row, tiers present, what is derived from the row),
         remembered per prefill and candidate set (see _tier_row)."""
@@ -288,7 +263,7 @@ class Scheduler:
                     and self._by_whole_table():
                 picked = self._pick_on_table(request, prefill, candidates, oracle) \
                     if len(candidates) >= self.SMALL \
-                    else self._pick_few(request, prefill, candidates, oracle)
+                    else pick_few(self, request, prefill, candidates, oracle)
                 if picked is not None:  # committed while this decision's terms stand
                     return self.commit(request, prefill, picked[0], oracle, picked[1])
             feasible = self.feasible(request, candidates)
@@ -345,49 +320,11 @@ class Scheduler:
         return table[int(rows[0] if len(rows) == 1 else self._rng.choice(rows))], \
             float(key[rows[0]])
 
-    def _pick_few(self, request: RequestInfo, prefill: str, table: CandidateTable,
-                  oracle: Oracle) -> tuple[Candidate, float] | None:
-        """feasible() then rank() over a table of fewer than SMALL rows, on its columns
-        as Python lists and with no candidate built but the chosen: D_r as the list
-        path tests it, each feasible row keyed by `_few_keys` (the numbers the list
-        path's key gives), the least, the tied rows in table order, the same draw. None
-        where this scheduler has no such keys, or nothing is feasible (the list path
-        then decides and says why)."""
-        free, hit = table.free_memory.tolist(), table.hit_tokens.tolist()
-        kv, length = request.kv_bytes, request.input_len
-        reserve = self.ctx.memory_reserve_bytes
-        whole = effective_transfer_bytes(kv, 0, length) + reserve
-        try:
-            rows = [i for i, (room, tokens) in enumerate(zip(free, hit, strict=True))
-                    if room >= (effective_transfer_bytes(kv, tokens, length) + reserve
-                                if tokens else whole)]
-            keys = self._few_keys(request, prefill, table, oracle, rows, hit) if rows \
-                else None
-        except ValueError:  # the list path checks only the feasible rows, and speaks
-            return None
-        if keys is None:
-            return None
-        best = min(keys)
-        tied = [row for row, key in zip(rows, keys, strict=True) if key == best]
-        return table[tied[0] if len(tied) == 1 else self._rng.choice(tied)], best
-
     def _few_keys(self, request: RequestInfo, prefill: str, table: CandidateTable,
                   oracle: Oracle, rows: list[int], hit: list[int]) -> list[float] | None:
-        """rank()'s key for `rows` of a small table (`hit`: every row's hit tokens), as
-        the one-candidate terms give it; None if this scheduler has none."""
-        return None
+        """rank()'s one-candidate key for `rows` of a small table (`hit`: its hits)."""
 
-    def _few_loads(self, table: CandidateTable, rows: list[int]) -> list[float] | None:
-        """load_time of `rows` of a table, read from the load grid (its entries are the
-        one-candidate numbers); None where a batch is outside [0, beta_max]."""
-        key = self._loads.keys(table)
-        if key is None:
-            return None
-        keys, load = key.tolist(), self._loads.listed
-        return [load[keys[row]] for row in rows]
-
-    # The one-candidate terms a class's whole-table key (_table_key, _few_keys) computes
-    # again its own way: a subclass overriding any of them is ranked through rank().
+    # Terms _table_key/_few_keys recompute: a subclass overriding one goes through rank().
     MIRRORS: tuple[str, ...] = ()
 
     def _table_key(self, request: RequestInfo, prefill: str, table: CandidateTable,
@@ -469,3 +406,30 @@ def out_of_reach(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if len(at):
         values[at] = OUT_OF_REACH
     return values
+
+
+def pick_few(sched: Scheduler, request: RequestInfo, prefill: str, table: CandidateTable,
+             oracle: Oracle) -> tuple[Candidate, float] | None:
+    """`sched`'s feasible() then rank() over a table of fewer than SMALL rows, on its columns
+    as Python lists and with no candidate built but the chosen: D_r as the list
+    path tests it, each feasible row keyed by `_few_keys` (the numbers the list
+    path's key gives), the least, the tied rows in table order, the same draw. None
+    where this scheduler has no such keys, or nothing is feasible (the list path
+    then decides and says why)."""
+    free, hit = table.free_memory.tolist(), table.hit_tokens.tolist()
+    kv, length = request.kv_bytes, request.input_len
+    reserve = sched.ctx.memory_reserve_bytes
+    whole = effective_transfer_bytes(kv, 0, length) + reserve
+    try:
+        rows = [i for i, (room, tokens) in enumerate(zip(free, hit, strict=True))
+                if room >= (effective_transfer_bytes(kv, tokens, length) + reserve
+                            if tokens else whole)]
+        keys = sched._few_keys(request, prefill, table, oracle, rows, hit) if rows \
+            else None
+    except ValueError:  # the list path checks only the feasible rows, and speaks
+        return None
+    if keys is None:
+        return None
+    best = min(keys)
+    tied = [row for row, key in zip(rows, keys, strict=True) if key == best]
+    return table[tied[0] if len(tied) == 1 else sched._rng.choice(tied)], best

@@ -80,7 +80,7 @@ class LoadAware(Scheduler):
         return self.load_time(table)
 
     def _few_keys(self, request, prefill, table, oracle, rows, hit):
-        return self._few_loads(table, rows)
+        return self._loads.rows(table, rows)
 
 
 class CacheAware(Scheduler):
@@ -211,6 +211,31 @@ class NetKV(Scheduler):
     def _table_key(self, request, prefill, table, oracle):
         return self._table_costs(request, prefill, table, oracle)
 
+    def _tier_list(self, prefill: str, root: CandidateTable, oracle: Oracle) -> list[int]:
+        """The tier row from `prefill` over a whole table as a Python list."""
+        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
+        listed = extra.get("list")
+        if listed is None:
+            listed = extra["list"] = row.tolist()
+        return listed
+
+    def _tier_split(self, prefill: str, root: CandidateTable, oracle: Oracle
+                    ) -> tuple[int, list[int], dict[int, int]] | None:
+        """The tier most rows of a whole table are in from `prefill` (the rest of the
+        fabric, in a fat-tree), and the other rows (its pod), as a list and each one's
+        tier; None where more than FEW are outside it."""
+        _, _, row, _, extra = self._tier_entry(prefill, root, oracle)
+        if "split" not in extra:
+            tier = int(np.bincount(row).argmax())
+            near = np.flatnonzero(row != tier).tolist()
+            extra["split"] = None if len(near) > self.FEW else (
+                tier, near, dict(zip(near, row[near].tolist(), strict=True)))
+        return extra["split"]
+
+    # At most this many rows outside the largest tier (the prefill's pod in a fat-tree),
+    # cached, or tied at the least cost for a pick by tiers; past it, the table pass.
+    FEW = 64
+
     def _costs_as_built(self) -> bool:
         """Whether `cost` and its terms are NetKV's (its passes over a table compute
         them their own way)."""
@@ -218,7 +243,7 @@ class NetKV(Scheduler):
 
     def _few_keys(self, request, prefill, table, oracle, rows, hit):
         """`cost` of each row: its tier's transfer time of its s_eff plus its load."""
-        loads = self._few_loads(table, rows)
+        loads = self._loads.rows(table, rows)
         if loads is None:
             return None
         tiers = self._tier_list(prefill, table, oracle)
