@@ -6,8 +6,10 @@ import pytest
 
 from testbed.flowsim.network import FluidNetwork
 from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.model.tcp import payload_share
+from testbed.ns3sim.ns3_fabric import wire_payload_share
 from testbed.scenario import load_scenario
-from testbed.validate.calibration import fit_tier
+from testbed.validate.calibration import fit_capacity, fit_tier, lower_envelope
 from testbed.validate.replay import replay_transfers
 from tests.conftest import ROOT
 
@@ -19,6 +21,31 @@ def test_fit_recovers_capacity_factor_and_fixed_cost():
     assert fit.factor == pytest.approx(0.9)
     assert fit.overhead_s == pytest.approx(0.005)
     assert fit.r2 == pytest.approx(1.0)
+
+
+def test_capacity_is_fitted_on_each_sizes_fastest_repeat():
+    rate = gbps_to_bytes_per_s(25)
+    clean = {b: b / (0.9 * rate) + 0.005 for b in (0.5e9, 2e9, 8e9)}
+    # a timeout stalls the one 2 GB sample of the plain fit by 200 ms; its repeat is clean
+    samples = [(0.5e9, clean[0.5e9]), (2e9, clean[2e9] + 0.2), (8e9, clean[8e9]),
+               (2e9, clean[2e9]), (0.5e9, clean[0.5e9] + 0.2)]
+    assert lower_envelope(samples) == sorted(clean.items())
+    assert fit_capacity(3, samples, rate, 0.95).factor == pytest.approx(0.9)
+    assert fit_tier(3, samples, rate).factor != pytest.approx(0.9, rel=0.01)
+
+
+def test_capacity_is_capped_at_the_payloads_share_of_the_wire():
+    rate = gbps_to_bytes_per_s(25)
+    # the smaller sizes stalled in every repeat, the largest not: the line tilts past the
+    # wire's rate
+    samples = [(0.5e9, 0.5e9 / rate + 0.2), (2e9, 2e9 / rate + 0.2), (8e9, 8e9 / rate)]
+    fit = fit_capacity(3, samples, rate, payload_share())
+    assert fit.fitted > 1.0 and fit.factor == pytest.approx(payload_share())
+    # the emulation's Ethernet frame carries 1448 payload bytes in 1514, ns-3's PPP 1490
+    assert payload_share() == pytest.approx(1448 / 1514)
+    assert wire_payload_share(1514) == pytest.approx(1448 / 1490)
+    with pytest.raises(ValueError, match="payload_share"):
+        fit_capacity(3, samples, rate, 1.2)
 
 
 @pytest.mark.parametrize("samples, message", [

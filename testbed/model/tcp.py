@@ -218,6 +218,15 @@ def wire_mss(frame_bytes: int = WIRE_FRAME) -> int:
     return frame_bytes - SEGMENT_OVERHEAD
 
 
+def payload_share(frame_bytes: int = WIRE_FRAME, header_bytes: int = SEGMENT_OVERHEAD) -> float:
+    """Share of a full data segment's bytes on the wire that is payload, where a segment
+    carries wire_mss(frame_bytes) of payload in `header_bytes` of headers (the emulation's
+    Ethernet frame: 66; ns-3's point-to-point: 42). No link delivers KV bytes faster than
+    its rate times this."""
+    mss = wire_mss(frame_bytes)
+    return mss / (mss + header_bytes)
+
+
 def emulation_equivalent(scale: float, time_dilation: float, wire_hop_delay_s: float = 0.0,
                          init_cwnd: float = LINUX_INIT_CWND,
                          serialisation: float = 1.0,

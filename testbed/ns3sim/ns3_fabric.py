@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from testbed.model.tcp import SEGMENT_OVERHEAD
+from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share
 from testbed.topologies.fabric import Fabric, FabricLink
 from testbed.topologies.replica import QUEUE_S, queue_packets
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
@@ -25,6 +25,13 @@ TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubi
 LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
 LINUX_RTO_MIN_MS = 200.0  # the kernel's, when emulation.rto_min_ms is not set
 MAX_BUFFER = 64 * 2**20
+WIRE_HEADERS = 42  # bytes of a data segment on a point-to-point link besides its payload:
+# IPv4 and TCP (20 + 20, no timestamps: docs/ns3.md) and PPP's 2
+
+
+def wire_payload_share(frame_bytes: int) -> float:
+    """What share of a link's rate a full KV segment's payload is on ns-3's wire."""
+    return payload_share(frame_bytes, WIRE_HEADERS)
 
 
 def link_delays_s(tier_latency_us: dict[int, float]) -> dict[int, float]:

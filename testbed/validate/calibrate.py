@@ -24,8 +24,8 @@ from testbed.validate.calibration import (
     CAPACITY_FIT_MIN_GB,
     TierFit,
     capacity_factors,
+    fit_capacity,
     fit_tcp,
-    fit_tier,
 )
 from testbed.validate.contention import competing_residuals, probe_fits
 from testbed.validate.validity import tier_pairs
@@ -42,6 +42,9 @@ COMPETING = (1, 2, 4, 8)  # transfers of COMPETE_GB started together on one path
 # join stall is fitted on)
 COMPETE_MORE = ((0.032, 8, 0.0), (2.0, 2, 0.0), (COMPETE_GB, 4, 0.5), (2.0, 2, 1.0))
 SPREAD_REPEATS = 6  # more lone transfers of COMPETE_GB per tier: the shard spread is noisy
+# the large lone sizes again, twice: the capacity is fitted on each size's fastest, since a
+# retransmission timeout can stall any one transfer for 200 ms
+REPEAT_GB = (2.0, 8.0) * 2
 PROBE_PORT_OFFSET = 2  # kv_port + 2
 
 
@@ -115,6 +118,12 @@ def measure(network: EmulatedNetwork, on_step=None) -> dict[str, dict]:
         raw[str(tier)]["spread_samples"] = [
             {"bytes": COMPETE_GB * 1e9, "seconds": emu.dilation.modelled(secs),
              "shards": [emu.dilation.modelled(x) for x in ends]} for _, secs, ends in repeats]
+        again = [gb * 1e9 for gb in REPEAT_GB]
+        raw[str(tier)]["repeat_samples"] = [
+            {"bytes": m, "seconds": emu.dilation.modelled(secs)} for m, (_, secs, _) in zip(
+                again, measure_tier(network, src, dst,
+                                    [scaled_bytes(b, emu.scale) for b in again], shards),
+                strict=True)]
         if on_step:
             on_step(f"calibrating tier {tier}: {', '.join(map(str, COMPETING))} competing")
         lone_wall = statistics.median(secs for _, secs, _ in repeats)
@@ -132,20 +141,28 @@ def measure(network: EmulatedNetwork, on_step=None) -> dict[str, dict]:
     return raw
 
 
-def calibration_document(sc, raw: dict[str, dict]) -> dict:
+def lone_samples(doc: dict) -> list[tuple[float, float]]:
+    """(modelled bytes, seconds) of a tier's lone probes large enough for the capacity."""
+    return [(d["bytes"], d["seconds"]) for key in ("samples", "spread_samples", "repeat_samples")
+            for d in doc.get(key, []) if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9]
+
+
+def calibration_document(sc, raw: dict[str, dict], payload_share: float | None = None) -> dict:
     """calibration.json from a packet engine's probes (`measure` on the fabric, or the
     same plan on ns-3: validate/ns3_probes.py): each tier's capacity factor fitted on the
     large lone transfers (small ones are the replica's start-up, fitted as the TCP terms,
-    which the cluster would not pay), the TCP terms, the probe fits and both models'
-    error on the competing transfers."""
+    which the cluster would not pay) and capped at `payload_share` (the engine's wire;
+    default the emulation's frame), the TCP terms, the probe fits and both models' error
+    on the competing transfers."""
     spec = sc.cluster.spec()
     shards = sc.network.flows_per_transfer or spec.tp
+    share = tcp.payload_share(sc.emulation.frame_bytes) if payload_share is None \
+        else payload_share
     fits: list[TierFit] = []
     for tier, doc in raw.items():
-        samples = [(d["bytes"], d["seconds"]) for d in doc["samples"]]
-        fits.append(fit_tier(int(tier), [x for x in samples
-                                         if x[0] >= CAPACITY_FIT_MIN_GB * 1e9],
-                             gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[int(tier)])))
+        fits.append(fit_capacity(int(tier), lone_samples(doc),
+                                 gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[int(tier)]),
+                                 share))
     factors = capacity_factors(fits)
     predict = tcp_predictor(sc, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
@@ -156,8 +173,10 @@ def calibration_document(sc, raw: dict[str, dict]) -> dict:
     return {
         "scenario": sc.name, "scale": sc.emulation.scale,
         "time_dilation": sc.emulation.time_dilation, "capacity_factor": factors,
-        "tiers": {str(f.tier): {"factor": f.factor, "overhead_s": f.overhead_s,
-                                "r2": f.r2, **raw[str(f.tier)]} for f in fits},
+        "payload_share": share,
+        "tiers": {str(f.tier): {"factor": f.factor, "fitted_factor": f.fitted,
+                                "overhead_s": f.overhead_s, "r2": f.r2, **raw[str(f.tier)]}
+                  for f in fits},
         "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, raw)},
         "competing": compete,
     }

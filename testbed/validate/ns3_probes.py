@@ -2,7 +2,7 @@
 sets (validate/calibrate.py's constants), so the two packet engines' transfers can be
 set side by side. Times are simulated seconds, which are modelled seconds (ns-3 needs no
 dilation); the document has calibrate's per-tier shape (`samples`, `spread_samples`,
-`competing`)."""
+`repeat_samples`, `competing`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from testbed.validate.calibrate import (
     COMPETE_MORE,
     COMPETING,
     PROBE_GB,
+    REPEAT_GB,
     SPREAD_REPEATS,
 )
 from testbed.validate.validity import tier_pairs
@@ -99,6 +100,8 @@ def probe_tiers(scenario, program, on_step=None) -> dict:
         try:
             doc = {"pair": list(pair), "samples": prober.lone([g * 1e9 for g in PROBE_GB]),
                    "spread_samples": prober.lone([COMPETE_GB * 1e9] * SPREAD_REPEATS)}
+            doc["repeat_samples"] = [{"bytes": d["bytes"], "seconds": d["seconds"]}
+                                     for d in prober.lone([g * 1e9 for g in REPEAT_GB])]
             lone = statistics.median(d["seconds"] for d in doc["spread_samples"])
             doc["competing"] = [prober.competing(COMPETE_GB * 1e9, n) for n in COMPETING] + [
                 prober.competing(gb * 1e9, n, spacing * lone) for gb, n, spacing in COMPETE_MORE]
