@@ -10,7 +10,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,14 +126,15 @@ def tasks_of(scenario) -> list[Task]:
 def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
               on_step: Callable[[str], None] | None = None,
               describe: str = "serial", aggregate_fn=aggregate,
-              epilogue: Callable[[], tuple[dict, str]] | None = None
-              ) -> tuple[RunOutcome, RunFolder]:
+              epilogue: Callable[[], tuple[dict, str]] | None = None,
+              seeds: Collection[int] | None = None) -> tuple[RunOutcome, RunFolder]:
     """The cell loop both engines share: a run folder; every task (sweep point x
     scheduler x seed, in the sweep's order) through `execute(tasks, folder)`, which yields
     (task, result or Lost) in any order; each result's records written to its cell (a
     result is {requests, transfers, links, summary, files: {name: json}}); rows per point
     and scheduler aggregated over seeds; the table and summary.json, each with what
-    `epilogue()` adds once every task ran (summary fields, a table tail). The caller
+    `epilogue()` adds once every task ran (summary fields, a table tail); `seeds`, only
+    those of the scenario's seeds (a sequential validation's next round). The caller
     finishes the folder (it may add files first)."""
     from testbed.sweep import Lost
 
@@ -141,7 +142,7 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
     folder = RunFolder(out_root, scenario.name, engine)
     atomic_write(folder.path / "scenario.yaml",
                  yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    tasks = tasks_of(scenario)
+    tasks = [t for t in tasks_of(scenario) if seeds is None or t.seed in seeds]
     summaries: dict[tuple[int, str, int], dict] = {}
     lost: list[dict] = []
     try:

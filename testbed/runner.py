@@ -4,7 +4,7 @@ this process, on local cores or on Dask (the cell loop itself is cells.py's)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from testbed.cells import RunOutcome, Task, check_conservation, preflight, run_cells
@@ -67,12 +67,12 @@ def run_task(task: Task) -> dict:
 def run_flowsim(
     scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
     executor=None, follow: Callable[[Task], dict | None] | None = None,
-    engine: str = "flow",
+    engine: str = "flow", seeds: Collection[int] | None = None,
 ) -> RunOutcome:
     """Simulate every cell on `engine` (flow or ns3; on `executor`: serial by default);
     write the run folder in the sweep's order whatever order cells finish in; return the
     table rows. `follow` gives a cell the placements it takes instead of its own
-    (Task.follow)."""
+    (Task.follow); `seeds`, only those of the scenario's seeds."""
     from testbed.sweep import Executor
 
     if engine not in ENGINES:
@@ -93,7 +93,7 @@ def run_flowsim(
 
     name, title = ENGINES[engine]
     outcome, folder = run_cells(scenario, out_root, name, execute, title, on_step,
-                                executor.describe())
+                                executor.describe(), seeds=seeds)
     if outcome.lost:
         folder.mark_interrupted(f"{len(outcome.lost)} cell(s) lost after a retry: "
                                 + "; ".join(x["cell"] for x in outcome.lost))

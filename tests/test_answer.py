@@ -42,17 +42,20 @@ def test_the_answer_leads_with_the_claims_and_fits_eight_short_lines():
     # the settle line: the open claim's interval narrowed around its centre
     need = seeds_to_settle(-0.08, 0.1, 4, 0.05)
     assert f"about {need - 4} more seeds (--seeds {need})" in lines[5]
-    assert f"about {(need - 4) * 10.0 / 60:.1f} min here" in lines[5]  # (60 - 20) s / 4 seeds
+    assert f"), {(need - 4) * 10.0 / 60:.1f} min." in lines[5]  # (60 - 20) s / 4 seeds
     assert lines[6].startswith("Packets: 12 ns-3 runs (deterministic); 270 requests judged")
     long = answer_lines(doc(claims), {"total_s": 4000.0, "phases": {}})
-    assert long[5].endswith(f"about {(need - 4) * 1000.0 / 3600:.0f} h here.")
+    assert long[5].endswith(f"), {(need - 4) * 1000.0 / 3600:.0f} h.")
 
 
-def test_more_seeds_than_the_trace_has_segments_say_so():
+def test_more_seeds_than_the_trace_has_segments_are_draws_of_them():
     d = doc([claim("cla", "rr", (0.01, -0.08, 0.1), "inconclusive")], seeds=52)
     d["sequential"] = {"level": 0.99, "segments": 52}
-    line = answer_lines(d)[-2]
-    assert "over the trace's 52 segments" in line and len(line) <= WIDTH
+    wall = {"total_s": 52 * 7200.0, "phases": {}}
+    need = seeds_to_settle(-0.08, 0.1, 52, 0.05)
+    line = answer_lines(d, wall)[-2]
+    assert f"(--seeds {need}: {-(-need // 52)} draws of 52 segments)" in line, line
+    assert line.endswith(" days.") and len(line) <= WIDTH
 
 
 def test_a_verdict_read_with_the_draws_shows_that_interval():

@@ -50,6 +50,44 @@ def test_block_weights_keep_each_seeds_size_and_draw_whole_blocks():
     assert len(np.unique(w[:, 0])) > 1  # and it is a real resample
 
 
+def test_block_weights_draw_one_requests_rows_together_across_its_runs():
+    seeds = np.array([1] * 27 + [2] * 8)
+    ids = [f"r{i}" for i in range(27)] + [f"q{i}" for i in range(8)]
+    # each row its own request: the very weights of blocks within seeds
+    assert np.array_equal(stats.block_weights(seeds, 200, keys=ids),
+                          stats.block_weights(seeds, 200))
+    # a second draw of seed 1's requests (seed 3, one group with it): its rows weigh
+    # as the same requests' rows of seed 1 in every resample
+    groups = np.array([1] * 27 + [2] * 8 + [1] * 27)
+    w = stats.block_weights(groups, 200, keys=ids + ids[:27])
+    assert np.array_equal(w[:, 35:], w[:, :27])
+    assert np.all(w[:, :27].sum(axis=1) == 27)
+
+
+def test_draws_of_one_workload_are_one_sample_of_its_requests():
+    base = _spread_base()
+    rng = np.random.default_rng(5)
+    f = {("packets", "rr"): 1.0, ("packets", "netkv-full"): 0.8,
+         ("flow", "rr"): 1.0, ("flow", "netkv-full"): 0.85}
+    one = runs_of(base, f)
+    for key in one:  # noise per request and run: what a second draw changes
+        for row in one[key]:
+            row["ttft"] *= float(rng.lognormal(0.0, 0.3))
+    twice = {**one, **{(e, s, 2): rows_ for (e, s, _), rows_ in one.items()}}
+
+    def diff(runs, group_of=None):
+        pc = claims.judge_point(claims.pair_requests(runs, group_of))
+        return next(c for c in pc.claims if c.metric == "ttft_mean").difference
+
+    alone = diff(one)
+    # the same requests counted again as if a new seed: the interval narrows, wrongly
+    assert diff(twice).half_width < 0.8 * alone.half_width
+    # as draws of one workload they are one sample: the same interval as the run alone
+    grouped = diff(twice, {1: 1, 2: 1})
+    assert grouped.point == pytest.approx(alone.point)
+    assert grouped.half_width == pytest.approx(alone.half_width)
+
+
 def test_weighted_quantile_with_unit_weights_is_the_inverted_cdf():
     x = np.array([5.0, 1.0, 3.0, 2.0, 4.0, np.nan])
     got = stats.weighted_quantile(np.ones((1, 6)), x, 0.5)[0]
@@ -306,3 +344,9 @@ def test_the_replay_verdict_sees_past_diverging_decisions():
     bare = claims.judge_point(claims.pair_requests(
         {k: v for k, v in runs.items() if k[0] != "replay"}))
     assert all(c.network is None and "network" not in c.as_dict() for c in bare.claims)
+
+
+def test_a_look_that_spends_next_to_no_alpha_gets_a_finite_wide_interval():
+    level = 1.0 - (sequential.obrien_fleming_spent(8 / 156) - 0.0)
+    assert level == 1.0  # the alpha spent underflows
+    assert 6.5 < stats.z(level) < 7.5 and stats.z(0.95) == pytest.approx(1.959964)

@@ -169,3 +169,18 @@ def _trace_rate(sc):
     from testbed.workloads.build import _profile_trace, _rate
 
     return _rate(_profile_trace(sc), sc.workload.trace)
+
+
+def test_seeds_past_the_segments_replay_them_as_draws(trace_path):
+    from testbed.scenario import Scenario
+    from testbed.workloads.build import build_workload, seed_groups, workload_seed
+
+    sc = Scenario.model_validate({"name": "s", "seed": 3, "seeds": 7, "workload": {
+        "trace": str(trace_path), "warmup_s": 2, "measure_s": 8, "seed_segments": True,
+        "p_share": 0.5, "segments": 3}})
+    assert [workload_seed(sc, k) for k in range(3, 10)] == [3, 4, 5, 3, 4, 5, 3]
+    assert seed_groups(sc) == {k: 3 + (k - 3) % 3 for k in range(3, 10)}
+    assert seed_groups(sc.with_overrides({"workload.segments": None})) is None
+    # a draw is the same requests, lengths and prefix sharing as its segment's first seed
+    assert build_workload(sc, 6).requests == build_workload(sc, 3).requests
+    assert build_workload(sc, 7).requests != build_workload(sc, 6).requests

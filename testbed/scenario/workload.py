@@ -50,6 +50,16 @@ class WorkloadCfg(_Strict):
         "and differ only in prefix sharing. Synthetic workloads ignore it (their seeds "
         "are independent already)",
     )
+    segments: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="how many workloads the seeds cycle through (null: each seed its own): "
+        "seed k of a run starting at seed s replays the workload of seed s + (k - s) mod "
+        "segments (its requests, lengths and prefix sharing; with seed_segments, that "
+        "seed's segment of the trace) with its own draws of the run's randomness (the "
+        "schedulers' tie-breaks, the decode instance each prewarmed prefix lands on, "
+        "per-flow ECMP). validate --packets ns3 sets it once "
+        "every segment of the trace is judged and more packet runs are needed",
+    )
     trace_loop: bool = Field(
         False,
         description="when a run needs more trace than exists, replay it again with shifted "

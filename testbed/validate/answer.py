@@ -101,8 +101,8 @@ def _duration(s: float) -> str:
 
 def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None,
                 segments: int | None = None) -> str | None:
-    """What would settle the inconclusive claims: seeds in all, and their time here; or,
-    where that is more seeds than the trace has segments of their own, that."""
+    """What would settle the inconclusive claims: seeds in all, and their time here; past
+    the trace's `segments`, how many draws of each that is."""
     open_ = [c for c in claims if c["verdict"] == "inconclusive"]
     if not open_ or not seeds:
         return None
@@ -114,13 +114,12 @@ def settle_line(claims: list[dict], seeds: int | None, seed_wall_s: float | None
                 f"sits on the {100 * GAIN_TOLERANCE:.0f}-point edge; more seeds alone "
                 "would hardly settle it.")
     need = max(max(needs), seeds + 1)
-    if segments is not None and need > segments:
-        return (f"To settle: about {need} seeds, over the trace's {segments} segments "
-                "(a longer trace or window).")
-    cost = f", about {_duration((need - seeds) * seed_wall_s)} here" if seed_wall_s else ""
+    draws = (f": {math.ceil(need / segments)} draws of {segments} segments"
+             if segments and need > segments else "")
+    cost = f", {_duration((need - seeds) * seed_wall_s)}" if seed_wall_s else ""
     which = "it" if len(open_) == 1 else f"all {len(open_)}"
-    return (f"To settle {which} at today's centres: about {need - seeds} more seeds "
-            f"(--seeds {need}){cost}.")
+    return (f"To settle {which} here: about {need - seeds} more seeds "
+            f"(--seeds {need}{draws}){cost}.")
 
 
 def packets_line(t: dict, judged: dict | None, wall_s: float | None) -> str:

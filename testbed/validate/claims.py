@@ -47,7 +47,7 @@ draws a seed (draws_variance), the packets' draw assumed to spread as the flow m
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
 
@@ -88,10 +88,17 @@ class Paired:
     ttft: np.ndarray  # (n, E, S)
     met: np.ndarray  # (n, E, S)
     engines: tuple[str, ...] = ENGINES
+    groups: np.ndarray | None = None  # (n,) the workload of each request's seed (None: its seed)
 
     @property
     def n(self) -> int:
         return len(self.ids)
+
+    @property
+    def blocks(self) -> np.ndarray:
+        """What the bootstrap draws blocks within: seeds that replay one workload (draws
+        of it: workload.segments) are one group, their requests shared."""
+        return self.seeds if self.groups is None else self.groups
 
 
 def served(row: dict) -> bool:
@@ -102,10 +109,13 @@ def _truthy(value) -> bool:
     return str(value).lower() in ("true", "1")
 
 
-def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
+def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]],
+                  group_of: Mapping[int, int] | None = None) -> Paired:
     """runs[(engine, scheduler, seed)] = requests.csv rows of one sweep point. Keeps the
     measured requests that every engine x scheduler run of their seed recorded. Runs of
-    engine REPLAY (the packets' requests with the replay's transfer ends) are optional."""
+    engine REPLAY (the packets' requests with the replay's transfer ends) are optional.
+    `group_of`: seed -> the seed whose workload it replays (workload_seed), where seeds
+    are draws of fewer workloads."""
     schedulers = tuple(sorted({s for _, s, _ in runs}))
     seeds = sorted({k for _, _, k in runs})
     engines = ENGINES + ((REPLAY,) if any(e == REPLAY for e, _, _ in runs) else ())
@@ -130,10 +140,12 @@ def pair_requests(runs: dict[tuple[str, str, int], Sequence[dict]]) -> Paired:
             met.append([[1.0 if _truthy(tables[(e, s)][rid].get("slo_met")) else 0.0
                          for s in schedulers] for e in engines])
     shape = (0, len(engines), len(schedulers))
+    groups = None if group_of is None else np.asarray([group_of.get(k, k) for k in seed_of],
+                                                      dtype=int)
     return Paired(schedulers, tuple(ids), np.asarray(seed_of, dtype=int),
                   np.asarray(ttft, dtype=float).reshape(shape) if not ttft else np.asarray(ttft),
                   np.asarray(met, dtype=float).reshape(shape) if not met else np.asarray(met),
-                  engines)
+                  engines, groups)
 
 
 def statistics(p: Paired, w: np.ndarray) -> dict[str, np.ndarray]:
@@ -251,7 +263,7 @@ def judge_point(p: Paired, level: float = CONFIDENCE, normal: bool = False,
     if p.n == 0:
         return out
     ones = np.ones((1, p.n))
-    w = block_weights(p.seeds, resamples)
+    w = block_weights(p.blocks, resamples, keys=None if p.groups is None else p.ids)
     at = statistics(p, ones)
     draws = statistics(p, w)
     idx = {s: i for i, s in enumerate(p.schedulers)}

@@ -29,6 +29,7 @@ from testbed.validate.sections import cells_of, engine_comparison, per_point
 from testbed.validate.summary import claim_targets, targets
 from testbed.validate.twin import flow_twin, replay_twin
 from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
+from testbed.workloads.build import seed_groups
 
 MODELS = "flow-models"  # a validation folder's runs of the other flow models
 
@@ -108,7 +109,8 @@ def model_row(scenario, packets: Path, cal: dict, key: str, out: Path, level: fl
     loads = {k: read_csv(c / "transfers.csv") for k, c in flow_cells.items()}
     verdicts = ttft_verdicts(emu_cells, flow_cells)
     gains = point_claims(emu_cells, flow_cells, level, normal=normal, replayed=replayed,
-                         draws=trajectory.spread(twin, executor=executor))
+                         draws=trajectory.spread(twin, executor=executor),
+                         group_of=seed_groups(scenario))
     faithful = engine_comparison(per_point(emu_cells), per_point(flow_cells))
     engines = whole_pairs(emu_cells, loads)
     return {

@@ -36,16 +36,19 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                  on_note: Callable[[str], None] | None = None,
                  budget_s: float | None = None) -> Path:
     """The scenario's seeds on ns-3, judged once; or, when it asks for one seed (none
-    given), seeds added in doubling rounds until every primary claim is conclusive or the
-    budget (default 30 min) is spent (ns3_rounds.py)."""
+    given), seeds added in rounds until every primary claim is conclusive or the budget
+    (default 30 min) is spent (ns3_rounds.py). Either way each seed is its own segment of
+    a trace, and past its segments a draw of one (ns3_rounds.cycled)."""
+    from testbed.ns3sim.ns3_fabric import wire_payload_share
     from testbed.ns3sim.program import program
     from testbed.validate.calibrate import calibration_document
     from testbed.validate.ns3_probes import probe_tiers
+    from testbed.validate.ns3_rounds import cycled
     from testbed.validate.pipeline import check_calibration
 
     note = on_note or (lambda _line: None)
     started = time.monotonic()
-    replica = ns3_replica(scenario)
+    replica, _segments = cycled(ns3_replica(scenario))
     exe = program(on_build=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
@@ -56,7 +59,8 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     if calibration is None:
         t = time.monotonic()
         calibration = calibration_document(replica, probe_tiers(
-            replica, exe, lambda label: on_step and on_step(label, 0.0)))
+            replica, exe, lambda label: on_step and on_step(label, 0.0)),
+            wire_payload_share(replica.emulation.frame_bytes))
         phases["calibration_s"] = time.monotonic() - t
         note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
     else:

@@ -2,15 +2,19 @@
 
 A seed of ns-3 costs seconds and repeats exactly, so evidence is bought in seeds, each its
 own segment of a trace (`workload.seed_segments`: seeds of one trace segment share its
-arrivals and lengths and would be no new evidence). Rounds double the seeds (8, 16, 32,
-...), each judged in full (pipeline.judge: the verdicts' intervals with the draws), and
-the run stops after the first look at which every primary (mean-TTFT) claim agrees or
-disagrees. The first round's runs are the pilot: their time per seed fixes the plan, the
-largest doubling whose runs and judging fit the budget, printed before any look. The
-looks spend alpha = 5% with the emulation's O'Brien-Fleming-type function
-(sequential.py), the information fraction being the seeds so far over the planned seeds:
-look k's intervals are at level 1 - (alpha(t_k) - alpha(t_k-1)), so by the union bound
-the chance that any look's interval misses is at most 5%.
+arrivals and lengths and would be no new requests). Rounds double the seeds (8, 16, 32,
+...) up to the segments the trace holds; past them each round is one more pass over the
+segments (`workload.segments`: seed k replays segment k mod segments as a new draw of the
+schedulers' tie-breaks, which is most of a gain's spread: validate/trajectory.py), its
+requests the same requests to the bootstrap (claims.Paired.groups). Each look is judged
+in full (pipeline.judge: the verdicts' intervals with the draws), and the run stops after
+the first look at which every primary (mean-TTFT) claim agrees or disagrees. The first
+round's runs are the pilot: their time per seed fixes the plan, the largest sequence of
+looks whose runs and judging fit the budget, printed before any look. The looks spend
+alpha = 5% with the emulation's O'Brien-Fleming-type function (sequential.py), the
+information fraction being the seeds so far over the planned seeds: look k's intervals
+are at level 1 - (alpha(t_k) - alpha(t_k-1)), so by the union bound the chance that any
+look's interval misses is at most 5%.
 """
 
 from __future__ import annotations
@@ -33,14 +37,25 @@ JUDGE_PER_RUN = 1.0  # judging a seed, in the pilot's seconds to run one: 0.7 on
 CONCLUSIVE = (Verdict.AGREE, Verdict.DISAGREE)
 
 
+def next_look(seeds: int, segments: int | None, most: int = MOST_SEEDS) -> int:
+    """Seeds at the look after one at `seeds`: doubling up to the trace's `segments`
+    (None: no end), then one more pass over them (each segment one more draw)."""
+    if segments is None or 2 * seeds <= segments:
+        return min(2 * seeds, most)
+    if seeds < segments:
+        return segments
+    return min(seeds + segments, most)
+
+
 def planned_seeds(first: int, run_s: float, budget_s: float, spent_s: float,
-                  most: int = MOST_SEEDS) -> list[int]:
-    """Seeds judged at each planned look: doubling from `first` while the new seeds' runs
-    and the judging of all seeds so far (JUDGE_PER_RUN times a run, per seed) fit in what
-    the budget leaves after `spent_s`."""
-    looks, total = [min(first, most)], spent_s + min(first, most) * run_s * (1 + JUDGE_PER_RUN)
+                  segments: int | None = None, most: int = MOST_SEEDS) -> list[int]:
+    """Seeds judged at each planned look (next_look from `first`) while the new seeds'
+    runs and the judging of all seeds so far (JUDGE_PER_RUN times a run, per seed) fit
+    in what the budget leaves after `spent_s`."""
+    first = min(first, most, segments or most)
+    looks, total = [first], spent_s + first * run_s * (1 + JUDGE_PER_RUN)
     while looks[-1] < most:
-        nxt = min(2 * looks[-1], most)
+        nxt = next_look(looks[-1], segments, most)
         more = (nxt - looks[-1]) * run_s + nxt * run_s * JUDGE_PER_RUN
         if total + more > budget_s:
             break
@@ -68,16 +83,13 @@ def primary_verdicts(doc: dict) -> list[dict]:
 
 def _add_seeds(replica, folder: Path, packets: Path | None, done: int, now: int, executor,
                on_step) -> Path:
-    """Seeds done+1..now on ns-3, into the packets' one run folder."""
+    """Seeds done+1..now of the replica's on ns-3, into the packets' one run folder."""
     from testbed.runner import run_flowsim
 
-    batch = replica.with_overrides({"seeds": now - done})
-    if done:  # the next seeds keep their own trace segments: seed k is segment k - seed
-        batch = batch.with_overrides({"seed": replica.seed + done,
-                                      "workload.trace_offset_s": _offset(replica, done)})
-    run = run_flowsim(batch, folder / ("more" if packets else ""),
+    run = run_flowsim(replica.with_overrides({"seeds": now}),
+                      folder / ("more" if packets else ""),
                       lambda label: on_step and on_step(label, 0.0), executor=executor,
-                      engine="ns3").folder
+                      engine="ns3", seeds=range(replica.seed + done, replica.seed + now)).folder
     if packets is None:
         return run
     for seed_dir in sorted(run.glob("cells/*/*/seed*")):
@@ -88,12 +100,19 @@ def _add_seeds(replica, folder: Path, packets: Path | None, done: int, now: int,
     return packets
 
 
-def _offset(replica, done: int) -> float:
-    """Where seed replica.seed + done starts in the trace, as one run of all seeds would
-    place it."""
-    from testbed.workloads.build import seed_offset
+def cycled(replica):
+    """The replica with every seed its own segment of the trace and, past the segments it
+    holds, draws of them (workload.segments); and how many segments that is (None: a
+    synthetic workload or a looped trace, whose seeds never run out)."""
+    from testbed.workloads.build import segments_available
 
-    return seed_offset(replica, replica.seed + done)
+    if replica.workload.synthetic is not None:
+        return replica, None
+    replica = replica.with_overrides({"workload.seed_segments": True})
+    segments = segments_available(replica)
+    if not segments:  # none, or not one window: the run's own error says so
+        return replica, segments
+    return replica.with_overrides({"workload.segments": segments}), segments
 
 
 def run_rounds(replica, folder: Path, calibration: dict, executor,
@@ -102,18 +121,17 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     """Rounds of seeds until the primary claims are conclusive, the planned looks are
     done or the next round would not fit; sequential.json records the plan and the looks."""
     from testbed.validate.pipeline import judge, publish
-    from testbed.workloads.build import segments_available
 
-    if replica.workload.synthetic is None:
-        replica = replica.with_overrides({"workload.seed_segments": True})
-    most = min(MOST_SEEDS, segments_available(replica) or MOST_SEEDS)
-    if most < 2:
-        raise ValueError(f"{replica.workload.trace}: the trace holds {most} segment(s) of "
-                         "this window; seeds on ns-3 need one each: shorten "
+    replica, segments = cycled(replica)
+    if segments is not None and segments < 2:
+        raise ValueError(f"{replica.workload.trace}: the trace holds {segments} segment(s) "
+                         "of this window; seeds on ns-3 need two at least: shorten "
                          "workload.warmup_s + measure_s, lower the load, set "
-                         "workload.trace_loop (replays are not new evidence), or give --seeds")
+                         "workload.trace_loop (replays are not new requests), or give "
+                         "--seeds")
     looks: list[dict] = []
-    packets, done, plan, reason = None, 0, [min(FIRST_SEEDS, most)], "planned rounds done"
+    packets, done, reason = None, 0, "planned rounds done"
+    plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]
     run_s = judge_s = 0.0
     for k in range(1, 64):
         now = plan[k - 1]
@@ -122,15 +140,17 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
         run_s += time.monotonic() - t
         if k == 1:
             plan = planned_seeds(now, run_s / now, budget_s, time.monotonic() - started,
-                                 most)
-            note(f"plan: seeds in doubling rounds until every mean-TTFT claim is conclusive: "
-                 f"looks at {', '.join(map(str, plan))} seeds, at most "
+                                 segments)
+            passes = (f" (past the trace's {segments} segments, each a draw of one)"
+                      if segments and plan[-1] > segments else "")
+            note(f"plan: seeds in rounds until every mean-TTFT claim is conclusive: "
+                 f"looks at {', '.join(map(str, plan))} seeds{passes}, at most "
                  f"{(time.monotonic() - started + expected_s(plan, run_s / now)) / 60:.1f} min "
                  f"in all (the first {now} seeds' runs took {run_s:.0f} s; budget "
                  f"{budget_s / 60:.0f} min)")
         level = look_level(done, now, plan[-1])
         record = {"engine": "ns3", "planned_seeds": plan, "budget_s": budget_s,
-                  "segments": most,
+                  "segments": segments,
                   "looks": looks, "level": level, "rounds_run": k, "reason": reason}
         write_json(folder / "sequential.json", record)
         t = time.monotonic()
@@ -148,8 +168,8 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
             reason = "every mean-TTFT claim conclusive"
             break
         if k >= len(plan):
-            reason = ("planned rounds done" if plan[-1] < most else
-                      f"every segment of the trace judged ({most} seeds)")
+            reason = "planned rounds done" if plan[-1] < MOST_SEEDS else \
+                f"the scenario's bound of {MOST_SEEDS} seeds reached"
             break
         nxt = plan[k]
         cost = (nxt - now) * run_s / now + nxt * judge_s / sum(look["seeds"] for look in looks)

@@ -17,6 +17,7 @@ from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import claim_targets, divergence_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin, replay_twin
 from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
+from testbed.workloads.build import seed_groups
 
 TCP_ABLATIONS = {
     "without the tail": {"network.tcp.tail_rtts": 0},
@@ -185,7 +186,8 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
     level = sequential["level"] if sequential else stats.CONFIDENCE
     spread = trajectory.spread(j.tcp_twin, executor=executor)  # one run is one draw
     gains = point_claims(j.emu_cells, j.flow_cells["tcp"], level, normal=bool(sequential),
-                         replayed=j.replays["replay_tcp"], draws=spread)
+                         replayed=j.replays["replay_tcp"], draws=spread,
+                         group_of=seed_groups(scenario))
     verdicts = {name: ttft_verdicts(j.emu_cells, j.flow_cells[name])
                 for name in ("calibrated", "tcp")}
     decisions = _decisions(j.emu_cells, j.flow_cells, j.loads, verdicts["tcp"])

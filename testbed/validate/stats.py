@@ -22,9 +22,13 @@ SEED = 20261123  # resampling transfers and request pairs
 CLAIMS_SEED = 20261124  # the claims' block bootstrap
 
 
+MIN_TAIL = 1e-12  # a level so near 1 that it rounds to 1 (an early look that spends next
+# to no alpha) gets the quantile of this tail: z = 7.0, an interval nothing fits in
+
+
 def z(level: float) -> float:
     """The two-sided normal quantile of a confidence level (1.96 at 95%)."""
-    return NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
+    return NormalDist().inv_cdf(1.0 - max((1.0 - level) / 2.0, MIN_TAIL))
 
 
 @dataclass(frozen=True)
@@ -55,18 +59,29 @@ def block_length(n: int) -> int:
     return max(1, round(n ** (1 / 3)))
 
 
-def block_weights(seeds: np.ndarray, resamples: int = RESAMPLES, seed: int = CLAIMS_SEED
-                  ) -> np.ndarray:
+def block_weights(groups: np.ndarray, resamples: int = RESAMPLES, seed: int = CLAIMS_SEED,
+                  keys: Sequence | None = None) -> np.ndarray:
     """(resamples, n) counts: how often each request is drawn in each resample, blocks of
-    consecutive requests drawn with replacement within each seed (a non-overlapping block
-    bootstrap, Carlstein 1986; block length n^(1/3), Hall, Horowitz & Jing 1995)."""
-    n = len(seeds)
+    consecutive requests drawn with replacement within each group (a seed; a non-overlapping
+    block bootstrap, Carlstein 1986; block length n^(1/3), Hall, Horowitz & Jing 1995).
+    With `keys` (each row's request id), a group's rows with one key are one request met
+    in several runs (draws of one workload): the blocks are of its distinct requests in
+    their first run's order and each of its rows weighs as its request's block."""
+    n = len(groups)
     weights = np.zeros((resamples, n))
     rng = np.random.default_rng(seed)
-    for k in np.unique(seeds):
-        idx = np.flatnonzero(seeds == k)
-        size = block_length(len(idx))
-        blocks = [idx[i:i + size] for i in range(0, len(idx), size)]
+    for k in np.unique(groups):
+        idx = np.flatnonzero(groups == k)
+        if keys is None:
+            rows_of = [[i] for i in idx]
+        else:
+            by: dict = {}
+            for i in idx:
+                by.setdefault(keys[i], []).append(i)
+            rows_of = list(by.values())
+        size = block_length(len(rows_of))
+        blocks = [[i for rows in rows_of[j:j + size] for i in rows]
+                  for j in range(0, len(rows_of), size)]
         picks = rng.integers(0, len(blocks), size=(resamples, len(blocks)))
         for b, members in enumerate(blocks):
             weights[:, members] += (picks == b).sum(axis=1)[:, None]

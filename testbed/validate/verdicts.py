@@ -67,12 +67,14 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
 def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                  level: float = stats.CONFIDENCE, normal: bool = False,
                  replayed: dict[str, list[dict]] | None = None,
-                 draws: dict[str, dict] | None = None) -> dict:
+                 draws: dict[str, dict] | None = None,
+                 group_of: dict[int, int] | None = None) -> dict:
     """point -> the paper's claims judged on both engines (testbed/validate/claims.py);
     a seed enters only if every scheduler's packet run of it is in `emu_cells`.
     `replayed` (cell key -> the replay's transfer rows) adds the gains at the packets'
     own decisions; `draws` (point -> trajectory.pooled), the draws' spread to the
-    mean-TTFT verdicts."""
+    mean-TTFT verdicts; `group_of` (workloads.build.seed_groups), which seeds replay one
+    workload."""
     runs: dict[str, dict] = {}
     for engine, cells in (("packets", emu_cells), ("flow", flow_cells)):
         for key, cell in cells.items():
@@ -83,6 +85,6 @@ def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                 runs[point][(claims.REPLAY, sched, int(seed.removeprefix("seed")))] = \
                     claims.replayed_requests(rows, read_csv(cell / "transfers.csv"),
                                              replayed[key])
-    return {point: claims.judge_point(claims.pair_requests(r), level, normal,
+    return {point: claims.judge_point(claims.pair_requests(r, group_of), level, normal,
                                       spreads=draw_spreads((draws or {}).get(point))).as_dict()
             for point, r in sorted(runs.items())}

@@ -91,8 +91,26 @@ def _profile_trace(scenario) -> list[Request]:
     return trace
 
 
+def workload_seed(scenario, seed: int) -> int:
+    """The seed whose workload seed `seed` replays (workload.segments): itself unless the
+    seeds cycle through fewer workloads than there are seeds."""
+    cycle = scenario.workload.segments
+    return seed if cycle is None else scenario.seed + (seed - scenario.seed) % cycle
+
+
+def seed_groups(scenario) -> dict[int, int] | None:
+    """seed -> workload_seed for every seed of the scenario, where seeds cycle through
+    fewer workloads (None otherwise: each seed its own)."""
+    if scenario.workload.segments is None:
+        return None
+    return {k: workload_seed(scenario, k)
+            for k in range(scenario.seed, scenario.seed + scenario.seeds)}
+
+
 def build_workload(scenario, seed: int) -> Workload:
-    """Requests arriving in [0, warmup + measure), at the scenario's rate, seeded."""
+    """Requests arriving in [0, warmup + measure), at the scenario's rate, seeded (by
+    workload_seed: seeds of one cycled workload get the same requests)."""
+    seed = workload_seed(scenario, seed)
     wl = scenario.workload
     duration = wl.warmup_s + wl.measure_s
     rng = random.Random(seed)
@@ -141,6 +159,7 @@ def seed_offset(scenario, seed: int) -> float:
     """Where seed `seed`'s window starts in the trace (what build_workload replays)."""
     if scenario.workload.synthetic is not None:
         return scenario.workload.trace_offset_s
+    seed = workload_seed(scenario, seed)
     return trace_offset(scenario, seed, _profile_trace(scenario), offered_rate(scenario, seed)[0])
 
 
