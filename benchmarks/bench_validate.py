@@ -10,7 +10,8 @@ verdict per scheduler with its CI, ranking agreement per seed, the faithful runs
 gain verdicts (flow minus packets within 5 points: agree / disagree / inconclusive) and
 the requests judged per wall-minute (measured on faithful packet runs); under it, what
 the machine dropped or held before the switches' queues over the row's packet runs.
-With --repeats N each row's first seed runs N more times on packets (RR), and the row
+With --repeats N each row's first seed runs N more times on packets (RR; on ns-3 the
+first 8 seeds, each run perturbed: validate/repeat.jittered), and the row
 gives packets against packets on the transfers offered alike (testbed/validate/repeat.py)
 beside the replay on the same transfers: the floor for the per-transfer targets.
 Targets: median <= 5%, p90 <= 15%, both engines' median <= 10%, TTFT within 5% with the
@@ -151,14 +152,15 @@ def main() -> None:
                     help="seeds a row (default 1 on the emulation, 8 on ns-3)")
     ap.add_argument("--packets", choices=("emulation", "ns3"), default="emulation",
                     help="whose packets judge the flow model: the emulation (root) or ns-3 "
-                         "(every core; a seed repeats exactly, so the p90 is judgeable)")
+                         "(every core; a seed repeats exactly, --repeats perturbs it)")
     ap.add_argument("--measure", type=float, default=None, help="measurement seconds")
     ap.add_argument("--target-ci", type=float, default=None, help="sequential: half-width")
     ap.add_argument("--budget", type=float, default=None, help="sequential: wall seconds")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--out", default="/tmp/netkv-bench-validate")
     ap.add_argument("--repeats", type=int, default=0,
-                    help="run each row's first seed N more times on packets (RR): the floor")
+                    help="run each row's first seed N more times on packets (RR; on ns-3 its "
+                         "first 8 seeds, each run perturbed): the floor")
     ap.add_argument("--flow-model", dest="models", action="append", default=[],
                     metavar="NAME", help="judge this network model too (repeatable); simple: "
                     "the four built-in simple models")
@@ -185,7 +187,7 @@ def main() -> None:
         t0 = time.perf_counter()
         if args.packets == "ns3":
             with Executor.local(0) as pool:
-                folder = validate_ns3(sc, Path(args.out), executor=pool)
+                folder = validate_ns3(sc, Path(args.out), executor=pool, repeats=args.repeats)
         else:
             folder = validate(sc, Path(args.out), target_ci=args.target_ci,
                               budget_s=args.budget, repeats=args.repeats)

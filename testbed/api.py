@@ -244,10 +244,11 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     sequential: planned first, stopped once every primary claim is resolved. fabrics: seeds
     on that many fabrics side by side, or "auto" (`testbed validate --help`); dask: seeds
     on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
-    that many times on packets, for how far packets are from themselves. Needs root and
-    Open vSwitch. packets="ns3": the packets are ns-3's instead (no root; every cell a
-    process on `jobs` local processes, 0: one per core, or on `dask`; calibrated on ns-3's
-    own probes; docs/ns3.md); the sequential plan and repeats are the emulation's.
+    that many times on packets, for how far packets are from themselves (on ns-3, each
+    perturbed: validate/repeat.jittered). Needs root and Open vSwitch. packets="ns3": the
+    packets are ns-3's instead (no root; every cell a process on `jobs` local processes,
+    0: one per core, or on `dask`; calibrated on ns-3's own probes; docs/ns3.md); the
+    planned half-width (target_ci) is the emulation's.
     packets="both": the emulation's validation, then ns-3 judged against the emulation on
     its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
     bounds those; testbed/validate/three_way.py); "auto" (the CLI's default): both where
@@ -300,7 +301,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
                                 fabrics=fabrics, dask=dask, repeats=repeats)
         if both:
-            _ns3_beside(scenario, folder, bar, budget_s, dask, jobs)
+            _ns3_beside(scenario, folder, bar, budget_s, dask, jobs, repeats)
         if models:
             _flow_models(folder, models, bar, dask, jobs)
     return ValidationResult(folder)
@@ -319,13 +320,13 @@ def packet_engines(packets: str) -> str:
     return "ns3" if fabric_unavailable() else "both"
 
 
-def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs) -> None:
+def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int = 0) -> None:
     from testbed.sweep import Executor
     from testbed.validate import three_way
 
     with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
         three_way.run(scenario, folder, executor, lambda label, _wall: bar.show(label),
-                      bar.note, budget_s)
+                      bar.note, budget_s, repeats)
 
 
 def _flow_models(folder: Path, models: list[str], bar, dask, jobs, executor=None) -> None:
@@ -345,18 +346,16 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
     from testbed.sweep import Executor
     from testbed.validate.ns3_pipeline import validate_ns3
 
-    for name, given in (("target_ci", target_ci), ("repeats", repeats or None)):
-        if given is not None:
-            raise ValueError(f"{name}: the planned half-width and repeated runs are the "
-                             "emulation's; on ns-3 seeds are added until the claims are "
-                             "conclusive (--budget bounds it), or give the seeds (a seed "
-                             "repeats exactly)")
+    if target_ci is not None:
+        raise ValueError("target_ci: the planned half-width is the emulation's; on ns-3 "
+                         "seeds are added until the claims are conclusive (--budget bounds "
+                         "it), or give the seeds")
     check_scenario(scenario)
     executor = Executor.dask(dask) if dask else Executor.local(jobs)
     with _bar(f"{scenario.name} (validate on ns-3)", 1, progress) as bar, executor:
         folder = validate_ns3(scenario, out, cal, executor,
                               lambda label, _wall: bar.show(label), on_note=bar.note,
-                              budget_s=budget_s)
+                              budget_s=budget_s, repeats=repeats)
         if models:
             _flow_models(folder, models, bar, dask, jobs, executor)
     return ValidationResult(folder)

@@ -366,7 +366,9 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True,
               metavar="N", help="Run the first seed N more times on packets (RR alone where "
               "it is scheduled) and report how far packets are from themselves per transfer: "
-              "the floor for any flow model's error. Each costs one more packet run.")
+              "the floor for any flow model's error. Each costs one more packet run. On "
+              "ns-3, which repeats a seed exactly, each run is perturbed: every KV shard "
+              "starts up to one frame's time on the fastest link late (ns3.start_jitter_us).")
 @click.option("--packets", type=click.Choice(["auto", "emulation", "ns3", "both"]),
               default="auto", show_default=True,
               help="Whose packets judge the flow model: the emulation (root), ns-3's "

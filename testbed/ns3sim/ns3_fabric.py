@@ -118,7 +118,8 @@ class Ns3Fabric:
             "seed": self.seed + 1, "ecmp": packet_ecmp(sc.network.ecmp),
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
             "connections": emu.kv_connections, "levels": sc.kv_levels(),
-            "kv_port": emu.kv_port,
+            "kv_port": emu.kv_port, "jitter_ns": round(sc.ns3.start_jitter_us * 1e3),
+            "jitter_seed": sc.ns3.jitter_seed,
         }
 
     def setup_lines(self) -> list[str]:

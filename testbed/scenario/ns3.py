@@ -39,3 +39,12 @@ class Ns3Cfg(_Strict):
     delayed_ack_ms: float = Field(
         40.0, ge=0, le=500, description="delayed-ACK timeout (Linux's least, 40 ms; ns-3's "
         "own default is 200)")
+    start_jitter_us: float = Field(
+        0.0, ge=0, le=1e6, description="each KV shard's stream starts up to this many "
+        "modelled microseconds after the control plane sends it (uniform, drawn per shard "
+        "from jitter_seed; 0: at once): a perturbation no flow model resolves. validate "
+        "--packets ns3 --repeats N runs the first seed N more times with one frame's time "
+        "on the fastest link of it, to measure how far packets move under it (the floor of "
+        "any model's per-transfer error)")
+    jitter_seed: int = Field(0, ge=0, le=2**31, description="which draw of start_jitter_us's "
+                             "delays (the same seed gives the same delays)")

@@ -89,6 +89,7 @@ class Targets(_Record):
     forced_ttft_verdicts: dict[str, int] | None = None
     forced_worst_mean_ttft_error: float | None = None
     packets_runs: int | None = None
+    packets_cells: int | None = None
     packets_median_abs_transfer_error: float | None = None
     packets_p90_abs_transfer_error: float | None = None
     packets_median_ci: list[float | None] | None = None

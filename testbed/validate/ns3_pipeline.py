@@ -34,13 +34,17 @@ DEFAULT_BUDGET_S = 1800.0  # how long a validation on ns-3 may add seeds, by def
 def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                  executor=None, on_step: Callable[[str, float], None] | None = None,
                  on_note: Callable[[str], None] | None = None,
-                 budget_s: float | None = None) -> Path:
+                 budget_s: float | None = None, repeats: int = 0) -> Path:
     """The scenario's seeds on ns-3, judged once; or, when it asks for one seed (none
     given), seeds added in rounds until every primary claim is conclusive or the budget
     (default 30 min) is spent (ns3_rounds.py). Either way each seed is its own segment of
-    a trace, and past its segments a draw of one (ns3_rounds.cycled)."""
+    a trace, and past its segments a draw of one (ns3_rounds.cycled). `repeats`: the first
+    seed run again that many times, perturbed (repeat.jittered): the floor of the
+    per-transfer error, read against the replay's."""
     from testbed.ns3sim.ns3_fabric import wire_payload_share
     from testbed.ns3sim.program import program
+    from testbed.runner import run_flowsim
+    from testbed.validate import repeat
     from testbed.validate.calibrate import calibration_document
     from testbed.validate.ns3_probes import probe_tiers
     from testbed.validate.ns3_rounds import cycled
@@ -66,6 +70,15 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     else:
         check_calibration(calibration, replica)
     write_json(folder / "calibration.json", calibration)
+    for i in range(repeats):
+        note(f"ns-3 again, perturbed ({i + 1} of {repeats})")
+        t = time.monotonic()
+        first = repeat.NS3_REPEAT_SEEDS if replica.seeds == 1 else \
+            min(replica.seeds, repeat.NS3_REPEAT_SEEDS)  # one seed asked: the rounds' first
+        run_flowsim(repeat.jittered(replica, i + 1, first), folder / repeat.REPEATS,
+                    lambda label: on_step and on_step(label, 0.0), executor=executor,
+                    engine="ns3")
+        phases["repeats_s"] = phases.get("repeats_s", 0.0) + time.monotonic() - t
     if replica.seeds == 1 or budget_s is not None:
         from testbed.validate.ns3_rounds import run_rounds
 

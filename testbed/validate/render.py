@@ -14,6 +14,7 @@ from testbed.validate.render_divergence import divergence_lines
 from testbed.validate.render_three_way import three_way_lines
 from testbed.validate.summary import reach
 from testbed.validate.targets import ENGINES_MEDIAN
+from testbed.validate.words import runs_of
 
 PAPER_TTFT_OVERESTIMATE = (0.09, 0.13)  # NetKV paper: flow estimator vs its packet model
 
@@ -236,11 +237,19 @@ def _floor_rows(t: dict) -> list[str]:
     """The summary table's rows for packets against packets, where it was measured."""
     if t.get("packets_p90_abs_transfer_error") is None:
         return []
-    return [f"| p90 abs per-transfer error, packets against packets ({t['packets_runs']} "
-            f"runs of one seed) | {_abs(t['packets_p90_abs_transfer_error'])} (median "
+    return [f"| p90 abs per-transfer error, packets against packets ({runs_of(t)}) | "
+            f"{_abs(t['packets_p90_abs_transfer_error'])} (median "
             f"{_abs(t['packets_median_abs_transfer_error'])}); the replay on the same "
             f"transfers: {_abs(t['replay_same_p90_abs_transfer_error'])} | the floor: no "
             f"model is judged closer than packets are to themselves |"]
+
+
+def _ran_again(floor: dict) -> str:
+    """Which cells ran again: the first seed (the emulation), or the first few (ns-3,
+    each run perturbed: docs/validation.md)."""
+    cells = len(floor["cells"])
+    which = "The first seed" if cells == 1 else f"{cells} cells"
+    return f"{which} ran {floor['runs']} times on packets"
 
 
 def _repeat_lines(floor: dict | None) -> list[str]:
@@ -249,8 +258,8 @@ def _repeat_lines(floor: dict | None) -> list[str]:
         return []
     same = floor.get("replay_same_transfers") or {}
     lines = ["", "## Packets against packets", "",
-             f"The first seed ran {floor['runs']} times on packets ({', '.join(floor['cells'])}"
-             "; faithful runs only). In every pair of runs, each one's time of a whole "
+             f"{_ran_again(floor)} ({', '.join(floor['cells'])}; faithful runs only). "
+             "In every pair of runs, each one's time of a whole "
              "transfer above the validity floor against the other's, where the two offered it "
              "alike (the same hosts and paths; its shards, and every transfer that shared a "
              "link with it, starting at the same moments): what the best deterministic model "

@@ -161,7 +161,7 @@ def repeat_targets(floor: dict | None) -> dict:
     """What the verdict lines read of the floor (empty when it was not measured)."""
     if not floor:
         return {}
-    return {"packets_runs": floor["runs"],
+    return {"packets_runs": floor["runs"], "packets_cells": len(floor.get("cells", [])),
             "packets_median_abs_transfer_error": floor["median_abs_error"],
             "packets_p90_abs_transfer_error": floor["p90_abs_error"],
             "packets_median_ci": floor.get("median_ci"),  # absent from older folders
@@ -178,8 +178,31 @@ def repeat_scenario(scenario):
 
 
 def repeat_folders(validation: Path) -> list[Path]:
-    """The packet runs made again for the floor, oldest first."""
-    return sorted((Path(validation) / REPEATS).glob("*-emulation-*"))
+    """The packet runs made again for the floor (the emulation's, or ns-3's perturbed
+    ones), oldest first."""
+    found = [*(Path(validation) / REPEATS).glob("*-emulation-*"),
+             *(Path(validation) / REPEATS).glob("*-ns3-*")]
+    return sorted(found, key=lambda f: f.name.split("-", 2)[-1])
+
+
+NS3_REPEAT_SEEDS = 8  # ns-3's repeats run this many first seeds (seconds each): one seed's
+# few dozen transfers leave the floor's p90 too wide to read a target against
+
+
+def jittered(scenario, draw: int, seeds: int = NS3_REPEAT_SEEDS):
+    """ns-3's k-th run again of the first `seeds` seeds: a seed of ns-3 repeats exactly,
+    so each repeat perturbs what no flow model resolves, every KV shard starting up to
+    one full frame's time on the fabric's fastest link late (ns3.start_jitter_us), a draw
+    of its own."""
+    from testbed.topologies.fabric import Fabric
+
+    fabric = Fabric(scenario.cluster.spec(), scenario.ns3.scale or scenario.emulation.scale,
+                    1.0)
+    fastest = max(link.rate_bps for link in fabric.links)
+    frame_us = 8 * scenario.emulation.frame_bytes / fastest * 1e6
+    return repeat_scenario(scenario).with_overrides({
+        "seeds": seeds, "ns3.start_jitter_us": frame_us,
+        "ns3.jitter_seed": draw})
 
 
 REPEATS = "repeats"  # under a validation folder: its packet runs made again

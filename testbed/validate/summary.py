@@ -7,7 +7,7 @@ from testbed.model.plugins import display_name
 from testbed.validate import claims, compare, decision, stats
 from testbed.validate import targets as goal
 from testbed.validate.decision import REACH_KEYS, Verdict
-from testbed.validate.words import reach_sentence
+from testbed.validate.words import reach_sentence, runs_of
 
 
 def with_intervals(pairs) -> dict:
@@ -123,7 +123,7 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
         f"inconclusive; worst difference {pct(t['worst_mean_ttft_error'])}; same ranking: "
         f"{'-' if t['same_ranking'] is None else ('yes' if t['same_ranking'] else 'no')}"]
     if t.get("packets_p90_abs_transfer_error") is not None:
-        lines.append(f"packets against packets ({t['packets_runs']} runs of one seed, the "
+        lines.append(f"packets against packets ({runs_of(t)}, the "
                      f"floor for any flow model): median {pct(t['packets_median_abs_transfer_error'])}"
                      f", p90 {pct(t['packets_p90_abs_transfer_error'])}; the replay on the same "
                      f"transfers: p90 {pct(t['replay_same_p90_abs_transfer_error'])}")

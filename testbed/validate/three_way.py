@@ -50,9 +50,10 @@ def packets_folder(folder: Path) -> Path:
 
 
 def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] | None,
-        note: Callable[[str], None], budget_s: float | None) -> None:
+        note: Callable[[str], None], budget_s: float | None, repeats: int = 0) -> None:
     """After the emulation's validation in `folder`: ns-3 on its cells, the flow model's
-    validation on ns-3, and the three-way section in comparison.json and the report."""
+    validation on ns-3 (with `repeats` perturbed runs of its first seed), and the
+    three-way section in comparison.json and the report."""
     from testbed.runner import run_flowsim
     from testbed.validate.ns3_pipeline import validate_ns3
 
@@ -71,7 +72,7 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name})
     note(f"ns-3 ran the emulation's {len(emu)} cells in {time.monotonic() - started:.0f} s; "
          "now the flow model against ns-3")
-    validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s)
+    validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s, repeats)
     rejudge(folder)
     wall_file = folder / "wall.json"
     wall = json.loads(wall_file.read_text()) if wall_file.exists() else {"phases": {}}

@@ -52,6 +52,12 @@ def ttft_sentence(iv: Interval, verdict: Verdict, target: float = targets.TTFT_E
             f"{100 * target:.0f}% target; more seeds narrow it")
 
 
+def runs_of(t: dict) -> str:
+    """How many runs of how many cells the floor compared: "4 runs of one seed"."""
+    cells = t.get("packets_cells") or 1
+    return f"{t['packets_runs']} runs of {'one seed' if cells == 1 else f'{cells} cells'}"
+
+
 def reach_sentence(t: dict, which: str, verdict: Verdict) -> str:
     """A per-transfer target's verdict (decision.reach) in words, naming what would
     change it."""
@@ -72,7 +78,7 @@ def reach_sentence(t: dict, which: str, verdict: Verdict) -> str:
         return (f"missed ({100 * got:.1f}%) and out of reach on this fabric: {about}, over "
                 f"the {100 * target:.0f}% target, so no deterministic model can be judged to "
                 "meet it here; runs that repeat would (more packets in flight per stream: a "
-                "larger emulation.scale, on more cores)")
+                "larger emulation.scale or ns3.scale)")
     if verdict == Verdict.WITHIN_REACH:
         return (f"missed ({100 * got:.1f}%) within reach: {about}, under "
                 f"the {100 * target:.0f}% target: the model's own error")

@@ -41,7 +41,27 @@ def test_the_emulations_sequential_plan_is_refused_on_ns3_by_name(tmp_path):
     with pytest.raises(ValueError, match="target_ci"):
         validate(sc, tmp_path, packets="ns3", target_ci=0.05)
     done = subprocess.run([sys.executable, "-m", "testbed", "validate",
-                           "scenarios/validate.yaml", "--packets", "ns3", "--repeats", "2",
+                           "scenarios/validate.yaml", "--packets", "ns3", "--target-ci", "4%",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 2 and "repeats" in done.stderr, done.stderr
+    assert done.returncode == 2 and "target_ci" in done.stderr, done.stderr
+
+
+def test_repeats_on_ns3_perturb_the_first_seeds_and_measure_the_floor(tmp_path):
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
+                       {"workload.warmup_s": 1, "workload.measure_s": 4, "seeds": 2,
+                        "schedulers": ["rr", "netkv-full"]})
+    result = validate(sc, tmp_path, packets="ns3", jobs=2, repeats=2)
+    again = sorted((result.folder / "repeats").glob("*-ns3-*"))
+    assert len(again) == 2  # each its own perturbed run of both seeds, RR alone
+    for k, run in enumerate(again, start=1):
+        ran = load_scenario(run / "scenario.yaml")
+        assert ran.schedulers == ["rr"] and ran.seeds == 2 and ran.ns3.jitter_seed == k
+        assert ran.ns3.start_jitter_us == pytest.approx(8 * 1514 / 20e6 * 1e6)  # 20 Mbit/s
+        assert ran.workload.seed_segments  # the judged seeds' own segments
+    floor = result.comparison["repeat"]
+    assert floor["runs"] == 3 and floor["cells"] == ["000-base/rr/seed1", "000-base/rr/seed2"]
+    assert floor["n"] > 0 and floor["median_abs_error"] > 0  # perturbed: no exact repeat
+    t = result.comparison["targets"]
+    assert t["packets_runs"] == 3 and t["packets_cells"] == 2
+    assert "3 runs of 2 cells" in (result.folder / "report.md").read_text()

@@ -68,6 +68,8 @@ struct Settings
     uint32_t ecnK = 0; // packets in the KV class that mark CE (DCTCP); 0: no marking
     bool persistent = true;
     uint16_t kvPort = 7000;
+    int64_t jitterNs = 0;    // a shard's stream starts up to this late (uniform; 0: at once)
+    uint64_t jitterSeed = 0; // which draw of those delays
 };
 
 Settings g_set;

@@ -159,6 +159,8 @@ Setting(const std::string& key, const std::string& v)
         {"connections", [](const std::string& x) { g_set.persistent = x == "persistent"; }},
         {"levels", [](const std::string& x) { g_kvLevels = std::stoul(x); }},
         {"kv_port", [](const std::string& x) { g_set.kvPort = uint16_t(std::stoul(x)); }},
+        {"jitter_ns", [](const std::string& x) { g_set.jitterNs = std::stoll(x); }},
+        {"jitter_seed", [](const std::string& x) { g_set.jitterSeed = std::stoull(x); }},
     };
     auto it = setters.find(key);
     if (it == setters.end())
@@ -260,12 +262,16 @@ Loop()
         else if (cmd == "flow")
         {
             At(num(1));
-            StartShard(num(2), num(3), num(4), num(5), num(6), uint8_t(num(7)));
+            StartOrDelay(num(2), num(3), num(4), num(5), num(6), uint8_t(num(7)));
         }
         else if (cmd == "tos")
         {
             At(num(1));
-            if (Shard* s = LiveShard(num(2)); s && s->conn->tos != uint8_t(num(3)))
+            if (auto p = g_pending.find(num(2)); p != g_pending.end())
+            {
+                p->second.tos = uint8_t(num(3));
+            }
+            else if (Shard* s = LiveShard(num(2)); s && s->conn->tos != uint8_t(num(3)))
             {
                 s->conn->tos = uint8_t(num(3));
                 s->conn->tx->SetIpTos(s->conn->tos);
@@ -274,7 +280,11 @@ Loop()
         else if (cmd == "pace")
         {
             At(num(1));
-            if (Shard* s = LiveShard(num(2)))
+            if (auto p = g_pending.find(num(2)); p != g_pending.end())
+            {
+                p->second.pace = uint64_t(num(3));
+            }
+            else if (Shard* s = LiveShard(num(2)))
             {
                 s->pace = uint64_t(num(3));
                 Feed(s->conn);
@@ -283,7 +293,12 @@ Loop()
         else if (cmd == "abort")
         {
             At(num(1));
-            if (Shard* s = LiveShard(num(2)))
+            if (auto p = g_pending.find(num(2)); p != g_pending.end())
+            {
+                Simulator::Cancel(p->second.start);
+                g_pending.erase(p);
+            }
+            else if (Shard* s = LiveShard(num(2)))
             {
                 s->aborted = true;
                 s->conn->dead = true; // its stream holds bytes nobody will read

@@ -275,7 +275,8 @@ OnAccept(Ptr<Socket> sock, const Address& from)
 }
 
 void
-StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos)
+StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos,
+           uint64_t pace = 0)
 {
     Conn* c = nullptr; // to or from a host that is down, it never arrives: the control
                        // plane aborts it when it notices
@@ -298,6 +299,7 @@ StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t in
     }
     auto* s = new Shard{fid, bytes};
     s->conn = c;
+    s->pace = pace;
     s->retx0 = c->retx;
     s->timeouts0 = c->timeouts;
     s->timeoutNs0 = c->timeoutNs;
@@ -312,5 +314,43 @@ StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t in
     Feed(c);
 }
 
+
+// A shard whose start is delayed (Settings::jitterNs): what StartShard takes, kept until it
+// runs, so that a level, a pace or an abort sent in between still reaches it.
+struct Pending
+{
+    EventId start;
+    uint32_t src, dst, index;
+    uint64_t bytes;
+    uint8_t tos;
+    uint64_t pace = 0;
+};
+
+std::map<uint32_t, Pending> g_pending;
+
+void
+StartPending(uint32_t fid)
+{
+    auto it = g_pending.find(fid);
+    Pending p = it->second;
+    g_pending.erase(it);
+    StartShard(fid, p.src, p.dst, p.bytes, p.index, p.tos, p.pace);
+}
+
+// StartShard now, or up to jitterNs later: a delay drawn per (jitterSeed, flow id), the
+// same in every run with the same settings, so a perturbed run repeats as exactly.
+void
+StartOrDelay(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos)
+{
+    if (g_set.jitterNs <= 0)
+    {
+        StartShard(fid, src, dst, bytes, index, tos);
+        return;
+    }
+    uint64_t delay = Mix(g_set.jitterSeed * 0x100000001B3ull + fid) % uint64_t(g_set.jitterNs + 1);
+    Pending p{EventId(), src, dst, index, bytes, tos};
+    p.start = Simulator::Schedule(NanoSeconds(delay), &StartPending, fid);
+    g_pending[fid] = p;
+}
 
 } // namespace
