@@ -44,9 +44,19 @@ def test_a_lone_flow_in_the_network_takes_the_closed_form_time(spec, tier, size)
     rate = min(net.links[h].capacity for h in path)
     (row,) = replay_transfers(spec, [dict(request="r", shard=0, src=a, dst=b, bytes=size,
                                           start=0.0, path=path_text(path))], tcp=params)
-    want = tcp.lone_transfer_time(size, rate, net.path_rtt(path), params)
+    want = tcp.lone_transfer_time(size, rate, net.path_rtt(path, size), params)
     assert row["end"] == pytest.approx(want, rel=1e-9)
     assert row["end"] > size / rate  # the TCP terms only add time
+
+
+def test_a_stream_smaller_than_a_segment_is_stored_and_forwarded_as_itself():
+    params = tcp.TcpParams(mss_bytes=1500.0, serialisation=1.0, hop_delay_s=0.0)
+    rates = [1e6, 5e5, 1e6]
+    full = tcp.path_rtt(1e-3, rates, params)
+    assert full == pytest.approx(2e-3 + 1500 / 1e6 + 1500 / 5e5 + 1500 / 1e6)
+    assert tcp.path_rtt(1e-3, rates, params, 3000.0) == pytest.approx(full)
+    assert tcp.path_rtt(1e-3, rates, params, 300.0) == pytest.approx(
+        2e-3 + 300 / 1e6 + 300 / 5e5 + 300 / 1e6)
 
 
 def test_slow_start_ramp_doubles_each_round_trip():

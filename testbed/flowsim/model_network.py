@@ -135,9 +135,10 @@ class ModelNetwork(FluidNetwork):
         paths = tuple(self._view(f.links) for f in flows)
         tier = max((link.tier for path in paths for link in path), default=0)
         latency = self.ctx.tier_latency_s.get(tier, 0.0)
+        size = sum(f.size for f in flows) * n / carried
         rtt = (tcpmodel.path_rtt(latency, [self.link_list[h].capacity for h in flows[0].links],
-                                 self.ctx.tcp) if self.ctx.tcp else 2.0 * latency)
-        transfer = nm.Transfer(sum(f.size for f in flows) * n / carried, n, tier,
+                                 self.ctx.tcp, size / n) if self.ctx.tcp else 2.0 * latency)
+        transfer = nm.Transfer(size, n, tier,
                                self.ctx.tier_bandwidth.get(tier, 0.0), latency, rtt, paths,
                                self.last_update)
         return self.model.transfer_time(transfer, sharing)

@@ -97,7 +97,7 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
         self._next_id += 1
         self._set_path(flow, path)
         if self.tcp is not None:
-            flow.rtt = self.path_rtt(path)
+            flow.rtt = self.path_rtt(path, size)
             flow.window_cap = 0.0  # the handshake
             flow.ramp_at = now + self.tcp.handshake_rtts * flow.rtt
             if self.tcp.join_stall_s:

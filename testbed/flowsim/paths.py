@@ -63,8 +63,8 @@ class PathChoice:
         for h in flow.links:
             self.link_list[h].flows.add(flow.flow_id)
 
-    def path_rtt(self, path: list[Hop]) -> float:
+    def path_rtt(self, path: list[Hop], stream_bytes: float | None = None) -> float:
         links = [self.links[h] for h in path]
         tier = max((link.tier for link in links), default=0)
         return tcpmodel.path_rtt(self._latency_s.get(tier, 0.0),
-                                 [link.capacity for link in links], self.tcp)
+                                 [link.capacity for link in links], self.tcp, stream_bytes)

@@ -65,13 +65,17 @@ class TcpParams:
             raise ValueError("join_stall_s must be >= 0")
 
 
-def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams) -> float:
+def path_rtt(tier_latency_s: float, hop_rates: list[float], params: TcpParams,
+             stream_bytes: float | None = None) -> float:
     """Base round trip of a path: the tier's one-way latency both ways, a data segment
     stored and forwarded at every hop (ACKs are small), and per-hop processing both ways.
-    A token-bucket shaper (HTB's burst) lets a lone segment through an idle link at once,
-    so the emulation charges only a share of the store-and-forward time (`serialisation`,
-    fitted by testbed calibrate); a real switch charges all of it."""
-    serialise = params.serialisation * sum(params.mss_bytes / r for r in hop_rates if r > 0)
+    The segment is a full one, or the whole stream where it is smaller (`stream_bytes`: a
+    shard of a few hundred bytes is stored and forwarded as that, not as a full frame). A
+    token-bucket shaper (HTB's burst) lets a lone segment through an idle link at once, so
+    the emulation charges only a share of the store-and-forward time (`serialisation`,
+    fitted by testbed calibrate); a real switch, and ns-3's, charges all of it."""
+    segment = params.mss_bytes if stream_bytes is None else min(params.mss_bytes, stream_bytes)
+    serialise = params.serialisation * sum(segment / r for r in hop_rates if r > 0)
     return 2.0 * tier_latency_s + serialise + 2.0 * len(hop_rates) * params.hop_delay_s
 
 

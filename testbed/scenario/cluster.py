@@ -52,9 +52,10 @@ class ClusterCfg(_Strict):
         "GPUs per server"))
     tp: int = Field(FatTreeSpec.tp, ge=1, le=64, description=(
         "tensor-parallel degree: GPUs per instance and KV streams per transfer"))
-    host_gbps: float = Field(FatTreeSpec.host_gbps, gt=0, le=1e6, description=(
-        "each GPU's NIC rate, Gbit/s"))
-    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, gt=0, le=1e7, description=(
+    host_gbps: float = Field(FatTreeSpec.host_gbps, ge=1e-3, le=1e6, description=(
+        "each GPU's NIC rate, Gbit/s (a Mbit/s at least: slower, a round trip's window "
+        "rounds to nothing)"))
+    nvlink_gbps: float = Field(FatTreeSpec.nvlink_gbps, ge=1e-3, le=1e7, description=(
         "NVLink rate inside a server (tier 0), Gbit/s"))
     tor_oversubscription: float = Field(FatTreeSpec.tor_oversubscription, ge=1, le=1024, description=(
         "a ToR's host capacity over its uplinks' capacity"))

@@ -204,8 +204,8 @@ def tcp_predictor(sc, factors: dict[int, float], shards: int):
                                           sc.network.tcp.init_cwnd, share, emu.frame_bytes)
         latency, rates = geometry[tier]
         rate = min(rates) / (shards * competing)
-        return tcp.lone_transfer_time(size / shards, rate, tcp.path_rtt(latency, rates, params),
-                                      params)
+        return tcp.lone_transfer_time(size / shards, rate,
+                                      tcp.path_rtt(latency, rates, params, size / shards), params)
     return predict
 
 
