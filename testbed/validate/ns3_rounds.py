@@ -6,11 +6,13 @@ arrivals and lengths and would be no new requests). Rounds double the seeds (8, 
 ...) up to the segments the trace holds; past them each round is one more pass over the
 segments (`workload.segments`: seed k replays segment k mod segments as a new draw of the
 schedulers' tie-breaks, which is most of a gain's spread: validate/trajectory.py), its
-requests the same requests to the bootstrap (claims.Paired.groups). Each look is judged
-in full (pipeline.judge: the verdicts' intervals with the draws), and the run stops after
-the first look at which every primary (mean-TTFT) claim agrees or disagrees. The first
-round's runs are the pilot: their time per seed fixes the plan, the largest sequence of
-looks whose runs and judging fit the budget, printed before any look. The looks spend
+requests the same requests to the bootstrap (claims.Paired.groups). Each look judges the
+claims on every seed so far (ns3_looks.py: the verdict's model and its draws, run once a
+seed), and the run stops after the first look at which every primary (mean-TTFT) claim
+agrees or disagrees; the full judging (pipeline.judge: every model, the replays, the
+report) follows once. The first round's runs are the pilot: their time per seed fixes
+the plan, the largest sequence of looks whose runs and judging fit the budget, printed
+before any look. The looks spend
 alpha = 5% with the emulation's O'Brien-Fleming-type function (sequential.py), the
 information fraction being the seeds so far over the planned seeds: look k's intervals
 are at level 1 - (alpha(t_k) - alpha(t_k-1)), so by the union bound the chance that any
@@ -29,11 +31,16 @@ import yaml
 from testbed.records import atomic_write, write_json
 from testbed.validate.answer import primary_claims, verdict_interval
 from testbed.validate.decision import Verdict
+from testbed.validate.ns3_looks import Looks
 from testbed.validate.sequential import obrien_fleming_spent
 
 FIRST_SEEDS = 8
 MOST_SEEDS = 1000  # the scenario's own bound on seeds
-JUDGE_PER_RUN = 1.0  # judging a seed, in the pilot's seconds to run one: 0.7 on the demo
+# in the pilot's seconds to run a seed, what a seed costs besides: its look (the verdict's
+# model and its draws, once: ns3_looks.py) and its share of the full judging after the
+# last look (every flow model, the replays, the report); the demo on 2 cores: 0.16, 0.57
+LOOK_PER_RUN = 0.2
+JUDGE_PER_RUN = 0.6
 CONCLUSIVE = (Verdict.AGREE, Verdict.DISAGREE)
 
 
@@ -47,26 +54,27 @@ def next_look(seeds: int, segments: int | None, most: int = MOST_SEEDS) -> int:
     return min(seeds + segments, most)
 
 
+def per_seed_s(run_s: float) -> float:
+    """What a seed costs in all: its runs, its look and its share of the last judging."""
+    return run_s * (1.0 + LOOK_PER_RUN + JUDGE_PER_RUN)
+
+
 def planned_seeds(first: int, run_s: float, budget_s: float, spent_s: float,
                   segments: int | None = None, most: int = MOST_SEEDS) -> list[int]:
-    """Seeds judged at each planned look (next_look from `first`) while the new seeds'
-    runs and the judging of all seeds so far (JUDGE_PER_RUN times a run, per seed) fit
-    in what the budget leaves after `spent_s`."""
-    first = min(first, most, segments or most)
-    looks, total = [first], spent_s + first * run_s * (1 + JUDGE_PER_RUN)
+    """Seeds judged at each planned look (next_look from `first`) while every seed so
+    far (per_seed_s) fits in what the budget leaves after `spent_s`."""
+    looks = [min(first, most, segments or most)]
     while looks[-1] < most:
         nxt = next_look(looks[-1], segments, most)
-        more = (nxt - looks[-1]) * run_s + nxt * run_s * JUDGE_PER_RUN
-        if total + more > budget_s:
+        if spent_s + nxt * per_seed_s(run_s) > budget_s:
             break
-        total += more
         looks.append(nxt)
     return looks
 
 
 def expected_s(looks: list[int], run_s: float) -> float:
-    """The plan's time if every look is taken: runs of every seed, judging at each look."""
-    return looks[-1] * run_s + sum(looks) * run_s * JUDGE_PER_RUN
+    """The plan's time if every look is taken."""
+    return looks[-1] * per_seed_s(run_s)
 
 
 def look_level(before: int, now: int, planned: int) -> float:
@@ -132,7 +140,8 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     looks: list[dict] = []
     packets, done, reason = None, 0, "planned rounds done"
     plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]
-    run_s = judge_s = 0.0
+    run_s = look_s = 0.0
+    lean = Looks(replica, folder, calibration, executor)
     for k in range(1, 64):
         now = plan[k - 1]
         t = time.monotonic()
@@ -149,15 +158,11 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
                  f"in all (the first {now} seeds' runs took {run_s:.0f} s; budget "
                  f"{budget_s / 60:.0f} min)")
         level = look_level(done, now, plan[-1])
-        record = {"engine": "ns3", "planned_seeds": plan, "budget_s": budget_s,
-                  "segments": segments,
-                  "looks": looks, "level": level, "rounds_run": k, "reason": reason}
-        write_json(folder / "sequential.json", record)
+        if on_step:
+            on_step(f"look {k}: the claims on {now} seeds", 0.0)
         t = time.monotonic()
-        doc = judge(replica.with_overrides({"seeds": now}), folder, packets, calibration,
-                    on_step, executor)
-        judge_s += time.monotonic() - t
-        verdicts = primary_verdicts(doc)
+        verdicts = primary_verdicts({"claims": lean.claims(packets, now, level)})
+        look_s += time.monotonic() - t
         looks.append({"look": k, "seeds": now, "level": level, "claims": verdicts,
                       "wall_s": time.monotonic() - started})
         note(f"look {k} ({now} seeds, level {100 * level:.2f}%): "
@@ -172,16 +177,23 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
                 f"the scenario's bound of {MOST_SEEDS} seeds reached"
             break
         nxt = plan[k]
-        cost = (nxt - now) * run_s / now + nxt * judge_s / sum(look["seeds"] for look in looks)
-        if time.monotonic() - started + cost > budget_s:
+        cost = (nxt - now) * (run_s + look_s) / now + nxt * run_s / now * JUDGE_PER_RUN
+        if time.monotonic() - started + cost > budget_s:  # the judging not yet paid too
             reason = "the next round would not fit in the budget"
             break
-    phases.update({"packets_s": run_s, "judge_s": judge_s})
-    record.update({"looks": looks, "reason": reason, "rounds_run": len(looks),
-                   "wall_s": time.monotonic() - started})
+    lean.close()
+    record = {"engine": "ns3", "planned_seeds": plan, "budget_s": budget_s,
+              "segments": segments, "looks": looks, "level": looks[-1]["level"],
+              "rounds_run": len(looks), "reason": reason,
+              "wall_s": time.monotonic() - started}
     write_json(folder / "sequential.json", record)
     # the judged scenario (its seeds, each a segment), so that a judge from the folder
     # alone (testbed judge, --flow-model) judges the same seeds
+    judged = replica.with_overrides({"seeds": done})
     atomic_write(folder / "scenario.yaml", yaml.safe_dump(
-        replica.with_overrides({"seeds": done}).model_dump(mode="json"), sort_keys=False))
+        judged.model_dump(mode="json"), sort_keys=False))
+    t = time.monotonic()
+    doc = judge(judged, folder, packets, calibration, on_step, executor)
+    phases.update({"packets_s": run_s, "looks_s": look_s,
+                   "judge_s": time.monotonic() - t})
     publish(folder, {**doc, "sequential": record})

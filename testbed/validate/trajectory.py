@@ -15,6 +15,7 @@ it beside the claims; two packet runs of the demo's requests moved as much
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 
 from testbed.cells import slug
 from testbed.flowsim.simulator import simulate
@@ -66,31 +67,35 @@ def pooled(per_seed: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
 
 
 def _seed_draws(task: tuple) -> dict[str, list[float]]:
-    return seed_draws(*task[1:])
+    return seed_draws(*task[2:])
+
+
+def by_seed(scenario, seeds: Collection[int] | None = None, draws: int = FLOW_DRAWS,
+            executor=None) -> dict[str, dict[int, dict[str, list[float]]]]:
+    """point -> seed -> seed_draws, for the flow-model scenario's seeds (those of `seeds`
+    only, where given); each seed's draws on `executor` (a testbed.sweep.Executor; here by
+    default): the same figures either way."""
+    cells = [(f"{index:03d}-{slug(point)}", cell)
+             for index, (point, cell) in enumerate(scenario.cells())]
+    tasks = [(i, key, cell, seed, draws) for i, (key, cell, seed) in enumerate(
+        (key, cell, seed) for key, cell in cells
+        for seed in range(cell.seed, cell.seed + cell.seeds) if seeds is None or seed in seeds)]
+    runs = executor.map(_seed_draws, tasks) if executor is not None else (
+        (t, _seed_draws(t)) for t in tasks)
+    out: dict[str, dict[int, dict]] = {key: {} for key, _ in cells}
+    for task, result in runs:
+        if isinstance(result, Lost):
+            raise RuntimeError(f"the flow model's draws of seed {task[3]} failed: "
+                               f"{result.error}")
+        out[task[1]][task[3]] = result
+    return {key: dict(sorted(got.items())) for key, got in out.items()}
 
 
 def spread(scenario, draws: int = FLOW_DRAWS, executor=None) -> dict[str, dict]:
     """point -> pooled(...) over every seed of the flow-model scenario given (the
-    verdict's), for its mean-TTFT claims; each seed's draws on `executor` (a
-    testbed.sweep.Executor; here by default): the same figures either way."""
-    cells = [(f"{index:03d}-{slug(point)}", cell)
-             for index, (point, cell) in enumerate(scenario.cells())]
-    tasks = [(i, cell, seed, draws) for i, (cell, seed) in enumerate(
-        (cell, seed) for _, cell in cells for seed in range(cell.seed, cell.seed + cell.seeds))]
-    got: dict[int, dict] = {}
-    runs = executor.map(_seed_draws, tasks) if executor is not None else (
-        (t, _seed_draws(t)) for t in tasks)
-    for task, result in runs:
-        if isinstance(result, Lost):
-            raise RuntimeError(f"the flow model's draws of seed {task[2]} failed: "
-                               f"{result.error}")
-        got[task[0]] = result
-    out, i = {}, 0
-    for key, cell in cells:
-        out[key] = pooled({seed: got[i + k] for k, seed in
-                           enumerate(range(cell.seed, cell.seed + cell.seeds))})
-        i += cell.seeds
-    return out
+    verdict's), for its mean-TTFT claims (by_seed)."""
+    return {point: pooled(got) for point, got in by_seed(scenario, None, draws,
+                                                         executor).items()}
 
 
 def draw_spreads(point_spread: dict | None) -> dict[str, DrawSpread]:

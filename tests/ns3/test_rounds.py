@@ -12,13 +12,13 @@ from tests.conftest import ROOT
 
 
 def test_the_plan_doubles_seeds_while_runs_and_judging_fit_the_budget():
-    # 1 s a seed to run, as much to judge each seed at every look
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16.0, spent_s=0.0) == [8]
-    # 8 seeds: 16 s; 16: 8 more runs + 16 judged = 24 s more (40 in all)
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=40.0, spent_s=0.0) == [8, 16]
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=39.0, spent_s=0.0) == [8]
+    per = ns3_rounds.per_seed_s(1.0)  # a seed's runs, its look and its share of the judging
+    assert per == pytest.approx(1 + ns3_rounds.LOOK_PER_RUN + ns3_rounds.JUDGE_PER_RUN)
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=15 * per, spent_s=0.0) == [8]
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per, spent_s=0.0) == [8, 16]
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per + 5, spent_s=6.0) == [8]
     assert ns3_rounds.planned_seeds(8, 1e-6, budget_s=1e9, spent_s=0.0)[-2:] == [512, 1000]
-    assert ns3_rounds.expected_s([8, 16], 1.0) == 16 + 24
+    assert ns3_rounds.expected_s([8, 16], 1.0) == pytest.approx(16 * per)
     # up to the trace's every segment, then a pass over them a look: each one more draw
     assert ns3_rounds.planned_seeds(8, 1e-6, budget_s=1e9, spent_s=0.0, segments=52)[:6] == \
         [8, 16, 32, 52, 104, 156]
@@ -61,3 +61,10 @@ def test_a_one_seed_scenario_gets_seeds_in_rounds_each_its_own_segment(tmp_path)
         assert sorted(got) == sorted(want)
     assert "### Plan and stop" in (result.folder / "report.md").read_text()
     assert any(line.startswith("stopped after") for line in result.summary_lines())
+    # the last look read the very claims the full judging then wrote, and left no runs
+    published = ns3_rounds.primary_verdicts(result.comparison)
+    assert [(v["verdict"], v["difference"]["point"]) for v in last["claims"]] == \
+        [(v["verdict"], pytest.approx(v["difference"]["point"], abs=1e-12)) for v in published]
+    assert [v["difference"]["low"] for v in last["claims"]] == \
+        pytest.approx([v["difference"]["low"] for v in published], abs=1e-12)
+    assert not (result.folder / "looks").exists()
