@@ -213,3 +213,23 @@ def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
     bad = CliRunner().invoke(main, ["judge", str(folder)])
     # the console wraps long lines (a long temporary path): compare with spaces folded
     assert bad.exit_code == 2 and "not a validation folder" in " ".join(bad.output.split())
+
+
+def test_packet_draws_of_one_workload_say_how_often_a_seeds_ranking_repeats(tmp_path):
+    from testbed.validate.verdicts import draw_rankings
+
+    means = {1: (3.0, 2.0, 1.0), 2: (3.0, 1.0, 2.0), 3: (3.0, 2.0, 1.0), 4: (3.0, 2.0, 1.0),
+             5: (1.0, 2.0, 3.0)}  # seeds 1, 3, 5 replay one workload, 2 and 4 another
+    cells = {}
+    for seed, values in means.items():
+        for sched, mean in zip(("rr", "cla", "netkv-full"), values, strict=True):
+            cell = tmp_path / sched / f"seed{seed}"
+            cell.mkdir(parents=True)
+            (cell / "summary.json").write_text(json.dumps({"ttft_mean_ms": mean}))
+            cells[f"000-base/{sched}/seed{seed}"] = cell
+    groups = {1: 1, 2: 2, 3: 1, 4: 2, 5: 1}
+    # pairs (1,3) alike, (1,5) and (3,5) not; (2,4) not
+    assert draw_rankings(cells, groups) == {"000-base": {"pairs": 4, "alike": 1,
+                                                         "share": 0.25}}
+    assert draw_rankings(cells, None) == {}
+    assert draw_rankings(cells, {k: k for k in means}) == {}  # no workload ran twice

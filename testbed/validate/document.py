@@ -140,6 +140,7 @@ class Comparison(_Record):
     tcp: Section
     ttft_verdicts: Section
     seed_rankings: Section
+    draw_rankings: Section | None = None  # packet runs of one workload ranked alike
     tiers: Section
     fidelity: dict[str, dict[str, str]]
     claims: dict[str, PointClaimsRecord]

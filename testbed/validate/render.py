@@ -305,6 +305,10 @@ def _verdict_lines(doc: dict) -> list[str]:
             lines.append("")
             lines.append(f"Ranking ({model}, {point}): same order in {r['same']} of "
                          f"{r['seeds']} seed(s).")
+    for point, r in (doc.get("draw_rankings") or {}).items():
+        lines += ["", f"Packets against their own draws ({point}): two runs of one workload "
+                  f"rank the schedulers alike in {r['alike']} of {r['pairs']} pairs "
+                  f"({100 * r['share']:.0f}%); a seed's ranking is one such draw."]
     if doc.get("excluded_runs"):
         lines += ["", f"Left out of the TTFT verdicts (flagged by the fidelity monitor): "
                   f"{', '.join(doc['excluded_runs'])}."]

@@ -16,7 +16,13 @@ from testbed.validate import arrival, beside, compare, divergence, repeat, stats
 from testbed.validate.replay import replay_cells, whole_pairs
 from testbed.validate.summary import claim_targets, divergence_targets, targets, with_intervals
 from testbed.validate.twin import flow_twin, replay_twin
-from testbed.validate.verdicts import faithful_cells, point_claims, seed_rankings, ttft_verdicts
+from testbed.validate.verdicts import (
+    draw_rankings,
+    faithful_cells,
+    point_claims,
+    seed_rankings,
+    ttft_verdicts,
+)
 from testbed.workloads.build import seed_groups
 
 TCP_ABLATIONS = {
@@ -165,6 +171,7 @@ def _engine_sections(j: Judging, verdicts: dict) -> dict:
         "ttft_verdicts": verdicts,
         "seed_rankings": {name: seed_rankings(j.emu_cells, j.flow_cells[name])
                           for name in ("calibrated", "tcp")},
+        "draw_rankings": draw_rankings(j.emu_cells, seed_groups(j.scenario)),
         "tiers": {point: {sched: {"packets": emu_pts[point][sched].get("tier_share", {}),
                                   "flow": pts["tcp"].get(point, {}).get(sched, {}).get(
                                       "tier_share", {})}

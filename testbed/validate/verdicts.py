@@ -64,6 +64,34 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
     return {point: stats.seed_agreement(o) for point, o in orders.items()}
 
 
+def draw_rankings(emu_cells: dict[str, Path], group_of: dict[int, int] | None) -> dict:
+    """point -> how often two packet runs of one workload (draws of it: workload.segments)
+    rank the schedulers alike by mean TTFT: {pairs, alike, share}. A per-seed ranking is
+    one draw, so this is how often a model that ranked as the packets do on the whole
+    could match any one seed's. Empty where no workload ran twice."""
+    if not group_of:
+        return {}
+    scores: dict[tuple[str, int], dict[str, float]] = {}
+    for key, cell in emu_cells.items():
+        point, sched, seed = key.split("/")
+        mean = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
+        if mean is not None and mean == mean:
+            scores.setdefault((point, int(seed.removeprefix("seed"))), {})[sched] = mean
+    full = max((len(v) for v in scores.values()), default=0)
+    orders: dict[tuple[str, int], list] = {}
+    for (point, seed), by in sorted(scores.items()):
+        if len(by) == full > 1:
+            orders.setdefault((point, group_of.get(seed, seed)), []).append(compare.ranking(by))
+    out: dict[str, dict] = {}
+    for (point, _), ranked in orders.items():
+        pairs = [a == b for i, a in enumerate(ranked) for b in ranked[i + 1:]]
+        acc = out.setdefault(point, {"pairs": 0, "alike": 0})
+        acc["pairs"] += len(pairs)
+        acc["alike"] += sum(pairs)
+    return {point: {**acc, "share": acc["alike"] / acc["pairs"]}
+            for point, acc in out.items() if acc["pairs"]}
+
+
 def point_claims(emu_cells: dict[str, Path], flow_cells: dict[str, Path],
                  level: float = stats.CONFIDENCE, normal: bool = False,
                  replayed: dict[str, list[dict]] | None = None,
