@@ -73,9 +73,14 @@ def claim_rows(found: list[tuple[str, dict]]) -> list[tuple[str, str, str, str, 
     return rows
 
 
+def ci(level: float) -> str:
+    """'95% CI'; a level that would round to 100% keeps a decimal ('99.6% CI')."""
+    return f"{100 * level:.0f}% CI" if round(100 * level) < 100 else f"{100 * level:.1f}% CI"
+
+
 def header(level: float) -> tuple[str, str, str, str, str]:
     return ("claim (mean TTFT)", "packets", "flow",
-            f"flow - packets [{100 * level:.0f}% CI]", "verdict")
+            f"flow - packets [{ci(level)}]", "verdict")
 
 
 def table(found: list[tuple[str, dict]], level: float) -> list[str]:
@@ -179,7 +184,7 @@ def answer_lines(doc: dict, wall: dict | None = None, markdown: bool = False) ->
     return lines + tail
 
 
-_EMU, _NS3, _FLOW3, _DIFF3, _VERDICT, _STAND = 10, 8, 8, 21, 13, 18
+_EMU, _NS3, _FLOW3, _DIFF3, _VERDICT, _STAND = 10, 8, 8, 22, 13, 18
 
 
 def _short(e: dict) -> str:
@@ -208,7 +213,7 @@ def three_way_rows(tw: dict) -> list[tuple[str, ...]]:
 
 def _three_header(level: float) -> tuple[str, ...]:
     return ("claim (mean TTFT)", "emulation", "ns-3", "flow",
-            f"flow - ns-3 [{100 * level:.0f}% CI]", "verdict", "ns-3 - emulation")
+            f"flow - ns-3 [{ci(level)}]", "verdict", "ns-3 - emulation")
 
 
 def _holds(claims: list[dict]) -> str:
