@@ -52,6 +52,11 @@ def _release(version: str) -> str:
 
 
 def ns3_version() -> str:
+    if os.environ.get(PREBUILT):  # its release as its builder says, where no wheel is
+        try:
+            return _release(wheel()[1])
+        except Ns3Unavailable:
+            return os.environ.get("NETKV_NS3_RELEASE", "unknown")
     return _release(wheel()[1])
 
 
@@ -75,9 +80,20 @@ def _key(source: bytes, version: str, cxx: str) -> str:
     return digest.hexdigest()[:16]
 
 
+PREBUILT = "NETKV_NS3_PROGRAM"  # a program built elsewhere, taken as it is
+
+
 def program(on_build=None) -> Path:
     """The compiled program, built now if it is not there yet. `on_build(message)` is told
-    before a build starts (it takes about 10 s on two cores)."""
+    before a build starts (it takes about 10 s on two cores). $NETKV_NS3_PROGRAM names
+    one built elsewhere against the same ns-3, for a server with neither the wheel nor a
+    compiler (its libraries found through LD_LIBRARY_PATH; $NETKV_NS3_RELEASE names their
+    release in the records)."""
+    given = os.environ.get(PREBUILT)
+    if given:
+        if not (Path(given).is_file() and os.access(given, os.X_OK)):
+            raise Ns3Unavailable(f"{PREBUILT}={given}: not an executable file")
+        return Path(given)
     root, version = wheel()
     cxx = _compiler()
     files = sorted((p for p in resources.files("testbed.ns3sim").joinpath(SOURCE).iterdir()

@@ -242,3 +242,21 @@ def test_a_missing_wheel_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(build.metadata, "distribution", absent)
     with pytest.raises(build.Ns3Unavailable, match="run.sh setup"):
         build.program()
+
+
+def test_a_program_built_elsewhere_is_taken_as_it_is(monkeypatch, program, tmp_path):
+    from importlib import metadata
+
+    from testbed.ns3sim import program as build
+
+    def absent(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(build.metadata, "distribution", absent)  # no wheel, no build
+    monkeypatch.setenv("NETKV_NS3_PROGRAM", str(program))
+    monkeypatch.setenv("NETKV_NS3_RELEASE", "3.44")
+    assert build.program() == program and build.ns3_version() == "3.44"
+    (tmp_path / "kvnet").write_text("not a program")
+    monkeypatch.setenv("NETKV_NS3_PROGRAM", str(tmp_path / "kvnet"))
+    with pytest.raises(build.Ns3Unavailable, match="NETKV_NS3_PROGRAM"):
+        build.program()
