@@ -13,6 +13,7 @@ from testbed.records import write_csv
 from testbed.scenario import Scenario
 from testbed.validate.repeat import (
     REPEATS,
+    engines_floor,
     packets_against_packets,
     repeat_scenario,
     spread_errors,
@@ -130,6 +131,46 @@ def test_runs_are_set_against_each_other_by_pairs(tmp_path):
     assert floor["runs"] == 3
     assert floor["n"] == 2 + 6  # a in runs 0 and 1 only (it came 0.4 s late in run 2)
     assert floor["offered_alike"] == 1.0  # both of the first run's, each in some pair
+
+
+def test_packets_deciding_again_match_every_transfer_wherever_placed(tmp_path):
+    """The both-engines figure's floor: a transfer placed elsewhere in the other run still
+    counts (as the flow model's runs are matched to the packets'), and only where the runs
+    again cover every scheduler of the first."""
+    rr, la = "000-base/rr/seed1", "000-base/la/seed1"
+    first = {rr: transfer("a", 0.0, 1.0), la: transfer("b", 0.0, 2.0)}
+    again = {rr: transfer("a", 0.0, 1.5),
+             la: transfer("b", 0.3, 1.0, dst="i7", path="i0>tor0>agg0>tor2>i7")}
+    cells = [_cells(tmp_path / "one", first), _cells(tmp_path / "two", again)]
+    got = engines_floor(cells)
+    assert got["schedulers"] == ["la", "rr"] and got["n"] == 2
+    assert got["median_abs_error"] == pytest.approx(0.5)  # a +50%, b moved: -50%
+    assert got["mean_error"] == pytest.approx(0.0)
+    assert packets_against_packets(cells, FLOORS)["engines"] == got
+    # runs again of RR alone would understate what deciding schedulers part: not given
+    rr_only = [cells[0], _cells(tmp_path / "three", {rr: again[rr]})]
+    assert engines_floor(rr_only) is None
+    assert packets_against_packets(rr_only, FLOORS)["engines"] is None
+    assert engines_floor(cells[:1]) is None
+
+
+@pytest.mark.parametrize(("floor", "ci", "kind", "says"), [
+    (None, None, "floor not measured", "every scheduler again"),
+    (0.30, [0.25, 0.36], "out of reach", "moves what the schedulers read"),
+    (0.05, [0.04, 0.07], "within reach", "the model's own error"),
+    (0.09, [0.06, 0.14], "undecided", "more repeat runs"),
+])
+def test_a_missed_both_engines_median_is_read_against_packets_deciding_again(
+        floor, ci, kind, says):
+    from testbed.validate.summary import acceptance
+
+    doc = {"targets": {**_targets(0.12), "engines_median_abs_transfer_error": 0.2,
+                       "packets_engines_median_abs_transfer_error": floor,
+                       "packets_engines_median_ci": ci}}
+    got, sentence = acceptance(doc)["engines_median"]
+    assert got == kind and says in sentence and "20.0%" in sentence
+    doc["targets"]["engines_median_abs_transfer_error"] = 0.08
+    assert acceptance(doc)["engines_median"][0] == "met"
 
 
 def test_the_scenario_run_again_is_its_first_seed_of_rr_where_it_has_rr():
@@ -253,7 +294,7 @@ def test_acceptance_reads_every_target_of_a_validation():
            "seed_rankings": {"tcp": {"000-base": {"seeds": 3, "same": 2}}}}
     got = {k: kind for k, (kind, _) in acceptance(doc).items()}
     assert got == {"replay_median": "met", "replay_p90": "out of reach",
-                   "engines_median": "missed", "same_ranking": "missed"}
+                   "engines_median": "floor not measured", "same_ranking": "missed"}
     doc["seed_rankings"]["tcp"]["000-base"]["same"] = 3
     assert acceptance(doc)["same_ranking"] == ("met", "3 of 3 seeds")
     doc["seed_rankings"] = {}

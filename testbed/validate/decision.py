@@ -77,17 +77,21 @@ def ttft_agreement(iv: Interval, target: float = targets.TTFT_ERROR,
     return Verdict.INCONCLUSIVE
 
 
-# per-transfer target -> (its target key, the replay's figure, packets' floor, its interval)
+# per-transfer target -> (its target key, the model's figure, packets' floor, its interval);
+# "engines": both engines deciding, against packets deciding again
 REACH_KEYS = {"median": ("transfer_target", "replay_median_abs_transfer_error",
                          "packets_median_abs_transfer_error", "packets_median_ci"),
               "p90": ("transfer_p90_target", "replay_p90_abs_transfer_error",
-                      "packets_p90_abs_transfer_error", "packets_p90_ci")}
+                      "packets_p90_abs_transfer_error", "packets_p90_ci"),
+              "engines": ("engines_target", "engines_median_abs_transfer_error",
+                          "packets_engines_median_abs_transfer_error",
+                          "packets_engines_median_ci")}
 
 
 def reach(t: dict, which: str = "p90") -> Verdict:
-    """The replay's median or p90 target, read against packets' own floor (repeat.py): a
-    deterministic model cannot be judged closer to packets than packets are to
-    themselves, so a miss is within reach (the floor's interval wholly under the target),
+    """The replay's median or p90 target, or both engines' median, read against packets'
+    own floor (repeat.py): a deterministic model cannot be judged closer to packets than
+    packets are to themselves, so a miss is within reach (the floor's interval wholly under the target),
     out of reach (wholly over), undecided (across it) or floor not measured."""
     target_key, replay_key, floor_key, ci_key = REACH_KEYS[which]
     target, got = t[target_key], t[replay_key]

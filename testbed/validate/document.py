@@ -79,6 +79,7 @@ class Targets(_Record):
     unfaithful_runs: int
     transfer_target: float
     transfer_p90_target: float
+    engines_target: float | None = None  # older folders lack it: targets.ENGINES_MEDIAN
     ttft_target: float
     ttft_ci_target: float
     packets: str
@@ -95,6 +96,8 @@ class Targets(_Record):
     packets_median_ci: list[float | None] | None = None
     packets_p90_ci: list[float | None] | None = None
     replay_same_p90_abs_transfer_error: float | None = None
+    packets_engines_median_abs_transfer_error: float | None = None
+    packets_engines_median_ci: list[float | None] | None = None
 
 
 class BesideTerm(_Record):

@@ -112,8 +112,9 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
     the first the validation's own), every pair of runs that both ran a cell: n, median
     and p90 |error|, by arrival order, the cells used, and the share of the first run's
     transfers above the floor that some other run offered alike; with `replay` (the flow
-    model's replay of the first run), the model's error on those very transfers. None
-    where no transfer was offered alike in any pair."""
+    model's replay of the first run), the model's error on those very transfers; and the
+    both-engines floor (engines_floor). None where no transfer was offered alike in any
+    pair."""
     rows: dict[tuple[int, str], list[dict]] = {}
 
     def of(i: int, key: str) -> list[dict]:
@@ -154,7 +155,34 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
             "offered_alike": sum(len(v) for v in mine.values()) / above if above else 0.0,
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
-            "replay_same_transfers": compare.error_stats(model) if replay is not None else None}
+            "replay_same_transfers": compare.error_stats(model) if replay is not None else None,
+            "engines": engines_floor(cells)}
+
+
+def engines_floor(cells: Sequence[Mapping[str, Path]]) -> dict | None:
+    """Packets deciding for themselves against packets deciding again: every whole transfer
+    two runs of a cell both made, matched by request wherever each placed it, as the
+    both-engines figure matches the flow model's runs to the packets'. The floor for that
+    figure only where the runs again cover every scheduler of the first (ns-3's perturbed
+    runs do; the emulation's, RR alone, would understate it): otherwise None."""
+    def schedulers(c: Mapping[str, Path]) -> set[str]:
+        return {key.split("/")[1] for key in c}
+
+    if len(cells) < 2 or not schedulers(cells[0]) <= set().union(*map(schedulers, cells[1:])):
+        return None
+    errors, units = [], []
+    for i, j in itertools.combinations(range(len(cells)), 2):
+        for key in sorted(set(cells[i]) & set(cells[j])):
+            pairs, _ = compare.match_transfers(
+                compare.whole_transfers(read_csv(cells[i][key] / "transfers.csv")),
+                compare.whole_transfers(read_csv(cells[j][key] / "transfers.csv")))
+            errors += [p.error for p in pairs]
+            units += [(key, p.request) for p in pairs]
+    if not errors:
+        return None
+    median = stats.clustered_abs_quantile(errors, units, 0.5)
+    return {**compare.error_stats(errors), "median_ci": [median.low, median.high],
+            "schedulers": sorted(schedulers(cells[0]))}
 
 
 def repeat_targets(floor: dict | None) -> dict:
@@ -167,7 +195,10 @@ def repeat_targets(floor: dict | None) -> dict:
             "packets_median_ci": floor.get("median_ci"),  # absent from older folders
             "packets_p90_ci": floor.get("p90_ci"),
             "replay_same_p90_abs_transfer_error": (floor["replay_same_transfers"] or {}).get(
-                "p90_abs_error")}
+                "p90_abs_error"),
+            "packets_engines_median_abs_transfer_error": (floor.get("engines") or {}).get(
+                "median_abs_error"),
+            "packets_engines_median_ci": (floor.get("engines") or {}).get("median_ci")}
 
 
 def repeat_scenario(scenario):
@@ -190,17 +221,18 @@ NS3_REPEAT_SEEDS = 8  # ns-3's repeats run this many first seeds (seconds each):
 
 
 def jittered(scenario, draw: int, seeds: int = NS3_REPEAT_SEEDS):
-    """ns-3's k-th run again of the first `seeds` seeds: a seed of ns-3 repeats exactly,
-    so each repeat perturbs what no flow model resolves, every KV shard starting up to
-    one full frame's time on the fabric's fastest link late (ns3.start_jitter_us), a draw
-    of its own."""
+    """ns-3's k-th run again of the first `seeds` seeds, every scheduler (the both-engines
+    figure's floor needs the deciding ones): a seed of ns-3 repeats exactly, so each
+    repeat perturbs what no flow model resolves, every KV shard starting up to one full
+    frame's time on the fabric's fastest link late (ns3.start_jitter_us), a draw of its
+    own."""
     from testbed.topologies.fabric import Fabric
 
     fabric = Fabric(scenario.cluster.spec(), scenario.ns3.scale or scenario.emulation.scale,
                     1.0)
     fastest = max(link.rate_bps for link in fabric.links)
     frame_us = 8 * scenario.emulation.frame_bytes / fastest * 1e6
-    return repeat_scenario(scenario).with_overrides({
+    return scenario.with_overrides({
         "seeds": seeds, "ns3.start_jitter_us": frame_us,
         "ns3.jitter_seed": draw})
 

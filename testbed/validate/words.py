@@ -64,21 +64,27 @@ def reach_sentence(t: dict, which: str, verdict: Verdict) -> str:
     target_key, replay_key, floor_key, ci_key = REACH_KEYS[which]
     target, got = t[target_key], t[replay_key]
     if verdict == Verdict.NOT_JUDGED:
-        return "no transfer above the validity floor"
+        return "nothing to judge" if which == "engines" else "no transfer above the validity floor"
     if verdict == Verdict.MET:
         return f"met ({100 * got:.1f}% <= {100 * target:.0f}%)"
     if verdict == Verdict.FLOOR_NOT_MEASURED:
         return (f"missed ({100 * got:.1f}%); whether any model could meet it here is not "
-                "measured: --repeats 3 runs the first seed again on packets and says")
+                "measured: --repeats 3 runs the first seed again on packets and says"
+                + (" (on ns-3, every scheduler again)" if which == "engines" else ""))
     floor, ci = t.get(floor_key), t.get(ci_key)
-    about = f"packets repeat to a {which} of {100 * floor:.1f}%"
+    about = (f"packets deciding again repeat to a median of {100 * floor:.1f}%"
+             if which == "engines" else f"packets repeat to a {which} of {100 * floor:.1f}%")
     if ci and ci[0] == ci[0]:
         about += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
     if verdict == Verdict.OUT_OF_REACH:
+        why = ("no model deciding for itself can be judged to meet it here: a shift of under "
+               "a frame moves what the schedulers read and so where they place (the claims "
+               "and the ranking, judged over seeds, are what a model can be held to)"
+               if which == "engines" else
+               "no deterministic model can be judged to meet it here; runs that repeat would "
+               "(more packets in flight per stream: a larger emulation.scale or ns3.scale)")
         return (f"missed ({100 * got:.1f}%) and out of reach on this fabric: {about}, over "
-                f"the {100 * target:.0f}% target, so no deterministic model can be judged to "
-                "meet it here; runs that repeat would (more packets in flight per stream: a "
-                "larger emulation.scale or ns3.scale)")
+                f"the {100 * target:.0f}% target, so {why}")
     if verdict == Verdict.WITHIN_REACH:
         return (f"missed ({100 * got:.1f}%) within reach: {about}, under "
                 f"the {100 * target:.0f}% target: the model's own error")

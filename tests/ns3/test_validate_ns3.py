@@ -11,6 +11,7 @@ import pytest
 
 from testbed.api import validate
 from testbed.scenario import load_scenario
+from testbed.validate.words import runs_of
 from tests.conftest import ROOT
 
 
@@ -53,15 +54,21 @@ def test_repeats_on_ns3_perturb_the_first_seeds_and_measure_the_floor(tmp_path):
                         "schedulers": ["rr", "netkv-full"]})
     result = validate(sc, tmp_path, packets="ns3", jobs=2, repeats=2)
     again = sorted((result.folder / "repeats").glob("*-ns3-*"))
-    assert len(again) == 2  # each its own perturbed run of both seeds, RR alone
+    assert len(again) == 2  # each its own perturbed run of both seeds, every scheduler
     for k, run in enumerate(again, start=1):
         ran = load_scenario(run / "scenario.yaml")
-        assert ran.schedulers == ["rr"] and ran.seeds == 2 and ran.ns3.jitter_seed == k
+        assert ran.schedulers == ["rr", "netkv-full"] and ran.seeds == 2
+        assert ran.ns3.jitter_seed == k
         assert ran.ns3.start_jitter_us == pytest.approx(8 * 1514 / 20e6 * 1e6)  # 20 Mbit/s
         assert ran.workload.seed_segments  # the judged seeds' own segments
     floor = result.comparison["repeat"]
-    assert floor["runs"] == 3 and floor["cells"] == ["000-base/rr/seed1", "000-base/rr/seed2"]
+    assert floor["runs"] == 3
+    assert {"000-base/rr/seed1", "000-base/rr/seed2"} <= set(floor["cells"])
     assert floor["n"] > 0 and floor["median_abs_error"] > 0  # perturbed: no exact repeat
+    engines = floor["engines"]  # packets deciding again: the both-engines figure's floor
+    assert engines["schedulers"] == ["netkv-full", "rr"] and engines["n"] > 0
     t = result.comparison["targets"]
-    assert t["packets_runs"] == 3 and t["packets_cells"] == 2
-    assert "3 runs of 2 cells" in (result.folder / "report.md").read_text()
+    assert t["packets_runs"] == 3 and t["packets_cells"] == len(floor["cells"])
+    assert t["packets_engines_median_abs_transfer_error"] == engines["median_abs_error"]
+    report = (result.folder / "report.md").read_text()
+    assert runs_of(t) in report and "packets deciding again" in report
