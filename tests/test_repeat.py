@@ -74,6 +74,11 @@ def test_only_transfers_offered_alike_count():
     # b came 0.3 s later: b differs, and so does a's load (b shared its path)
     later = transfer("a", 0.0, 1.2) + transfer("b", 0.8, 1.0)
     assert spread_errors([base, later], FLOORS)[1] == []
+    # b started alike but went elsewhere in one run (a scheduler that reads load): a's
+    # load differs, b itself was placed apart
+    away = transfer("a", 0.0, 1.2) + transfer("b", 0.5, 1.0, dst="i7",
+                                                path="i0>tor0>agg0>tor2>i7")
+    assert spread_errors([base, away], FLOORS)[1] == []
     # a transfer on a path of its own is not touched by b's move
     apart = transfer("c", 0.1, 1.0, path="i1>tor0>agg1>tor2>i9", dst="i9")
     got = spread_errors([base + apart, later + apart], FLOORS)[1]

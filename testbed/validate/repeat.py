@@ -12,8 +12,8 @@ every one of them offers alike.
 
 "Offered alike": the same hosts and paths in both runs, every shard starting at the
 same moment relative to the transfer's first start, and every transfer that shared a
-link with it in any run (its competitors) starting, by its first shard, at the same
-moment too (by every shard, next to no transfer of a loaded run would count), each to
+link with it in any run (its competitors) placed alike and starting, by its first shard,
+at the same moment too (by every shard, next to no transfer of a loaded run would count), each to
 within START_TOLERANCE of the transfer's time (a shift that small moves its time by
 no more than that). Where starts differ (a connection that waited out a lost SYN, a
 prefill that ran late), the replay is given the difference and packets against packets
@@ -67,14 +67,19 @@ def _offered_alike(runs: Sequence[Sequence[dict]], whole: Sequence[Mapping[str, 
 
 
 def _load_alike(request: str, whole: Sequence[Mapping[str, dict]],
-                near: Sequence[Mapping[str, tuple[set[str], set[str]]]]) -> bool:
+                near: Sequence[Mapping[str, tuple[set[str], set[str]]]],
+                placed: Sequence[Mapping[str, frozenset]]) -> bool:
     """Whether `request`'s transfer, and every transfer that shared a link with it in
-    any run, is in every run and started at the same moment in all (START_TOLERANCE)."""
+    any run, is in every run, placed alike (a scheduler that reads load may put a
+    competitor elsewhere in one run, off the path) and started at the same moment in all
+    (START_TOLERANCE)."""
     shortest = min(w[request]["end"] - w[request]["start"] for w in whole)
     others = set().union(*(n[request][0] | n[request][1] for n in near if request in n))
     for other in others | {request}:
         starts = [w[other]["start"] for w in whole if other in w]
         if len(starts) < len(whole) or max(starts) - min(starts) > START_TOLERANCE * shortest:
+            return False
+        if len({p.get(other) for p in placed}) != 1:
             return False
     return True
 
@@ -90,7 +95,8 @@ def spread_errors(runs: Sequence[Sequence[dict]], floors: Mapping[int, dict]
     whole = [{str(w["request"]): w for w in compare.whole_transfers(rows)} for rows in runs]
     offered = _offered_alike(runs, whole)
     near = [arrival.neighbours(rows) for rows in runs]
-    alike = sorted(r for r in offered if _load_alike(r, whole, near))
+    placed = [_placements(rows) for rows in runs]
+    alike = sorted(r for r in offered if _load_alike(r, whole, near, placed))
     errors, requests, kinds = [], [], []
     for request in alike:
         first = whole[0][request]
