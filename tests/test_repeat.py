@@ -212,6 +212,7 @@ def test_a_validation_judged_with_runs_made_again_reports_the_floor(tmp_path):
     assert got.exit_code == 0, got.output
     assert f"n={floor['n']}: median |error| 0.0%, p90 0.0%" in got.output
     assert f"same transfers, n={floor['n'] // 2}: median" in " ".join(got.output.split())
+    assert "packets deciding again (rr;" in " ".join(got.output.split())
 
 
 def test_the_repeat_command_names_what_it_cannot_use(tmp_path):

@@ -159,8 +159,9 @@ _SAME = ("name", "cluster", "emulation.scale", "emulation.time_dilation")
 def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     """How far repeated packet runs of one scenario are from each other (no root).
 
-    FOLDERS: validation folders (their packet run and any made again with `validate
-    --repeats`) or emulation run folders, of the same scenario, two runs at least. For
+    FOLDERS: validation folders (their packet run, the emulation's or ns-3's, and any
+    made again with `validate --repeats`) or emulation run folders, of the same scenario,
+    two runs at least. For
     every cell (point, scheduler, seed) and every pair of runs that ran it faithfully,
     each run's time of a whole transfer above the validity floor is set against the
     other's where the two offered it alike: the same hosts and paths, and its shards and
@@ -168,7 +169,9 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     its time). The median and p90 of that error are the floor for any flow model's
     per-transfer error on this fabric: packets are no closer to themselves. RR's runs
     place every request alike; a scheduler that reads load soon places them apart, and
-    only what it placed alike counts.
+    only what it placed alike counts. Where every judged scheduler ran again, also
+    packets deciding again: every whole transfer two runs both made, wherever each
+    placed it (the floor of the both-engines figure).
 
       testbed repeat results/validate-validate-A results/validate-validate-B
     """
@@ -179,7 +182,8 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     runs, scenarios = [], []
     for name in folders:
         folder = Path(name)
-        emus = sorted(folder.glob("*-emulation-*")) + repeat.repeat_folders(folder)
+        own = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
+        emus = own + repeat.repeat_folders(folder)
         for run in emus or [folder]:
             cells = cells_of(run)
             if not cells:
@@ -219,6 +223,13 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
         if g["n"]:
             click.echo(f"  {order}: n={g['n']}, median {100 * g['median_abs_error']:.1f}%, "
                        f"p90 {100 * g['p90_abs_error']:.1f}%")
+    engines = floor.get("engines")
+    if engines:
+        click.echo(f"packets deciding again ({', '.join(engines['schedulers'])}; every whole "
+                   f"transfer two runs made, wherever placed: the both-engines figure's "
+                   f"floor), n={engines['n']}: median |error| "
+                   f"{100 * engines['median_abs_error']:.1f}%, p90 "
+                   f"{100 * engines['p90_abs_error']:.1f}%")
     same = floor["replay_same_transfers"]
     if same and same["n"]:
         click.echo(f"the flow model's replay (TCP terms, {first}'s calibration) of the first "

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
 from testbed.api import validate
+from testbed.cli import main
 from testbed.scenario import load_scenario
 from testbed.validate.words import runs_of
 from tests.conftest import ROOT
@@ -72,3 +74,10 @@ def test_repeats_on_ns3_perturb_the_first_seeds_and_measure_the_floor(tmp_path):
     assert t["packets_engines_median_abs_transfer_error"] == engines["median_abs_error"]
     report = (result.folder / "report.md").read_text()
     assert runs_of(t) in report and "packets deciding again" in report
+    # `testbed repeat` reads the same runs: ns-3's own first, then the perturbed ones
+    got = CliRunner().invoke(main, ["repeat", str(result.folder), "--scheduler", "rr",
+                                    "--scheduler", "netkv-full"])
+    assert got.exit_code == 0, got.output
+    text = " ".join(got.output.split())
+    assert text.startswith("3 packet runs") and "packets deciding again (netkv-full, rr;" in text
+    assert f"median |error| {100 * engines['median_abs_error']:.1f}%" in text
