@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from testbed.records import read_csv
@@ -162,26 +162,28 @@ def packets_against_packets(cells: Sequence[Mapping[str, Path]], floors: Mapping
             "by_arrival": {o: compare.error_stats([e for e, k in zip(errors, kinds, strict=True)
                                                    if k == o]) for o in arrival.ORDERS},
             "replay_same_transfers": compare.error_stats(model) if replay is not None else None,
-            "engines": engines_floor(cells)}
+            "engines": engines_floor(cells, of)}
 
 
-def engines_floor(cells: Sequence[Mapping[str, Path]]) -> dict | None:
+def engines_floor(cells: Sequence[Mapping[str, Path]],
+                  rows_of: Callable[[int, str], list[dict]] | None = None) -> dict | None:
     """Packets deciding for themselves against packets deciding again: every whole transfer
     two runs of a cell both made, matched by request wherever each placed it, as the
     both-engines figure matches the flow model's runs to the packets'. The floor for that
     figure only where the runs again cover every scheduler of the first (ns-3's perturbed
-    runs do; the emulation's, RR alone, would understate it): otherwise None."""
+    runs do; the emulation's, RR alone, would understate it): otherwise None. `rows_of(i,
+    key)`: run i's transfers.csv rows of a cell, where the caller has them read."""
     def schedulers(c: Mapping[str, Path]) -> set[str]:
         return {key.split("/")[1] for key in c}
 
     if len(cells) < 2 or not schedulers(cells[0]) <= set().union(*map(schedulers, cells[1:])):
         return None
+    rows_of = rows_of or (lambda i, key: read_csv(cells[i][key] / "transfers.csv"))
     errors, units = [], []
     for i, j in itertools.combinations(range(len(cells)), 2):
         for key in sorted(set(cells[i]) & set(cells[j])):
-            pairs, _ = compare.match_transfers(
-                compare.whole_transfers(read_csv(cells[i][key] / "transfers.csv")),
-                compare.whole_transfers(read_csv(cells[j][key] / "transfers.csv")))
+            pairs, _ = compare.match_transfers(compare.whole_transfers(rows_of(i, key)),
+                                               compare.whole_transfers(rows_of(j, key)))
             errors += [p.error for p in pairs]
             units += [(key, p.request) for p in pairs]
     if not errors:

@@ -62,6 +62,8 @@ def targets(replay_pairs, engine_pairs, calibrated: dict, verdicts: dict, runs: 
 def reach(t: dict, which: str = "p90") -> tuple[Verdict, str]:
     """The replay's median or p90 target, or both engines' median ("engines"), against
     packets' own floor: the verdict (decision.reach) and its sentence."""
+    if which == "engines" and not t.get("engines_target"):  # older folders lack it
+        t = {**t, "engines_target": goal.ENGINES_MEDIAN}
     verdict = decision.reach(t, which)
     return verdict, reach_sentence(t, which, verdict)
 
@@ -69,8 +71,7 @@ def reach(t: dict, which: str = "p90") -> tuple[Verdict, str]:
 def acceptance(doc: dict) -> dict[str, tuple[Verdict, str]]:
     """The per-transfer and ranking targets of one validation (its comparison.json),
     each (verdict, sentence)."""
-    t = {**doc["targets"]}
-    t["engines_target"] = t.get("engines_target") or goal.ENGINES_MEDIAN  # older folders
+    t = doc["targets"]
     ranks = list((doc.get("seed_rankings") or {}).get("tcp", {}).values())
     same, seeds = sum(r["same"] for r in ranks), sum(r["seeds"] for r in ranks)
     verdict = decision.every_seed(same, seeds)
@@ -130,7 +131,7 @@ def summary_lines(t: dict, sequential: dict | None = None, judged: dict | None =
         if kind not in (Verdict.MET, Verdict.NOT_JUDGED):
             lines.append(f"replay {which} target: {sentence}")
     if t.get("packets_engines_median_abs_transfer_error") is not None:
-        kind, sentence = reach({**t, "engines_target": goal.ENGINES_MEDIAN}, "engines")
+        kind, sentence = reach(t, "engines")
         if kind != Verdict.MET:
             lines.append(f"both engines' median target: {sentence}")
     f = t.get("forced_ttft_verdicts")
