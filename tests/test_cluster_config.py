@@ -43,13 +43,13 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
     monkeypatch.setattr(tc, "install_htb", lambda intf, rate, **kw: calls.append((intf, rate, kw)))
     assert tc.main(["install", "s1-eth1", "1e6", "10", "2", "bytes",
                     "s1-eth2", "2e6", "5", "0", "packets"]) == 0
-    assert calls == [("s1-eth1", 1e6, {"netns": None, "min_packets": 10, "kv_levels": 2,
+    assert calls == [("s1-eth1", 1e6, {"netns": None, "packets": 10, "kv_levels": 2,
                                        "byte_limit": True, "frame_bytes": 1514}),
-                     ("s1-eth2", 2e6, {"netns": None, "min_packets": 5, "kv_levels": 0,
+                     ("s1-eth2", 2e6, {"netns": None, "packets": 5, "kv_levels": 0,
                                        "byte_limit": False, "frame_bytes": 1514})]
     calls.clear()
     assert tc.main(["install", "h1-eth0", "3e6", "8"]) == 0  # the short form
-    assert calls == [("h1-eth0", 3e6, {"netns": None, "min_packets": 8, "kv_levels": 0,
+    assert calls == [("h1-eth0", 3e6, {"netns": None, "packets": 8, "kv_levels": 0,
                                        "byte_limit": False, "frame_bytes": 1514})]
     calls.clear()
     # a replica of smaller frames (emulation.frame_bytes): the limit names the frame

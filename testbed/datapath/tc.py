@@ -4,8 +4,9 @@ Tree on every egress (switch ports, and host NICs inside their namespaces):
   1:   htb, default -> background
   1:1  rate = ceil = link rate
   1:10 control, 1:20 kv, 1:30 background: rate = share x link, ceil = link, prio
-  each class ends in a fifo 50 ms deep at the link rate, at least 16 packets (the kernel
-  default, 1000 packets, is seconds of queue at emulated rates): a pfifo, or with
+  each class ends in a fifo 50 ms deep at the replica's rate in modelled time, at least 16
+  packets (topologies/replica.py; the kernel default, 1000 packets, is seconds of queue at
+  emulated rates): a pfifo, or with
   byte_limit a bfifo of as many full frames, as a switch's buffer is, where SYNs and ACKs
   do not take a data packet's slot (a dropped SYN costs a 1 s initial RTO)
   u32 filters on the IPv4 TOS byte (DSCP bits, mask 0xfc) steer control and kv; before
@@ -120,10 +121,14 @@ def _index(ipr, ifname: str) -> int:
 
 
 def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_levels: int = 0,
-                min_packets: int = MIN_QUEUE_PACKETS, byte_limit: bool = False,
+                packets: int | None = None, byte_limit: bool = False,
                 frame_bytes: int = WIRE_FRAME) -> None:
-    """Replace whatever root qdisc the interface has with the project's HTB tree."""
-    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, min_packets, byte_limit,
+    """Replace whatever root qdisc the interface has with the project's HTB tree: each
+    leaf `packets` deep (the fabric's: replica.leaf_packets; None: QUEUE_S at `rate_bps`,
+    at least MIN_QUEUE_PACKETS, for a link outside the replica)."""
+    if packets is None:
+        packets = queue_packets(rate_bps, MIN_QUEUE_PACKETS, frame_bytes)
+    in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, packets, byte_limit,
                                                  kv_levels, frame_bytes))
 
 
@@ -132,7 +137,7 @@ def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_level
 _tc_plugins.setdefault("bfifo", sched_pfifo)
 
 
-def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit: bool,
+def _install_htb(ipr, ifname: str, rate_bps: float, packets: int, byte_limit: bool,
                  kv_levels: int = 0, frame_bytes: int = WIRE_FRAME) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
@@ -140,7 +145,6 @@ def _install_htb(ipr, ifname: str, rate_bps: float, min_packets: int, byte_limit
     ipr.tc("add", "htb", idx, ROOT, default=DEFAULT_CLASS.classid_minor)
     ipr.tc("add-class", "htb", idx, PARENT, parent=ROOT, rate=_bits(rate_bps),
            ceil=_bits(rate_bps))
-    packets = queue_packets(rate_bps, min_packets, frame_bytes)
     fifo, limit = ("bfifo", packets * frame_bytes) if byte_limit else ("pfifo", packets)
     for c in CLASSES:
         ipr.tc("add-class", "htb", idx, ROOT | c.classid_minor, parent=PARENT,
@@ -266,13 +270,14 @@ def serve_counters(lines, write) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS MIN_PACKETS
-    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the same HTB tree
-    on each interface (@FRAME_BYTES: queues for frames of that size, emulation.frame_bytes),
+    """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS PACKETS
+    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the HTB tree on each
+    interface, its leaves PACKETS deep (replica.leaf_packets; with bytes, that many frames'
+    worth; @FRAME_BYTES: frames of that size, emulation.frame_bytes),
     in the namespace of the `--netns` before it (else the caller's own); the
     cluster edition runs it on other machines, once per machine for all of its switches
     and hosts (a Python start costs seconds in a slow VM). The short form `install IFNAME
-    RATE_BPS MIN_PACKETS [KV_LEVELS]` shapes one interface with packet-limited queues.
+    RATE_BPS PACKETS [KV_LEVELS]` shapes one interface with packet-limited queues.
     `python -m testbed.datapath.tc serve`: answer counter requests on stdin (serve_counters)."""
     if argv == ["serve"]:
         def write(text: str) -> None:
@@ -298,9 +303,9 @@ def main(argv: list[str]) -> int:
             print(main.__doc__, file=sys.stderr)
             return 2
         groups.append((netns, group))
-    for netns, (ifname, rate, min_packets, levels, limit) in groups:
+    for netns, (ifname, rate, packets, levels, limit) in groups:
         limit, _, frame = limit.partition("@")
-        install_htb(ifname, float(rate), netns=netns, min_packets=int(min_packets),
+        install_htb(ifname, float(rate), netns=netns, packets=int(packets),
                     kv_levels=int(levels), byte_limit=limit == "bytes",
                     frame_bytes=int(frame or WIRE_FRAME))
     return 0

@@ -77,7 +77,7 @@ class FidelityMonitor:
     def __post_init__(self) -> None:
         self._egress = {intf: (node, link) for node, intf, link in
                         self.fabric.egress_interfaces() if node in self.fabric.switches}
-        self._queue_bytes = {intf: tc.queue_packets(link.rate_bps, self.min_queue_packets) * 1500
+        self._queue_bytes = {intf: tc.queue_packets(link.replica_bps, self.min_queue_packets) * 1500
                              for intf, (_, link) in self._egress.items()}
 
     def start(self) -> FidelityMonitor:

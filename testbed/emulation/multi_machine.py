@@ -37,6 +37,7 @@ from testbed.emulation.processes import LocalLauncher
 from testbed.model.tcp import WIRE_FRAME
 from testbed.remote.counters import cluster_counters
 from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
+from testbed.topologies.replica import leaf_packets
 
 PLACEMENTS = ("pod", "switchbin", "roundrobin")
 TUNNELS = ("ssh", "gre")
@@ -255,7 +256,7 @@ class ClusterNetwork(EmulatedNetwork):
                     intf.node.cmd("ethtool", "-K", intf.name, "tx", "off", "rx", "off")
 
     def _shape(self) -> None:
-        q = self.scenario.emulation.queue_min_packets
+        emu = self.scenario.emulation
         limit = self.scenario.emulation.queue_limit
         frame = self.scenario.emulation.frame_bytes
         levels = self.scenario.kv_levels()
@@ -265,6 +266,7 @@ class ClusterNetwork(EmulatedNetwork):
         shells: dict[str, object] = {}
         for node, intf, link in self.fabric.egress_interfaces():
             n = self.net.get(node)
+            q = leaf_packets(link, emu)
             server = getattr(n, "server", None) or "localhost"
             if server != "localhost":
                 shells.setdefault(server, n)
@@ -272,11 +274,11 @@ class ClusterNetwork(EmulatedNetwork):
                     ["--netns", f"/proc/{n.pid}/ns/net", intf, str(link.rate_bps), str(q),
                      str(levels), limit if frame == WIRE_FRAME else f"{limit}@{frame}"])
             elif node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps, min_packets=q, kv_levels=levels,
+                tc.install_htb(intf, link.rate_bps, packets=q, kv_levels=levels,
                                byte_limit=limit == "bytes", frame_bytes=frame)
             else:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
-                               min_packets=q, kv_levels=levels, byte_limit=limit == "bytes",
+                               packets=q, kv_levels=levels, byte_limit=limit == "bytes",
                                frame_bytes=frame)
         for server, groups in remote.items():
             python = f"{self.servers.project_dir[server]}/.venv/bin/python"

@@ -34,6 +34,7 @@ from testbed.model.tcp import WIRE_FRAME
 from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import auto_daemons, interface_netns, private_daemons
+from testbed.topologies.replica import leaf_packets, rto_min_ms
 
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 # beside the run's scenario: the one its controller and workers read once "auto" is a count
@@ -188,15 +189,12 @@ def set_static_arp(net, hosts: dict) -> None:
 
 
 def tune_host_routes(net, hosts: dict, emu) -> None:
-    """Every host route gets the replica's minimum RTO (emulation.rto_min_ms) and
+    """Every host route gets the replica's minimum RTO (replica.rto_min_ms: Linux's 200
+    modelled ms unless emulation.rto_min_ms says, x time dilation in wall time) and
     segment size (emulation.frame_bytes: advmss caps what peers send on it)."""
-    options = []
-    if emu.rto_min_ms is not None:
-        options.append(f"rto_min {max(1, round(emu.dilation.wall(emu.rto_min_ms)))}ms")
+    options = [f"rto_min {max(1, round(emu.dilation.wall(rto_min_ms(emu))))}ms"]
     if emu.frame_bytes != WIRE_FRAME:
         options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
-    if not options:
-        return
     for name in hosts:
         host = net.get(name)
         for route in host.cmd("ip route show").splitlines():
@@ -421,20 +419,15 @@ class EmulatedNetwork:
         subprocess.run(cmd, check=True, capture_output=True)
 
     def _shape(self) -> None:
-        q = self.scenario.emulation.queue_min_packets
-        bytes_ = self.scenario.emulation.queue_limit == "bytes"
-        frame = self.scenario.emulation.frame_bytes
+        emu = self.scenario.emulation
+        bytes_ = emu.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
         where = self.interface_netns
         for node, intf, link in self.fabric.egress_interfaces():
-            if node in self.fabric.switches:
-                tc.install_htb(intf, link.rate_bps, netns=where.get(intf), min_packets=q,
-                               kv_levels=levels, byte_limit=bytes_, frame_bytes=frame)
-            else:
-                host = self.net.get(node)
-                tc.install_htb(intf, link.rate_bps, netns=f"/proc/{host.pid}/ns/net",
-                               min_packets=q, kv_levels=levels, byte_limit=bytes_,
-                               frame_bytes=frame)
+            netns = (where.get(intf) if node in self.fabric.switches
+                     else f"/proc/{self.net.get(node).pid}/ns/net")
+            tc.install_htb(intf, link.rate_bps, netns=netns, packets=leaf_packets(link, emu),
+                           kv_levels=levels, byte_limit=bytes_, frame_bytes=emu.frame_bytes)
 
     def host(self, name: str):
         return self.net.get(name)

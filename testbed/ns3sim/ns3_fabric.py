@@ -17,13 +17,12 @@ from functools import cached_property
 
 from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share
 from testbed.topologies.fabric import Fabric, FabricLink
-from testbed.topologies.replica import QUEUE_S, queue_packets
+from testbed.topologies.replica import LINUX_DELAYED_ACK_MS, QUEUE_S, leaf_packets, rto_min_ms
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
 
 Hop = tuple[str, str]
 TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubic"}
 LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
-LINUX_RTO_MIN_MS = 200.0  # the kernel's, when emulation.rto_min_ms is not set
 MAX_BUFFER = 64 * 2**20
 WIRE_HEADERS = 42  # bytes of a data segment on a point-to-point link besides its payload:
 # IPv4 and TCP (20 + 20, no timestamps: docs/ns3.md) and PPP's 2
@@ -96,8 +95,7 @@ class Ns3Fabric:
         return out
 
     def queue(self, link: FabricLink) -> int:
-        emu = self.scenario.emulation
-        return queue_packets(link.rate_bps, emu.queue_min_packets, emu.frame_bytes)
+        return leaf_packets(link, self.scenario.emulation)
 
     def ecn_k(self) -> int:
         if transport_of(self.scenario) != "dctcp":
@@ -109,12 +107,13 @@ class Ns3Fabric:
     def settings(self) -> dict[str, object]:
         sc, emu = self.scenario, self.scenario.emulation
         buffer = socket_buffer(sc, self.fabric)
-        rto_ms = next(v for v in (sc.ns3.rto_min_ms, emu.rto_min_ms, LINUX_RTO_MIN_MS)
-                      if v is not None)
+        rto_ms = sc.ns3.rto_min_ms if sc.ns3.rto_min_ms is not None else rto_min_ms(emu)
+        delack = (LINUX_DELAYED_ACK_MS if sc.ns3.delayed_ack_ms is None
+                  else sc.ns3.delayed_ack_ms)
         return {
             "transport": transport_of(sc), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
             "sndbuf": buffer, "rcvbuf": buffer, "rto_min_ns": round(rto_ms * 1e6),
-            "delack_ns": round(sc.ns3.delayed_ack_ms * 1e6), "init_cwnd": LINUX_INIT_CWND,
+            "delack_ns": round(delack * 1e6), "init_cwnd": LINUX_INIT_CWND,
             "seed": self.seed + 1, "ecmp": packet_ecmp(sc.network.ecmp),
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
             "connections": emu.kv_connections, "levels": sc.kv_levels(),

@@ -57,7 +57,8 @@ class EmulationCfg(_Strict):
     kv_port: int = Field(7000, ge=1, le=65535, description="TCP port marked as the KV class")
     queue_min_packets: int = Field(
         16, ge=4, le=10000, description="leaf queue depth floor in full-size (1514-byte) "
-        "packets (queues are 50 ms at the link rate, at least this; with a smaller "
+        "packets (queues are 50 ms at the replica's rate in modelled time, so the same "
+        "packets at any time_dilation, at least this; with a smaller "
         "frame_bytes the same bytes in more packets): packets do not scale with the scale "
         "factor")
     layer_chunks: bool = Field(
@@ -77,8 +78,8 @@ class EmulationCfg(_Strict):
         "data; fewer SYN losses on the probes but more unfaithful loaded runs here: README)")
     rto_min_ms: float | None = Field(
         None, gt=0, le=1000, description="minimum TCP retransmission timeout on the replica's "
-        "hosts, in modelled ms (wall: x time_dilation), set on every host route (null: the "
-        "kernel's 200 ms wall, 100+ modelled ms of silence after a tail loss)")
+        "hosts, in modelled ms (wall: x time_dilation), set on every host route (null: "
+        "Linux's 200 ms, in modelled ms as ns-3 waits it: 400 wall ms at time_dilation 2)")
     capture: list[str] = Field(
         [], max_length=64, description="links whose packets every run records: 'a>b' (what "
         "a sends toward b) or 'a-b' (both ways); a pcap per direction per run under the "

@@ -34,11 +34,13 @@ class Ns3Cfg(_Strict):
         "a larger one costs the sender's SACK scoreboard time)")
     rto_min_ms: float | None = Field(
         None, gt=0, le=1000, description="minimum TCP retransmission timeout, in modelled "
-        "ms (null: emulation.rto_min_ms if set, else Linux's 200 ms; the emulation at time "
-        "dilation d waits 200/d modelled ms, its wall 200 ms)")
-    delayed_ack_ms: float = Field(
-        40.0, ge=0, le=500, description="delayed-ACK timeout (Linux's least, 40 ms; ns-3's "
-        "own default is 200)")
+        "ms (null: the emulation's, emulation.rto_min_ms, else Linux's 200 ms, which the "
+        "emulation waits in modelled ms too)")
+    delayed_ack_ms: float | None = Field(
+        None, ge=0, le=500, description="delayed-ACK timeout in modelled ms (null: Linux's "
+        "40 ms, ns-3's own default being 200; on ns-3's twin of an emulation's cells or "
+        "runs, the emulation's own 40/time_dilation: the kernel's 40 wall ms is the one "
+        "timer the emulation cannot stretch)")
     start_jitter_us: float = Field(
         0.0, ge=0, le=1e6, description="each KV shard's stream starts up to this many "
         "modelled microseconds after the control plane sends it (uniform, drawn per shard "

@@ -29,7 +29,8 @@ class FabricLink:
     port_b: int
     tier: int
     capacity_gbps: float  # modelled
-    rate_bps: float  # emulated (scaled, dilated)
+    rate_bps: float  # emulated (scaled, dilated): bits per wall second
+    replica_bps: float  # scaled only: bits per modelled second, the same at any dilation
 
     def port_of(self, node: str) -> int:
         return self.port_a if node == self.a else self.port_b
@@ -93,7 +94,8 @@ class Fabric:
                 else:
                     ports.append(0)
             out.append(FabricLink(link.a, link.b, ports[0], ports[1], link.tier,
-                                  link.capacity_gbps, self.rate_bps(link.capacity_gbps)))
+                                  link.capacity_gbps, self.rate_bps(link.capacity_gbps),
+                                  link.capacity_gbps * 1e9 * self.scale))
         return tuple(out)
 
     @cached_property
