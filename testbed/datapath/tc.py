@@ -256,6 +256,42 @@ def _counters(ifnames: list[str], include_link: bool, levels: bool) -> dict:
             for name, raw in read_classes(ifindexes(ifnames)).items()}
 
 
+def read_shaping(ifnames: list[str], netns: dict[str, str] | None = None) -> dict[str, dict]:
+    """What the kernel applies on each interface, read back (`netns` as all_counters'):
+    the HTB link class's rate in bits per wall second and every leaf fifo's limit, in
+    packets or (bfifo) bytes."""
+    def read(ipr, names):
+        out = {}
+        for name in names:
+            idx = _index(ipr, name)
+            link = next(c for c in ipr.get_classes(index=idx) if c["handle"] == PARENT)
+            leaves = [q for q in ipr.get_qdiscs(index=idx) if q.get_attr("TCA_KIND") in
+                      ("pfifo", "bfifo")]
+            out[name] = {"rate_bps": 8 * link.get_attr("TCA_OPTIONS").get_attr(
+                             "TCA_HTB_PARMS")["rate"],
+                         "limits": sorted({(q.get_attr("TCA_KIND"),
+                                            q.get_attr("TCA_OPTIONS")["limit"])
+                                           for q in leaves})}
+        return out
+    found: dict[str, dict] = {}
+    for got in per_namespace(ifnames, netns, read):
+        found.update(got)
+    return found
+
+
+def read_rto_min_ms(netns: str | None) -> list[int]:
+    """The rto_min (wall ms) of every route of the main table in a namespace that sets one."""
+    def read(ipr):
+        out = []
+        for route in ipr.get_routes(family=socket.AF_INET, table=254):
+            metrics = route.get_attr("RTA_METRICS")
+            value = metrics.get_attr("RTAX_RTO_MIN") if metrics else None
+            if value is not None:
+                out.append(int(value))
+        return out
+    return in_namespace(netns, read)
+
+
 def serve_counters(lines, write) -> None:
     """Answer counter requests, one JSON line each, until the input ends: a request is
     {"names": [...], "link": bool, "levels": bool}, the answer all_counters' mapping for

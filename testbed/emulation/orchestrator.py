@@ -139,6 +139,11 @@ def run_one(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, t
         fidelity = monitor.stop(timers=lateness.read(rundir),
                                 pushes=lateness.push_waits(result["transfers"]) if result else None)
     fidelity["warnings"] += network.restarts[restarts:]
+    try:  # what ns-3's twin of this run must build (validate/packets_replay.py checks it)
+        fidelity["replica"] = network.applied_replica()
+    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        fidelity["replica"] = None
+        fidelity["warnings"].append(f"the applied replica could not be read back: {exc}")
     if result["outcome"] != "finished":
         raise WorkerError(f"{key} seed {seed}: {result['outcome']}; logs in {rundir / 'logs'}")
     t0 = result["t0"]

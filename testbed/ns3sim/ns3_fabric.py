@@ -17,7 +17,7 @@ from functools import cached_property
 
 from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share
 from testbed.topologies.fabric import Fabric, FabricLink
-from testbed.topologies.replica import LINUX_DELAYED_ACK_MS, QUEUE_S, leaf_packets, rto_min_ms
+from testbed.topologies.replica import QUEUE_S, leaf_packets, rto_min_ms, wall_timers_ms
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
 
 Hop = tuple[str, str]
@@ -108,8 +108,8 @@ class Ns3Fabric:
         sc, emu = self.scenario, self.scenario.emulation
         buffer = socket_buffer(sc, self.fabric)
         rto_ms = sc.ns3.rto_min_ms if sc.ns3.rto_min_ms is not None else rto_min_ms(emu)
-        delack = (LINUX_DELAYED_ACK_MS if sc.ns3.delayed_ack_ms is None
-                  else sc.ns3.delayed_ack_ms)
+        wall = wall_timers_ms(sc.ns3.twin_dilation)
+        delack = wall["delayed_ack"] if sc.ns3.delayed_ack_ms is None else sc.ns3.delayed_ack_ms
         return {
             "transport": transport_of(sc), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
             "sndbuf": buffer, "rcvbuf": buffer, "rto_min_ns": round(rto_ms * 1e6),
@@ -118,7 +118,9 @@ class Ns3Fabric:
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
             "connections": emu.kv_connections, "levels": sc.kv_levels(),
             "kv_port": emu.kv_port, "jitter_ns": round(sc.ns3.start_jitter_us * 1e3),
-            "jitter_seed": sc.ns3.jitter_seed,
+            "jitter_seed": sc.ns3.jitter_seed, "linux": ",".join(sc.ns3.linux) or "none",
+            "tlp_min_ns": round(wall["tlp_min"] * 1e6),
+            "tsq_window_ns": round(wall["tsq_window"] * 1e6),
         }
 
     def setup_lines(self) -> list[str]:

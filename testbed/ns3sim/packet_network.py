@@ -22,11 +22,14 @@ from testbed.model.congestion import InterfaceRate, tier_congestion
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.ns3sim.ns3_fabric import Hop, Ns3Fabric
 from testbed.ns3sim.process import Ns3Process
-from testbed.topologies.replica import scaled_bytes
+from testbed.topologies.replica import egress_kind, replica_record, scaled_bytes
 from testbed.topologies.routing import PairPaths
 from testbed.topologies.traffic_classes import KV, level_tos
 
 CLASSES = ("control", "kv", "background")
+# the emulation's shard header on the wire (workers/protocol.kv_header: magic, length and a
+# JSON object naming request, shard, shards, bytes, keep): 77-92 bytes with the trace's ids
+HEADER_BYTES = 84
 
 
 @dataclass(slots=True)
@@ -60,6 +63,7 @@ class PacketNetwork:
         self.layout = Ns3Fabric(scenario, seed)
         self.scale = self.layout.scale
         self.levels = scenario.kv_levels()
+        self.header = HEADER_BYTES if "framing" in scenario.ns3.linux else 0
         self.clock = clock
         self.proc = Ns3Process(program)
         for line in self.layout.setup_lines():
@@ -85,7 +89,8 @@ class PacketNetwork:
         self._pairs = PairPaths(scenario.cluster.spec())
         self._counters: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
         self._oracle_read: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
-        self._packets = {"hosts": 0, "hops": 0, "marked_ce": 0}
+        self._packets = {"hosts": 0, "hops": 0, "marked_ce": 0, "host_drops": 0,
+                         "loss_probes": 0, "slow_start_restarts": 0, "relost_resent": 0}
 
     # -- time -------------------------------------------------------------------------
     @staticmethod
@@ -151,7 +156,7 @@ class PacketNetwork:
         src, dst = path[0][0], path[-1][1]
         flow = Flow(self._next_id, path, size, size, now, tag, level, t0=now)
         self._next_id += 1
-        wire = scaled_bytes(size, self.scale)
+        wire = scaled_bytes(size, self.scale) + self.header
         self.flows[flow.flow_id] = flow
         self._wire[flow.flow_id] = wire
         self._pushed[flow.flow_id] = (level, None)
@@ -228,8 +233,7 @@ class PacketNetwork:
                 hop = (link.a, link.b) if words[2] == "0" else (link.b, link.a)
                 counters[hop] = tuple(map(int, words[3:9]))
             elif words[0] == "p":
-                self._packets = {"hosts": int(words[1]), "hops": int(words[2]),
-                                 "marked_ce": int(words[3])}
+                self._packets = dict(zip(self._packets, map(int, words[1:]), strict=True))
             elif words[0] == "f":
                 fid = int(words[1])
                 flow = self.flows.get(fid)
@@ -278,9 +282,32 @@ class PacketNetwork:
 
     def packets(self) -> dict[str, int]:
         """Packets put on a wire so far: by the hosts (segments, ACKs) and at every hop;
-        and KV packets marked CE (DCTCP)."""
+        KV packets marked CE (DCTCP); packets hosts dropped at their own NIC; tail loss
+        probes sent, slow-start restarts and retransmissions found lost and sent again
+        (ns3.linux)."""
         self._read()
         return dict(self._packets)
+
+    def applied_replica(self) -> dict:
+        """What the program built, read back from its objects (the emulation's
+        applied_replica's shape: topologies/replica.replica_record)."""
+        emu = self.layout.scenario.emulation
+        hosts = self.layout.fabric.hosts
+        egress: dict[str, set] = {}
+        timers: dict[str, float] = {}
+        rto = 0.0
+        for line in self.proc.ask("replica"):
+            words = line.split()
+            if words[0] == "q":
+                link = self.layout.links[int(words[1])]
+                sender = link.a if words[2] == "0" else link.b
+                depth = int(words[4]) // emu.frame_bytes if words[5] == "bytes" else int(words[4])
+                egress.setdefault(egress_kind(sender in hosts, link.tier), set()).add(
+                    (int(words[3]), depth))
+            elif words[0] == "t":
+                rto, *rest = (int(w) / 1e6 for w in words[1:5])
+                timers = dict(zip(("delayed_ack", "tlp_min", "tsq_window"), rest, strict=True))
+        return replica_record(egress, rto, timers, emu.frame_bytes, emu.queue_limit)
 
     def close(self) -> None:
         self.proc.close()

@@ -30,6 +30,25 @@ from testbed.workloads.build import Workload
 BIG = 1e9  # seconds: a surge without an end
 
 
+def background_plan(scenario) -> list[tuple[str, str, int, float]]:
+    """(src, dst, tier, fraction): every instance's standing stream per tier to its
+    partner, at the tier's fraction of the tier's per-path rate, as the emulation's
+    workers send it."""
+    bg, spec = scenario.network.background, scenario.cluster.spec()
+    out = []
+    for inst in spec.instances:
+        for tier in (1, 2, 3):
+            f = bg.fraction(tier)
+            other = background_partner(spec, inst.name, tier) if f > 0 else None
+            if other is not None:
+                out.append((inst.name, other, tier, f))
+    return out
+
+
+def stream_bps(spec, fraction: float, tier: int, scale: float) -> float:
+    return fraction * spec.tier_bandwidth_gbps[tier] * 1e9 * scale
+
+
 class Ns3Simulation(FlowSimulation):
     COALESCE_ITERATIONS = True
 
@@ -71,21 +90,15 @@ class Ns3Simulation(FlowSimulation):
 
     # -- background and faults --------------------------------------------------------------
     def _background(self) -> None:
-        """Every instance's stream per tier to its partner, at the tier's fraction of the
-        tier's per-path rate (as the emulation's workers send it), moved by the jitter."""
-        bg, spec = self.scenario.network.background, self.spec
-        for inst in spec.instances:
-            for tier in (1, 2, 3):
-                f = bg.fraction(tier)
-                other = background_partner(spec, inst.name, tier) if f > 0 else None
-                if other is None:
-                    continue
-                if bg.jitter:
-                    f *= 1.0 + bg.jitter * self.rng.uniform(-1.0, 1.0)
-                self.net.set_stream(inst.name, other, self._stream_bps(f, tier), self.loop.now)
+        """The standing streams, each moved by the jitter."""
+        jitter = self.scenario.network.background.jitter
+        for src, dst, tier, f in background_plan(self.scenario):
+            if jitter:
+                f *= 1.0 + jitter * self.rng.uniform(-1.0, 1.0)
+            self.net.set_stream(src, dst, self._stream_bps(f, tier), self.loop.now)
 
     def _stream_bps(self, fraction: float, tier: int) -> float:
-        return fraction * self.spec.tier_bandwidth_gbps[tier] * 1e9 * self.net.scale
+        return stream_bps(self.spec, fraction, tier, self.net.scale)
 
     def _fault(self, fault) -> None:
         if fault.kind != "background":
@@ -123,7 +136,11 @@ class Ns3Simulation(FlowSimulation):
                 "rto_min_s": settings["rto_min_ns"] / 1e9, "ecn_k_packets": settings["ecn_k"],
                 "queue_packets": queues, "queue_limit": settings["queue_limit"],
                 "kv_connections": settings["connections"], "kv_levels": settings["levels"],
-                "drops": self.net.drops(), "packets": self.net.packets()}
+                "delayed_ack_s": settings["delack_ns"] / 1e9,
+                "linux": list(self.scenario.ns3.linux),
+                "twin_dilation": self.scenario.ns3.twin_dilation,
+                "drops": self.net.drops(), "packets": self.net.packets(),
+                "replica": self.net.applied_replica()}
 
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from testbed.scenario.base import _Strict
+
+LINUX_BEHAVIOURS = ("tsq", "restart", "rto", "tlp", "rack", "framing", "remark")
+LinuxBehaviour = Literal["tsq", "restart", "rto", "tlp", "rack", "framing", "remark"]
 
 
 class Ns3Cfg(_Strict):
@@ -38,9 +41,7 @@ class Ns3Cfg(_Strict):
         "emulation waits in modelled ms too)")
     delayed_ack_ms: float | None = Field(
         None, ge=0, le=500, description="delayed-ACK timeout in modelled ms (null: Linux's "
-        "40 ms, ns-3's own default being 200; on ns-3's twin of an emulation's cells or "
-        "runs, the emulation's own 40/time_dilation: the kernel's 40 wall ms is the one "
-        "timer the emulation cannot stretch)")
+        "40 ms / twin_dilation, ns-3's own default being 200)")
     start_jitter_us: float = Field(
         0.0, ge=0, le=1e6, description="each KV shard's stream starts up to this many "
         "modelled microseconds after the control plane sends it (uniform, drawn per shard "
@@ -50,3 +51,23 @@ class Ns3Cfg(_Strict):
         "any model's per-transfer error)")
     jitter_seed: int = Field(0, ge=0, le=2**31, description="which draw of start_jitter_us's "
                              "delays (the same seed gives the same delays)")
+    linux: list[LinuxBehaviour] = Field(
+        list(LINUX_BEHAVIOURS), description="what the emulation's Linux hosts and workers "
+        "do that ns-3's stock TCP does not, modelled in the ns-3 program (docs/ns3.md): tsq "
+        "(a socket holds its backlog: no loss at its own NIC), restart (slow start again "
+        "after an idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail loss probe), rack "
+        "(a hole is lost once a later segment is SACKed), framing (a header before each "
+        "shard, the receiver's one-byte reply ends it), remark (receivers' ACKs best "
+        "effort until the ToR marks them AF41); [] is ns-3's stock socket")
+    twin_dilation: float = Field(
+        1.0, ge=1, le=1000, description="the kernel's wall-time constants (delayed ACK 40 "
+        "ms, the tail loss probe's 2-jiffy floor, TSQ's millisecond of pacing) as an "
+        "emulation at this time dilation has them in modelled time: 1 is Linux's own; ns-3's "
+        "twin of an emulation's runs takes their emulation.time_dilation")
+
+    @field_validator("linux")
+    @classmethod
+    def _each_once(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"a behaviour named twice: {v}")
+        return v

@@ -8,9 +8,10 @@ least a floor of full frames, so queueing delays keep their modelled values too.
 held in modelled time: an emulation at time dilation d runs its links d times slower in
 wall time, so it keeps the same packets in each queue (QUEUE_S of the replica's modelled
 rate, d x QUEUE_S of wall) and waits d times longer in wall time for a retransmission
-timeout, and so builds the replica ns-3 builds. The one timer it cannot stretch is the
-kernel's delayed ACK (40 ms of wall time whatever the route says): at dilation d it is
-40/d modelled ms (`delayed_ack_ms`).
+timeout, and so builds the replica ns-3 builds. What it cannot stretch are the kernel's
+constants that run in wall time (the delayed ACK's 40 ms, the tail loss probe's floor,
+TSQ's millisecond of pacing): at dilation d they are 1/d of Linux's in modelled time
+(`wall_timers_ms`), and ns-3's twin of such a run takes them so (ns3.twin_dilation).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not 
 # with 16 (and cubic, not bbr) 1.3x and within ~10%, and a lone transfer still reaches
 # ~96% of the rate (scenarios/validate.yaml, measured 2026-11-22).
 MIN_QUEUE_PACKETS = 16
-LINUX_RTO_MIN_MS = 200.0  # the kernel's TCP_RTO_MIN
-LINUX_DELAYED_ACK_MS = 40.0  # the kernel's TCP_DELACK_MIN (= TCP_ATO_MIN): no knob raises it
+LINUX_RTO_MIN_MS = 200.0  # the kernel's TCP_RTO_MIN, which a route's rto_min replaces
+# What the kernel times in wall time whatever a route says (Debian's kernels: HZ 250)
+LINUX_DELAYED_ACK_MS = 40.0  # TCP_DELACK_MIN (= TCP_ATO_MIN)
+LINUX_TLP_MIN_MS = 8.0  # TCP_TIMEOUT_MIN, 2 jiffies: the tail loss probe's floor
+LINUX_TSQ_WINDOW_S = 2.0**-10  # sk_pacing_shift 10: what TSQ lets a socket queue of its pace
 
 
 def scaled_bytes(modelled_bytes: float, scale: float) -> int:
@@ -60,10 +64,29 @@ def rto_min_ms(emu) -> float:
     return LINUX_RTO_MIN_MS if emu.rto_min_ms is None else emu.rto_min_ms
 
 
-def delayed_ack_ms(dilation: float) -> float:
-    """Linux's delayed-ACK timeout in modelled ms on an emulation at `dilation`: its wall
-    40 ms, which no route or socket option lengthens, is 40/d modelled ms."""
-    return LINUX_DELAYED_ACK_MS / dilation
+def wall_timers_ms(dilation: float) -> dict[str, float]:
+    """The kernel's wall-time constants in modelled ms on an emulation at `dilation`
+    (no route or socket option lengthens them: 40 wall ms of delayed ACK are 40/d)."""
+    return {"delayed_ack": LINUX_DELAYED_ACK_MS / dilation,
+            "tlp_min": LINUX_TLP_MIN_MS / dilation,
+            "tsq_window": 1e3 * LINUX_TSQ_WINDOW_S / dilation}
+
+
+def replica_record(egress: dict[str, set[tuple[float, int]]], rto_min: float,
+                   timers: dict[str, float], frame_bytes: int, queue_limit: str) -> dict:
+    """What a packet engine applied, in modelled time, in one shape for every engine (the
+    emulation's qdiscs and routes read back, ns-3's devices and sockets): per kind of
+    egress ("host:1" a host's NIC, "switch:T" a switch port on a tier-T link) the distinct
+    (rate in bits per modelled second, leaf depth in packets) pairs; the timers in ms."""
+    return {"egress": {k: sorted([round(r), int(n)] for r, n in v)
+                       for k, v in sorted(egress.items())},
+            "rto_min_ms": round(rto_min, 3),
+            **{f"{k}_ms": round(v, 3) for k, v in sorted(timers.items())},
+            "frame_bytes": frame_bytes, "queue_limit": queue_limit}
+
+
+def egress_kind(sender_is_host: bool, tier: int) -> str:
+    return f"host:{tier}" if sender_is_host else f"switch:{tier}"
 
 
 def background_partner(spec, instance: str, tier: int) -> str | None:

@@ -34,11 +34,11 @@ RUNS = "runs.json"  # which of STAND_IN's run folders decided and which followed
 
 
 def mirror(scenario):
-    """The emulation's cells as ns-3 runs them: the emulation's scale, seeds and workload,
-    no time dilation (records are in modelled time on both)."""
-    from testbed.validate.ns3_pipeline import ns3_replica
+    """The emulation's cells as ns-3 runs them: the emulation's twin (its replica in
+    modelled time, the kernel's wall-time constants at its dilation), seeds and workload."""
+    from testbed.ns3sim.replay import emulation_twin
 
-    return ns3_replica(scenario.with_overrides({"ns3.scale": scenario.emulation.scale}))
+    return emulation_twin(scenario)
 
 
 def packets_folder(folder: Path) -> Path:

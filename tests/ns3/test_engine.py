@@ -169,7 +169,7 @@ def test_the_oracle_sees_background_and_never_the_kv_flows(program):
             spec = sc.cluster.spec()
             for a in spec.prefill_pool:  # KV shards across pods, on every tier-3 link
                 for b in spec.decode_pool[:4]:
-                    net.add_flow(net.transfer_paths(a.name, b.name, "per-pair", 1)[0], 5e9, 0)
+                    net.add_flow(net.transfer_paths(a.name, b.name, "per-pair", 1)[0], 20e9, 0)
             if background:
                 from testbed.topologies.replica import background_partner
 

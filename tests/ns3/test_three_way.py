@@ -21,6 +21,7 @@ from tests.conftest import ROOT
 def test_ns3_against_itself_agrees_exactly_and_the_answer_has_three_engines(tmp_path):
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
                        {"workload.warmup_s": 1, "workload.measure_s": 3, "seeds": 2,
+                        "emulation.time_dilation": 1,  # its twin is ns-3 itself, exactly
                         "schedulers": ["rr", "cla", "netkv-full"]})
     with Executor.local(2) as pool:
         folder = validate_ns3(sc, tmp_path, executor=pool)

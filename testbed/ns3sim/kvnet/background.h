@@ -89,8 +89,9 @@ SetStream(uint32_t src, uint32_t dst, double bps, int64_t untilNs, bool extra)
     auto* st = new Stream;
     st->rate = bps / 8;
     st->untilNs = untilNs;
-    st->tx = Socket::CreateSocket(g_nodes[src].node, TcpSocketFactory::GetTypeId());
+    st->tx = NewSocket(src);
     st->tx->Bind();
+    FollowQueue(src, st->tx);
     st->tx->SetIpTos(0x00);
     st->tx->SetConnectCallback(MakeBoundCallback(&StreamConnected, st),
                                MakeNullCallback<void, Ptr<Socket>>());

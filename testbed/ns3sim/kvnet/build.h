@@ -17,12 +17,20 @@ Build()
                       : g_set.transport == "bbr"     ? "ns3::TcpBbr"
                                                      : "ns3::TcpCubic";
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(tcp));
+    g_set.congestion = tcp;
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(g_set.mss));
     Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(g_set.sndbuf));
     Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(g_set.rcvbuf));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(g_set.initCwnd));
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(NanoSeconds(g_set.delAckNs)));
-    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(NanoSeconds(g_set.rtoMinNs)));
+    // Linux's RTO: srtt + max(rto_min, mdev), the floor inside its estimator (linux_tcp.h)
+    Config::SetDefault("ns3::TcpSocketBase::MinRto",
+                       TimeValue(NanoSeconds(g_set.linux.count("rto") ? 1 : g_set.rtoMinNs)));
+    Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1))); // Linux's initial RTO
+    if (g_set.linux.count("rack"))
+    {
+        Config::SetDefault("ns3::TcpSocketBase::ReTxThreshold", UintegerValue(1));
+    }
     Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
     // ns-3 takes RTT samples from TCP timestamps in whole milliseconds; Linux keeps its own
     // in microseconds. Without the option ns-3 samples each segment's own round trip exactly
@@ -57,6 +65,10 @@ Build()
             }
             ipv4->SetMetric(ifc, 1);
             ipv4->SetUp(ifc);
+            if (!g_nodes[id].host && g_nodes[PeerOf(g_links[lid], id)].host)
+            {
+                g_hostFacing.insert(PeekPointer(dev));
+            }
         }
     }
     for (auto& l : g_links)
@@ -77,7 +89,7 @@ Build()
         }
         for (uint16_t port : {g_set.kvPort, uint16_t(g_set.kvPort + 1)})
         {
-            Ptr<Socket> l = Socket::CreateSocket(g_nodes[id].node, TcpSocketFactory::GetTypeId());
+            Ptr<Socket> l = NewSocket(id);
             l->Bind(InetSocketAddress(Ipv4Address::GetAny(), port));
             l->Listen();
             if (port == g_set.kvPort)
@@ -111,8 +123,8 @@ AddLink(uint32_t a, uint32_t b, double rateBps, int64_t delayNs, uint32_t limit)
     l.devB = DynamicCast<PointToPointNetDevice>(d.Get(1));
     l.qA = CreateObject<ClassQueueDisc>();
     l.qB = CreateObject<ClassQueueDisc>();
-    l.qA->Configure(rateBps, limit, g_kvLevels, g_nodes[a].host);
-    l.qB->Configure(rateBps, limit, g_kvLevels, g_nodes[b].host);
+    l.qA->Configure(rateBps, limit, g_kvLevels, g_nodes[a].host, a);
+    l.qB->Configure(rateBps, limit, g_kvLevels, g_nodes[b].host, b);
     for (auto* pair : {&l.lossA, &l.lossB})
     {
         *pair = CreateObject<RateErrorModel>();

@@ -70,6 +70,13 @@ struct Settings
     uint16_t kvPort = 7000;
     int64_t jitterNs = 0;    // a shard's stream starts up to this late (uniform; 0: at once)
     uint64_t jitterSeed = 0; // which draw of those delays
+    // the emulation's kernel and workers, modelled (linux_tcp.h, streams.h, forwarding.h):
+    // tsq, restart, rto, tlp, rack; framing (a header before a shard, the receiver's
+    // one-byte reply ends it); remark (receivers' ACKs best effort until the ToR marks them)
+    std::set<std::string> linux{"tsq", "restart", "rto", "tlp", "rack", "framing", "remark"};
+    int64_t tlpMinNs = 8000000;  // the probe's floor with several segments out (2 jiffies)
+    int64_t tsqWindowNs = 976563; // TSQ lets a socket queue this much of its pacing rate
+    std::string congestion = "ns3::TcpCubic";
 };
 
 Settings g_set;

@@ -29,6 +29,24 @@ std::vector<Link> g_links;
 std::unordered_map<uint32_t, uint32_t> g_hostOfIp; // ip -> node id
 // switch -> destination host -> the links packets toward it may leave on
 std::vector<std::unordered_map<uint32_t, std::vector<uint32_t>>> g_routes;
+std::set<const NetDevice*> g_hostFacing; // switch ports that face a host: a ToR's ingress
+
+// The ToR's DSCP policy at a host's ingress (sdn/rules.py classify_rules): the KV levels a
+// sender sets are trusted, KV by its port (either end) is AF41, the class table's code
+// points are kept, anything else is best effort.
+uint8_t
+IngressDscp(uint8_t dscp, uint8_t proto, uint16_t sport, uint16_t dport)
+{
+    if ((dscp >= 16 && dscp < 24) || dscp == 8)
+    {
+        return dscp;
+    }
+    if (proto == 6 && (sport == g_set.kvPort || dport == g_set.kvPort))
+    {
+        return 34;
+    }
+    return dscp == 48 || dscp == 34 ? dscp : 0;
+}
 
 uint32_t
 PeerOf(const Link& l, uint32_t node)
@@ -164,6 +182,14 @@ class FabricRouting : public Ipv4RoutingProtocol
         route->SetSource(header.GetSource());
         route->SetGateway(Ipv4Address("0.0.0.0"));
         route->SetOutputDevice(DeviceOf(g_links[link], m_node));
+        if (g_set.linux.count("remark") && g_hostFacing.count(PeekPointer(idev)))
+        {
+            Ipv4Header marked = header;
+            marked.SetDscp(Ipv4Header::DscpType(
+                IngressDscp(header.GetTos() >> 2, header.GetProtocol(), sport, dport)));
+            ucb(route, p, marked);
+            return true;
+        }
         ucb(route, p, header);
         return true;
     }

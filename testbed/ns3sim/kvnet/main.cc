@@ -26,6 +26,9 @@
 //   clear T, then route ...            replace every switch's routes (after a link change)
 //   bg T SRC DST BPS [UNTIL_NS]         a paced background stream (0 stops it)
 //   counters T                          per directed link: class bytes and drops; live shards
+//   replica                             what was built: each link side's rate and queue
+//                                       depth ("q LINK SIDE BPS DEPTH packets|bytes"), the
+//                                       TCP timers ("t RTO_MIN DELACK TLP_MIN TSQ_WINDOW" ns)
 //   quit
 // Answers end with "end"; "run" answers "done FID T RETX TIMEOUTS TIMEOUT_NS SRTT_NS
 // MINRTT_NS PATH" per shard finished, then "at T". An error is "error TEXT" and exit 2.
@@ -43,6 +46,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -53,6 +57,7 @@ using namespace ns3;
 #include "common.h"
 #include "queue.h"
 #include "forwarding.h"
+#include "linux_tcp.h"
 #include "streams.h"
 #include "background.h"
 #include "build.h"
@@ -128,14 +133,53 @@ Counters()
         std::cout << "f " << fid << " " << s->received << "\n";
     }
     uint64_t hosts = 0, hops = 0, marked = 0; // packets on a wire: by hosts, by every node
+    uint64_t hostDrops = 0;                    // packets a host's own egress dropped
     for (const auto& l : g_links)
     {
         hops += l.qA->packets + l.qB->packets;
         marked += l.qA->marked + l.qB->marked;
         hosts += (g_nodes[l.a].host ? l.qA->packets : 0) + (g_nodes[l.b].host ? l.qB->packets : 0);
+        for (int c = 0; c < 3; ++c)
+        {
+            hostDrops += (g_nodes[l.a].host ? l.qA->dropped[c] : 0) +
+                         (g_nodes[l.b].host ? l.qB->dropped[c] : 0);
+        }
     }
-    std::cout << "p " << hosts << " " << hops << " " << marked << "\n";
+    std::cout << "p " << hosts << " " << hops << " " << marked << " " << hostDrops << " "
+              << g_probes << " " << g_restarts << " " << g_relost << "\n";
     std::cout << "at " << Simulator::Now().GetNanoSeconds() << "\nend" << std::endl;
+}
+
+// What the program built, read back from its objects: every link side's device rate and
+// queue depth (a leaf's, in packets or bytes), and a socket's TCP timers as built.
+void
+Replica()
+{
+    for (uint32_t id = 0; id < g_links.size(); ++id)
+    {
+        const Link& l = g_links[id];
+        for (int side = 0; side < 2; ++side)
+        {
+            Ptr<PointToPointNetDevice> dev = side == 0 ? l.devA : l.devB;
+            Ptr<ClassQueueDisc> q = side == 0 ? l.qA : l.qB;
+            DataRateValue rate;
+            dev->GetAttribute("DataRate", rate);
+            QueueSize size = q->GetInternalQueue(0)->GetMaxSize();
+            std::cout << "q " << id << " " << side << " " << rate.Get().GetBitRate() << " "
+                      << size.GetValue() << " "
+                      << (size.GetUnit() == QueueSizeUnit::BYTES ? "bytes" : "packets") << "\n";
+        }
+    }
+    Ptr<Socket> probe = NewSocket(0);
+    TimeValue delack, minRto;
+    probe->GetAttribute("DelAckTimeout", delack);
+    probe->GetAttribute("MinRto", minRto);
+    auto lt = DynamicCast<LinuxTcp>(probe);
+    int64_t floor = g_set.linux.count("rto") ? g_set.rtoMinNs : minRto.Get().GetNanoSeconds();
+    std::cout << "t " << floor << " " << delack.Get().GetNanoSeconds() << " "
+              << (lt ? g_set.tlpMinNs : 0) << " " << (lt ? g_set.tsqWindowNs : 0) << "\n";
+    probe->Close();
+    std::cout << "end" << std::endl;
 }
 
 void
@@ -161,6 +205,20 @@ Setting(const std::string& key, const std::string& v)
         {"kv_port", [](const std::string& x) { g_set.kvPort = uint16_t(std::stoul(x)); }},
         {"jitter_ns", [](const std::string& x) { g_set.jitterNs = std::stoll(x); }},
         {"jitter_seed", [](const std::string& x) { g_set.jitterSeed = std::stoull(x); }},
+        {"linux",
+         [](const std::string& x) {
+             g_set.linux.clear();
+             std::istringstream in(x);
+             for (std::string f; std::getline(in, f, ',');)
+             {
+                 if (!f.empty() && f != "none")
+                 {
+                     g_set.linux.insert(f);
+                 }
+             }
+         }},
+        {"tlp_min_ns", [](const std::string& x) { g_set.tlpMinNs = std::stoll(x); }},
+        {"tsq_window_ns", [](const std::string& x) { g_set.tsqWindowNs = std::stoll(x); }},
     };
     auto it = setters.find(key);
     if (it == setters.end())
@@ -335,6 +393,10 @@ Loop()
         {
             At(num(1));
             Counters();
+        }
+        else if (cmd == "replica")
+        {
+            Replica();
         }
         else if (cmd == "quit")
         {

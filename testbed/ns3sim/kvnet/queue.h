@@ -4,6 +4,8 @@
 namespace
 {
 
+void QueueCharge(uint32_t node, Ptr<const Packet> tcpSegment, bool in); // linux_tcp.h: TSQ
+
 // ---------------------------------------------------------------------------------------
 // The egress queue: the emulation's HTB tree on every sending interface, as a queue disc.
 // Leaves: control, one per KV level (level 0 first, the scavenger last) and background.
@@ -29,10 +31,11 @@ class ClassQueueDisc : public QueueDisc
     }
 
     // leaves: 0 control, 1 .. levels + 1 the KV levels (the scavenger last), then background
-    void Configure(double rateBps, uint32_t limit, uint32_t levels, bool host)
+    void Configure(double rateBps, uint32_t limit, uint32_t levels, bool host, uint32_t node)
     {
         m_rate = rateBps / 8.0;
         m_host = host;
+        m_node = node;
         m_levels = levels;
         QueueSize size = g_set.byteLimit ? QueueSize(QueueSizeUnit::BYTES, limit * g_set.frameBytes)
                                          : QueueSize(QueueSizeUnit::PACKETS, limit);
@@ -134,14 +137,23 @@ class ClassQueueDisc : public QueueDisc
         {
             marked++;
         }
-        uint32_t size = item->GetSize();
+        Ptr<const Packet> segment = m_host && IsTcp(item) ? item->GetPacket() : nullptr;
         if (!GetInternalQueue(leaf)->Enqueue(item)) // dropped: the queue disc counts it too
         {
             dropped[cls]++;
-            (void)size;
             return false;
         }
+        if (segment)
+        {
+            QueueCharge(m_node, segment, true);
+        }
         return true;
+    }
+
+    static bool IsTcp(Ptr<QueueDiscItem> item)
+    {
+        auto ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        return ip && ip->GetHeader().GetProtocol() == 6;
     }
 
     uint32_t KvPackets() const
@@ -199,6 +211,10 @@ class ClassQueueDisc : public QueueDisc
             return nullptr;
         }
         Ptr<QueueDiscItem> item = GetInternalQueue(leaf)->Dequeue();
+        if (m_host && IsTcp(item))
+        {
+            QueueCharge(m_node, item->GetPacket(), false);
+        }
         m_tokens[pick] -= item->GetSize();
         sent[pick] += item->GetSize();
         packets++;
@@ -217,6 +233,7 @@ class ClassQueueDisc : public QueueDisc
     double m_rate = 0;
     uint32_t m_levels = 0;
     bool m_host = false; // the egress of a host's NIC (the sender's own queue)
+    uint32_t m_node = 0; // the node it sends from
     std::array<double, 3> m_fill{}, m_burst{}, m_tokens{};
     double m_last = 0;
 };

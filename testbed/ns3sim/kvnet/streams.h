@@ -32,6 +32,7 @@ struct Conn
     bool dead = false;
     std::deque<Shard*> sending;   // sender side: shards whose bytes are still to write
     std::deque<Shard*> receiving; // receiver side: shards in the stream's order
+    std::deque<Shard*> replying;  // received whole, the receiver's reply not yet back
     uint64_t retx = 0, timeouts = 0;
     int64_t timeoutNs = 0, lossSince = -1;
     int64_t srttNs = 0, minRttNs = 0;
@@ -46,6 +47,7 @@ std::vector<std::string> g_done;                       // completions not yet re
 std::vector<Ptr<Socket>> g_listeners;
 
 void Feed(Conn* c);
+void OnReply(Conn* c, Ptr<Socket> sock);
 
 void
 SchedulePace(Conn* c, double atNs)
@@ -82,6 +84,13 @@ Feed(Conn* c)
         if (room == 0)
         {
             return; // the send callback feeds again
+        }
+        if (s->sent == 0) // a new shard's first write: Linux restarts an idle window
+        {
+            if (auto lt = DynamicCast<LinuxTcp>(c->tx))
+            {
+                lt->RestartIfIdle();
+            }
         }
         uint64_t n = std::min<uint64_t>({left, room, 1u << 16});
         if (s->pace > 0) // Karuna's minimum rate: the sender writes no faster than it
@@ -176,12 +185,14 @@ Conn*
 OpenConn(uint32_t src, uint32_t dst, uint32_t index)
 {
     auto* c = new Conn{src, dst, index};
-    Ptr<Socket> s = Socket::CreateSocket(g_nodes[src].node, TcpSocketFactory::GetTypeId());
+    Ptr<Socket> s = NewSocket(src);
     c->tx = s;
     s->Bind();
     Address local;
     s->GetSockName(local);
     c->sport = InetSocketAddress::ConvertFrom(local).GetPort();
+    FollowQueue(src, s);
+    s->SetRecvCallback(MakeBoundCallback(&OnReply, c));
     g_bySource[{g_nodes[src].ip.Get(), c->sport}] = c;
     Trace(s, "Retransmission", MakeBoundCallback(&Traces::Retx, c));
     Trace(s, "CongState", MakeBoundCallback(&Traces::Cong, c));
@@ -206,7 +217,8 @@ Finish(Shard* s)
     g_done.push_back(line.str());
     g_shards.erase(s->fid);
     delete s;
-    if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty())
+    if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty() &&
+        c->replying.empty())
     {
         g_idle[{c->src, c->dst, c->index}].push_back(c);
     }
@@ -242,10 +254,38 @@ OnReceive(Conn* c, Ptr<Socket> sock)
                 {
                     delete s;
                 }
+                else if (g_set.linux.count("framing")) // the emulation's receiver answers a
+                {                                     // byte; the sender's read of it ends
+                    c->replying.push_back(s);         // the shard
+                    sock->Send(Create<Packet>(1));
+                }
                 else
                 {
                     Finish(s);
                 }
+            }
+        }
+    }
+}
+
+// The sender reads the receiver's one-byte replies: each ends the oldest shard waiting
+void
+OnReply(Conn* c, Ptr<Socket> sock)
+{
+    Ptr<Packet> p;
+    while ((p = sock->Recv()))
+    {
+        for (uint32_t n = p->GetSize(); n > 0 && !c->replying.empty(); --n)
+        {
+            Shard* s = c->replying.front();
+            c->replying.pop_front();
+            if (s->aborted)
+            {
+                delete s;
+            }
+            else
+            {
+                Finish(s);
             }
         }
     }
@@ -269,7 +309,9 @@ OnAccept(Ptr<Socket> sock, const Address& from)
     }
     Conn* c = it->second;
     c->rx = sock;
-    sock->SetIpTos(0x88); // the receiver's ACKs ride the KV class (AF41), as on the fabric
+    // the emulation's receiver sets no TOS: its ACKs leave its NIC best effort and the ToR
+    // marks them AF41 by port (IngressDscp); without that, they ride the KV class
+    sock->SetIpTos(g_set.linux.count("remark") ? 0x00 : 0x88);
     sock->SetRecvCallback(MakeBoundCallback(&OnReceive, c));
     OnReceive(c, sock);
 }

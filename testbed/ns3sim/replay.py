@@ -1,0 +1,100 @@
+"""An emulation run's own transfers on ns-3: the emulation's twin fed the emulation's
+schedule, so the two packet engines are judged transfer by transfer, the network alone.
+
+Every KV shard the emulation's records hold starts at its recorded modelled instant, from
+the same host to the same host, on a pooled connection of the same shard index, in the KV
+class; the run's standing background streams run from the start. Its path is the fabric's
+per-pair hash, which is the controller's own (routing.pair_port), so a per-pair run's
+recorded path is taken again (`replay` checks it). The connections a shard finds open on
+the emulation are open here too: the emulation's record starts once connect() returned,
+so every (sender, receiver, shard) connection the run used is opened before the first
+transfer, as many at once as the run ever had busy. What ns-3 decides is the rest: when
+each shard's last byte and the receiver's reply land, and what its sender's TCP met.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from testbed.flowsim.events import DrivenLoop
+from testbed.ns3sim import program as build
+from testbed.ns3sim.packet_network import PacketNetwork
+from testbed.ns3sim.simulation import background_plan, stream_bps
+from testbed.topologies.routing import path_text
+
+DRAIN_S = 600.0  # modelled seconds past the last start before a shard counts as lost
+WARM_AT = 0.0  # when the kept connections are opened (before any transfer of a run)
+
+
+def emulation_twin(scenario):
+    """The scenario as ns-3's twin of its emulation runs: the emulation's replica (its
+    scale, in modelled time) and the kernel's wall-time constants at its time dilation."""
+    emu = scenario.emulation
+    return scenario.with_overrides({"ns3.scale": emu.scale,
+                                    "ns3.twin_dilation": emu.time_dilation,
+                                    "emulation.time_dilation": 1.0})
+
+
+def busiest(rows: Sequence[dict]) -> dict[tuple[str, str, int], int]:
+    """(src, dst, shard) -> how many of those connections the run had busy at once."""
+    spans: dict[tuple[str, str, int], list[tuple[float, int]]] = {}
+    for r in rows:
+        key = (str(r["src"]), str(r["dst"]), int(r["shard"]))
+        spans.setdefault(key, []).extend([(float(r["start"]), 1), (float(r["end"]), -1)])
+    out = {}
+    for key, events in spans.items():
+        live = most = 0
+        for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+            live += step
+            most = max(most, live)
+        out[key] = max(1, most)
+    return out
+
+
+def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
+    """ns-3's run of `rows` (an emulation run's transfers.csv; `twin`: emulation_twin of
+    its scenario): the rows with ns-3's end, path and TCP counters; a shard that never
+    ended has end None."""
+    program = program or build.program()
+    loop = DrivenLoop()
+    net = PacketNetwork(twin, seed, program, clock=lambda: loop.now)
+    owner: dict[int, dict] = {}
+    out: list[dict] = []
+
+    def landed() -> None:
+        for flow in net.pop_finished(loop.now):
+            tcp = net.stats.pop(flow.flow_id)
+            row = owner.pop(flow.flow_id, None)
+            if row is not None:
+                out.append({**row, "end": flow.end, "path": path_text(tcp.path),
+                            "retrans_segs": tcp.retrans_segs, "timeouts": tcp.timeouts,
+                            "timeout_s": tcp.timeout_s, "rtt_s": tcp.rtt_s,
+                            "min_rtt_s": tcp.min_rtt_s, "cpu_wait_s": None})
+
+    loop.run_until = net.run_until
+    loop.on_network = landed
+    try:
+        spec = twin.cluster.spec()
+        for src, dst, tier, f in background_plan(twin):
+            net.set_stream(src, dst, stream_bps(spec, f, tier, net.scale), WARM_AT)
+        shards = max((int(r["shard"]) + 1 for r in rows), default=1)
+        for (src, dst, shard), n in sorted(busiest(rows).items()):
+            for _ in range(n):  # a byte each: the connection's handshake, off the record
+                net.add_flow([(src, dst)], 1 / net.scale, WARM_AT, shard=(shard, shards))
+        for row in sorted(rows, key=lambda r: float(r["start"])):
+            def start(row=row) -> None:
+                flow = net.add_flow([(str(row["src"]), str(row["dst"]))], float(row["bytes"]),
+                                    loop.now, shard=(int(row["shard"]), shards))
+                owner[flow.flow_id] = row
+            loop.at(max(float(row["start"]), WARM_AT), start)
+        last = max((float(r["start"]) for r in rows), default=0.0)
+        loop.run(until=last + DRAIN_S, stop=lambda: not owner and not loop.pending)
+    finally:
+        net.close()
+    out += [{**row, "end": None} for row in owner.values()]
+    return sorted(out, key=lambda r: (str(r["request"]), int(r["shard"])))
+
+
+def lost(rows: Sequence[dict]) -> int:
+    return sum(r["end"] is None or math.isnan(float(r["end"])) for r in rows)
