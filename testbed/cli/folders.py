@@ -285,3 +285,42 @@ def _floors(folder: Path, raw: dict) -> dict[int, dict]:
             return validity.floors(Scenario.model_validate(raw))
         except ValueError as exc:
             _fail(f"{folder}/scenario.yaml: {exc}")
+
+
+@main.command("replay")
+@click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--jobs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Processes replaying at once (0: one per core).")
+@click.option("--out", type=click.Path(file_okay=False), default="results", show_default=True,
+              help="Where the replay's folder goes (replay-ns3-<stamp>/).")
+def replay_cmd(folders: tuple[str, ...], jobs: int, out: str) -> None:
+    """ns-3 fed the emulation's own schedule, judged transfer by transfer (no root).
+
+    FOLDERS: emulation run folders, or validations holding one. Every faithful run's KV
+    shards start on ns-3's twin of the emulation (its replica in modelled time, Linux's
+    sender, the kernel's wall-time constants at its dilation) at their recorded
+    instants, on their paths, with the run's background; each whole transfer's time is
+    set against the emulation's: median and p90 |error| with intervals (above the
+    validity floor, and all), the bias per tier and per number of competitors, and how
+    often exactly one engine waited out a retransmission timeout. With two runs of one
+    scenario and seed (an emulation's own repeat), the emulation's floor beside it and
+    ns-3's error on those very transfers. A folder that cannot be replayed (partial,
+    unfaithful, faults, KV levels, per-flow ECMP, another replica) is refused, exit 2,
+    before anything runs; nothing is written into any folder given.
+
+      testbed replay results/validate-emulation-A results/validate-emulation-B
+    """
+    from testbed.ns3sim.program import Ns3Unavailable
+    from testbed.sweep import Executor
+    from testbed.validate.packets_replay import Unreplayable, replay_runs
+    from testbed.validate.words import replay_lines
+
+    try:
+        with Executor.local(jobs) as pool:
+            doc, folder = replay_runs([Path(f) for f in folders], pool, Path(out),
+                                      on_step=click.echo)
+    except (Unreplayable, Ns3Unavailable, ValueError, ScenarioError) as exc:
+        _fail(str(exc))
+    for line in replay_lines(doc):
+        click.echo(line)
+    click.echo(f"Replays: {folder}")

@@ -24,6 +24,8 @@ Hop = tuple[str, str]
 TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubic"}
 LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
 MAX_BUFFER = 64 * 2**20
+HTB_WIRE = 100  # twin "htb": the devices this much faster than the link's shaped rate (a
+# veth and a switch's forwarding, which the emulation's HTB feeds, are not rate-limited)
 WIRE_HEADERS = 42  # bytes of a data segment on a point-to-point link besides its payload:
 # IPv4 and TCP (20 + 20, no timestamps: docs/ns3.md) and PPP's 2
 
@@ -118,9 +120,10 @@ class Ns3Fabric:
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
             "connections": emu.kv_connections, "levels": sc.kv_levels(),
             "kv_port": emu.kv_port, "jitter_ns": round(sc.ns3.start_jitter_us * 1e3),
-            "jitter_seed": sc.ns3.jitter_seed, "linux": ",".join(sc.ns3.linux) or "none",
+            "jitter_seed": sc.ns3.jitter_seed, "twin": ",".join(sc.ns3.twin) or "none",
             "tlp_min_ns": round(wall["tlp_min"] * 1e6),
             "tsq_window_ns": round(wall["tsq_window"] * 1e6),
+            "htb_wire": HTB_WIRE if "htb" in sc.ns3.twin else 1,
         }
 
     def setup_lines(self) -> list[str]:

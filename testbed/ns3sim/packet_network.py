@@ -63,7 +63,7 @@ class PacketNetwork:
         self.layout = Ns3Fabric(scenario, seed)
         self.scale = self.layout.scale
         self.levels = scenario.kv_levels()
-        self.header = HEADER_BYTES if "framing" in scenario.ns3.linux else 0
+        self.header = HEADER_BYTES if "framing" in scenario.ns3.twin else 0
         self.clock = clock
         self.proc = Ns3Process(program)
         for line in self.layout.setup_lines():
@@ -284,7 +284,7 @@ class PacketNetwork:
         """Packets put on a wire so far: by the hosts (segments, ACKs) and at every hop;
         KV packets marked CE (DCTCP); packets hosts dropped at their own NIC; tail loss
         probes sent, slow-start restarts and retransmissions found lost and sent again
-        (ns3.linux)."""
+        (ns3.twin)."""
         self._read()
         return dict(self._packets)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 from testbed.flowsim.events import DrivenLoop
 from testbed.ns3sim import program as build
@@ -98,3 +99,25 @@ def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
 
 def lost(rows: Sequence[dict]) -> int:
     return sum(r["end"] is None or math.isnan(float(r["end"])) for r in rows)
+
+
+def replay_cell(task: tuple[str, str, dict]) -> list[dict]:
+    """One cell of an emulation run on ns-3 (a process's task): (its point's scenario
+    file, its cell folder seed<N>/, overrides of the twin's fields), ns-3's rows."""
+    from testbed.records import read_csv
+    from testbed.scenario import load_scenario
+
+    scenario_file, cell, overrides = task
+    twin = emulation_twin(load_scenario(scenario_file))
+    return replay(twin.with_overrides(overrides) if overrides else twin,
+                  read_csv(Path(cell) / "transfers.csv"), int(cell.rsplit("seed", 1)[1]))
+
+
+def twin_replica(scenario, program=None) -> dict:
+    """The replica ns-3's twin of `scenario`'s emulation builds (replica_record's shape)."""
+    net = PacketNetwork(emulation_twin(scenario), 1, program or build.program(),
+                        clock=lambda: 0.0)
+    try:
+        return net.applied_replica()
+    finally:
+        net.close()

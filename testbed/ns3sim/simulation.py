@@ -137,7 +137,7 @@ class Ns3Simulation(FlowSimulation):
                 "queue_packets": queues, "queue_limit": settings["queue_limit"],
                 "kv_connections": settings["connections"], "kv_levels": settings["levels"],
                 "delayed_ack_s": settings["delack_ns"] / 1e9,
-                "linux": list(self.scenario.ns3.linux),
+                "twin": list(self.scenario.ns3.twin),
                 "twin_dilation": self.scenario.ns3.twin_dilation,
                 "drops": self.net.drops(), "packets": self.net.packets(),
                 "replica": self.net.applied_replica()}

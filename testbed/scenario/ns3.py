@@ -13,8 +13,8 @@ from pydantic import Field, field_validator
 
 from testbed.scenario.base import _Strict
 
-LINUX_BEHAVIOURS = ("tsq", "restart", "rto", "tlp", "rack", "framing", "remark")
-LinuxBehaviour = Literal["tsq", "restart", "rto", "tlp", "rack", "framing", "remark"]
+TWIN_BEHAVIOURS = ("tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "htb")
+TwinBehaviour = Literal["tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "htb"]
 
 
 class Ns3Cfg(_Strict):
@@ -51,21 +51,24 @@ class Ns3Cfg(_Strict):
         "any model's per-transfer error)")
     jitter_seed: int = Field(0, ge=0, le=2**31, description="which draw of start_jitter_us's "
                              "delays (the same seed gives the same delays)")
-    linux: list[LinuxBehaviour] = Field(
-        list(LINUX_BEHAVIOURS), description="what the emulation's Linux hosts and workers "
-        "do that ns-3's stock TCP does not, modelled in the ns-3 program (docs/ns3.md): tsq "
-        "(a socket holds its backlog: no loss at its own NIC), restart (slow start again "
-        "after an idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail loss probe), rack "
-        "(a hole is lost once a later segment is SACKed), framing (a header before each "
-        "shard, the receiver's one-byte reply ends it), remark (receivers' ACKs best "
-        "effort until the ToR marks them AF41); [] is ns-3's stock socket")
+    twin: list[TwinBehaviour] = Field(
+        list(TWIN_BEHAVIOURS), description="what the emulation's Linux hosts, workers and "
+        "shaping do that ns-3's stock parts do not, modelled in the ns-3 program "
+        "(docs/ns3.md): tsq (a socket holds its backlog: no loss at its own NIC), restart "
+        "(slow start again after an idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail "
+        "loss probe), rack (a hole, or a retransmission, is lost once a later segment is "
+        "delivered), framing (a header before each shard, the receiver's one-byte reply "
+        "ends it), remark (receivers' ACKs best effort until the ToR marks them AF41), htb "
+        "(links shaped as HTB shapes a veth: a frame's tokens, not its serialisation, "
+        "pace it, and the emulation's Ethernet frame is what is counted); [] is ns-3's "
+        "stock parts")
     twin_dilation: float = Field(
         1.0, ge=1, le=1000, description="the kernel's wall-time constants (delayed ACK 40 "
         "ms, the tail loss probe's 2-jiffy floor, TSQ's millisecond of pacing) as an "
         "emulation at this time dilation has them in modelled time: 1 is Linux's own; ns-3's "
         "twin of an emulation's runs takes their emulation.time_dilation")
 
-    @field_validator("linux")
+    @field_validator("twin")
     @classmethod
     def _each_once(cls, v: list) -> list:
         if len(set(v)) != len(v):

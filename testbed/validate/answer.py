@@ -243,22 +243,29 @@ def three_way_lines(doc: dict, wall: dict | None, markdown: bool = False) -> lis
     settle = settle_line(ours, judged.get("seeds"),
                          _seed_wall_s(judged.get("seeds"), flow.get("wall")),
                          (flow.get("sequential") or {}).get("segments"))
-    tail = ([settle] if settle else []) + [stand_in_line(doc["targets"], stand, emu)]
+    tail = ([settle] if settle else []) + [stand_in_line(doc["targets"], stand, emu,
+                                                         tw.get("replay"))]
     if markdown:
         tail = [part for line in tail for part in (line, "")][:-1]
     return [head, *([""] if markdown else []), *table_, *([""] if markdown else []), *tail]
 
 
-def stand_in_line(t: dict, stand: dict, claims: list[dict]) -> str:
+def stand_in_line(t: dict, stand: dict, claims: list[dict], replay: dict | None = None) -> str:
     """ns-3 against the emulation: on how many seeds, whether the emulation's runs can be
-    trusted, the claims' verdicts and whole transfers at the emulation's placements."""
+    trusted, the claims' verdicts and whole transfers (ns-3 replaying the emulation's own,
+    above the validity floor; before replays, at the emulation's placements)."""
     seeds = len(stand["seeds"])
     runs = (f"UNFAITHFUL: {t['unfaithful_runs']} of {t['runs']} runs left out"
             if t["unfaithful_runs"] else f"{t['runs']} runs faithful")
     verdicts = _counts([c["verdict"] for c in claims], ("agree", "disagree", "inconclusive"))
     forced = stand["transfers_forced"]
-    transfers = (f"per transfer {100 * forced['median_abs_error']:.1f}% "
-                 f"(p90 {100 * forced['p90_abs_error']:.1f}%)" if forced.get("n")
-                 else "no transfer paired")
+    above = ((replay or {}).get("overall") or {}).get("above_floor") or {}
+    if above.get("n"):
+        transfers = (f"replayed, per transfer {100 * above['median_abs_error']['point']:.1f}% "
+                     f"(p90 {100 * above['p90_abs_error']['point']:.1f}%)")
+    else:
+        transfers = (f"per transfer {100 * forced['median_abs_error']:.1f}% "
+                     f"(p90 {100 * forced['p90_abs_error']:.1f}%)" if forced.get("n")
+                     else "no transfer paired")
     return (f"ns-3 vs emulation ({seeds} seed{'s' * (seeds != 1)}; {runs}): "
             f"{verdicts or 'none judged'}; {transfers}.")

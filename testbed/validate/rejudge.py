@@ -25,7 +25,7 @@ def judge_again(folder: Path, executor=None, flow_models: list[str] | None = Non
     doc = judge(scenario, folder, packets, cal, executor=executor)
     if (folder / three_way.STAND_IN / three_way.RUNS).exists():  # --packets both
         judge_again(three_way.ns3_validation(folder), executor, flow_models=[])
-        doc = three_way.rejudge(folder)
+        doc = three_way.rejudge(folder, executor)
     if flow_models:
         doc = with_flow_models(folder, flow_models, executor)
     return doc

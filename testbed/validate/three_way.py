@@ -69,9 +69,10 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     deciding = run_flowsim(twin, out, executor=executor, engine="ns3").folder
     forced = run_flowsim(twin, out, executor=executor, engine="ns3",
                          follow=divergence.recorded(emu)).folder
-    write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name})
-    note(f"ns-3 ran the emulation's {len(emu)} cells in {time.monotonic() - started:.0f} s; "
-         "now the flow model against ns-3")
+    write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name,
+                            "replay": replay_emulation(folder, executor)})
+    note(f"ns-3 ran the emulation's {len(emu)} cells and replayed their transfers in "
+         f"{time.monotonic() - started:.0f} s; now the flow model against ns-3")
     validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s, repeats)
     rejudge(folder)
     wall_file = folder / "wall.json"
@@ -82,11 +83,30 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     (folder / PARTIAL).unlink(missing_ok=True)
 
 
-def rejudge(folder: Path) -> dict:
-    """comparison.json with its three-way section (anew from the run folders), republished."""
+def replay_emulation(folder: Path, executor) -> str:
+    """ns-3 fed the emulation's own transfers (validate/packets_replay.py), written under
+    STAND_IN: the replay's folder name, or why the emulation's run cannot be replayed."""
+    from testbed.validate.packets_replay import Unreplayable, replay_runs
+
+    try:
+        _, done = replay_runs([packets_folder(folder)], executor, folder / STAND_IN)
+    except Unreplayable as exc:
+        return f"refused: {exc}"
+    return done.name
+
+
+def rejudge(folder: Path, executor=None) -> dict:
+    """comparison.json with its three-way section (anew from the run folders), republished;
+    a folder made before ns-3 replayed the emulation's transfers gets the replay now."""
     from testbed.validate.document import load
     from testbed.validate.pipeline import publish
 
+    runs = json.loads((folder / STAND_IN / RUNS).read_text())
+    if "replay" not in runs:
+        from testbed.sweep import Executor
+
+        runs["replay"] = replay_emulation(folder, executor or Executor.serial())
+        write_json(folder / STAND_IN / RUNS, runs)
     doc = load(folder / "comparison.json")
     doc["three_way"] = section(folder)
     return publish(folder, doc)
@@ -134,12 +154,23 @@ def section(folder: Path) -> dict:
             "ttft_verdicts": ttft_verdicts(emu_cells, forced),
             "seed_rankings": seed_rankings(emu_cells, deciding),
         },
+        "replay": _replay_doc(folder / STAND_IN, runs.get("replay")),
         "flow_vs_ns3": {"claims": ns3["claims"], "judged": ns3["judged"],
                         "sequential": ns3.get("sequential"),
                         "runs": ns3["targets"]["runs"],
                         "wall": json.loads(wall_file.read_text()) if wall_file.exists()
                         else None},
     }
+
+
+def _replay_doc(out: Path, replay: str | None) -> dict | None:
+    """ns-3's replay of the emulation's transfers as judged (packets_replay.judge's
+    document), {"refused": why} where it could not be, None before replays existed."""
+    if replay is None:
+        return None
+    if replay.startswith("refused: "):
+        return {"refused": replay[len("refused: "):]}
+    return json.loads((out / replay / "replay.json").read_text())
 
 
 def _rows(cells: dict[str, Path]) -> dict[str, list[dict]]:

@@ -92,3 +92,49 @@ def reach_sentence(t: dict, which: str, verdict: Verdict) -> str:
             f"{100 * target:.0f}%: more repeat runs or a longer window "
             "(--repeats N, workload.measure_s: more transfers offered alike) "
             "say whether a model could meet it here")
+
+
+def replay_lines(doc: dict) -> list[str]:
+    """ns-3's replay of emulated runs (validate/packets_replay.judge's document) in lines."""
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    def spread(e: dict) -> str:
+        if not e.get("n"):
+            return "none"
+        med, p90 = e["median_abs_error"], e["p90_abs_error"]
+        return (f"n={e['n']}: median |error| {pct(med['point'])} [{pct(med['low'])}, "
+                f"{pct(med['high'])}], p90 {pct(p90['point'])} [{pct(p90['low'])}, "
+                f"{pct(p90['high'])}], bias {100 * e['bias']:+.1f}%")
+
+    def biases(by: dict) -> str:
+        return ", ".join(f"{k}: {100 * v['mean_error']:+.1f}% (n={v['n']})" for k, v in by.items())
+
+    o = doc["overall"]
+    t = o["timeouts"]
+    lines = [f"ns-3 replaying the emulation's transfers: {len(doc['runs'])} run folder(s), "
+             f"{o['transfers']} whole transfers ({o['lost_on_ns3']} shards never ended on ns-3)",
+             f"  above the validity floor, {spread(o['above_floor'])}",
+             f"  every transfer, {spread(o['all'])}",
+             f"  bias by tier: {biases(o['by_tier'])}",
+             f"  bias by competitors in flight on its links at its start: "
+             f"{biases(o['by_competitors'])}",
+             f"  retransmission timeouts, shard by shard (n={t['n']}): emulation "
+             f"{pct(t['emulation_share'])}, ns-3 {pct(t['ns3_share'])}, one engine only "
+             f"{pct(t['one_engine_share'])}"]
+    floor = doc.get("floor")
+    if floor:
+        same = floor.get("replay_same_transfers") or {}
+        lines.append(f"  the emulation's own floor ({floor['runs']} runs, n={floor['n']}): "
+                     f"median |error| {pct(floor['median_abs_error'])}, p90 "
+                     f"{pct(floor['p90_abs_error'])} [{pct(floor['p90_ci'][0])}, "
+                     f"{pct(floor['p90_ci'][1])}]; ns-3 on those transfers: median "
+                     f"{pct(same.get('median_abs_error', math.nan))}, p90 "
+                     f"{pct(same.get('p90_abs_error', math.nan))}")
+    for run in doc["runs"]:
+        above = run.get("above_floor") or {}
+        lines.append(f"  {run['folder']}: {len(run['cells'])} cells"
+                     + (f", median {pct(above['median_abs_error']['point'])}, p90 "
+                        f"{pct(above['p90_abs_error']['point'])}" if above.get("n") else "")
+                     + (f"; left out: {'; '.join(run['skipped'])}" if run["skipped"] else ""))
+    return lines

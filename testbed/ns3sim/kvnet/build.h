@@ -25,9 +25,9 @@ Build()
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(NanoSeconds(g_set.delAckNs)));
     // Linux's RTO: srtt + max(rto_min, mdev), the floor inside its estimator (linux_tcp.h)
     Config::SetDefault("ns3::TcpSocketBase::MinRto",
-                       TimeValue(NanoSeconds(g_set.linux.count("rto") ? 1 : g_set.rtoMinNs)));
+                       TimeValue(NanoSeconds(g_set.twin.count("rto") ? 1 : g_set.rtoMinNs)));
     Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1))); // Linux's initial RTO
-    if (g_set.linux.count("rack"))
+    if (g_set.twin.count("rack"))
     {
         Config::SetDefault("ns3::TcpSocketBase::ReTxThreshold", UintegerValue(1));
     }
@@ -115,7 +115,7 @@ uint32_t g_kvLevels = 0;
 void
 AddLink(uint32_t a, uint32_t b, double rateBps, int64_t delayNs, uint32_t limit)
 {
-    g_p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
+    g_p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps * g_set.htbWire))));
     g_p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(delayNs)));
     NetDeviceContainer d = g_p2p.Install(g_nodes[a].node, g_nodes[b].node);
     Link l{a, b};

@@ -182,7 +182,7 @@ class FabricRouting : public Ipv4RoutingProtocol
         route->SetSource(header.GetSource());
         route->SetGateway(Ipv4Address("0.0.0.0"));
         route->SetOutputDevice(DeviceOf(g_links[link], m_node));
-        if (g_set.linux.count("remark") && g_hostFacing.count(PeekPointer(idev)))
+        if (g_set.twin.count("remark") && g_hostFacing.count(PeekPointer(idev)))
         {
             Ipv4Header marked = header;
             marked.SetDscp(Ipv4Header::DscpType(

@@ -2,7 +2,7 @@
 // TcpSocketBase (the wheel's libraries are used as they are: this is a subclass).
 //
 // What the emulation's kernel does and ns-3's stock socket does not, each switched by a
-// setting (Settings::linux, the scenario's ns3.linux):
+// setting (Settings::twin, the scenario's ns3.twin):
 //   tsq      TCP small queues: a socket keeps at most two segments' truesize (or a
 //            millisecond of its pacing rate) in its host's own egress queue and holds the
 //            rest itself, so a host never drops its own data (tcp_small_queue_check)
@@ -231,7 +231,7 @@ class LinuxTcp : public TcpSocketBase
   private:
     bool Has(const char* feature) const
     {
-        return g_set.linux.count(feature) > 0;
+        return g_set.twin.count(feature) > 0;
     }
 
     // Linux's tcp_small_queue_check: at most two full segments' truesize queued below the
@@ -420,7 +420,9 @@ Ptr<Socket>
 NewSocket(uint32_t node)
 {
     Ptr<Node> n = g_nodes[node].node;
-    if (g_set.linux.empty())
+    static const char* kTcp[] = {"tsq", "restart", "rto", "tlp", "rack"};
+    if (std::none_of(std::begin(kTcp), std::end(kTcp),
+                     [](const char* f) { return g_set.twin.count(f) > 0; }))
     {
         return Socket::CreateSocket(n, TcpSocketFactory::GetTypeId());
     }
@@ -431,7 +433,7 @@ NewSocket(uint32_t node)
     recovery.SetTypeId("ns3::TcpPrrRecovery");
     sock->SetNode(n);
     sock->SetTcp(tcp);
-    sock->SetRtt(g_set.linux.count("rto") ? Ptr<RttEstimator>(CreateObject<LinuxRtt>())
+    sock->SetRtt(g_set.twin.count("rto") ? Ptr<RttEstimator>(CreateObject<LinuxRtt>())
                                           : Ptr<RttEstimator>(CreateObject<RttMeanDeviation>()));
     sock->SetCongestionControlAlgorithm(cc.Create<TcpCongestionOps>());
     sock->SetRecoveryAlgorithm(recovery.Create<TcpRecoveryOps>());

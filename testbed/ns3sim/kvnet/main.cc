@@ -39,6 +39,7 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -162,10 +163,11 @@ Replica()
         {
             Ptr<PointToPointNetDevice> dev = side == 0 ? l.devA : l.devB;
             Ptr<ClassQueueDisc> q = side == 0 ? l.qA : l.qB;
-            DataRateValue rate;
-            dev->GetAttribute("DataRate", rate);
+            DataRateValue wire;
+            dev->GetAttribute("DataRate", wire); // the link's rate, or its wire under htb
+            double rate = g_set.htbWire > 1 ? q->Rate() : double(wire.Get().GetBitRate());
             QueueSize size = q->GetInternalQueue(0)->GetMaxSize();
-            std::cout << "q " << id << " " << side << " " << rate.Get().GetBitRate() << " "
+            std::cout << "q " << id << " " << side << " " << uint64_t(std::llround(rate)) << " "
                       << size.GetValue() << " "
                       << (size.GetUnit() == QueueSizeUnit::BYTES ? "bytes" : "packets") << "\n";
         }
@@ -175,7 +177,7 @@ Replica()
     probe->GetAttribute("DelAckTimeout", delack);
     probe->GetAttribute("MinRto", minRto);
     auto lt = DynamicCast<LinuxTcp>(probe);
-    int64_t floor = g_set.linux.count("rto") ? g_set.rtoMinNs : minRto.Get().GetNanoSeconds();
+    int64_t floor = g_set.twin.count("rto") ? g_set.rtoMinNs : minRto.Get().GetNanoSeconds();
     std::cout << "t " << floor << " " << delack.Get().GetNanoSeconds() << " "
               << (lt ? g_set.tlpMinNs : 0) << " " << (lt ? g_set.tsqWindowNs : 0) << "\n";
     probe->Close();
@@ -205,20 +207,21 @@ Setting(const std::string& key, const std::string& v)
         {"kv_port", [](const std::string& x) { g_set.kvPort = uint16_t(std::stoul(x)); }},
         {"jitter_ns", [](const std::string& x) { g_set.jitterNs = std::stoll(x); }},
         {"jitter_seed", [](const std::string& x) { g_set.jitterSeed = std::stoull(x); }},
-        {"linux",
+        {"twin",
          [](const std::string& x) {
-             g_set.linux.clear();
+             g_set.twin.clear();
              std::istringstream in(x);
              for (std::string f; std::getline(in, f, ',');)
              {
                  if (!f.empty() && f != "none")
                  {
-                     g_set.linux.insert(f);
+                     g_set.twin.insert(f);
                  }
              }
          }},
         {"tlp_min_ns", [](const std::string& x) { g_set.tlpMinNs = std::stoll(x); }},
         {"tsq_window_ns", [](const std::string& x) { g_set.tsqWindowNs = std::stoll(x); }},
+        {"htb_wire", [](const std::string& x) { g_set.htbWire = std::stod(x); }},
     };
     auto it = setters.find(key);
     if (it == setters.end())

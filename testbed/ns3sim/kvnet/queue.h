@@ -54,6 +54,11 @@ class ClassQueueDisc : public QueueDisc
         }
     }
 
+    double Rate() const // the link's rate, bits/s (the device's may be faster: Charge)
+    {
+        return m_rate * 8;
+    }
+
     // bytes and drops per class (0 control, 1 kv, 2 background) since the start
     std::array<uint64_t, 3> sent{};
     std::array<uint64_t, 3> dropped{};
@@ -181,6 +186,18 @@ class ClassQueueDisc : public QueueDisc
         return -1;
     }
 
+    // What a packet costs the link's tokens. As HTB shapes it (twin "htb"): its frame on
+    // the emulation's Ethernet, TCP with timestamps (ns-3's segment is 26 bytes shorter),
+    // so both engines count the same bytes for the same payload; else its size here.
+    static double Charge(Ptr<QueueDiscItem> item)
+    {
+        if (g_set.htbWire <= 1)
+        {
+            return item->GetSize();
+        }
+        return item->GetSize() + 14.0 + (IsTcp(item) ? 12.0 : 0.0);
+    }
+
     Ptr<QueueDiscItem> DoDequeue() override
     {
         double now = Simulator::Now().GetSeconds();
@@ -189,6 +206,24 @@ class ClassQueueDisc : public QueueDisc
         for (int c = 0; c < 3; ++c)
         {
             m_tokens[c] = std::min(m_burst[c], m_tokens[c] + m_fill[c] * dt);
+        }
+        // HTB on a veth (twin "htb"): a packet leaves once the link's tokens are not in
+        // debt, then crosses at the wire's speed, so it is paced by the rate without
+        // waiting out its own serialisation; the bucket holds pyroute2's default burst
+        // (an MTU of 1600 bytes), so an idle link lets one more frame through at once.
+        if (g_set.htbWire > 1)
+        {
+            m_link = std::min(kHtbBurst, m_link + m_rate * dt);
+            if (m_link < 0)
+            {
+                if (GetNPackets() > 0 && !m_wake.IsPending())
+                {
+                    int64_t ns = int64_t(std::ceil(-m_link / m_rate * 1e9));
+                    m_wake = Simulator::Schedule(NanoSeconds(std::max<int64_t>(ns, 1)),
+                                                 &QueueDisc::Run, this);
+                }
+                return nullptr;
+            }
         }
         int pick = -1;
         int32_t leaf = -1;
@@ -215,7 +250,9 @@ class ClassQueueDisc : public QueueDisc
         {
             QueueCharge(m_node, item->GetPacket(), false);
         }
-        m_tokens[pick] -= item->GetSize();
+        double charge = Charge(item);
+        m_tokens[pick] -= charge;
+        m_link -= charge;
         sent[pick] += item->GetSize();
         packets++;
         return item;
@@ -236,6 +273,9 @@ class ClassQueueDisc : public QueueDisc
     uint32_t m_node = 0; // the node it sends from
     std::array<double, 3> m_fill{}, m_burst{}, m_tokens{};
     double m_last = 0;
+    static constexpr double kHtbBurst = 1600; // bytes: pyroute2's default HTB burst
+    double m_link = kHtbBurst;                // the link's tokens, bytes (HTB's 1:1)
+    EventId m_wake;
 };
 
 

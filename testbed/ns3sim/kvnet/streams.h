@@ -254,7 +254,7 @@ OnReceive(Conn* c, Ptr<Socket> sock)
                 {
                     delete s;
                 }
-                else if (g_set.linux.count("framing")) // the emulation's receiver answers a
+                else if (g_set.twin.count("framing")) // the emulation's receiver answers a
                 {                                     // byte; the sender's read of it ends
                     c->replying.push_back(s);         // the shard
                     sock->Send(Create<Packet>(1));
@@ -311,7 +311,7 @@ OnAccept(Ptr<Socket> sock, const Address& from)
     c->rx = sock;
     // the emulation's receiver sets no TOS: its ACKs leave its NIC best effort and the ToR
     // marks them AF41 by port (IngressDscp); without that, they ride the KV class
-    sock->SetIpTos(g_set.linux.count("remark") ? 0x00 : 0x88);
+    sock->SetIpTos(g_set.twin.count("remark") ? 0x00 : 0x88);
     sock->SetRecvCallback(MakeBoundCallback(&OnReceive, c));
     OnReceive(c, sock);
 }

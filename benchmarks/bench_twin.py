@@ -1,0 +1,133 @@
+"""ns-3's twin of the emulation, part by part: printed, never asserted.
+
+ns-3 with its stock parts (ns3.twin: []) and then with each part of the twin added in turn
+(TSQ, slow-start restart, Linux's RTO, the tail loss probe, RACK, the emulation's framing,
+ACK marking, HTB's shaping), judged two ways in one run:
+
+- replays: the emulation runs given (FOLDERS: emulation run folders, or validations
+  holding one) replayed on each variant and judged transfer by transfer as `testbed
+  replay` judges them: median and p90 |error| of whole transfers above the validity floor
+  with intervals, the bias, the share of shards that waited out a retransmission timeout
+  on each engine and on one engine only; with two runs of one cell, the emulation's own
+  floor under the table;
+- probes: `testbed calibrate`'s lone and competing transfers (scenarios/validate.yaml's
+  fabric unless --scenario) on each variant against the emulation's, measured first in the
+  same run as root, or read from --emulation-probes FILE (written there when measured):
+  the median |difference| of the lone transfers and of the competing sets' slowest.
+
+Run: [sudo] .venv/bin/python benchmarks/bench_twin.py FOLDER... [--jobs 0]
+     [--emulation-probes FILE] [--scenario scenarios/validate.yaml] [--only replay|probes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from testbed.ns3sim.program import program
+from testbed.ns3sim.replay import emulation_twin
+from testbed.scenario import load_scenario
+from testbed.scenario.ns3 import TWIN_BEHAVIOURS
+from testbed.sweep import Executor
+from testbed.validate.ns3_probes import probe_tiers
+from testbed.validate.packets_replay import replay_runs
+from testbed.validate.words import replay_lines
+
+
+def variants() -> list[tuple[str, list[str]]]:
+    out = [("stock ns-3", [])]
+    for k in range(1, len(TWIN_BEHAVIOURS) + 1):
+        out.append((f"+ {TWIN_BEHAVIOURS[k - 1]}", list(TWIN_BEHAVIOURS[:k])))
+    return out
+
+
+def emulation_probes(sc, cache: Path | None) -> dict | None:
+    if cache is not None and cache.exists():
+        return json.loads(cache.read_text())
+    if os.geteuid() != 0:
+        print("emulation probes: skipped (needs root, or --emulation-probes FILE)")
+        return None
+    from testbed.emulation.net import EmulatedNetwork
+    from testbed.validate.calibrate import calibrate
+
+    cell = sc.cells()[0][1]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+        with EmulatedNetwork(cell, path, Path(tmp)) as network:
+            tiers = calibrate(network, print)["tiers"]
+    if cache is not None:
+        cache.write_text(json.dumps(tiers))
+    return tiers
+
+
+def probe_gaps(emu: dict, got: dict) -> tuple[float, float]:
+    """Median |ns-3 - emulation| / emulation of the lone transfers and of each competing
+    set's slowest."""
+    lone, comp = [], []
+    for tier, doc in got.items():
+        for k, s in enumerate(doc["samples"]):
+            e = emu[tier]["samples"][k]["seconds"]
+            lone.append(abs(s["seconds"] - e) / e)
+        for k, c in enumerate(doc["competing"]):
+            e = max(emu[tier]["competing"][k]["seconds"])
+            comp.append(abs(max(c["seconds"]) - e) / e)
+    return statistics.median(lone), statistics.median(comp)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="*", type=Path)
+    ap.add_argument("--jobs", type=int, default=0)
+    ap.add_argument("--scenario", default="scenarios/validate.yaml")
+    ap.add_argument("--emulation-probes", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--only", choices=("replay", "probes"))
+    args = ap.parse_args()
+    exe = program()
+    sc = load_scenario(args.scenario)
+    emu = emulation_probes(sc, args.emulation_probes) if args.only != "replay" else None
+    rows, last = [], None
+    with Executor.local(args.jobs) as pool:
+        for name, twin in variants():
+            row = [name]
+            if args.folders and args.only != "probes":
+                doc, _ = replay_runs(args.folders, pool, None, overrides={"ns3.twin": twin})
+                a, t = doc["overall"]["above_floor"], doc["overall"]["timeouts"]
+                row += [f"{pct(a['median_abs_error']['point'])} [{pct(a['median_abs_error']['low'])}, "
+                        f"{pct(a['median_abs_error']['high'])}]",
+                        f"{pct(a['p90_abs_error']['point'])} [{pct(a['p90_abs_error']['low'])}, "
+                        f"{pct(a['p90_abs_error']['high'])}]", f"{100 * a['bias']:+.1f}%",
+                        f"{pct(t['emulation_share'])} / {pct(t['ns3_share'])} / "
+                        f"{pct(t['one_engine_share'])}"]
+                last = doc
+            if emu is not None:
+                twin_sc = emulation_twin(sc).with_overrides({"ns3.twin": twin})
+                lone, comp = probe_gaps(emu, probe_tiers(twin_sc, exe))
+                row += [pct(lone), pct(comp)]
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    head = ["ns-3"]
+    if args.folders and args.only != "probes":
+        head += ["replay median |error|", "p90", "bias", "timeouts: emulation / ns-3 / one only"]
+    if emu is not None:
+        head += ["probes: lone", "competing"]
+    print("\n| " + " | ".join(head) + " |\n|" + " --- |" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if last is not None:
+        print("\nthe full twin, as `testbed replay` prints it:")
+        print("\n".join(replay_lines(last)))
+
+
+if __name__ == "__main__":
+    main()
