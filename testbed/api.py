@@ -235,7 +235,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              calibration_max_age_s: float = 24 * 3600.0,
              fabrics: int | str = "auto", dask: str | None = None,
              repeats: int = 0, packets: str = "emulation",
-             jobs: int = 0, flow_models: Sequence[str] = ()) -> ValidationResult:
+             jobs: int = 0, flow_models: Sequence[str] = (),
+             emulation_budget_s: float | None = None) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
     --help`); calibration: a calibration.json (path or its contents) instead of measuring;
     otherwise this machine's cached calibration of the fabric is reused while younger
@@ -254,7 +255,11 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     bounds those; testbed/validate/three_way.py); "auto" (the CLI's default): both where
     this machine can run the fabric, ns-3 otherwise. flow_models: network models
     (testbed/model/network_models.py: built-in keys, entry points, 'module:Class') judged
-    beside the verdict's max-min, a row each in the section `flow_models`."""
+    beside the verdict's max-min, a row each in the section `flow_models`.
+    emulation_budget_s (both engines): the emulation adds seeds, planned from its first,
+    until ns-3's claims against it are conclusive or that much wall time is spent
+    (validate/twin_rounds.py); None: the scenario's seeds, and the answer says what more
+    would settle them."""
     from testbed.cells import preflight
     from testbed.validate.flow_models import check_models
     from testbed.validate.pipeline import check_calibration
@@ -291,15 +296,20 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                              "emulation runs the scenario's seeds and ns-3 adds seeds until "
                              "the flow model's claims are conclusive (budget_s bounds it)")
         check_scenario(scenario)
+    elif emulation_budget_s is not None:
+        raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against it, "
+                         "on both packet engines (packets='both')")
     title = f"{scenario.name} (validate{' on the emulation and ns-3' if both else ''})"
-    with _bar(title, 1, progress) as bar, _sigterm_tears_down():
-        folder = run_validation(scenario, Path(out), dict(cal) if cal else None,
+    with _bar(title, 1, progress) as bar, _sigterm_tears_down(), \
+            _twin_looks(scenario, emulation_budget_s, bar, dask, jobs) as (emulated, looks):
+        folder = run_validation(emulated, Path(out), dict(cal) if cal else None,
                                 lambda label, _wall: bar.show(label), verbose=verbose,
                                 on_live=bar.live, target_ci=target_ci,
                                 budget_s=None if both else budget_s,
                                 use_cache=reuse_calibration,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
-                                fabrics=fabrics, dask=dask, repeats=repeats)
+                                fabrics=fabrics, dask=dask, repeats=repeats,
+                                after_round=looks)
         if both:
             _ns3_beside(scenario, folder, bar, budget_s, dask, jobs, repeats)
         if models:
@@ -318,6 +328,22 @@ def packet_engines(packets: str) -> str:
     from testbed.emulation.net import fabric_unavailable
 
     return "ns3" if fabric_unavailable() else "both"
+
+
+@contextlib.contextmanager
+def _twin_looks(scenario, budget_s: float | None, bar, dask, jobs):
+    """(the scenario the emulation runs, its looks): with a budget, seeds up to
+    twin_rounds.MAX_SEEDS judged after each (ns-3 at its placements on this machine's
+    cores, or `dask`); without, the scenario as it is and no looks."""
+    if budget_s is None:
+        yield scenario, None
+        return
+    from testbed.sweep import Executor
+    from testbed.validate.twin_rounds import MAX_SEEDS, TwinLooks
+
+    planned = scenario.with_overrides({"seeds": max(scenario.seeds, MAX_SEEDS)})
+    with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
+        yield planned, TwinLooks(planned, budget_s, executor, bar.note)
 
 
 def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int = 0) -> None:

@@ -387,13 +387,20 @@ def calibrate(scenario, out_file: str | None) -> None:
               "(`testbed network-models` lists them). Each is replayed on the packets' "
               "transfers and run deciding, on every packet engine judged, and gets a row "
               "beside max-min (the verdict's model) after the answer and in the report.")
+@click.option("--emulation-budget", "emulation_budget", type=Duration(), default=None,
+              metavar="T", help="Both packet engines: the emulation adds seeds, planned from "
+              "its first (the plan and its cost printed), until every mean-TTFT claim of "
+              "ns-3 against it is conclusive or T is spent (e.g. 30m). Without it the "
+              "emulation runs the scenario's seeds and the answer says how many more would "
+              "settle those claims and what they would cost here.")
 @force_option
 @fabrics_option
 @dask_option
 def validate(scenario, out_dir: str, calibration: str | None, target_ci: float | None,
              budget: float | None, max_age_h: float, recalibrate: bool, repeats: int,
              verbose: bool, packets: str, flow_models: tuple[str, ...], force: bool,
-             fabrics: int | str, dask_address: str | None) -> None:
+             fabrics: int | str, dask_address: str | None,
+             emulation_budget: float | None) -> None:
     """Run SCENARIO on packets and in the flow model; report where they agree.
 
     Emulates every cell (calibrating the fabric first), simulates the same cells and
@@ -444,13 +451,16 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         packets = "ns3" if why else "both"
         if why:
             console.print(f"note: packets on ns-3 alone ({why}); --packets both with root")
+    if emulation_budget is not None and packets != "both":
+        _fail(f"--emulation-budget: the emulation's seeds for ns-3 against it, on both packet "
+              f"engines; these packets are {packets}'s")
     try:
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
                                 progress=True, verbose=verbose, target_ci=target_ci,
                                 budget_s=budget, reuse_calibration=not recalibrate,
                                 calibration_max_age_s=3600.0 * max_age_h, fabrics=fabrics,
                                 dask=dask_address, repeats=repeats, packets=packets,
-                                flow_models=flow_models)
+                                flow_models=flow_models, emulation_budget_s=emulation_budget)
     except ConservationError as exc:
         _fail(f"request conservation violated (a bug): {exc}")
     except (EmulationError, WorkerError, TraceError, RuntimeError, ValueError) as exc:

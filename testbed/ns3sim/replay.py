@@ -15,6 +15,8 @@ each shard's last byte and the receiver's reply land, and what its sender's TCP 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,8 +26,10 @@ from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.simulation import background_plan, stream_bps
 from testbed.topologies.routing import path_text
 
+DEBUG = bool(os.environ.get("NETKV_REPLAY_DEBUG"))  # print stalled sockets on a lost shard
 DRAIN_S = 600.0  # modelled seconds past the last start before a shard counts as lost
-WARM_AT = 0.0  # when the kept connections are opened (before any transfer of a run)
+WARM_AT = 0.0  # when the kept connections start opening (before any transfer of a run)
+WARM_GAP_S = 0.005  # between two of them (all at once, their handshakes would collide)
 
 
 def emulation_twin(scenario):
@@ -80,9 +84,13 @@ def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
         for src, dst, tier, f in background_plan(twin):
             net.set_stream(src, dst, stream_bps(spec, f, tier, net.scale), WARM_AT)
         shards = max((int(r["shard"]) + 1 for r in rows), default=1)
-        for (src, dst, shard), n in sorted(busiest(rows).items()):
-            for _ in range(n):  # a byte each: the connection's handshake, off the record
-                net.add_flow([(src, dst)], 1 / net.scale, WARM_AT, shard=(shard, shards))
+        warm = [key for key, n in sorted(busiest(rows).items()) for _ in range(n)]
+        first = min((float(r["start"]) for r in rows), default=1.0)
+        gap = min(WARM_GAP_S, max(first - WARM_AT, 0.0) / (len(warm) + 1))
+        for k, (src, dst, shard) in enumerate(warm):  # a byte each: the handshake, off
+            loop.at(WARM_AT + k * gap,                 # the record, one at a time
+                    lambda src=src, dst=dst, shard=shard: net.add_flow(
+                        [(src, dst)], 1 / net.scale, loop.now, shard=(shard, shards)))
         for row in sorted(rows, key=lambda r: float(r["start"])):
             def start(row=row) -> None:
                 flow = net.add_flow([(str(row["src"]), str(row["dst"]))], float(row["bytes"]),
@@ -92,6 +100,8 @@ def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
         last = max((float(r["start"]) for r in rows), default=0.0)
         loop.run(until=last + DRAIN_S, stop=lambda: not owner and not loop.pending)
     finally:
+        if owner and DEBUG:
+            print("\n".join(net.proc.ask("sockets")), file=sys.stderr)
         net.close()
     out += [{**row, "end": None} for row in owner.values()]
     return sorted(out, key=lambda r: (str(r["request"]), int(r["shard"])))

@@ -243,8 +243,9 @@ def three_way_lines(doc: dict, wall: dict | None, markdown: bool = False) -> lis
     settle = settle_line(ours, judged.get("seeds"),
                          _seed_wall_s(judged.get("seeds"), flow.get("wall")),
                          (flow.get("sequential") or {}).get("segments"))
-    tail = ([settle] if settle else []) + [stand_in_line(doc["targets"], stand, emu,
-                                                         tw.get("replay"))]
+    twin = (tw.get("emulation_seeds") or {}).get("settle")
+    tail = ([settle or twin] if settle or twin else []) + [
+        stand_in_line(doc["targets"], stand, emu, tw.get("replay"))]
     if markdown:
         tail = [part for line in tail for part in (line, "")][:-1]
     return [head, *([""] if markdown else []), *table_, *([""] if markdown else []), *tail]

@@ -65,7 +65,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
              budget_s: float | None = None, use_cache: bool = True,
              cache_max_age_s: float = machine_cache.DEFAULT_MAX_AGE_S,
              on_note: Callable[[str], None] | None = None,
-             fabrics: int | str = "auto", dask: str | None = None, repeats: int = 0) -> Path:
+             fabrics: int | str = "auto", dask: str | None = None, repeats: int = 0,
+             after_round=None) -> Path:
     """Packets, then the flow model, then the report. With `target_ci` or `budget_s` it is
     sequential (testbed/validate/rounds.py): planned from a flow-model pilot before the
     fabric starts, and stopped after the round where every primary claim is resolved.
@@ -74,7 +75,9 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     `dask`: a Dask scheduler whose fabric workers run the seeds, one per server at a time
     (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
     seed again that many times on packets (RR alone where it is scheduled) to measure how
-    far packets are from themselves (validate/repeat.py)."""
+    far packets are from themselves (validate/repeat.py). `after_round`: the emulation's
+    looks of another judge (twin_rounds.TwinLooks: ns-3 against the emulation), whose
+    `seeds_run()` seeds are then the judged scenario's."""
     from testbed.emulation.hooks import RunHooks
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
@@ -126,7 +129,7 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     else:
         hook = on_fabric
     hooks = RunHooks(on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
-                     after_round=looks)
+                     after_round=looks or after_round)
     emu = run_emulation(scenario, folder, hooks, verbose=verbose, fabrics=lanes, dask=dask,
                         timings=machine_cache.load_timings()[0])
     again = repeat.repeat_scenario(scenario)
@@ -136,6 +139,11 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
                       verbose=verbose)
     cal = calibration or measured[0]
     write_json(folder / "calibration.json", cal)
+    if after_round is not None and looks is None:
+        write_json(folder / "twin_rounds.json", after_round.record())
+        scenario = scenario.with_overrides({"seeds": max(1, after_round.seeds_run())})
+        atomic_write(folder / "scenario.yaml",
+                     yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
                       on_step, this_machine=dask is None)
     return folder

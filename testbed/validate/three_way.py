@@ -60,15 +60,16 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     started = time.monotonic()
     atomic_write(folder / PARTIAL, "ns-3's part of a three-engine validation not finished\n")
     emu = cells_of(packets_folder(folder))
-    twin = mirror(scenario)
+    seeds = sorted({int(k.rsplit("seed", 1)[1]) for k in emu})  # the emulation's, planned
+    twin = mirror(scenario.with_overrides({"seeds": max(seeds)}))  # ones included
     out = folder / STAND_IN
     out.mkdir(exist_ok=True)
     if on_step:
         on_step("ns-3 on the emulation's cells and seeds (deciding, then at its placements)",
                 0.0)
-    deciding = run_flowsim(twin, out, executor=executor, engine="ns3").folder
+    deciding = run_flowsim(twin, out, executor=executor, engine="ns3", seeds=seeds).folder
     forced = run_flowsim(twin, out, executor=executor, engine="ns3",
-                         follow=divergence.recorded(emu)).folder
+                         follow=divergence.recorded(emu), seeds=seeds).folder
     write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name,
                             "replay": replay_emulation(folder, executor)})
     note(f"ns-3 ran the emulation's {len(emu)} cells and replayed their transfers in "
@@ -155,12 +156,30 @@ def section(folder: Path) -> dict:
             "seed_rankings": seed_rankings(emu_cells, deciding),
         },
         "replay": _replay_doc(folder / STAND_IN, runs.get("replay")),
+        "emulation_seeds": _emulation_seeds(folder, primary_stand_in(gains)),
         "flow_vs_ns3": {"claims": ns3["claims"], "judged": ns3["judged"],
                         "sequential": ns3.get("sequential"),
                         "runs": ns3["targets"]["runs"],
                         "wall": json.loads(wall_file.read_text()) if wall_file.exists()
                         else None},
     }
+
+
+def primary_stand_in(gains: dict) -> list[dict]:
+    return [c for by in gains.values() for c in by["claims"] if c["metric"] == PRIMARY]
+
+
+def _emulation_seeds(folder: Path, claims: list[dict]) -> dict:
+    """How the emulation's seeds were chosen (twin_rounds.json, where its seeds were
+    planned) and what more would settle ns-3 against it, at its measured wall a seed."""
+    from testbed.validate.twin_rounds import seed_wall_s, settle_words
+
+    rounds = folder / "twin_rounds.json"
+    seeds = len({k.rsplit("seed", 1)[1] for k in cells_of(packets_folder(folder))})
+    wall = seed_wall_s(packets_folder(folder))
+    return {"planned": json.loads(rounds.read_text()) if rounds.exists() else None,
+            "seeds": seeds, "seed_wall_s": wall,
+            "settle": settle_words(claims, seeds, wall)}
 
 
 def _replay_doc(out: Path, replay: str | None) -> dict | None:

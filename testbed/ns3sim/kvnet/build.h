@@ -27,6 +27,7 @@ Build()
     Config::SetDefault("ns3::TcpSocketBase::MinRto",
                        TimeValue(NanoSeconds(g_set.twin.count("rto") ? 1 : g_set.rtoMinNs)));
     Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(1))); // Linux's initial RTO
+    Config::SetDefault("ns3::TcpSocket::DataRetries", UintegerValue(15)); // tcp_retries2
     if (g_set.twin.count("rack"))
     {
         Config::SetDefault("ns3::TcpSocketBase::ReTxThreshold", UintegerValue(1));

@@ -100,6 +100,7 @@ class LinuxRtt : public RttEstimator
 };
 
 class LinuxTcp;
+std::vector<LinuxTcp*> g_linux; // every one made (they live as long as the run)
 
 // The sockets TSQ follows, by (node, local port): what a host's egress queue charges
 std::map<std::pair<uint32_t, uint16_t>, Ptr<LinuxTcp>> g_tsq;
@@ -118,11 +119,32 @@ class LinuxTcp : public TcpSocketBase
         return tid;
     }
 
-    LinuxTcp() = default;
+    LinuxTcp()
+    {
+        g_linux.push_back(this);
+    }
 
     LinuxTcp(const LinuxTcp& o) // an accepted socket, forked from its listener
         : TcpSocketBase(o)
     {
+        g_linux.push_back(this);
+    }
+
+    // A line for a socket with data still to deliver (the `sockets` command): where a
+    // connection that never finishes stands
+    void Describe(std::ostream& out) const
+    {
+        uint32_t unsent = m_txBuffer->SizeFromSequence(m_tcb->m_highTxMark);
+        if (UnAckDataCount() == 0 && unsent == 0)
+        {
+            return;
+        }
+        out << "s state=" << m_state << " ca=" << int(m_tcb->m_congState.Get())
+            << " unacked=" << UnAckDataCount() << " unsent=" << unsent
+            << " inflight=" << BytesInFlight() << " cwnd=" << m_tcb->m_cWnd.Get()
+            << " rwnd=" << m_rWnd.Get() << " rto_pending=" << m_retxEvent.IsPending()
+            << " probe_out=" << m_probeOut << " throttled=" << m_throttled
+            << " queued=" << m_queued << " " << *m_txBuffer << "\n";
     }
 
     TypeId GetInstanceTypeId() const override
@@ -226,6 +248,27 @@ class LinuxTcp : public TcpSocketBase
         {
             ArmProbe(true);
         }
+        KeepRtoArmed();
+    }
+
+    void ReTxTimeout() override
+    {
+        m_lossNs = Simulator::Now().GetNanoSeconds();
+        TcpSocketBase::ReTxTimeout();
+        KeepRtoArmed();
+    }
+
+    // Linux's invariant: while data is out, a retransmission timer runs. ns-3 arms its own
+    // only when it sends, so a timeout that sends nothing (TSQ holding the socket, the
+    // window spoken for) or a window spoken for by a segment counted in flight would
+    // leave a connection waiting for ever.
+    void KeepRtoArmed()
+    {
+        if ((m_state == ESTABLISHED || m_state == CLOSE_WAIT) && UnAckDataCount() > 0 &&
+            !m_retxEvent.IsPending() && !m_persistEvent.IsPending())
+        {
+            m_retxEvent = Simulator::Schedule(m_rto, &LinuxTcp::ReTxTimeout, this);
+        }
     }
 
   private:
@@ -260,6 +303,7 @@ class LinuxTcp : public TcpSocketBase
         if (m_state == ESTABLISHED || m_state == CLOSE_WAIT)
         {
             SendPendingData(m_connected);
+            KeepRtoArmed();
         }
     }
 
@@ -315,8 +359,9 @@ class LinuxTcp : public TcpSocketBase
             sent = SendDataPacket(m_tcb->m_highTxMark, std::min(unsent, m_tcb->m_segmentSize),
                                   true);
         }
-        else if (m_lastSeg > 0) // else the last segment again
-        {
+        else if (m_lastSeg > 0 && !Sacked(m_tcb->m_highTxMark.Get().GetValue() - m_lastSeg,
+                                          m_tcb->m_highTxMark.Get().GetValue()))
+        { // else the last segment again
             sent = SendDataPacket(m_tcb->m_highTxMark - m_lastSeg, m_lastSeg, true);
         }
         if (sent == 0)
@@ -327,7 +372,7 @@ class LinuxTcp : public TcpSocketBase
         m_probeOut = true;
         m_probeHigh = m_tcb->m_highTxMark;
         m_retxEvent.Cancel(); // the RTO counts again from the probe (tcp_rearm_rto)
-        m_retxEvent = Simulator::Schedule(m_rto, &LinuxTcp::ReTxTimeout, this);
+        KeepRtoArmed();
     }
 
     // RACK: what each outstanding segment was (by its first sequence number), when it
@@ -390,9 +435,14 @@ class LinuxTcp : public TcpSocketBase
         {
             return;
         }
+        // after a timeout ns-3 counts no duplicate ACK (CA_LOSS) and marks lost only what
+        // was out when it fired: new data sent since and lost waits out another timeout
+        // where Linux's RACK sees it lost as any other
+        bool loss = m_tcb->m_congState == TcpSocketState::CA_LOSS;
         for (auto& [seq, x] : m_sent)
         {
-            if (x.retransmitted && !x.sacked && x.sentNs < m_rackXmitNs)
+            bool again = x.retransmitted || (loss && x.sentNs >= m_lossNs);
+            if (again && !x.sacked && x.sentNs < m_rackXmitNs && !Sacked(seq, seq + x.size))
             {
                 SendDataPacket(SequenceNumber32(seq), x.size, true); // lost again
                 g_relost++;
@@ -400,8 +450,30 @@ class LinuxTcp : public TcpSocketBase
         }
     }
 
+    // Whether ns-3's scoreboard holds any of [lo, hi) SACKed. It keeps its items private,
+    // but prints them ("{[a;b|n][lost],[retrans],[sacked]}..."); a SACKed item must never
+    // be sent again (its buffer asserts so), and resends are few.
+    bool Sacked(uint32_t lo, uint32_t hi) const
+    {
+        std::ostringstream out;
+        out << *m_txBuffer;
+        const std::string text = out.str();
+        for (size_t at = text.find("{["); at != std::string::npos; at = text.find("{[", at + 2))
+        {
+            size_t semi = text.find(';', at), bar = text.find('|', at), end = text.find('}', at);
+            uint32_t a = std::stoul(text.substr(at + 2, semi - at - 2));
+            uint32_t b = std::stoul(text.substr(semi + 1, bar - semi - 1));
+            if (a < hi && lo < b && text.substr(at, end - at).find("[sacked") != std::string::npos)
+            {
+                return true;
+            }
+        }
+        return false;
+    }
+
     std::map<uint32_t, Sent> m_sent;
     int64_t m_rackXmitNs = -1;
+    int64_t m_lossNs = 0; // when the last retransmission timeout fired
     uint64_t m_queued = 0; // truesize bytes of its segments in its host's egress queue
     mutable bool m_throttled = false;
     EventId m_resume;

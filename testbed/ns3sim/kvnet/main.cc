@@ -26,6 +26,8 @@
 //   clear T, then route ...            replace every switch's routes (after a link change)
 //   bg T SRC DST BPS [UNTIL_NS]         a paced background stream (0 stops it)
 //   counters T                          per directed link: class bytes and drops; live shards
+//   sockets                             every Linux socket with data still to deliver, a
+//                                       line each ("s state=... "): where a stall stands
 //   replica                             what was built: each link side's rate and queue
 //                                       depth ("q LINK SIDE BPS DEPTH packets|bytes"), the
 //                                       TCP timers ("t RTO_MIN DELACK TLP_MIN TSQ_WINDOW" ns)
@@ -396,6 +398,14 @@ Loop()
         {
             At(num(1));
             Counters();
+        }
+        else if (cmd == "sockets")
+        {
+            for (auto* sock : g_linux)
+            {
+                sock->Describe(std::cout);
+            }
+            std::cout << "end" << std::endl;
         }
         else if (cmd == "replica")
         {
