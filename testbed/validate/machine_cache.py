@@ -21,11 +21,12 @@ from pathlib import Path
 from testbed.cachedir import user_cache
 from testbed.records import atomic_write
 
-FORMAT = 6  # 2: competing probes of three sizes, spaced starts, the contention fit;
+FORMAT = 7  # 2: competing probes of three sizes, spaced starts, the contention fit;
 # 3: SYNs ride the control class (the probes no longer wait out dropped SYNs);
 # 4: each competing probe records the spacing it was asked for (asked_spacing_s);
 # 5: probes on kept connections (emulation.kv_connections), Nagle off on them;
 # 6: the large lone sizes repeated, the capacity on each size's fastest, capped by the wire
+# 7: one replica in modelled time (queues and RTO floor at any dilation) and ns-3's twin
 DEFAULT_MAX_AGE_S = 24 * 3600.0
 # Phase times measured on the 2-core development machine (demo scenario, dilation 2):
 # the planner's figures until this machine has measured its own.

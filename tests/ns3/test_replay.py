@@ -34,7 +34,9 @@ def stand_in(tmp_path_factory) -> Path:
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml", SHORT)
     run = simulate(sc, engine="ns3", jobs=2, out=tmp)
     folder = run.folder.rename(tmp / run.folder.name.replace("-ns3-", "-emulation-"))
-    point = load_scenario(next(folder.glob("cells/*/scenario.yaml")))
+    (_, point), = sc.cells()  # the emulation writes each point's scenario beside its cells
+    (next(folder.glob("cells/*/")) / "scenario.yaml").write_text(
+        yaml.safe_dump(point.model_dump(mode="json"), sort_keys=False))
     applied = twin_replica(point)
     for cell in folder.glob("cells/*/*/seed*"):
         (cell / "fidelity.json").write_text(json.dumps(
@@ -78,8 +80,8 @@ def test_busiest_counts_the_connections_a_run_had_open_at_once():
 
 def test_judging_pairs_whole_transfers_timeouts_and_competitors():
     def row(req, shard, start, end, timeouts, path="h1>t>h2"):
-        return {"request": req, "shard": shard, "tier": 1, "bytes": 1e9, "start": start,
-                "end": end, "timeouts": timeouts, "path": path}
+        return {"request": req, "shard": shard, "src": path[:2], "dst": path[-2:], "tier": 1,
+                "bytes": 1e9, "start": start, "end": end, "timeouts": timeouts, "path": path}
     emu = [row("a", 0, 0.0, 1.0, 1), row("a", 1, 0.0, 2.0, 0),
            row("b", 0, 0.5, 1.5, 0), row("c", 0, 0.5, 1.0, 0, "h3>u>h4")]
     ns3 = [row("a", 0, 0.0, 1.0, 0), row("a", 1, 0.0, 3.0, 1),
@@ -134,7 +136,7 @@ def test_replay_judges_runs_writes_its_own_folder_and_the_cli_refuses_with_nothi
         raw.setdefault("network", {})["ecmp"] = "per-flow"
         f.write_text(yaml.safe_dump(raw))
     refused(flows, "per-flow")
-    refused(tmp_path / "partial" / "cells", "not an emulation run folder")
+    refused(partial / "cells", "not an emulation run folder")
     # one unfaithful cell of several is left out and named, the rest replayed
     mixed = copy(stand_in, tmp_path / "mixed")
     next(mixed.glob("cells/*/rr/seed1/fidelity.json")).write_text(
