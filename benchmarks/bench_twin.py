@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from testbed.ns3sim.program import program
-from testbed.ns3sim.replay import emulation_twin
+from testbed.ns3sim.replayer import emulation_twin
 from testbed.scenario import load_scenario
 from testbed.scenario.ns3 import TWIN_BEHAVIOURS
 from testbed.sweep import Executor

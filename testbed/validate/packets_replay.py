@@ -1,7 +1,7 @@
 """ns-3 fed the emulation's own schedule, judged transfer by transfer: does ns-3's twin
 carry the transfers real Linux TCP carried in the time Linux took?
 
-Each faithful cell of an emulation run is replayed on ns-3 (ns3sim/replay.py: its KV
+Each faithful cell of an emulation run is replayed on ns-3 (ns3sim/replayer.py: its KV
 shards at their recorded instants, on its paths, with its background) and every whole
 transfer (first shard's start to slowest shard's end) is set against the emulation's:
 the paired |error| (median and p90 with bootstrap intervals, over the transfers above the
@@ -220,7 +220,7 @@ def replay_runs(folders: Sequence[Path], executor, out_root: Path | None,
     out_root is None. The emulation's own floor where two runs share a cell.
     `overrides`: ns-3's twin changed so (benchmarks/bench_twin.py takes its parts away)."""
     from testbed.ns3sim.program import program
-    from testbed.ns3sim.replay import replay_cell, twin_replica
+    from testbed.ns3sim.replayer import replay_cell, twin_replica
 
     exe = program()
     built: dict[str, dict] = {}

@@ -75,9 +75,8 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
     `dask`: a Dask scheduler whose fabric workers run the seeds, one per server at a time
     (emulation/servers.py); this machine then calibrates only. `repeats`: run the first
     seed again that many times on packets (RR alone where it is scheduled) to measure how
-    far packets are from themselves (validate/repeat.py). `after_round`: the emulation's
-    looks of another judge (twin_rounds.TwinLooks: ns-3 against the emulation), whose
-    `seeds_run()` seeds are then the judged scenario's."""
+    far packets are from themselves (validate/repeat.py). `after_round`: the seeds' looks
+    of ns-3 against the emulation (twin_rounds.TwinLooks)."""
     from testbed.emulation.hooks import RunHooks
     from testbed.emulation.orchestrator import run_emulation
     from testbed.validate import rounds
@@ -128,25 +127,41 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
         hook = None
     else:
         hook = on_fabric
-    hooks = RunHooks(on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
-                     after_round=looks or after_round)
-    emu = run_emulation(scenario, folder, hooks, verbose=verbose, fabrics=lanes, dask=dask,
-                        timings=machine_cache.load_timings()[0])
+    emu = run_emulation(scenario, folder, RunHooks(
+        on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
+        after_round=looks or after_round), verbose=verbose, fabrics=lanes, dask=dask,
+        timings=machine_cache.load_timings()[0])
+    _repeats(scenario, folder, repeats, on_step, note, verbose)
+    cal = calibration or measured[0]
+    write_json(folder / "calibration.json", cal)
+    scenario = _seeds_looked_at(scenario, folder, None if looks else after_round)
+    _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
+                      on_step, this_machine=dask is None)
+    return folder
+
+
+def _repeats(scenario, folder: Path, repeats: int, on_step, note, verbose: bool) -> None:
+    """The first seed again on packets, `repeats` times (validate/repeat.py)."""
+    from testbed.emulation.hooks import RunHooks
+    from testbed.emulation.orchestrator import run_emulation
+
     again = repeat.repeat_scenario(scenario)
     for i in range(repeats):
         note(f"packets again ({i + 1} of {repeats}): {', '.join(again.schedulers)}, seed 1")
         run_emulation(again, folder / repeat.REPEATS, RunHooks(on_step=on_step, on_note=note),
                       verbose=verbose)
-    cal = calibration or measured[0]
-    write_json(folder / "calibration.json", cal)
-    if after_round is not None and looks is None:
-        write_json(folder / "twin_rounds.json", after_round.record())
-        scenario = scenario.with_overrides({"seeds": max(1, after_round.seeds_run())})
-        atomic_write(folder / "scenario.yaml",
-                     yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
-                      on_step, this_machine=dask is None)
-    return folder
+
+
+def _seeds_looked_at(scenario, folder: Path, looks):
+    """Another judge's looks (twin_rounds.TwinLooks) stopped the emulation's seeds: the
+    judged scenario has the seeds it ran, its record beside it (none: as it is)."""
+    if looks is None:
+        return scenario
+    write_json(folder / "twin_rounds.json", looks.record())
+    judged = scenario.with_overrides({"seeds": max(1, looks.seeds_run())})
+    atomic_write(folder / "scenario.yaml",
+                 yaml.safe_dump(judged.model_dump(mode="json"), sort_keys=False))
+    return judged
 
 
 def _lanes(scenario, fabrics: int | str, dask: str | None, rounds_at_most: int | None,

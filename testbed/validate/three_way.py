@@ -36,7 +36,7 @@ RUNS = "runs.json"  # which of STAND_IN's run folders decided and which followed
 def mirror(scenario):
     """The emulation's cells as ns-3 runs them: the emulation's twin (its replica in
     modelled time, the kernel's wall-time constants at its dilation), seeds and workload."""
-    from testbed.ns3sim.replay import emulation_twin
+    from testbed.ns3sim.replayer import emulation_twin
 
     return emulation_twin(scenario)
 

@@ -128,11 +128,15 @@ def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(
     # the default as root: the emulation's validation, ns-3 on its cells (deciding and at
     # its placements), the flow model against ns-3 in ns3/ (seeds until --budget), one answer.
     # The kernel's rto_min: ns-3 stalls a probe at 20 ms or less on this replica
+    # (per-pair ECMP: ns-3 takes the emulation's paths again and replays its transfers; an
+    # emulation budget too small for a second seed: planned, looked at once, stopped)
     path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
-                                         "emulation.queue_limit": "bytes"})
+                                         "emulation.queue_limit": "bytes",
+                                         "network.ecmp": "per-transfer"})
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path), "--out",
-                           str(out), "--budget", "90s", "--fabrics", "1"], cwd=ROOT,
+                           str(out), "--budget", "90s", "--fabrics", "1",
+                           "--emulation-budget", "1s"], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert cleanup.find_leftovers().empty
@@ -145,6 +149,19 @@ def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(
     else:
         assert tw["stand_in"]["seeds"] == [1]
     assert tw["stand_in"]["transfers_forced"]["n"] > 0  # every run's transfers paired
+    # ns-3 replayed the emulation's own transfers on the replica the emulation applied
+    emu_run = next(folder.glob("fabric-test-emulation-*"))
+    applied = [json.loads(f.read_text())["replica"]
+               for f in emu_run.glob("cells/*/*/seed*/fidelity.json")]
+    assert applied and all(a == applied[0] and a["rto_min_ms"] == 200.0 for a in applied)
+    replay = tw["replay"]
+    assert "refused" not in replay, replay
+    assert replay["overall"]["transfers"] > 0 and replay["overall"]["lost_on_ns3"] == 0
+    planned = json.loads((folder / "twin_rounds.json").read_text())
+    assert len(planned["looks"]) == 1 and planned["reason"] in (
+        "every claim of ns-3 against the emulation conclusive",
+        "the next seed would not fit in the budget", "planned seeds done")
+    assert "ns-3 vs emulation, plan:" in done.stdout + done.stderr
     ns3 = Path(tw["folders"]["ns3_validation"])
     assert ns3.parent == folder / "ns3" and (ns3 / "sequential.json").exists()
     forced = Path(tw["folders"]["forced"])  # ns-3 placed each request where the emulation did

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.program import Ns3Unavailable, program
-from testbed.ns3sim.replay import emulation_twin
+from testbed.ns3sim.replayer import emulation_twin
 from testbed.scenario import load_scenario
 from testbed.topologies.replica import wall_timers_ms
 from tests.emulation.conftest import running_fabric

@@ -1,4 +1,4 @@
-"""ns-3 fed a packet run's own schedule (ns3sim/replay.py) and judged transfer by transfer
+"""ns-3 fed a packet run's own schedule (ns3sim/replayer.py) and judged transfer by transfer
 (validate/packets_replay.py), and `testbed replay`'s refusals. Without root an ns-3 run
 stands in for the emulation's: its folder named as an emulation run, each cell given the
 fidelity record an emulated run writes (faithful, the replica it applied)."""
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from testbed.api import simulate
-from testbed.ns3sim.replay import busiest, emulation_twin, replay, twin_replica
+from testbed.ns3sim.replayer import busiest, emulation_twin, replay, twin_replica
 from testbed.records import read_csv
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
