@@ -59,7 +59,18 @@ def _three_way(tw: dict) -> dict:
                         if seq else None},
         "stand_in": {"seeds": stand["seeds"], "claims": _primary(stand),
                      "transfers_forced": {k: stand["transfers_forced"].get(k) for k in
-                                          ("n", "median_abs_error", "p90_abs_error")}}}}
+                                          ("n", "median_abs_error", "p90_abs_error")}},
+        "replay": _replay(tw.get("replay")),
+        "emulation_seeds": {"settle": (tw.get("emulation_seeds") or {}).get("settle")}}}
+
+
+def _replay(replay: dict | None) -> dict | None:
+    """ns-3's replay of the emulation's transfers: the figures the answer's last line reads."""
+    above = ((replay or {}).get("overall") or {}).get("above_floor")
+    if not above:
+        return None
+    return {"overall": {"above_floor": {k: above[k] for k in
+                                        ("n", "median_abs_error", "p90_abs_error")}}}
 
 
 def printed(s: dict) -> list[str]:

@@ -91,3 +91,21 @@ def test_unfaithful_packets_and_no_claims_say_so():
                         None) == "Packets: all 3 emulated runs faithful."
     lines = answer_lines(doc([]))
     assert lines[0].startswith("No claim judged") and len(lines) == 3
+
+
+def test_ns3_against_the_emulation_reads_the_replay_where_there_is_one():
+    from testbed.validate.answer import stand_in_line
+
+    targets = {"runs": 3, "unfaithful_runs": 0}
+    stand = {"seeds": [1], "transfers_forced": {"n": 90, "median_abs_error": 0.065,
+                                                 "p90_abs_error": 0.263}}
+    claims = [{"verdict": "inconclusive"}] * 3
+    before = stand_in_line(targets, stand, claims)
+    assert before.endswith("3 inconclusive; per transfer 6.5% (p90 26.3%).")
+    replay = {"overall": {"above_floor": {"n": 93, "median_abs_error": {"point": 0.041},
+                                          "p90_abs_error": {"point": 0.207}}}}
+    line = stand_in_line(targets, stand, claims, replay)
+    assert line.endswith("3 inconclusive; replayed transfers 4.1% (p90 20.7%).")
+    assert len(line) <= 100
+    # a replay refused (per-flow ECMP, faults) leaves the forced runs' figures
+    assert stand_in_line(targets, stand, claims, {"refused": "per-flow"}) == before
