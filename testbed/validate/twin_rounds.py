@@ -58,6 +58,7 @@ class TwinLooks:
     on_look: Callable[[str], None]
     started: float = field(default_factory=time.monotonic)
     planned: int | None = None
+    first_look: float = 0.0  # time.monotonic() of the first look
     looks: list = field(default_factory=list)
     reason: str = ""
 
@@ -75,11 +76,17 @@ class TwinLooks:
             level = sequential.look_level(min(look, self.planned or MAX_SEEDS),
                                           self.planned or MAX_SEEDS)
             claims = primary(point_claims(emu, cells_of(forced), level=level))
-        elapsed = time.monotonic() - self.started
-        per_seed = elapsed / len(seen)
+            if self.planned is None:  # planned on the interval the last look will read
+                nominal = primary(point_claims(emu, cells_of(forced)))
+        now = time.monotonic()
+        elapsed = now - self.started
+        if self.looks:  # a seed's cost once the fabric and its calibration are behind
+            per_seed = (now - self.first_look) / max(1, len(seen) - self.looks[0]["seeds"])
+        else:
+            per_seed, self.first_look = elapsed / len(seen), now
         fit = max(len(seen), int(self.budget_s // per_seed)) if per_seed > 0 else len(seen)
-        need = seeds_to_settle(claims, len(seen)) if claims else None
         if self.planned is None:
+            need = seeds_to_settle(nominal, len(seen)) if nominal else None
             self.planned = min(MAX_SEEDS, fit, need or MAX_SEEDS)
             self.on_look(plan_words(need, per_seed, self.planned, self.budget_s))
         conclusive = bool(claims) and all(c["verdict"] != "inconclusive" for c in claims)
