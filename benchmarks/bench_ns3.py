@@ -10,10 +10,10 @@ side's top functions (cProfile of one run).
 
 probes: `testbed calibrate`'s lone and competing transfers (every tier, 1-8 transfers of
 TP shards, three decades of size) on ns-3 and, as root, on the emulation: per tier and
-size the lone times and ns-3's difference; ns-3 again with the emulation's effective
-timers (a 200 ms wall RTO and 40 ms delayed ACK are 200/d and 40/d modelled ms at time
-dilation d); the competing sets' slowest transfer on both, and the emulation's own repeat
-spread on its six repeated lone transfers.
+size the lone times and ns-3's difference; ns-3 again as the emulation's twin (the
+kernel's wall-time constants, its 40 ms delayed ACK among them, at the emulation's time
+dilation d are 1/d of Linux's in modelled time); the competing sets' slowest transfer on
+both, and the emulation's own repeat spread on its six repeated lone transfers.
 
 Run: [sudo] .venv/bin/python benchmarks/bench_ns3.py [--only speed|probes]
      [--seeds 4] [--scenario scenarios/validate.yaml] [--set FIELD=VALUE ...]
@@ -38,6 +38,7 @@ from testbed.api import load_scenario
 from testbed.cells import Task
 from testbed.lifecycle import SERVED_STATES
 from testbed.ns3sim.program import program
+from testbed.ns3sim.replayer import emulation_twin
 from testbed.runner import run_flowsim, run_task
 from testbed.sweep import Executor
 from testbed.validate.ns3_probes import probe_tiers
@@ -129,15 +130,9 @@ def emulation_probes(sc) -> dict | None:
     if os.geteuid() != 0:
         print("emulation probes: skipped (needs root)")
         return None
-    from testbed.emulation.net import EmulatedNetwork
-    from testbed.validate.calibrate import calibrate
+    from testbed.validate.calibrate import probe_fabric
 
-    cell = sc.cells()[0][1]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
-        with EmulatedNetwork(cell, path, Path(tmp)) as network:
-            return calibrate(network, print)["tiers"]
+    return probe_fabric(sc, print)
 
 
 def _pct(a: float, b: float) -> str:
@@ -148,11 +143,11 @@ def probes(sc) -> None:
     exe = program()
     emu = emulation_probes(sc)
     d = sc.emulation.time_dilation
-    same_timers = load_scenario(sc, {"ns3.rto_min_ms": 200 / d, "ns3.delayed_ack_ms": 40 / d})
-    plain, timed = probe_tiers(sc, exe), probe_tiers(same_timers, exe)
-    print(f"\nlone transfers, modelled seconds (ns-3 with Linux's timers; with the "
-          f"emulation's at dilation {d:g}: RTO {200 / d:g} ms, delayed ACK {40 / d:g} ms)\n")
-    print("| tier | GB | emulation | ns-3 | diff | ns-3, emulation's timers | diff |")
+    plain, timed = probe_tiers(sc, exe), probe_tiers(emulation_twin(sc), exe)
+    print(f"\nlone transfers, modelled seconds (ns-3 with Linux's own wall-time constants; "
+          f"as the emulation's twin, the kernel's at dilation {d:g}: delayed ACK "
+          f"{40 / d:g} ms)\n")
+    print("| tier | GB | emulation | ns-3 | diff | ns-3, the emulation's twin | diff |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for tier in plain:
         for k, sample in enumerate(plain[tier]["samples"]):
@@ -163,7 +158,7 @@ def probes(sc) -> None:
                   f"{t:.3f} | {_pct(t, e) if e else '-'} |")
     print("\ncompeting sets: the slowest transfer, modelled seconds; the emulation's repeat "
           "spread: its six repeated lone 0.5 GB transfers (min-max)\n")
-    print("| tier | set | emulation | ns-3 | ns-3, emulation's timers | emulation's spread |")
+    print("| tier | set | emulation | ns-3 | ns-3, the emulation's twin | emulation's spread |")
     print("| --- | --- | --- | --- | --- | --- |")
     for tier in plain:
         spread = "-"

@@ -25,10 +25,7 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
-
-import yaml
 
 from testbed.ns3sim.program import program
 from testbed.ns3sim.replayer import emulation_twin
@@ -53,15 +50,9 @@ def emulation_probes(sc, cache: Path | None) -> dict | None:
     if os.geteuid() != 0:
         print("emulation probes: skipped (needs root, or --emulation-probes FILE)")
         return None
-    from testbed.emulation.net import EmulatedNetwork
-    from testbed.validate.calibrate import calibrate
+    from testbed.validate.calibrate import probe_fabric
 
-    cell = sc.cells()[0][1]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
-        with EmulatedNetwork(cell, path, Path(tmp)) as network:
-            tiers = calibrate(network, print)["tiers"]
+    tiers = probe_fabric(sc, print)
     if cache is not None:
         cache.write_text(json.dumps(tiers))
     return tiers

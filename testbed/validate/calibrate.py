@@ -222,3 +222,19 @@ def fluid_error(sc, factors: dict[int, float], raw: dict) -> float:
     errs = [abs(fluid(int(t), d["bytes"]) - d["seconds"]) / d["seconds"]
             for t, r in raw.items() for d in r["samples"]]
     return sorted(errs)[len(errs) // 2]
+
+
+def probe_fabric(scenario, on_step=None) -> dict[str, dict]:
+    """The probes on a fabric of `scenario`'s first point built for them and torn down
+    after (the benches set the emulation's beside ns-3's): calibrate's "tiers"."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    cell = scenario.cells()[0][1]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+        with EmulatedNetwork(cell, path, Path(tmp)) as network:
+            return calibrate(network, on_step)["tiers"]
