@@ -25,8 +25,8 @@ def test_the_widest_inconclusive_claim_sets_the_seeds_and_conclusive_ones_need_n
 
 def test_the_answer_says_what_more_seeds_would_cost_and_nothing_when_settled():
     words = settle_words([claim(-0.04, 0.08)], 1, 180.0)
-    assert words == ("To settle ns-3 vs emulation: about 4 emulation seeds (~12 min of "
-                     "emulation here), --emulation-budget.")
+    assert words == ("To settle ns-3 vs emulation: about 3 more emulation seeds, ~9 min here "
+                     "(--emulation-budget).")
     assert settle_words([claim(-0.01, 0.01, "agree")], 1, 180.0) is None
     assert "no number" in settle_words([claim(0.0, 0.10)], 1, 180.0)
     line = plan_words(4, 180.0, 4, 1800.0)

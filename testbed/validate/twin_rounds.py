@@ -144,7 +144,7 @@ def settle_words(claims: list[dict], seeds: int, wall_per_seed_s: float | None) 
     need = seeds_to_settle(claims, seeds)
     if need is None:
         return "ns-3 vs emulation: no number of emulation seeds is expected to settle it"
-    cost = (f" (~{math.ceil(need * wall_per_seed_s / 60)} min of emulation here)"
-            if wall_per_seed_s else "")
-    return (f"To settle ns-3 vs emulation: about {need} emulation seeds{cost}, "
-            "--emulation-budget.")
+    more = max(1, need - seeds)
+    cost = (f", ~{math.ceil(more * wall_per_seed_s / 60)} min here" if wall_per_seed_s else "")
+    return (f"To settle ns-3 vs emulation: about {more} more emulation seeds{cost} "
+            "(--emulation-budget).")
