@@ -73,7 +73,7 @@ struct Settings
     // the emulation's kernel and workers, modelled (linux_tcp.h, streams.h, forwarding.h):
     // tsq, restart, rto, tlp, rack; framing (a header before a shard, the receiver's
     // one-byte reply ends it); remark (receivers' ACKs best effort until the ToR marks them)
-    std::set<std::string> twin{"tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "htb"};
+    std::set<std::string> twin{"tsq", "restart", "rto", "tlp", "rack", "framing", "remark"};
     int64_t tlpMinNs = 8000000;  // the probe's floor with several segments out (2 jiffies)
     int64_t tsqWindowNs = 976563; // TSQ lets a socket queue this much of its pacing rate
     std::string congestion = "ns3::TcpCubic";
