@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -300,6 +301,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
         raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against it, "
                          "on both packet engines (packets='both')")
     title = f"{scenario.name} (validate{' on the emulation and ns-3' if both else ''})"
+    started = time.monotonic()
     with _bar(title, 1, progress) as bar, _sigterm_tears_down(), \
             _twin_looks(scenario, emulation_budget_s, bar, dask, jobs) as (emulated, looks):
         folder = run_validation(emulated, Path(out), dict(cal) if cal else None,
@@ -310,14 +312,17 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
                                 fabrics=fabrics, dask=dask, repeats=repeats,
                                 after_round=looks)
-        if both:
-            _ns3_beside(scenario, folder, bar, budget_s, dask, jobs, repeats)
+        if both:  # by default the whole validation keeps to ns-3's budget
+            _ns3_beside(scenario, folder, bar, budget_s if budget_s is not None else max(
+                NS3_LEAST_S, NS3_BUDGET_S - (time.monotonic() - started)), dask, jobs, repeats)
         if models:
             _flow_models(folder, models, bar, dask, jobs)
     return ValidationResult(folder)
 
 
 PACKET_ENGINES = ("auto", "emulation", "ns3", "both")
+NS3_BUDGET_S = 1800.0  # ns-3's default budget; on both engines, the whole validation's
+NS3_LEAST_S = 600.0  # what ns-3's rounds keep however long the emulation took
 
 
 def packet_engines(packets: str) -> str:

@@ -353,7 +353,8 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--budget", "budget", type=Duration(), default=None, metavar="T",
               help="Sequential: wall-time budget (e.g. 9m, 540s, 1h); the plan fits in it and "
               "no round starts that would not. On ns-3: how long seeds may be added "
-              "(default 30m).")
+              "(default 30m; on both packet engines, 30m for the whole validation, at "
+              "least 10m of it ns-3's).")
 @click.option("--calibration-max-age", "max_age_h", type=click.FloatRange(min=0), default=24.0,
               show_default=True, metavar="HOURS",
               help="Reuse this machine's cached calibration of the same fabric (scale, "

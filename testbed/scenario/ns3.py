@@ -52,18 +52,18 @@ class Ns3Cfg(_Strict):
     jitter_seed: int = Field(0, ge=0, le=2**31, description="which draw of start_jitter_us's "
                              "delays (the same seed gives the same delays)")
     twin: list[TwinBehaviour] = Field(
-        [b for b in TWIN_BEHAVIOURS if b != "htb"], description="what the emulation's Linux hosts, workers and "
-        "shaping do that ns-3's stock parts do not, modelled in the ns-3 program "
-        "(docs/ns3.md): tsq (a socket holds its backlog: no loss at its own NIC), restart "
-        "(slow start again after an idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail "
-        "loss probe), rack (a hole, or a retransmission, is lost once a later segment is "
-        "delivered), framing (a header before each shard, the receiver's one-byte reply "
-        "ends it), remark (receivers' ACKs best effort until the ToR marks them AF41), htb "
-        "(links shaped as HTB shapes a veth: a frame's tokens, not its serialisation, "
-        "pace it, and the emulation's Ethernet frame is what is counted; off by default: "
-        "without the emulation's per-hop and host costs, which ns-3 does not model, a "
-        "one-segment transfer crosses 20x faster than on the emulation); [] is ns-3's "
-        "stock parts")
+        [b for b in TWIN_BEHAVIOURS if b != "htb"],
+        description="what the emulation's Linux hosts, workers and shaping do that ns-3's "
+        "stock parts do not, modelled in the ns-3 program (docs/ns3.md): tsq (a socket "
+        "holds its backlog: no loss at its own NIC), restart (slow start again after an "
+        "idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail loss probe), rack (a hole, "
+        "or a retransmission, is lost once a later segment is delivered), framing (a "
+        "header before each shard, the receiver's one-byte reply ends it), remark "
+        "(receivers' ACKs best effort until the ToR marks them AF41), htb (links shaped as "
+        "HTB shapes a veth: a frame's tokens, not its serialisation, pace it, and the "
+        "emulation's Ethernet frame is what is counted; off by default: without the "
+        "emulation's per-hop and host costs, which ns-3 does not model, a one-segment "
+        "transfer crosses 20x faster than on the emulation); [] is ns-3's stock parts")
     twin_dilation: float = Field(
         1.0, ge=1, le=1000, description="the kernel's wall-time constants (delayed ACK 40 "
         "ms, the tail loss probe's 2-jiffy floor, TSQ's millisecond of pacing) as an "
