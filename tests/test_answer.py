@@ -105,7 +105,7 @@ def test_ns3_against_the_emulation_reads_the_replay_where_there_is_one():
     replay = {"overall": {"above_floor": {"n": 93, "median_abs_error": {"point": 0.041},
                                           "p90_abs_error": {"point": 0.207}}}}
     line = stand_in_line(targets, stand, claims, replay)
-    assert line.endswith("3 inconclusive; replayed transfers 4.1% (p90 20.7%).")
+    assert line.endswith("3 inconclusive; replayed 4.1% (p90 20.7%).")
     assert len(line) <= 100
     # a replay refused (per-flow ECMP, faults) leaves the forced runs' figures
     assert stand_in_line(targets, stand, claims, {"refused": "per-flow"}) == before

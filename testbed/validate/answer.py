@@ -262,7 +262,7 @@ def stand_in_line(t: dict, stand: dict, claims: list[dict], replay: dict | None 
     forced = stand["transfers_forced"]
     above = ((replay or {}).get("overall") or {}).get("above_floor") or {}
     if above.get("n"):
-        transfers = (f"replayed transfers {100 * above['median_abs_error']['point']:.1f}% "
+        transfers = (f"replayed {100 * above['median_abs_error']['point']:.1f}% "
                      f"(p90 {100 * above['p90_abs_error']['point']:.1f}%)")
     else:
         transfers = (f"per transfer {100 * forced['median_abs_error']:.1f}% "
