@@ -32,10 +32,14 @@ WARM_AT = 0.0  # when the kept connections start opening (before any transfer of
 WARM_GAP_S = 0.005  # between two of them (all at once, their handshakes would collide)
 
 
-def emulation_twin(scenario):
+def emulation_twin(scenario, fresh: bool = False):
     """The scenario as ns-3's twin of its emulation runs: the emulation's replica (its
-    scale, in modelled time) and the kernel's wall-time constants at its time dilation."""
+    scale, in modelled time) and the kernel's wall-time constants at its time dilation.
+    `fresh`: ns-3's own settings as they are today, not as a kept run's scenario froze
+    them (the emulation never reads them: a replay takes today's twin)."""
     emu = scenario.emulation
+    if fresh:
+        scenario = scenario.with_overrides({"ns3": {}})
     return scenario.with_overrides({"ns3.scale": emu.scale,
                                     "ns3.twin_dilation": emu.time_dilation,
                                     "emulation.time_dilation": 1.0})
@@ -118,14 +122,14 @@ def replay_cell(task: tuple[str, str, dict]) -> list[dict]:
     from testbed.scenario import load_scenario
 
     scenario_file, cell, overrides = task
-    twin = emulation_twin(load_scenario(scenario_file))
+    twin = emulation_twin(load_scenario(scenario_file), fresh=True)
     return replay(twin.with_overrides(overrides) if overrides else twin,
                   read_csv(Path(cell) / "transfers.csv"), int(cell.rsplit("seed", 1)[1]))
 
 
 def twin_replica(scenario, program=None) -> dict:
     """The replica ns-3's twin of `scenario`'s emulation builds (replica_record's shape)."""
-    net = PacketNetwork(emulation_twin(scenario), 1, program or build.program(),
+    net = PacketNetwork(emulation_twin(scenario, fresh=True), 1, program or build.program(),
                         clock=lambda: 0.0)
     try:
         return net.applied_replica()
