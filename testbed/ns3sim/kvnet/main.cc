@@ -60,6 +60,7 @@ using namespace ns3;
 #include "common.h"
 #include "queue.h"
 #include "forwarding.h"
+#include "linux_rtt.h"
 #include "linux_tcp.h"
 #include "streams.h"
 #include "background.h"
