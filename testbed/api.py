@@ -288,18 +288,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if packets == "ns3":
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
                              target_ci, budget_s, repeats, dask, jobs, models)
-    both = packets == "both"
-    if both:
-        from testbed.ns3sim.check import check_scenario
-
-        if target_ci is not None:
-            raise ValueError("target_ci: the emulation's planned width; on both engines the "
-                             "emulation runs the scenario's seeds and ns-3 adds seeds until "
-                             "the flow model's claims are conclusive (budget_s bounds it)")
-        check_scenario(scenario)
-    elif emulation_budget_s is not None:
-        raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against it, "
-                         "on both packet engines (packets='both')")
+    both = _engines_checked(scenario, packets, target_ci, emulation_budget_s)
     title = f"{scenario.name} (validate{' on the emulation and ns-3' if both else ''})"
     started = time.monotonic()
     with _bar(title, 1, progress) as bar, _sigterm_tears_down(), \
@@ -312,9 +301,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
                                 cache_max_age_s=calibration_max_age_s, on_note=bar.note,
                                 fabrics=fabrics, dask=dask, repeats=repeats,
                                 after_round=looks)
-        if both:  # by default the whole validation keeps to ns-3's budget
-            _ns3_beside(scenario, folder, bar, budget_s if budget_s is not None else max(
-                NS3_LEAST_S, NS3_BUDGET_S - (time.monotonic() - started)), dask, jobs, repeats)
+        if both:
+            _ns3_beside(scenario, folder, bar, budget_s, dask, jobs, repeats, started)
         if models:
             _flow_models(folder, models, bar, dask, jobs)
     return ValidationResult(folder)
@@ -351,9 +339,32 @@ def _twin_looks(scenario, budget_s: float | None, bar, dask, jobs):
         yield planned, TwinLooks(planned, budget_s, executor, bar.note)
 
 
-def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int = 0) -> None:
+def _engines_checked(scenario, packets: str, target_ci, emulation_budget_s) -> bool:
+    """Whether both packet engines run, the options checked against it."""
+    if packets == "both":
+        from testbed.ns3sim.check import check_scenario
+
+        if target_ci is not None:
+            raise ValueError("target_ci: the emulation's planned width; on both engines the "
+                             "emulation runs the scenario's seeds and ns-3 adds seeds until "
+                             "the flow model's claims are conclusive (budget_s bounds it)")
+        check_scenario(scenario)
+        return True
+    if emulation_budget_s is not None:
+        raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against it, "
+                         "on both packet engines (packets='both')")
+    return False
+
+
+def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int = 0,
+                started: float | None = None) -> None:
+    """ns-3's part of a validation on both engines; by default the whole validation
+    (since `started`) keeps to ns-3's budget, at least NS3_LEAST_S of it ns-3's."""
     from testbed.sweep import Executor
     from testbed.validate import three_way
+
+    if budget_s is None and started is not None:
+        budget_s = max(NS3_LEAST_S, NS3_BUDGET_S - (time.monotonic() - started))
 
     with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
         three_way.run(scenario, folder, executor, lambda label, _wall: bar.show(label),

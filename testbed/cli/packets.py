@@ -353,8 +353,7 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--budget", "budget", type=Duration(), default=None, metavar="T",
               help="Sequential: wall-time budget (e.g. 9m, 540s, 1h); the plan fits in it and "
               "no round starts that would not. On ns-3: how long seeds may be added "
-              "(default 30m; on both packet engines, 30m for the whole validation, at "
-              "least 10m of it ns-3's).")
+              "(default 30m; on both engines the whole validation's, 10m at least ns-3's).")
 @click.option("--calibration-max-age", "max_age_h", type=click.FloatRange(min=0), default=24.0,
               show_default=True, metavar="HOURS",
               help="Reuse this machine's cached calibration of the same fabric (scale, "
@@ -389,11 +388,8 @@ def calibrate(scenario, out_file: str | None) -> None:
               "transfers and run deciding, on every packet engine judged, and gets a row "
               "beside max-min (the verdict's model) after the answer and in the report.")
 @click.option("--emulation-budget", "emulation_budget", type=Duration(), default=None,
-              metavar="T", help="Both packet engines: the emulation adds seeds, planned from "
-              "its first (the plan and its cost printed), until every mean-TTFT claim of "
-              "ns-3 against it is conclusive or T is spent (e.g. 30m). Without it the "
-              "emulation runs the scenario's seeds and the answer says how many more would "
-              "settle those claims and what they would cost here.")
+              metavar="T", help="Both engines: the emulation adds seeds, planned from its "
+              "first, until ns-3's mean-TTFT claims against it are conclusive or T is spent.")
 @force_option
 @fabrics_option
 @dask_option
@@ -453,8 +449,7 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         if why:
             console.print(f"note: packets on ns-3 alone ({why}); --packets both with root")
     if emulation_budget is not None and packets != "both":
-        _fail(f"--emulation-budget: the emulation's seeds for ns-3 against it, on both packet "
-              f"engines; these packets are {packets}'s")
+        _fail(f"--emulation-budget: for ns-3 against the emulation; packets: {packets}")
     try:
         result = run_validation(scenario, out_dir, calibration=calibration, force=force,
                                 progress=True, verbose=verbose, target_ci=target_ci,

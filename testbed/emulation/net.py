@@ -34,13 +34,7 @@ from testbed.model.tcp import WIRE_FRAME
 from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import auto_daemons, interface_netns, private_daemons
-from testbed.topologies.replica import (
-    egress_kind,
-    leaf_packets,
-    replica_record,
-    rto_min_ms,
-    wall_timers_ms,
-)
+from testbed.topologies.replica import leaf_packets, rto_min_ms
 
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 # beside the run's scenario: the one its controller and workers read once "auto" is a count
@@ -239,7 +233,7 @@ class EmulatedNetwork:
         self.daemons: list[OvsDaemon] = []
         self.system_ovs: SystemOvsWatch | None = None  # watched while the fabric uses it
         self._stopped = False
-        self._applied: dict | None = None  # applied_replica(), read once
+        self.applied: dict | None = None  # emulation/readback.applied_replica, read once
         # how telemetry reads switch-port counters: tc.all_counters' signature, or None
         # for this machine's (a fabric over several machines reads every server's)
         self.read_counters = None
@@ -438,33 +432,6 @@ class EmulatedNetwork:
 
     def host(self, name: str):
         return self.net.get(name)
-
-    def applied_replica(self) -> dict | None:
-        """The replica the kernel applies, read back and put in modelled time (the same
-        shape as ns-3's ns3.json "replica": topologies/replica.replica_record). None on a
-        fabric over several machines (another server's kernel is not read from here)."""
-        if self._applied is None and self.hosts_here:
-            emu = self.scenario.emulation
-            d = emu.time_dilation
-            netns = dict(self.interface_netns)
-            for name in self.fabric.hosts:
-                netns[self.fabric.intf_name(name, 0)] = f"/proc/{self.net.get(name).pid}/ns/net"
-            sends = self.fabric.egress_interfaces()
-            read = tc.read_shaping([intf for _, intf, _ in sends], netns)
-            egress: dict[str, set] = {}
-            for node, intf, link in sends:
-                (kind, limit), = read[intf]["limits"]
-                packets = limit // emu.frame_bytes if kind == "bfifo" else limit
-                egress.setdefault(egress_kind(node in self.fabric.hosts, link.tier), set()).add(
-                    (read[intf]["rate_bps"] * d, packets))
-            rto = {v for name in self.fabric.hosts for v in tc.read_rto_min_ms(
-                netns[self.fabric.intf_name(name, 0)])}
-            if len(rto) != 1:
-                raise EmulationError(f"the hosts' routes carry rto_min {sorted(rto)} ms: "
-                                     "expected one value on every host")
-            self._applied = replica_record(egress, rto.pop() / d, wall_timers_ms(d),
-                                           emu.frame_bytes, emu.queue_limit)
-        return self._applied
 
     def stop(self) -> None:
         if self._stopped:

@@ -31,6 +31,7 @@ from testbed.emulation.lanes import LanePool, lane_cell, lane_cores, plan_lanes
 from testbed.emulation.net import EmulatedNetwork, EmulationError, choose_datapath, describe_split
 from testbed.emulation.net import preflight as net_preflight
 from testbed.emulation.processes import WorkerError, WorkerSet
+from testbed.emulation.readback import ReadbackError, applied_replica
 from testbed.emulation.servers import ServerPool, unpack
 from testbed.metrics import aggregate, describe_stalls, run_summary, tcp_stalls
 from testbed.records import (
@@ -140,8 +141,8 @@ def run_one(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, t
                                 pushes=lateness.push_waits(result["transfers"]) if result else None)
     fidelity["warnings"] += network.restarts[restarts:]
     try:  # what ns-3's twin of this run must build (validate/packets_replay.py checks it)
-        fidelity["replica"] = network.applied_replica()
-    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        fidelity["replica"] = applied_replica(network)
+    except (OSError, ValueError, KeyError, StopIteration, ReadbackError) as exc:
         fidelity["replica"] = None
         fidelity["warnings"].append(f"the applied replica could not be read back: {exc}")
     if result["outcome"] != "finished":

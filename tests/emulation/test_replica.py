@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.emulation.readback import applied_replica
 from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.program import Ns3Unavailable, program
 from testbed.ns3sim.replayer import emulation_twin
@@ -38,7 +39,7 @@ def test_the_emulation_builds_the_replica_ns3_builds_at_dilation_1_and_2(tmp_pat
     applied = {}
     for dilation in (1, 2):
         for net in running_fabric(tmp_path_factory, {"emulation.time_dilation": dilation}):
-            applied[dilation] = net.applied_replica()
+            applied[dilation] = applied_replica(net)
             scenario = load_scenario(net.scenario_file)
         ns3 = PacketNetwork(emulation_twin(scenario), 1, exe, clock=lambda: 0.0)
         try:
