@@ -30,6 +30,10 @@ class Dilation:
         """A modelled rate (bytes, bits, events per modelled second) per wall second."""
         return per_modelled_s / self.factor
 
+    def modelled_rate(self, per_wall_s: float) -> float:
+        """A rate on the slowed fabric (per wall second) per modelled second."""
+        return per_wall_s * self.factor
+
     def slower(self, m: float) -> Dilation:
         """This dilation m times slower (a setting to try)."""
         return Dilation(self.factor * m)

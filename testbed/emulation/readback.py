@@ -26,7 +26,6 @@ def applied_replica(network) -> dict | None:
         return network.applied
     fabric = network.fabric
     emu = network.scenario.emulation
-    d = emu.time_dilation
     netns = dict(network.interface_netns)
     for name in fabric.hosts:
         netns[fabric.intf_name(name, 0)] = f"/proc/{network.net.get(name).pid}/ns/net"
@@ -37,12 +36,13 @@ def applied_replica(network) -> dict | None:
         (kind, limit), = read[intf]["limits"]
         packets = limit // emu.frame_bytes if kind == "bfifo" else limit
         egress.setdefault(egress_kind(node in fabric.hosts, link.tier), set()).add(
-            (read[intf]["rate_bps"] * d, packets))
+            (emu.dilation.modelled_rate(read[intf]["rate_bps"]), packets))
     rto = {v for name in fabric.hosts
            for v in tc.read_rto_min_ms(netns[fabric.intf_name(name, 0)])}
     if len(rto) != 1:
         raise ReadbackError(f"the hosts' routes carry rto_min {sorted(rto)} ms: expected "
                             "one value on every host")
-    network.applied = replica_record(egress, rto.pop() / d, wall_timers_ms(d),
-                                     emu.frame_bytes, emu.queue_limit)
+    network.applied = replica_record(egress, emu.dilation.modelled(rto.pop()),
+                                     wall_timers_ms(emu.time_dilation), emu.frame_bytes,
+                                     emu.queue_limit)
     return network.applied

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from testbed.clock import Dilation
 from testbed.model.tcp import WIRE_FRAME
 
 QUEUE_S = 0.05  # leaf FIFO depth in seconds at the link rate: switch-like, not bufferbloat
@@ -67,9 +68,10 @@ def rto_min_ms(emu) -> float:
 def wall_timers_ms(dilation: float) -> dict[str, float]:
     """The kernel's wall-time constants in modelled ms on an emulation at `dilation`
     (no route or socket option lengthens them: 40 wall ms of delayed ACK are 40/d)."""
-    return {"delayed_ack": LINUX_DELAYED_ACK_MS / dilation,
-            "tlp_min": LINUX_TLP_MIN_MS / dilation,
-            "tsq_window": 1e3 * LINUX_TSQ_WINDOW_S / dilation}
+    spans = Dilation(dilation)
+    return {"delayed_ack": spans.modelled(LINUX_DELAYED_ACK_MS),
+            "tlp_min": spans.modelled(LINUX_TLP_MIN_MS),
+            "tsq_window": spans.modelled(1e3 * LINUX_TSQ_WINDOW_S)}
 
 
 def replica_record(egress: dict[str, set[tuple[float, int]]], rto_min: float,
