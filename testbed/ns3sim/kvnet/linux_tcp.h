@@ -284,10 +284,14 @@ class LinuxTcp : public TcpSocketBase
             sent = SendDataPacket(m_tcb->m_highTxMark, std::min(unsent, m_tcb->m_segmentSize),
                                   true);
         }
-        else if (m_lastSeg > 0 && !Sacked(m_tcb->m_highTxMark.Get().GetValue() - m_lastSeg,
-                                          m_tcb->m_highTxMark.Get().GetValue()))
-        { // else the last segment again
-            sent = SendDataPacket(m_tcb->m_highTxMark - m_lastSeg, m_lastSeg, true);
+        else if (m_lastSeg > 0)
+        { // else the last segment again, what of it is not acknowledged yet
+            uint32_t high = m_tcb->m_highTxMark.Get().GetValue();
+            uint32_t from = std::max(high - m_lastSeg, m_txBuffer->HeadSequence().GetValue());
+            if (from < high && !Sacked(from, high))
+            {
+                sent = SendDataPacket(SequenceNumber32(from), high - from, true);
+            }
         }
         if (sent == 0)
         {
@@ -364,12 +368,15 @@ class LinuxTcp : public TcpSocketBase
         // was out when it fired: new data sent since and lost waits out another timeout
         // where Linux's RACK sees it lost as any other
         bool loss = m_tcb->m_congState == TcpSocketState::CA_LOSS;
+        uint32_t head = m_txBuffer->HeadSequence().GetValue();
         for (auto& [seq, x] : m_sent)
         {
             bool again = x.retransmitted || (loss && x.sentNs >= m_lossNs);
-            if (again && !x.sacked && x.sentNs < m_rackXmitNs && !Sacked(seq, seq + x.size))
+            uint32_t from = std::max(seq, head); // a piece may be acknowledged already
+            if (again && !x.sacked && x.sentNs < m_rackXmitNs && from < seq + x.size &&
+                !Sacked(from, seq + x.size))
             {
-                SendDataPacket(SequenceNumber32(seq), x.size, true); // lost again
+                SendDataPacket(SequenceNumber32(from), seq + x.size - from, true); // lost again
                 g_relost++;
             }
         }
