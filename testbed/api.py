@@ -15,7 +15,6 @@ object for a run made earlier, by the CLI or on another machine.
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import signal
 import threading
@@ -137,11 +136,11 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine == "ns3":
         from testbed.ns3sim.check import check_scenario
-        from testbed.ns3sim.program import program
+        from testbed.ns3sim.program import checked_program
 
         for sc in scenarios:
             check_scenario(sc)
-        program(on_build=progress if callable(progress) else _stderr if progress else None)
+        checked_program(on_build=progress if callable(progress) else _stderr if progress else None)
     sizes = [estimate(sc) for sc in scenarios]
     if jobs == "auto":
         jobs = 1 if dask else auto_processes(sizes, engine)
@@ -228,6 +227,24 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     return RunResult(outcome.folder, scenario, outcome)
 
 
+_OPTION_BOUNDS = {  # what validate's numeric options may be (finite: NaN and inf refused)
+    "budget_s": (1e-12, 30 * 86400.0), "emulation_budget_s": (1e-12, 30 * 86400.0),
+    "target_ci": (1e-6, 1.0 - 1e-9), "repeats": (0, 100),
+    "calibration_max_age_s": (0.0, 3.6e9),
+}
+
+
+def _check_options(**given) -> None:
+    from testbed.inputs import number
+
+    for name, value in given.items():
+        if value is not None:
+            lo, hi = _OPTION_BOUNDS[name]
+            number(value, name, lo, hi, integer=name == "repeats")
+            if name == "repeats" and not isinstance(value, int):
+                raise ValueError(f"repeats: expected an integer, got {value!r}")
+
+
 def validate(scenario: Scenario, out: str | Path = "results", *,
              calibration: str | Path | Mapping | None = None, force: bool = False,
              progress: Progress = False, verbose: bool = False,
@@ -262,10 +279,14 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     (validate/twin_rounds.py); None: the scenario's seeds, and the answer says what more
     would settle them."""
     from testbed.cells import preflight
+    from testbed.inputs import read_json
     from testbed.validate.flow_models import check_models
-    from testbed.validate.pipeline import check_calibration
+    from testbed.validate.pipeline import calibration_shape, check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
+    _check_options(budget_s=budget_s, emulation_budget_s=emulation_budget_s,
+                   target_ci=target_ci, repeats=repeats,
+                   calibration_max_age_s=calibration_max_age_s)
     check_size(scenario, force)
     preflight(scenario)
     if packets not in PACKET_ENGINES:
@@ -276,16 +297,21 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     source = "calibration"
     if isinstance(calibration, str | Path):
         source = str(calibration)
-        try:
-            cal = json.loads(Path(calibration).read_text())
-        except ValueError as exc:
-            raise ValueError(f"{calibration}: not JSON ({exc})") from None
+        cal = read_json(calibration, max_bytes=64 << 20)
     if cal is not None:
         if not isinstance(cal, Mapping) or "capacity_factor" not in cal:
             raise ValueError(f"{source}: not a calibration file (no capacity_factor)")
+        calibration_shape(dict(cal), source)
         if packets != "ns3":
             check_calibration(dict(cal), scenario, source)
     if packets == "ns3":
+        if target_ci is not None:
+            raise ValueError("target_ci: the planned half-width is the emulation's; on ns-3 "
+                             "seeds are added until the claims are conclusive (--budget "
+                             "bounds it), or give the seeds")
+        if emulation_budget_s is not None:
+            raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against "
+                             "it, on both packet engines (packets='both')")
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
                              target_ci, budget_s, repeats, dask, jobs, models)
     both = _engines_checked(scenario, packets, target_ci, emulation_budget_s)
@@ -388,10 +414,6 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
     from testbed.sweep import Executor
     from testbed.validate.ns3_pipeline import validate_ns3
 
-    if target_ci is not None:
-        raise ValueError("target_ci: the planned half-width is the emulation's; on ns-3 "
-                         "seeds are added until the claims are conclusive (--budget bounds "
-                         "it), or give the seeds")
     check_scenario(scenario)
     executor = Executor.dask(dask) if dask else Executor.local(jobs)
     with _bar(f"{scenario.name} (validate on ns-3)", 1, progress) as bar, executor:

@@ -22,7 +22,7 @@ from testbed.model import plugins
 from testbed.model.plugins import display_name
 from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
 from testbed.records import RunFolder, atomic_write, interruption, write_json
-from testbed.workloads.build import build_workload
+from testbed.workloads.build import build_workload, workload_seed
 
 
 class ConservationError(RuntimeError):
@@ -74,6 +74,10 @@ class RunOutcome:
     lost: list[dict] = field(default_factory=list)
 
 
+class RunsLost(RuntimeError):
+    """Every run of a command failed: its folder is gone, the first failure is named."""
+
+
 def count_runs(scenario) -> int:
     return len(scenario.cells()) * len(scenario.schedulers) * scenario.seeds
 
@@ -89,6 +93,9 @@ def preflight(scenario) -> None:
     for point, cell in scenario.cells():
         try:
             build_workload(cell, cell.seed)
+            if cell.workload.seed_segments and cell.seeds > 1:  # the last segment too
+                build_workload(cell, max(workload_seed(cell, k) for k in
+                                         range(cell.seed, cell.seed + cell.seeds)))
         except ValueError as exc:
             where = f"sweep point {point}: " if point else ""
             raise ValueError(f"{where}{exc}") from None
@@ -159,8 +166,15 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
             if on_step:
                 on_step(task.label)
     except BaseException as exc:
-        folder.mark_interrupted(interruption(exc))
+        if not summaries:  # nothing recorded yet: no folder is left behind
+            folder.discard()
+        else:
+            folder.mark_interrupted(interruption(exc))
         raise
+    if tasks and not summaries:
+        folder.discard()
+        raise RunsLost(f"every run failed, nothing was recorded (first: {lost[0]['cell']}: "
+                       f"{lost[0]['error']})")
     rows: list[Row] = []
     for index, (point, cell) in enumerate(scenario.cells()):
         for key in cell.schedulers:

@@ -17,6 +17,9 @@ MAX_NVLINK_GBPS = 14_400.0
 # an oversubscription closer to 1 than this changes each oversubscribed link's rate by
 # less than a rate measurement on the emulated fabric resolves (0.1%)
 MIN_OVERSUBSCRIPTION = 1.001
+# the packet replica's slowest link below this carries a 1500-byte frame in over 0.12 s,
+# more than half of TCP's minimum RTO: no engine on packets builds a replica that runs
+MIN_REPLICA_BPS = 100e3
 
 
 def fabric_problems(host_gbps: float, nvlink_gbps: float, tor_over: float,
@@ -35,6 +38,18 @@ def fabric_problems(host_gbps: float, nvlink_gbps: float, tor_over: float,
                        f"{100 * (1 - 1 / x):.2g}% below the host rate); give 1 for none, or "
                        f"at least {MIN_OVERSUBSCRIPTION:g}")
     return out
+
+
+def replica_problems(host_gbps: float, tor_over: float, core_over: float,
+                     scale: float) -> list[str]:
+    """Whether the packet replica (every rate times emulation.scale) can carry a frame."""
+    slowest = min(host_gbps, host_gbps / tor_over, host_gbps / core_over) * 1e9 * scale
+    if slowest >= MIN_REPLICA_BPS:
+        return []
+    return [f"emulation.scale: {scale:g} makes the replica's slowest link {slowest:.3g} "
+            f"bit/s, below {MIN_REPLICA_BPS / 1e3:g} kbit/s (a 1500-byte frame would take "
+            f"{12e3 / max(slowest, 1e-300):.3g} s): no packet engine could run it; raise "
+            f"emulation.scale to {MIN_REPLICA_BPS / slowest * scale:.2g} at least"]
 
 
 def memory_problems(kv_per_token: float, memory_bytes: float, reserve_bytes: float,
@@ -63,5 +78,7 @@ def scenario_problems(scenario) -> list[str]:
     smallest = w.input_length or PROFILES[w.profile].min_input or 1
     return (fabric_problems(c.host_gbps, c.nvlink_gbps, c.tor_oversubscription,
                             c.core_oversubscription)
+            + replica_problems(c.host_gbps, c.tor_oversubscription, c.core_oversubscription,
+                               scenario.emulation.scale)
             + memory_problems(kv_bytes_per_token(scenario.model_spec()), c.memory_gb * 1e9,
                               c.memory_reserve_gb * 1e9, smallest))

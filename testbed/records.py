@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed import inputs
+
 REQUEST_FIELDS = [
     "id", "arrival", "input_len", "output_len", "measured", "prefill", "decode", "tier",
     "hit_tokens", "reuse_tokens", "kv_bytes", "transfer_bytes", "prefill_start", "prefill_end",
@@ -130,9 +132,9 @@ def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def read_csv(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
+def read_csv(path: Path, columns: tuple[str, ...] = ()) -> list[dict]:
+    """A record's rows; a damaged file is an InputError naming it and the line."""
+    return inputs.read_csv(path, columns)
 
 
 def stamp() -> str:
@@ -205,6 +207,10 @@ class RunFolder:
     def finish(self) -> None:
         (self.path / PARTIAL).unlink(missing_ok=True)
 
+    def discard(self) -> None:
+        """A run that recorded nothing leaves no folder."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     @property
     def partial(self) -> bool:
         return (self.path / PARTIAL).exists()
@@ -222,3 +228,38 @@ def write_cell(cell: Path, requests, transfers, links, summary: dict) -> Path:
     write_csv(cell / "links.csv", links, LINK_FIELDS)
     write_json(cell / "summary.json", summary)
     return cell
+
+
+@contextlib.contextmanager
+def unchanged_on_failure(folder: Path):
+    """A command that rewrites a finished folder leaves it exactly as it was when it fails
+    or is interrupted: the tree is hard-linked aside first (every write here replaces a
+    file by rename, so the links keep the old contents) and put back on failure."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        yield
+        return
+    aside = folder.parent / f".{folder.name}.before-{os.getpid()}"
+    shutil.rmtree(aside, ignore_errors=True)
+    shutil.copytree(folder, aside, copy_function=os.link, symlinks=True)
+    try:
+        yield
+    except BaseException:
+        failed = folder.parent / f".{folder.name}.failed-{os.getpid()}"
+        os.replace(folder, failed)
+        os.replace(aside, folder)
+        shutil.rmtree(failed, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def kept_if_recorded(folder: Path):
+    """A command's new folder that fails before its first run is recorded (no cell's
+    summary.json anywhere in it) is removed: no folder of nothing is left behind."""
+    try:
+        yield
+    except BaseException:
+        if not any(Path(folder).glob("**/cells/*/*/seed*/summary.json")):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise

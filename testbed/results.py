@@ -5,13 +5,13 @@ way as one made in this process."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from functools import cached_property
 from pathlib import Path
 
 import yaml
 
+from testbed.inputs import read_json
 from testbed.model.plugins import display_name
 from testbed.records import PARTIAL
 from testbed.scenario import Scenario
@@ -54,7 +54,7 @@ class RunResult:
     def summary(self) -> dict:
         """summary.json: the scenario's rows (mean and std over seeds) and run facts."""
         path = self.folder / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return read_json(path, object) if path.exists() else {}
 
     @property
     def engine(self) -> str:
@@ -256,7 +256,7 @@ class ValidationResult:
 
     def _read(self, name: str):
         path = self.folder / name
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(path, object) if path.exists() else None
 
     def answer_lines(self) -> list[str]:
         """The answer `testbed validate` prints: do the claims hold on packets, does the

@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 # lowest first; a unit is a package under testbed/ or a top-level module
 LAYERS = [
-    "yamlfile", "progress", "clock", "cachedir", "native", "model", "workloads", "topologies",
+    "yamlfile", "inputs", "progress", "clock", "cachedir", "native", "model", "workloads", "topologies",
     "datapath", "lifecycle", "records", "metrics", "plausibility", "scenario", "estimate", "serving",
     "control", "flowsim", "ns3sim", "sdn", "workers", "remote", "vm", "sweep", "cells",
     "runner", "emulation", "validate", "results", "api", "cli", "__main__", "testbed",

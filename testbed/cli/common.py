@@ -19,6 +19,9 @@ import yaml
 from rich.console import Console
 
 from testbed import yamlfile
+from testbed.cells import RunsLost
+from testbed.inputs import InputError
+from testbed.ns3sim.program import Ns3Unavailable
 from testbed.records import Terminated, raise_terminated, stamp
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.workloads.mooncake import TraceError
@@ -82,7 +85,7 @@ class _Boundary(click.Group):
         except Terminated:
             console.print("terminated (SIGTERM)")
             sys.exit(143)
-        except (ScenarioError, TraceError) as exc:
+        except (ScenarioError, TraceError, InputError, Ns3Unavailable, RunsLost) as exc:
             _fail(str(exc))
         except OSError as exc:
             _fail(_os_message(exc))
@@ -189,3 +192,34 @@ def report_scheduler_faults(run) -> None:
         first = "; ".join(rows["scheduler_fault"].head(3))
         console.print(f"[bold yellow]scheduler {key}[/]: {len(rows)} decision(s) replaced by "
                       f"the fallback: {first}", highlight=False, soft_wrap=True)
+
+
+def report_model_faults(run) -> None:
+    """A network-model plugin's transfers timed by fixed-bandwidth instead: said on the
+    terminal, since the table's figures are then not the model's alone."""
+    per = {str(row.get("key") or row.get("scheduler")):
+           float((row.get("network_model_faults") or {}).get("total") or 0.0)
+           for row in run.summary.get("rows", [])}
+    if any(per.values()):
+        said = ", ".join(f"{n:g} ({key})" for key, n in per.items() if n)
+        console.print(f"[bold yellow]network model {run.scenario.network.model}[/]: "
+                      f"transfers a seed timed by fixed-bandwidth instead: {said} (it raised, "
+                      "returned no finite seconds > 0, or was too slow; summary.json "
+                      "network_model_faults): these figures are not the model's alone",
+                      highlight=False, soft_wrap=True)
+
+
+def reads_records(fn):
+    """A command over finished folders: damage nobody foresaw in their records (a key
+    missing, a list where a number belongs) is refused naming the folders, exit 2."""
+    import functools
+
+    from testbed.inputs import reading
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        given = [kwargs.get(k) for k in ("folder", "reference", "model")]
+        given += list(kwargs.get("folders") or ())
+        with reading(", ".join(str(g) for g in given if g) or "the folder given"):
+            return fn(*args, **kwargs)
+    return wrapper

@@ -13,6 +13,7 @@ from testbed.cli.common import (
     force_option,
     main,
     out,
+    report_model_faults,
     report_scheduler_faults,
     scenario_options,
 )
@@ -89,6 +90,7 @@ def _show(run, quiet: bool) -> bool:
 
     sc, outcome = run.scenario, run.outcome
     report_scheduler_faults(run)
+    report_model_faults(run)
     for x in outcome.lost:
         console.print(f"[bold red]lost cell[/] {x['cell']}: {x['error']}", highlight=False)
     if quiet:
@@ -115,9 +117,9 @@ def _jobs(value: str) -> int | str:
         jobs = int(value)
     except ValueError:
         jobs = -1
-    if jobs < 0:
-        raise click.BadParameter(f"{value!r}: a number of processes (0: one per core) "
-                                 "or auto")
+    if not 0 <= jobs <= 4096:
+        raise click.BadParameter(f"{value!r}: a number of processes from 0 (one per core) "
+                                 "to 4096, or auto")
     return jobs
 
 
@@ -135,6 +137,7 @@ def check(scenario) -> None:
     unless --force.
     """
     from testbed.api import check_size
+    from testbed.cells import preflight
     from testbed.estimate import available_memory, estimate
     from testbed.workloads.build import build_workload, offered_rate
 
@@ -149,6 +152,8 @@ def check(scenario) -> None:
         first = cells[0][1]
         # describing a large run from its offered rate keeps check under a second
         wl = build_workload(first, sc.seed) if size.requests <= CHECK_BUILDS else None
+        if wl is not None:  # what a run checks before it starts, check checks too
+            preflight(sc)
         rate, capacity = offered_rate(first, sc.seed)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import yaml
 
-from testbed.cli.common import _fail, main
+from testbed.cli.common import _fail, main, reads_records
+from testbed.cli.options import Number
 from testbed.scenario import ScenarioError
 from testbed.workloads.mooncake import TraceError
 
@@ -40,25 +41,31 @@ def judge(folder: str, verbose: bool, predictions: str | None,
     the transfers. FOLDER/predictions-<name>/ gets judged.json and report.md; a bad line
     is named (line and field), exit 2, nothing written.
     """
+    from testbed.inputs import reading
+    from testbed.records import unchanged_on_failure
     from testbed.results import ValidationResult
     from testbed.sweep import Executor
     from testbed.validate.flow_models import check_models
     from testbed.validate.rejudge import judge_again, with_flow_models
 
     if predictions:
-        _judge_predictions(Path(folder), Path(predictions))
+        with reading(folder):
+            _judge_predictions(Path(folder), Path(predictions))
         return
     try:
         models = check_models(list(flow_models)) if flow_models else []
-        with Executor.local(0) as pool:  # the flow model's runs and draws on every core
+        # the folder as it was unless the whole judgement lands
+        with reading(folder), unchanged_on_failure(Path(folder)), \
+                Executor.local(0) as pool:  # the flow model's runs and draws on every core
             if models:
                 with_flow_models(Path(folder), models, pool)
             else:
                 judge_again(Path(folder), pool)
+            result = ValidationResult(Path(folder))
+            lines = (result.summary_lines() + [""] if verbose else []) + result.answer_lines()
     except (ValueError, ScenarioError, TraceError) as exc:
         _fail(str(exc))
-    result = ValidationResult(Path(folder))
-    for line in (result.summary_lines() + [""] if verbose else []) + result.answer_lines():
+    for line in lines:
         click.echo(line)
     click.echo(f"Report: {result.report}")
 
@@ -99,11 +106,13 @@ def export_workload(folder: str, out_file: str | None) -> None:
     validation folder exports its packets' run. Predict each request's TTFT, then
     `testbed judge --predictions FILE FOLDER`.
     """
+    from testbed.inputs import reading
     from testbed.records import atomic_write
     from testbed.validate.exported import export
 
     try:
-        doc = export(Path(folder))
+        with reading(folder):
+            doc = export(Path(folder))
     except (ValueError, ScenarioError) as exc:
         _fail(str(exc))
     text = doc.model_dump_json(indent=1) + "\n"
@@ -121,6 +130,7 @@ def export_workload(folder: str, out_file: str | None) -> None:
 @click.argument("model", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where report.md and comparison.json go (default: MODEL/compare).")
+@reads_records
 def compare_cmd(reference: str, model: str, out_dir: str | None) -> None:
     """Compare two run folders cell by cell: REFERENCE (e.g. packets) vs MODEL (flows).
 
@@ -156,6 +166,7 @@ _SAME = ("name", "cluster", "emulation.scale", "emulation.time_dilation")
               help="Judge this scheduler's cells (repeatable; default: rr where every run "
               "has it, else all). Others than RR place requests by load, so the transfers "
               "around one placed alike differ from run to run.")
+@reads_records
 def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
     """How far repeated packet runs of one scenario are from each other (no root).
 
@@ -256,9 +267,11 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
 
 
 def _scenario_of(folder: Path) -> dict:
+    from testbed.inputs import read_text
+
     try:
-        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = yaml.safe_load(read_text(folder / "scenario.yaml"))
+    except (ValueError, yaml.YAMLError) as exc:
         _fail(f"{folder}: no readable scenario.yaml ({exc})")
     if not isinstance(raw, dict):
         _fail(f"{folder}/scenario.yaml: not a scenario")
@@ -289,10 +302,11 @@ def _floors(folder: Path, raw: dict) -> dict[int, dict]:
 
 @main.command("replay")
 @click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--jobs", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--jobs", type=Number(0, 4096, integer=True), default=0, show_default=True,
               help="Processes replaying at once (0: one per core).")
 @click.option("--out", type=click.Path(file_okay=False), default="results", show_default=True,
               help="Where the replay's folder goes (replay-ns3-<stamp>/).")
+@reads_records
 def replay_cmd(folders: tuple[str, ...], jobs: int, out: str) -> None:
     """ns-3 fed the emulation's own schedule, judged transfer by transfer (no root).
 

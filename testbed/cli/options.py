@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
+import math
+
 import click
+
+
+class Number(click.ParamType):
+    """A finite number within bounds (click's FloatRange lets nan and inf through)."""
+
+    def __init__(self, lo: float, hi: float, integer: bool = False, unit: str = ""):
+        self.lo, self.hi, self.integer, self.unit = lo, hi, integer, unit
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int | float) and not isinstance(value, bool) \
+                and self.lo <= value <= self.hi:
+            return value
+        text = str(value).strip()
+        try:
+            x = int(text) if self.integer else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not {'an integer' if self.integer else 'a number'}",
+                      param, ctx)
+        if not math.isfinite(x) or not self.lo <= x <= self.hi:
+            self.fail(f"{value!r}: give {'an integer' if self.integer else 'a number'} from "
+                      f"{self.lo:g} to {self.hi:g}{self.unit}", param, ctx)
+        return x
 
 
 class FabricCount(click.ParamType):

@@ -20,7 +20,7 @@ from testbed.cli.common import (
     report_scheduler_faults,
     scenario_options,
 )
-from testbed.cli.options import dask_option, fabrics_option
+from testbed.cli.options import Number, dask_option, fabrics_option
 from testbed.workloads.mooncake import TraceError
 
 
@@ -60,6 +60,10 @@ def controller(scenario, openflow_sockets, cluster) -> None:
         0 if emu.ovs_instances == "auto" else private_daemons(emu), openflow_sockets,
         emu.token, read)
 
+MAX_DURATION_S = 30 * 86400.0
+MAX_REPEATS = 100  # each a whole packet run of the first seed
+
+
 class Fraction(click.ParamType):
     """4% or 0.04: a fraction in (0, 1)."""
 
@@ -93,8 +97,8 @@ class Duration(click.ParamType):
             x = float(text[:-1] if unit else text) * (unit or 1.0)
         except ValueError:
             self.fail(f"{value!r} is not a duration (give 540, 540s, 9m or 1.5h)", param, ctx)
-        if x <= 0:
-            self.fail(f"{value!r} must be positive", param, ctx)
+        if not 0 < x <= MAX_DURATION_S:  # NaN too
+            self.fail(f"{value!r} must be positive and at most 30 days", param, ctx)
         return x
 
 
@@ -121,7 +125,7 @@ def net() -> None:
 
 @net.command("up")
 @scenario_options()
-@click.option("--hold", type=float, default=None, metavar="SECONDS",
+@click.option("--hold", type=Number(0, 30 * 86400, unit=" s"), default=None, metavar="SECONDS",
               help="No CLI: keep the fabric up this long (or until SIGTERM/Ctrl-C).")
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=click.Path(file_okay=False), help="Where the run's logs go.")
@@ -354,7 +358,7 @@ def calibrate(scenario, out_file: str | None) -> None:
               help="Sequential: wall-time budget (e.g. 9m, 540s, 1h); the plan fits in it and "
               "no round starts that would not. On ns-3: how long seeds may be added "
               "(default 30m; on both engines the whole validation's, 10m at least ns-3's).")
-@click.option("--calibration-max-age", "max_age_h", type=click.FloatRange(min=0), default=24.0,
+@click.option("--calibration-max-age", "max_age_h", type=Number(0, 10**6, unit=" hours"), default=24.0,
               show_default=True, metavar="HOURS",
               help="Reuse this machine's cached calibration of the same fabric (scale, "
               "dilation, datapath, code version) while younger than this.")
@@ -363,7 +367,7 @@ def calibrate(scenario, out_file: str | None) -> None:
 @click.option("--verbose", is_flag=True, help="Print every figure's line before the answer "
               "(per-transfer errors, targets, each claim's intervals, the ranking), and "
               "Mininet's own progress.")
-@click.option("--repeats", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--repeats", type=Number(0, MAX_REPEATS, integer=True), default=0, show_default=True,
               metavar="N", help="Run the first seed N more times on packets (RR alone where "
               "it is scheduled) and report how far packets are from themselves per transfer: "
               "the floor for any flow model's error. Each costs one more packet run. On "

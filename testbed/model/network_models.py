@@ -238,7 +238,8 @@ class GuardedModel:
         if kind is None and time.perf_counter() - t0 > self.timeout_s:
             kind, detail = TOO_SLOW, f"took over {self.timeout_s * 1e3:g} ms"
         if kind is None and not _good_seconds(seconds):
-            kind, detail = BAD_RETURN, f"returned {seconds!r}, not a finite number > 0"
+            kind, detail = BAD_RETURN, (f"returned {str(seconds)[:40]}, not a finite "
+                                        "number > 0 that a float holds")
         if kind is None:
             return float(seconds)
         self.counts[kind] += 1
@@ -251,8 +252,13 @@ class GuardedModel:
 
 
 def _good_seconds(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+    """A finite number of seconds above zero that a float holds (an int past 1e308 not)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
 
 
 def build(key: str, ctx: NetworkModelContext, timeout_s: float) -> NetworkModel | GuardedModel:

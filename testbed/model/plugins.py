@@ -107,9 +107,11 @@ def load_class(target: str, label: str, base: type, what: str) -> type:
                               "Python path (install the plugin's package, or add its folder "
                               "to PYTHONPATH)") from None
         raise PluginError(f"{label}: importing {module_name} failed: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - a plugin's import-time error, reported by name
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's import, by name
         raise PluginError(f"{label}: importing {module_name} raised "
-                          f"{type(exc).__name__}: {exc}") from None
+                          f"{type(exc).__name__}: {exc}"
+                          + (" (a plugin module must not exit the process on import)"
+                             if isinstance(exc, SystemExit) else "")) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise PluginError(f"{label}: module {module_name} has no {attr!r}")

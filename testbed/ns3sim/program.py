@@ -91,9 +91,11 @@ def program(on_build=None) -> Path:
     release in the records)."""
     given = os.environ.get(PREBUILT)
     if given:
-        if not (Path(given).is_file() and os.access(given, os.X_OK)):
+        # absolute: the child runs in a folder of its own
+        path = Path(given).expanduser().absolute()
+        if not (path.is_file() and os.access(path, os.X_OK)):
             raise Ns3Unavailable(f"{PREBUILT}={given}: not an executable file")
-        return Path(given)
+        return path
     root, version = wheel()
     cxx = _compiler()
     files = sorted((p for p in resources.files("testbed.ns3sim").joinpath(SOURCE).iterdir()
@@ -120,6 +122,20 @@ def program(on_build=None) -> Path:
         shutil.rmtree(src)
 
     return built_once(target, build)
+
+
+def checked_program(on_build=None) -> Path:
+    """program(), started once to check that it answers as this project's program does:
+    what every ns-3 command calls before it makes a folder."""
+    from testbed.ns3sim.process import Ns3Error, check_program
+
+    exe = program(on_build)
+    try:
+        check_program(exe)
+    except (Ns3Error, OSError) as exc:
+        raise Ns3Unavailable(f"{PREBUILT}: {exc}" if os.environ.get(PREBUILT)
+                             else str(exc)) from None
+    return exe
 
 
 def main() -> None:

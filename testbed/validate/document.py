@@ -9,12 +9,12 @@ section of its own under its key, empty (null) where it was not fitted."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from testbed.inputs import InputError, read_json
 from testbed.records import write_json
 from testbed.validate.decision import Verdict
 
@@ -167,7 +167,7 @@ def _first(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-class DocumentError(ValueError):
+class DocumentError(InputError):
     """A comparison.json that is not what this version writes; the message names the
     field and what to do."""
 
@@ -192,9 +192,9 @@ def load(path: Path) -> dict:
     """A validation's comparison.json as the dict it was written as, checked against the
     model first; an older or foreign one is refused with what to do."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DocumentError(f"{path}: cannot be read ({exc})") from None
+        doc = read_json(path, object)
+    except InputError as exc:
+        raise DocumentError(f"cannot be read: {exc}") from None
     if not isinstance(doc, dict):
         raise DocumentError(f"{path}: not a validation's comparison.json")
     version = doc.get("schema_version")

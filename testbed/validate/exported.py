@@ -17,14 +17,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from testbed.records import PARTIAL, read_csv
+from testbed.inputs import InputError, converted, read_json
+from testbed.records import PARTIAL
 
 FORMAT = "netkv-workload"
 VERSION = 1
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class InstanceRecord(_Record):
@@ -103,16 +104,16 @@ def run_folder(path: Path) -> Path:
     """A run folder, or a validation's packets run inside it."""
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"{path}: no such run folder")
+        raise InputError(f"{path}: no such run folder")
     if (path / "cells").is_dir():
         found = path
     else:
         runs = sorted(path.glob("*-emulation-*")) or sorted(path.glob("*-ns3-*"))
         if not runs:
-            raise ValueError(f"{path}: not a run folder (no cells/) nor a validation")
+            raise InputError(f"{path}: not a run folder (no cells/) nor a validation")
         found = runs[-1]
     if (found / PARTIAL).exists():
-        raise ValueError(f"{found}: the run did not finish (PARTIAL)")
+        raise InputError(f"{found}: the run did not finish (PARTIAL)")
     return found
 
 
@@ -145,7 +146,13 @@ def _request(r: dict) -> RequestRecord:
         measured=str(r.get("measured")).lower() in ("true", "1"), slo_s=_num(r.get("slo_s")))
 
 
-def _transfer(t: dict) -> TransferRecord:
+REQUEST_COLUMNS = ("id", "arrival", "input_len", "output_len")
+TRANSFER_COLUMNS = ("request", "shard", "src", "dst", "tier", "bytes", "start")
+
+
+def _transfer(t: dict) -> TransferRecord | None:
+    if t["start"] in (None, ""):
+        return None  # never started
     return TransferRecord(request=str(t["request"]), shard=int(t["shard"]), src=t["src"],
                           dst=t["dst"], tier=int(t["tier"]), bytes=float(t["bytes"]),
                           start_s=float(t["start"]))
@@ -159,20 +166,21 @@ def export(path: Path) -> WorkloadFile:
     folder = run_folder(path)
     scenario = load_scenario(folder / "scenario.yaml")
     summary = folder / "summary.json"
-    engine = json.loads(summary.read_text()).get("engine", "flow") if summary.exists() \
-        else "flow"
+    engine = str(read_json(summary).get("engine", "flow")) if summary.exists() else "flow"
     cells = []
     for cell in sorted((folder / "cells").glob("*/*/seed*")):
         key = cell.relative_to(folder / "cells").as_posix()
         _, sched, seed = key.split("/")
-        transfers = read_csv(cell / "transfers.csv") if (cell / "transfers.csv").exists() \
-            else []
+        transfers = converted(cell / "transfers.csv", TRANSFER_COLUMNS, _transfer) \
+            if (cell / "transfers.csv").exists() else []
+        if not seed.removeprefix("seed").isdigit():
+            raise InputError(f"{cell}: a cell folder is named seed<N>")
         cells.append(CellRecord(cell=key, scheduler=sched, seed=int(seed.removeprefix("seed")),
-                                requests=[_request(r) for r in read_csv(cell / "requests.csv")],
-                                transfers=[_transfer(t) for t in transfers
-                                           if t.get("start") not in (None, "")]))
+                                requests=converted(cell / "requests.csv", REQUEST_COLUMNS,
+                                                   _request),
+                                transfers=[t for t in transfers if t is not None]))
     if not cells:
-        raise ValueError(f"{folder}: no cells to export")
+        raise InputError(f"{folder}: no cells to export")
     return WorkloadFile(scenario=scenario.name, engine=engine,
                         bytes_per_token=kv_bytes_per_token(scenario.model_spec()),
                         timing={k: float(v) for k, v in scenario.timing.model_dump().items()

@@ -12,13 +12,13 @@ anew by the same function (its targets equal the document's)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
+from testbed.inputs import InputError, read_json, read_text
 from testbed.model import network_models
 from testbed.records import PARTIAL, read_csv
 from testbed.runner import run_flowsim
@@ -37,20 +37,27 @@ MODELS = "flow-models"  # a validation folder's runs of the other flow models
 def inputs(folder: Path) -> tuple[object, dict, Path]:
     """A finished validation folder's scenario, calibration and packets' run folder."""
     from testbed.scenario import Scenario
+    from testbed.validate.pipeline import calibration_shape
 
     folder = Path(folder)
     if (folder / PARTIAL).exists():
-        raise ValueError(f"{folder}: this validation did not finish (PARTIAL)")
-    try:
-        raw = yaml.safe_load((folder / "scenario.yaml").read_text(encoding="utf-8"))
-        cal = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{folder}: not a validation folder ({exc})") from None
-    # the packets' run: the emulation's, or ns-3's (validate --packets ns3)
+        raise InputError(f"{folder}: this validation did not finish (PARTIAL)")
     packets = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
-    if not packets or not isinstance(raw, dict) or "capacity_factor" not in cal:
-        raise ValueError(f"{folder}: not a validation folder (needs scenario.yaml, "
+    if not packets or not (folder / "scenario.yaml").exists():
+        raise InputError(f"{folder}: not a validation folder (needs scenario.yaml, "
                          "calibration.json and the packets' run folder)")
+    try:
+        raw = yaml.safe_load(read_text(folder / "scenario.yaml"))
+    except yaml.YAMLError as exc:
+        raise InputError(f"{folder / 'scenario.yaml'}: not YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{folder / 'scenario.yaml'}: not a scenario")
+    cal = read_json(folder / "calibration.json")
+    calibration_shape(cal, str(folder / "calibration.json"))
+    # the packets' run: the emulation's, or ns-3's (validate --packets ns3)
+    if not any(packets[-1].glob("cells/*/*/seed*/summary.json")):
+        raise InputError(f"{packets[-1]}: no finished run in it (cells/<point>/<scheduler>/"
+                         "seed*/summary.json)")
     return Scenario.model_validate(raw), cal, packets[-1]
 
 
@@ -73,7 +80,7 @@ def judge_models(folder: Path, keys: list[str], executor=None,
     scenario, cal, packets = inputs(folder)
     cal = with_probe_fits(scenario, cal)  # the fit the verdict's model was given (judge)
     doc_path = folder / "comparison.json"
-    doc = json.loads(doc_path.read_text(encoding="utf-8"))
+    doc = read_json(doc_path, object)
     seq = doc.get("sequential")
     level = seq["level"] if seq else stats.CONFIDENCE
     rows = []
@@ -119,7 +126,7 @@ def model_row(scenario, packets: Path, cal: dict, key: str, out: Path, level: fl
                     **claim_targets(gains)},
         "claims": gains, "ttft_verdicts": verdicts,
         "seed_rankings": seed_rankings(emu_cells, flow_cells),
-        "faults": sum(int((json.loads((c / "summary.json").read_text())
+        "faults": sum(int((read_json((c / "summary.json"), object)
                            .get("network_model_faults") or {}).get("total", 0))
                       for c in flow_cells.values()),
     }

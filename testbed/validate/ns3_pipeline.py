@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.records import PARTIAL, atomic_write, stamp, write_json
+from testbed.records import PARTIAL, atomic_write, kept_if_recorded, stamp, write_json
 
 
 def ns3_replica(scenario):
@@ -42,52 +42,55 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     seed run again that many times, perturbed (repeat.jittered): the floor of the
     per-transfer error, read against the replay's."""
     from testbed.ns3sim.ns3_fabric import wire_payload_share
-    from testbed.ns3sim.program import program
+    from testbed.ns3sim.program import checked_program
     from testbed.runner import run_flowsim
     from testbed.validate import repeat
     from testbed.validate.calibrate import calibration_document
     from testbed.validate.ns3_probes import probe_tiers
-    from testbed.validate.ns3_rounds import cycled
+    from testbed.validate.ns3_rounds import check_segments, cycled
     from testbed.validate.pipeline import check_calibration
 
     note = on_note or (lambda _line: None)
     started = time.monotonic()
-    replica, _segments = cycled(ns3_replica(scenario))
-    exe = program(on_build=note)
+    replica, segments = cycled(ns3_replica(scenario))
+    if replica.seeds == 1 or budget_s is not None:  # rounds of seeds: refused before a folder
+        check_segments(replica, segments)
+    if calibration is not None:
+        check_calibration(calibration, replica)
+    exe = checked_program(on_build=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
-    atomic_write(folder / PARTIAL, "validation started; not finished\n")
-    atomic_write(folder / "scenario.yaml",
-                 yaml.safe_dump(replica.model_dump(mode="json"), sort_keys=False))
-    phases: dict[str, float] = {}
-    if calibration is None:
-        t = time.monotonic()
-        calibration = calibration_document(replica, probe_tiers(
-            replica, exe, lambda label: on_step and on_step(label, 0.0)),
-            wire_payload_share(replica.emulation.frame_bytes))
-        phases["calibration_s"] = time.monotonic() - t
-        note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
-    else:
-        check_calibration(calibration, replica)
-    write_json(folder / "calibration.json", calibration)
-    for i in range(repeats):
-        note(f"ns-3 again, perturbed ({i + 1} of {repeats})")
-        t = time.monotonic()
-        first = repeat.NS3_REPEAT_SEEDS if replica.seeds == 1 else \
-            min(replica.seeds, repeat.NS3_REPEAT_SEEDS)  # one seed asked: the rounds' first
-        run_flowsim(repeat.jittered(replica, i + 1, first), folder / repeat.REPEATS,
-                    lambda label: on_step and on_step(label, 0.0), executor=executor,
-                    engine="ns3")
-        phases["repeats_s"] = phases.get("repeats_s", 0.0) + time.monotonic() - t
-    if replica.seeds == 1 or budget_s is not None:
-        from testbed.validate.ns3_rounds import run_rounds
+    with kept_if_recorded(folder):
+        atomic_write(folder / PARTIAL, "validation started; not finished\n")
+        atomic_write(folder / "scenario.yaml",
+                     yaml.safe_dump(replica.model_dump(mode="json"), sort_keys=False))
+        phases: dict[str, float] = {}
+        if calibration is None:
+            t = time.monotonic()
+            calibration = calibration_document(replica, probe_tiers(
+                replica, exe, lambda label: on_step and on_step(label, 0.0)),
+                wire_payload_share(replica.emulation.frame_bytes))
+            phases["calibration_s"] = time.monotonic() - t
+            note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
+        write_json(folder / "calibration.json", calibration)
+        for i in range(repeats):
+            note(f"ns-3 again, perturbed ({i + 1} of {repeats})")
+            t = time.monotonic()
+            first = repeat.NS3_REPEAT_SEEDS if replica.seeds == 1 else \
+                min(replica.seeds, repeat.NS3_REPEAT_SEEDS)  # one seed asked: the rounds' first
+            run_flowsim(repeat.jittered(replica, i + 1, first), folder / repeat.REPEATS,
+                        lambda label: on_step and on_step(label, 0.0), executor=executor,
+                        engine="ns3")
+            phases["repeats_s"] = phases.get("repeats_s", 0.0) + time.monotonic() - t
+        if replica.seeds == 1 or budget_s is not None:
+            from testbed.validate.ns3_rounds import run_rounds
 
-        run_rounds(replica, folder, calibration, executor, on_step, note,
-                   DEFAULT_BUDGET_S if budget_s is None else budget_s, phases, started)
-    else:
-        _judge_once(replica, folder, calibration, executor, on_step, note, phases)
-    write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
-    (folder / PARTIAL).unlink(missing_ok=True)
+            run_rounds(replica, folder, calibration, executor, on_step, note,
+                       DEFAULT_BUDGET_S if budget_s is None else budget_s, phases, started)
+        else:
+            _judge_once(replica, folder, calibration, executor, on_step, note, phases)
+        write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
+        (folder / PARTIAL).unlink(missing_ok=True)
     return folder
 
 

@@ -123,6 +123,17 @@ def cycled(replica):
     return replica.with_overrides({"workload.segments": segments}), segments
 
 
+def check_segments(replica, segments: int | None) -> None:
+    """Seeds added on ns-3 need two segments of the trace at least: said before anything
+    is made."""
+    if segments is not None and segments < 2:
+        raise ValueError(f"{replica.workload.trace}: the trace holds {segments} segment(s) "
+                         "of this window; seeds on ns-3 need two at least: shorten "
+                         "workload.warmup_s + measure_s, lower the load, set "
+                         "workload.trace_loop (replays are not new requests), or give "
+                         "--seeds")
+
+
 def run_rounds(replica, folder: Path, calibration: dict, executor,
                on_step: Callable[[str, float], None] | None, note: Callable[[str], None],
                budget_s: float, phases: dict, started: float) -> None:
@@ -131,12 +142,7 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     from testbed.validate.pipeline import judge, publish
 
     replica, segments = cycled(replica)
-    if segments is not None and segments < 2:
-        raise ValueError(f"{replica.workload.trace}: the trace holds {segments} segment(s) "
-                         "of this window; seeds on ns-3 need two at least: shorten "
-                         "workload.warmup_s + measure_s, lower the load, set "
-                         "workload.trace_loop (replays are not new requests), or give "
-                         "--seeds")
+    check_segments(replica, segments)
     looks: list[dict] = []
     packets, done, reason = None, 0, "planned rounds done"
     plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]

@@ -20,11 +20,11 @@ recorded it (fidelity.json "replica"), other than the one ns-3's twin builds.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.inputs import InputError, read_json
 from testbed.records import PARTIAL, read_csv
 from testbed.sweep import Lost
 from testbed.topologies.routing import packet_ecmp, path_hops
@@ -33,7 +33,7 @@ from testbed.validate import compare, stats, validity
 COMPETITORS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2-3"), (4, 7, "4-7"), (8, 10**9, "8+"))
 
 
-class Unreplayable(ValueError):
+class Unreplayable(InputError):
     """An emulation run ns-3 cannot replay: the message names the folder and why."""
 
 
@@ -110,7 +110,7 @@ def _cell_refusal(cell: Path, sc, built) -> str | None:
     if not (cell / "transfers.csv").is_file():
         return "no transfers.csv"
     try:
-        fidelity = json.loads((cell / "fidelity.json").read_text())
+        fidelity = read_json((cell / "fidelity.json"), object)
     except (OSError, ValueError):
         return "no readable fidelity.json (not an emulation run?)"
     if not isinstance(fidelity, dict) or fidelity.get("verdict") != "faithful":
@@ -219,10 +219,10 @@ def replay_runs(folders: Sequence[Path], executor, out_root: Path | None,
     out_root/replay-ns3-<stamp>/ (replay.json, and ns-3's transfers.csv per cell) unless
     out_root is None. The emulation's own floor where two runs share a cell.
     `overrides`: ns-3's twin changed so (benchmarks/bench_twin.py takes its parts away)."""
-    from testbed.ns3sim.program import program
+    from testbed.ns3sim.program import checked_program
     from testbed.ns3sim.replayer import replay_cell, twin_replica
 
-    exe = program()
+    exe = checked_program()
     built: dict[str, dict] = {}
 
     def twin(sc) -> dict:

@@ -24,7 +24,6 @@ With a target width or a budget the packets run in planned rounds and stop early
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from testbed.clock import RunClock
+from testbed.inputs import read_json
 from testbed.metrics import percentile
 from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
@@ -46,6 +46,28 @@ from testbed.validate.contention import with_probe_fits
 from testbed.validate.document import write_comparison
 from testbed.validate.sections import build_document, cells_of
 from testbed.validate.twin import flow_twin
+
+
+def calibration_shape(cal: dict, source: str) -> None:
+    """A calibration document given by hand: every figure the flow model takes from it a
+    finite number where it belongs, named by field when it is not."""
+    from testbed.inputs import InputError, number
+
+    if not isinstance(cal.get("capacity_factor"), dict | int | float):
+        raise InputError(f"{source}: capacity_factor: expected a number per tier")
+    factors = cal["capacity_factor"]
+    for tier, value in (factors.items() if isinstance(factors, dict) else [("", factors)]):
+        number(value, f"{source}: capacity_factor{'.' if tier else ''}{tier}", 1e-6, 10)
+    for key, lo, hi in (("scale", 1e-12, 1.0), ("time_dilation", 1e-3, 1e3),
+                        ("payload_share", 1e-6, 1.0)):
+        if key in cal:
+            number(cal[key], f"{source}: {key}", lo, hi)
+    for section in ("tcp", "tiers"):
+        if not isinstance(cal.get(section, {}), dict):
+            raise InputError(f"{source}: {section}: expected an object")
+    for key, value in (cal.get("tcp") or {}).items():
+        if not isinstance(value, list | dict):
+            number(value, f"{source}: tcp.{key}")
 
 
 def check_calibration(cal: dict, scenario, source: str = "calibration") -> None:
@@ -246,7 +268,7 @@ def run_overheads(emu_folder: Path, scenario,
     starts, stops, drains, pilots = [], [], [], []
     for key, cell in cells_of(emu_folder).items():
         try:
-            router = json.loads((cell / "router.json").read_text())
+            router = read_json((cell / "router.json"), object)
             done = [float(r["done"]) for r in read_csv(cell / "requests.csv")
                     if r.get("done") not in (None, "")]
         except (OSError, ValueError, KeyError):
@@ -298,7 +320,7 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
                                       **on).folder
     flows.update(beside.engine_runs(scenario, factors, fit, folder, executor))
     seq_file = folder / "sequential.json"
-    sequential = json.loads(seq_file.read_text()) if seq_file.exists() else None
+    sequential = read_json(seq_file, object) if seq_file.exists() else None
     return publish(folder, build_document(scenario, emu_folder, flows, cal, factors,
                                           sequential, executor))
 

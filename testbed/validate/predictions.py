@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.records import read_csv
+from testbed.inputs import InputError, number, read_csv, read_text
 from testbed.validate import compare, stats
 from testbed.validate.claims import judge_point, pair_requests, served
 from testbed.validate.decision import ttft_agreement
@@ -30,9 +30,10 @@ from testbed.validate.words import ttft_sentence
 REQUIRED = ("cell", "request", "ttft_s")
 OPTIONAL = ("transfer_s",)
 UNIT_RATIO = 100.0  # a median ratio to the run's own times past this is a units mix-up
+MAX_BYTES = 1 << 30  # a prediction a request: a billion-byte file is not one
 
 
-class PredictionError(ValueError):
+class PredictionError(InputError):
     """A predictions file that cannot be judged; the message names the line and field."""
 
 
@@ -60,9 +61,9 @@ def parse(path: Path, cells: dict[str, dict[str, dict]]) -> Predictions:
     requests.csv row)."""
     name = Path(path).name
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PredictionError(f"{name}: cannot be read ({exc})") from None
+        text = read_text(path, MAX_BYTES)
+    except InputError as exc:
+        raise PredictionError(str(exc)) from None
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []
     for field in header:
@@ -132,9 +133,17 @@ def _ratio_check(name: str, field: str, ratios: list[float]) -> None:
 
 def run_cells(folder: Path) -> dict[str, dict[str, dict]]:
     """cell key -> request id -> its requests.csv row, of a run folder."""
-    return {cell.relative_to(folder / "cells").as_posix():
-            {str(r["id"]): r for r in read_csv(cell / "requests.csv")}
-            for cell in sorted((folder / "cells").glob("*/*/seed*"))}
+    out = {}
+    for cell in sorted((folder / "cells").glob("*/*/seed*")):
+        rows = read_csv(cell / "requests.csv", ("id", "ttft", "measured"))
+        for line, r in enumerate(rows, start=2):
+            for field in ("ttft", "transfer_start", "transfer_end"):
+                if r.get(field) not in (None, ""):
+                    number(r[field], f"{cell / 'requests.csv'}:{line}: {field}")
+        out[cell.relative_to(folder / "cells").as_posix()] = {str(r["id"]): r for r in rows}
+    if not out:
+        raise InputError(f"{folder}: no cells/<point>/<scheduler>/seed*/ to judge against")
+    return out
 
 
 def judged_rows(rows: dict[str, dict], ttft: dict[str, float]) -> list[dict]:

@@ -5,9 +5,9 @@ it was judged with (or those asked for now)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from testbed.inputs import read_json
 from testbed.validate import three_way
 from testbed.validate.flow_models import inputs, judge_models
 from testbed.validate.pipeline import judge, publish
@@ -33,12 +33,11 @@ def judge_again(folder: Path, executor=None, flow_models: list[str] | None = Non
 
 def previous_models(folder: Path) -> list[str]:
     """The network models a validation's comparison.json was judged with besides max-min."""
-    try:
-        doc = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    try:  # a damaged one names no models: judge writes it anew
+        rows = read_json(folder / "comparison.json")["flow_models"]["models"]
+        return [str(r["model"]) for r in rows if r["model"] != "max-min"]
+    except (ValueError, KeyError, TypeError):
         return []
-    rows = (doc.get("flow_models") or {}).get("models") or []
-    return [r["model"] for r in rows if r["model"] != "max-min"]
 
 
 def with_flow_models(folder: Path, keys: list[str], executor=None, on_step=None) -> dict:

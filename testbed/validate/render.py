@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from testbed.inputs import read_json
 from testbed.metrics import describe_stalls
 from testbed.model.plugins import display_name
 from testbed.validate import model_table
@@ -98,7 +98,7 @@ def render_validation(doc: dict, plots: list[Path], folder: Path) -> str:
 def _answer_section(doc: dict, plots: list[Path], folder: Path) -> list[str]:
     """The report leads as the terminal does: the answer, its table, the forest plot."""
     wall_file = folder / "wall.json"
-    wall = json.loads(wall_file.read_text()) if wall_file.exists() else None
+    wall = read_json(wall_file, object) if wall_file.exists() else None
     forest = [p for p in plots if p.name == "verdicts.png"]
     return ["## The answer", "", *answer_lines(doc, wall, markdown=True), "",
             *(f"![the claims' verdicts]({p.relative_to(folder)})" for p in forest),

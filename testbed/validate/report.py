@@ -6,12 +6,13 @@ import csv
 import json
 from pathlib import Path
 
+from testbed.inputs import InputError
 from testbed.metrics import aggregate
 from testbed.records import PARTIAL, atomic_write, read_csv, write_json
 from testbed.validate import compare
 
 
-class RunFolderError(ValueError):
+class RunFolderError(InputError):
     """A run folder that cannot be compared; the message names it and why."""
 
 

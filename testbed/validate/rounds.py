@@ -11,7 +11,6 @@ not spent.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.cells import Task, slug
+from testbed.inputs import read_json
 from testbed.model.plugins import display_name
 from testbed.records import read_csv
 from testbed.runner import run_task
@@ -157,7 +157,7 @@ class Looks:
         mine = self.runs.setdefault(key, {})
         faithful = True
         for seed in seeds:  # one per fabric side by side
-            ok = all(json.loads((base / s / f"seed{seed}" / "summary.json").read_text())
+            ok = all(read_json((base / s / f"seed{seed}" / "summary.json"), object)
                      .get("fidelity") == "faithful" for s in cell.schedulers)
             self.seeds.setdefault(key, []).append(seed)
             if ok:

@@ -5,10 +5,10 @@ reads them. pipeline.judge runs the flow model and hands its folders here."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.inputs import read_json
 from testbed.metrics import aggregate, percentile, tcp_stalls
 from testbed.records import read_csv
 from testbed.topologies.routing import ECMP_MODES, packet_ecmp
@@ -53,7 +53,7 @@ def per_point(cells: dict[str, Path]) -> dict[str, dict[str, dict]]:
     for key, cell in cells.items():
         point, sched, _ = key.split("/")
         seeds.setdefault(point, {}).setdefault(sched, []).append(
-            json.loads((cell / "summary.json").read_text()))
+            read_json((cell / "summary.json"), object))
     out: dict[str, dict[str, dict]] = {}
     for point, by in seeds.items():
         out[point] = {}
@@ -224,7 +224,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
         "claims": gains,
         "sequential": sequential,
         "judged": {"measured_requests": sum(
-            json.loads((c / "summary.json").read_text()).get("requests", 0)
+            read_json((c / "summary.json"), object).get("requests", 0)
             for c in j.emu_cells.values()),
             "paired_requests": sum(by["n"] * len(scenario.schedulers) for by in gains.values()),
             "seeds": scenario.seeds},
@@ -239,7 +239,7 @@ def build_document(scenario, emu_folder: Path, flows: dict[str, Path], cal: dict
 def packets_engine(folder: Path) -> str:
     """Which engine made a validation's packets run: emulation or ns3."""
     path = folder / "summary.json"
-    engine = json.loads(path.read_text()).get("engine") if path.exists() else None
+    engine = read_json(path, object).get("engine") if path.exists() else None
     return "ns3" if engine == "ns3" else "emulation"
 
 

@@ -15,11 +15,11 @@ both, and the answer leads with one table of the three engines.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from testbed.inputs import read_json
 from testbed.records import PARTIAL, atomic_write, read_csv, write_json
 from testbed.validate import compare, divergence
 from testbed.validate.claims import PRIMARY
@@ -77,7 +77,7 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s, repeats)
     rejudge(folder)
     wall_file = folder / "wall.json"
-    wall = json.loads(wall_file.read_text()) if wall_file.exists() else {"phases": {}}
+    wall = read_json(wall_file, object) if wall_file.exists() else {"phases": {}}
     wall["phases"]["ns3_s"] = time.monotonic() - started
     wall["total_s"] = wall.get("total_s", 0.0) + wall["phases"]["ns3_s"]
     write_json(wall_file, wall)
@@ -102,7 +102,7 @@ def rejudge(folder: Path, executor=None) -> dict:
     from testbed.validate.document import load
     from testbed.validate.pipeline import publish
 
-    runs = json.loads((folder / STAND_IN / RUNS).read_text())
+    runs = read_json((folder / STAND_IN / RUNS), object)
     if "replay" not in runs:
         from testbed.sweep import Executor
 
@@ -127,7 +127,7 @@ def section(folder: Path) -> dict:
 
     all_emu = cells_of(packets_folder(folder))
     emu_cells, flagged = faithful_cells(all_emu)
-    runs = json.loads((folder / STAND_IN / RUNS).read_text())
+    runs = read_json((folder / STAND_IN / RUNS), object)
     deciding = cells_of(folder / STAND_IN / runs["deciding"])
     forced = cells_of(folder / STAND_IN / runs["forced"])
     theirs = ns3_validation(folder)
@@ -160,7 +160,7 @@ def section(folder: Path) -> dict:
         "flow_vs_ns3": {"claims": ns3["claims"], "judged": ns3["judged"],
                         "sequential": ns3.get("sequential"),
                         "runs": ns3["targets"]["runs"],
-                        "wall": json.loads(wall_file.read_text()) if wall_file.exists()
+                        "wall": read_json(wall_file, object) if wall_file.exists()
                         else None},
     }
 
@@ -177,7 +177,7 @@ def _emulation_seeds(folder: Path, claims: list[dict]) -> dict:
     rounds = folder / "twin_rounds.json"
     seeds = len({k.rsplit("seed", 1)[1] for k in cells_of(packets_folder(folder))})
     wall = seed_wall_s(packets_folder(folder))
-    return {"planned": json.loads(rounds.read_text()) if rounds.exists() else None,
+    return {"planned": read_json(rounds, object) if rounds.exists() else None,
             "seeds": seeds, "seed_wall_s": wall,
             "settle": settle_words(claims, seeds, wall)}
 
@@ -189,7 +189,7 @@ def _replay_doc(out: Path, replay: str | None) -> dict | None:
         return None
     if replay.startswith("refused: "):
         return {"refused": replay[len("refused: "):]}
-    return json.loads((out / replay / "replay.json").read_text())
+    return read_json((out / replay / "replay.json"), object)
 
 
 def _rows(cells: dict[str, Path]) -> dict[str, list[dict]]:

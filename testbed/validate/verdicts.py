@@ -4,9 +4,9 @@ Cells are keyed point/scheduler/seedN, as sections.cells_of gives them."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from testbed.inputs import read_json
 from testbed.records import read_csv
 from testbed.validate import claims, compare, stats
 from testbed.validate.decision import ttft_agreement
@@ -18,7 +18,7 @@ def faithful_cells(cells: dict[str, Path]) -> tuple[dict[str, Path], list[str]]:
     """Cells whose run the fidelity monitor passed, and the keys of those it flagged."""
     kept, flagged = {}, []
     for key, cell in cells.items():
-        verdict = json.loads((cell / "summary.json").read_text()).get("fidelity", "faithful")
+        verdict = read_json((cell / "summary.json"), object).get("fidelity", "faithful")
         (kept.__setitem__(key, cell) if verdict == "faithful" else flagged.append(key))
     return kept, flagged
 
@@ -51,8 +51,8 @@ def seed_rankings(emu_cells: dict[str, Path], flow_cells: dict[str, Path]) -> di
         if key not in flow_cells:
             continue
         point, sched, seed = key.split("/")
-        ref = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
-        mod = json.loads((flow_cells[key] / "summary.json").read_text()).get("ttft_mean_ms")
+        ref = read_json((cell / "summary.json"), object).get("ttft_mean_ms")
+        mod = read_json((flow_cells[key] / "summary.json"), object).get("ttft_mean_ms")
         by.setdefault((point, seed), {})[sched] = (ref, mod)
     orders: dict[str, list] = {}
     for (point, _seed), scores in sorted(by.items()):
@@ -74,7 +74,7 @@ def draw_rankings(emu_cells: dict[str, Path], group_of: dict[int, int] | None) -
     scores: dict[tuple[str, int], dict[str, float]] = {}
     for key, cell in emu_cells.items():
         point, sched, seed = key.split("/")
-        mean = json.loads((cell / "summary.json").read_text()).get("ttft_mean_ms")
+        mean = read_json((cell / "summary.json"), object).get("ttft_mean_ms")
         if mean is not None and mean == mean:
             scores.setdefault((point, int(seed.removeprefix("seed"))), {})[sched] = mean
     full = max((len(v) for v in scores.values()), default=0)

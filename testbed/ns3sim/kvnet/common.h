@@ -5,11 +5,53 @@ namespace
 {
 
 
+// What `hello` answers: the driver checks it before a run starts (a program that is not
+// this one, or another version of it, is refused by name).
+constexpr int PROTOCOL = 1;
+
+// Answers are gathered in g_answer (std::cout writes there) and written whole by Emit;
+// while a command is being worked on a thread writes "beat" every second, so the driver
+// can tell a long simulation from a program that stopped answering.
+std::stringbuf g_answer;
+std::streambuf* g_stdout = nullptr;
+std::mutex g_outLock;
+bool g_busy = false;
+
+void
+Emit(bool busy)
+{
+    std::lock_guard<std::mutex> hold(g_outLock);
+    std::string text = g_answer.str();
+    if (!text.empty())
+    {
+        g_stdout->sputn(text.data(), std::streamsize(text.size()));
+        g_answer.str("");
+    }
+    g_stdout->pubsync();
+    g_busy = busy;
+}
+
+void
+Beat()
+{
+    for (;;)
+    {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::lock_guard<std::mutex> hold(g_outLock);
+        if (g_busy)
+        {
+            g_stdout->sputn("beat\n", 5);
+            g_stdout->pubsync();
+        }
+    }
+}
+
 [[noreturn]] void
 Fail(const std::string& why)
 {
     std::cout << "error " << why << "\nend" << std::endl;
-    std::exit(2);
+    Emit(false);
+    std::_Exit(2);
 }
 
 // zlib's CRC-32, as Python's zlib.crc32: the per-pair hash of routing.pair_port

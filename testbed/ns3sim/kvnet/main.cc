@@ -31,7 +31,9 @@
 //   replica                             what was built: each link side's rate and queue
 //                                       depth ("q LINK SIDE BPS DEPTH packets|bytes"), the
 //                                       TCP timers ("t RTO_MIN DELACK TLP_MIN TSQ_WINDOW" ns)
+//   hello                               "kvnet PROTOCOL": this is the program, and its version
 //   quit
+// While a command is worked on, "beat" lines come every wall second (the driver skips them).
 // Answers end with "end"; "run" answers "done FID T RETX TIMEOUTS TIMEOUT_NS SRTT_NS
 // MINRTT_NS PATH" per shard finished, then "at T". An error is "error TEXT" and exit 2.
 
@@ -43,15 +45,18 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -259,6 +264,7 @@ Loop()
         {
             continue;
         }
+        Emit(true);
         const std::string& cmd = w[0];
         auto num = [&](size_t i) -> int64_t {
             if (i >= w.size())
@@ -314,6 +320,10 @@ Loop()
             Build();
             ready = true;
             std::cout << "ok " << g_nodes.size() << " " << g_links.size() << "\nend" << std::endl;
+        }
+        else if (cmd == "hello")
+        {
+            std::cout << "kvnet " << PROTOCOL << "\nend" << std::endl;
         }
         else if (!ready)
         {
@@ -420,6 +430,7 @@ Loop()
         {
             Fail("unknown command " + cmd);
         }
+        Emit(false);
     }
 }
 
@@ -429,6 +440,8 @@ int
 main()
 {
     std::ios::sync_with_stdio(false);
+    g_stdout = std::cout.rdbuf(&g_answer);
+    std::thread(Beat).detach();
     // a device holds one packet: every queue is the class queue disc above it
     g_p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("1p"));
     try
@@ -439,6 +452,6 @@ main()
     {
         Fail(std::string("bad command: ") + e.what());
     }
-    std::cout.flush();
+    Emit(false);
     std::_Exit(0); // the simulation's objects die with the process: one process per run
 }
