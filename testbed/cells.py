@@ -90,6 +90,15 @@ def preflight(scenario) -> None:
     for key in scenario.schedulers:  # a plugin whose constructor fails is named now
         if not plugins.is_builtin(key):
             scenario_scheduler(scenario, key, scenario.seed)
+    from testbed.flowsim.model_network import flow_network
+    from testbed.model import network_models
+
+    built = set()
+    for _point, cell in scenario.cells():  # so is a network model's
+        model = cell.network.model
+        if not network_models.is_max_min(model) and model not in built:
+            flow_network(cell.cluster.spec(), None, None, None, 1.0, model=model)
+            built.add(model)
     for point, cell in scenario.cells():
         try:
             build_workload(cell, cell.seed)

@@ -109,6 +109,11 @@ class NotANumber(NetworkModel):
         return float("nan")
 
 
+class TooLarge(NetworkModel):
+    def transfer_time(self, transfer, sharing):
+        return 10**400  # an int no float holds
+
+
 class NoMethod(NetworkModel):
     pass
 
@@ -121,6 +126,7 @@ class Unrelated:
 @pytest.fixture
 def mymodels(tmp_path, monkeypatch):
     (tmp_path / "mymodels.py").write_text(textwrap.dedent(PLUGIN))
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")  # on import
     monkeypatch.syspath_prepend(str(tmp_path))
     nm.resolve.cache_clear()
     yield "mymodels"
@@ -144,7 +150,8 @@ def test_a_plugin_times_transfers_and_a_failing_one_is_replaced_by_fixed_bandwid
     took = {(t["request"], t["shard"]): t["end"] - t["start"] for t in fixed.transfers}
     slow = [t["end"] - t["start"] for t in half.transfers if (t["request"], t["shard"]) in took]
     assert slow and sum(slow) > 1.5 * sum(took.values())
-    for key, kind in (("Raises", "raised"), ("NotANumber", "bad_return")):
+    for key, kind in (("Raises", "raised"), ("NotANumber", "bad_return"),
+                      ("TooLarge", "bad_return")):
         got = _run(f"mymodels:{key}")
         faults = got.counters["network_model_faults"]
         assert faults[kind] == faults["total"] > 0
@@ -159,6 +166,7 @@ def test_a_plugin_times_transfers_and_a_failing_one_is_replaced_by_fixed_bandwid
     ("mymodels:Missing", "has no 'Missing'"),
     ("mymodels:Unrelated", "is not a network model class"),
     ("mymodels:NoMethod", "does not implement transfer_time()"),
+    ("exits:X", "importing exits raised SystemExit"),
 ])
 def test_a_bad_network_model_key_is_refused_when_the_scenario_loads(mymodels, write_scenario,
                                                                      key, says):
@@ -200,3 +208,13 @@ def test_other_models_are_judged_with_the_verdicts_statistics(tmp_path):
     again = json.loads((folder / "comparison.json").read_text())
     assert [r["model"] for r in again["flow_models"]["models"]] == list(rows)
     assert again["flow_models"]["models"][1]["targets"] == fixed
+
+
+def test_a_model_that_fell_back_is_said_on_the_terminal(mymodels, write_scenario):
+    path = write_scenario("name: fb\nworkload: {trace: TRACE, measure_s: 3}\n"
+                          "schedulers: [rr]\nseeds: 1\nnetwork: {model: 'mymodels:TooLarge'}\n")
+    done = CliRunner().invoke(main, ["simulate", str(path), "--out",
+                                     str(path.parent / "out"), "--jobs", "1"])
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert "network model mymodels:TooLarge" in said and "not the model's alone" in said

@@ -262,3 +262,42 @@ def test_validate_starts_only_on_options_within_their_bounds(tmp_path, monkeypat
         assert any(o in result.output or o.lstrip("-").replace("-", "_") in result.output
                    for o in chosen), result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_judgement_that_fails_after_writing_puts_the_folder_back(tmp_path, finished,
+                                                                   monkeypatch):
+    """judge writes comparison.json, report.md and plots/, then fails: the validation is
+    as it was, byte for byte, and nothing is left beside it."""
+    import testbed.results
+
+    folder = tmp_path / "validation"
+    shutil.copytree(finished / "validation", folder)
+    before = tree(folder)
+
+    def fails(self):
+        assert (folder / "comparison.json").exists()  # written by then
+        raise ValueError("the answer cannot be read (on purpose)")
+
+    monkeypatch.setattr(testbed.results.ValidationResult, "answer_lines", fails)
+    result = invoke(["judge", str(folder)])
+    assert result.exit_code == 2 and "on purpose" in result.output
+    assert tree(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["validation"]
+
+
+def test_what_check_accepts_runs_seeds_past_the_traces_segments_are_refused(tmp_path):
+    path = tmp_path / "seg.yaml"
+    path.write_text(f"name: seg\nworkload: {{trace: {TRACE}, profile: rag, seed_segments: "
+                    "true, measure_s: 600}\nseeds: 20\n")
+    result = invoke(["check", str(path)])
+    assert result.exit_code == 2 and "segment" in result.output
+
+
+def test_ns3_rounds_on_a_trace_of_one_segment_are_refused_before_a_folder(tmp_path):
+    path = tmp_path / "one.yaml"
+    path.write_text(f"name: one\nworkload: {{trace: {TRACE}, profile: rag, measure_s: 600}}\n"
+                    "seeds: 1\n")
+    out = tmp_path / "out"
+    result = invoke(["validate", str(path), "--packets", "ns3", "--out", str(out)])
+    assert result.exit_code == 2 and "segment" in result.output, result.output
+    assert not out.exists() or not any(out.iterdir())

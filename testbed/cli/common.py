@@ -202,7 +202,8 @@ def report_model_faults(run) -> None:
            for row in run.summary.get("rows", [])}
     if any(per.values()):
         said = ", ".join(f"{n:g} ({key})" for key, n in per.items() if n)
-        console.print(f"[bold yellow]network model {run.scenario.network.model}[/]: "
+        model = run.scenario.network.model if run.scenario is not None else "plugin"
+        console.print(f"[bold yellow]network model {model}[/]: "
                       f"transfers a seed timed by fixed-bandwidth instead: {said} (it raised, "
                       "returned no finite seconds > 0, or was too slow; summary.json "
                       "network_model_faults): these figures are not the model's alone",

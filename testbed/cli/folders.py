@@ -4,6 +4,7 @@ two runs, and measure how far repeated packet runs are from each other."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import click
@@ -83,9 +84,13 @@ def _judge_predictions(folder: Path, path: Path) -> None:
         _fail(str(exc))
     doc = pred.judge(run, got, cells)
     out = folder / f"predictions-{path.stem}"
-    out.mkdir(exist_ok=True)
-    write_json(out / "judged.json", doc)
-    atomic_write(out / "report.md", pred.report(doc, path.name))
+    staged = folder / f".{out.name}.new"  # written whole beside, then put in place
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    write_json(staged / "judged.json", doc)
+    atomic_write(staged / "report.md", pred.report(doc, path.name))
+    shutil.rmtree(out, ignore_errors=True)
+    staged.rename(out)
     for line in pred.answer_lines(doc, path.name):
         click.echo(line)
     click.echo(f"Report: {out / 'report.md'}")

@@ -17,6 +17,7 @@ from testbed.cli.common import (
     force_option,
     handle_signals,
     main,
+    report_model_faults,
     report_scheduler_faults,
     scenario_options,
 )
@@ -469,6 +470,8 @@ def validate(scenario, out_dir: str, calibration: str | None, target_ci: float |
         console.print("interrupted: workers stopped, fabric torn down; folders marked PARTIAL")
         raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
     report_scheduler_faults(result.emulation)
+    for run in result.flow.values():  # the verdict's model, if a plugin, fell back
+        report_model_faults(run)
     for line in (result.summary_lines() + [""] if verbose else []) + result.answer_lines():
         click.echo(line)
     click.echo(f"Report: {result.report}")

@@ -43,7 +43,8 @@ def inputs(folder: Path) -> tuple[object, dict, Path]:
     if (folder / PARTIAL).exists():
         raise InputError(f"{folder}: this validation did not finish (PARTIAL)")
     packets = sorted(folder.glob("*-emulation-*")) or sorted(folder.glob("*-ns3-*"))
-    if not packets or not (folder / "scenario.yaml").exists():
+    if not packets or not all((folder / f).exists() for f in ("scenario.yaml",
+                                                              "calibration.json")):
         raise InputError(f"{folder}: not a validation folder (needs scenario.yaml, "
                          "calibration.json and the packets' run folder)")
     try:
