@@ -31,6 +31,10 @@ FIELDS = [
     "network.background.change_s", "network.background.jitter", "network.reprioritize_s",
     "network.flows_per_transfer", "flowkv.cycle_s", "emulation.scale", "emulation.poll_s",
     "emulation.time_dilation", "emulation.ovs_instances", "drain_s", "seeds", "seed",
+    "ns3.scale", "ns3.transport", "ns3.ecn_k_packets", "ns3.socket_buffer_bytes",
+    "ns3.rto_min_ms", "ns3.delayed_ack_ms", "ns3.start_jitter_us", "ns3.jitter_seed",
+    "ns3.twin", "ns3.twin_dilation", "network.model", "workload.seed_segments",
+    "workload.segments",
     "schedulers", "name", "sweep",
 ]
 EDGE_NUMBERS = st.sampled_from([0, -1, 1, 2, 3, 7, 64, 1e-9, 1e-3, 0.5, 1.5, 1e6, 1e9,
