@@ -192,6 +192,12 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
             if per:  # every seed lost: the cell is listed under "Lost cells" instead
                 rows.append(Row(point, key, aggregate_fn(per), per))
     table = format_table(scenario, rows, engine=title)
+    fell_back = {r.scheduler: (r.stats.get("network_model_faults") or {}).get("total")
+                 for r in rows}
+    if any(fell_back.values()):  # the figures above are then not the model's alone
+        table += (f"\nNetwork model {scenario.network.model}: transfers a seed timed by "
+                  "fixed-bandwidth instead (summary.json network_model_faults): "
+                  + ", ".join(f"{n:g} ({k})" for k, n in fell_back.items() if n) + ".\n")
     if lost:
         table += "\n## Lost cells\n\n" + "".join(f"- `{x['cell']}`: {x['error']}\n" for x in lost)
     extra, tail = epilogue() if epilogue else ({}, "")

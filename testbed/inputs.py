@@ -57,8 +57,10 @@ def read_json(path: str | Path, expect: type = dict, max_bytes: int = MAX_BYTES)
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
-        where = f"{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "1"
-        raise InputError(f"{path}:{where}: not JSON ({getattr(exc, 'msg', exc)})") from None
+        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        said = getattr(exc, "msg", None) or ("nested too deep" if isinstance(exc, RecursionError)
+                                             else str(exc))
+        raise InputError(f"{path}{where}: not JSON ({said})") from None
     if not isinstance(doc, expect):
         raise InputError(f"{path}: expected a JSON {_kind(expect)}, got "
                          f"{_kind(type(doc))}")
@@ -121,6 +123,8 @@ def reading(what: str | Path):
         raise
     except (KeyError, TypeError, IndexError, AttributeError, StopIteration, ValueError,
             OverflowError, ZeroDivisionError, csv.Error, RecursionError) as exc:
+        if type(exc).__module__.startswith("testbed."):
+            raise  # this project's own errors name what is wrong already
         raise InputError(f"{what}: damaged or foreign records ({type(exc).__name__}: "
                          f"{str(exc)[:200]}); is it a finished folder of this version?"
                          ) from exc

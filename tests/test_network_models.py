@@ -218,3 +218,5 @@ def test_a_model_that_fell_back_is_said_on_the_terminal(mymodels, write_scenario
     assert done.exit_code == 0, done.output
     said = " ".join(done.output.split())
     assert "network model mymodels:TooLarge" in said and "not the model's alone" in said
+    (folder,) = (path.parent / "out").glob("fb-flowsim-*")
+    assert "timed by fixed-bandwidth instead" in (folder / "table.md").read_text()
