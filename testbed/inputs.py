@@ -45,7 +45,7 @@ def read_text(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (a spreadsheet's CSV) dropped
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None

@@ -79,15 +79,28 @@ class Ns3Process:
         return line
 
     def hello(self) -> None:
-        """Check that the child is this project's program, of this protocol."""
+        """Check that the child is this project's program, of this protocol: its whole
+        answer within the start-up deadline, its first line at once refused if foreign
+        (a program that echoes or floods never gets to look busy)."""
+        self.progress_s = min(self.progress_s, self.start_s)
+        self.send("hello")
         try:
-            lines = self.ask("hello")
-        except Ns3Error as exc:
+            self.proc.stdin.write("\n".join(self._out) + "\n")
+            self.proc.stdin.flush()
+            self._out.clear()
+            first = self._next()
+            if first is None:
+                raise Ns3Error(self._death())
+            if first == f"kvnet {PROTOCOL}" and self._next() == "end":
+                self.progress_s = deadline(PROGRESS_ENV, PROGRESS_S)
+                return
+        except (Ns3Error, BrokenPipeError, OSError) as exc:
+            if isinstance(exc, OSError) and not isinstance(exc, Ns3Error):
+                exc = Ns3Error(self._death())
             raise Ns3Error(f"{self.program}: not the netkv ns-3 program ({exc})") from None
-        if lines != [f"kvnet {PROTOCOL}"]:
-            said = " | ".join(lines)[:120] or "nothing"
-            raise Ns3Error(f"{self.program}: not the netkv ns-3 program of protocol "
-                           f"{PROTOCOL} (it answered {said!r} to hello)")
+        self.proc.kill()
+        raise Ns3Error(f"{self.program}: not the netkv ns-3 program of protocol {PROTOCOL} "
+                       f"(it answered {str(first)[:120]!r} to hello)")
 
     def send(self, line: str) -> None:
         self._out.append(line)

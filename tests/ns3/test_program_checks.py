@@ -29,6 +29,8 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
 SILENT = "sys.stdin.read()"  # reads its input, answers nothing: `cat` without the echo
 GARBAGE = "print('hello world', flush=True); print('end', flush=True); sys.stdin.read()"
 EXITS = "sys.exit(1)"
+ECHOES = "for line in sys.stdin:\n    print(line.strip(), flush=True)"  # /bin/cat
+FLOODS = "while True:\n    print('y')"  # /usr/bin/yes
 BEATS = """
 for line in sys.stdin:
     if line.startswith('hello'):
@@ -44,7 +46,7 @@ for line in sys.stdin:
 
 @pytest.mark.parametrize("body, said", [
     (SILENT, "did not answer within"), (GARBAGE, "it answered 'hello world'"),
-    (EXITS, "exited (1)"),
+    (EXITS, "exited (1)"), (ECHOES, "it answered 'hello'"), (FLOODS, "it answered 'y'"),
 ])
 def test_a_program_that_is_not_the_ns3_program_is_refused_by_name(tmp_path, monkeypatch,
                                                                   body, said):
