@@ -132,9 +132,38 @@ def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str]) -> None:
     atomic_write(path, buf.getvalue())
 
 
+# what every reader of a record takes for granted: a file without them is refused by name
+NEEDED = {"transfers.csv": ("request", "shard", "tier", "bytes", "start", "end"),
+          "requests.csv": ("id", "arrival", "input_len", "output_len")}
+
+
+# the figures every reader converts: a finite number at least 0 (int: a whole one) or empty
+FIGURES = {"transfers.csv": (("shard", int), ("tier", int), ("bytes", float),
+                             ("start", float), ("end", float)),
+           "requests.csv": (("arrival", float), ("input_len", int), ("output_len", int))}
+
+
 def read_csv(path: Path, columns: tuple[str, ...] = ()) -> list[dict]:
-    """A record's rows; a damaged file is an InputError naming it and the line."""
-    return inputs.read_csv(path, columns)
+    """A record's rows; a damaged file (a column its readers need gone, a row cut short,
+    a figure that is no finite number) is an InputError naming it, the line and field."""
+    name = Path(path).name
+    rows = inputs.read_csv(path, columns or NEEDED.get(name, ()))
+    figures = FIGURES.get(name, ())
+    for line, row in enumerate(rows if figures else (), start=2):
+        for field, kind in figures:
+            value = row.get(field)
+            if value not in (None, "") and not _figure(value, kind):
+                raise inputs.InputError(f"{path}:{line}: {field}: {value[:40]!r} is not a "
+                                        f"finite {'whole ' if kind is int else ''}number >= 0")
+    return rows
+
+
+def _figure(text: str, kind: type) -> bool:
+    try:
+        x = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(x) and x >= 0 and (kind is float or x == int(x))
 
 
 def stamp() -> str:

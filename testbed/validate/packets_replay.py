@@ -113,9 +113,13 @@ def _cell_refusal(cell: Path, sc, built) -> str | None:
         fidelity = read_json((cell / "fidelity.json"), object)
     except (OSError, ValueError):
         return "no readable fidelity.json (not an emulation run?)"
-    if not isinstance(fidelity, dict) or fidelity.get("verdict") != "faithful":
-        return f"unfaithful ({'; '.join(fidelity.get('reasons') or ['flagged'])})"
+    if not isinstance(fidelity, dict):
+        raise Unreplayable(f"{cell / 'fidelity.json'}: not a JSON object")
+    if fidelity.get("verdict") != "faithful":
+        return f"unfaithful ({'; '.join(map(str, fidelity.get('reasons') or ['flagged']))})"
     applied = fidelity.get("replica")
+    if applied is not None and not isinstance(applied, dict):
+        raise Unreplayable(f"{cell / 'fidelity.json'}: replica: not a JSON object")
     if not applied:
         return ("no applied replica recorded (made by code before runs recorded it, or on "
                 "several machines): run it again")
@@ -124,6 +128,7 @@ def _cell_refusal(cell: Path, sc, built) -> str | None:
         if applied.get(field) != want.get(field):
             return (f"its replica's {field} is {applied.get(field)}, ns-3's twin builds "
                     f"{want.get(field)} (another scale or code)")
+    rows_of(cell)  # damaged records are refused by file and line before anything runs
     return None
 
 
