@@ -34,7 +34,7 @@ import yaml
 from testbed.clock import RunClock
 from testbed.inputs import read_json
 from testbed.metrics import percentile
-from testbed.records import PARTIAL, atomic_write, read_csv, stamp, write_json
+from testbed.records import PARTIAL, atomic_write, kept_if_recorded, read_csv, stamp, write_json
 from testbed.runner import run_flowsim
 from testbed.validate import (
     beside,
@@ -124,41 +124,42 @@ def validate(scenario, out_root: Path, calibration: dict | None = None,
                              on_look=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
-    atomic_write(folder / PARTIAL, "validation started; not finished\n")
-    atomic_write(folder / "scenario.yaml",
-                 yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    measured: list[dict] = []
-    phases: dict[str, float] = {}
+    with kept_if_recorded(folder):  # a failure before the first run leaves no folder
+        atomic_write(folder / PARTIAL, "validation started; not finished\n")
+        atomic_write(folder / "scenario.yaml",
+                     yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+        measured: list[dict] = []
+        phases: dict[str, float] = {}
 
-    def on_fabric(network, _celldir) -> None:
-        phases.setdefault("fabric_s", time.monotonic() - started)
-        if calibration is None and not measured:
-            t = time.monotonic()
-            measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
-            phases["calibration_s"] = time.monotonic() - t
-            if use_cache:
-                machine_cache.save_calibration(scenario, measured[0], split=network.split)
-        if looks is not None:
-            cal = calibration or measured[0]
-            looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
+        def on_fabric(network, _celldir) -> None:
+            phases.setdefault("fabric_s", time.monotonic() - started)
+            if calibration is None and not measured:
+                t = time.monotonic()
+                measured.append(calibrate(network, lambda label: on_step and on_step(label, 0.0)))
+                phases["calibration_s"] = time.monotonic() - t
+                if use_cache:
+                    machine_cache.save_calibration(scenario, measured[0], split=network.split)
+            if looks is not None:
+                cal = calibration or measured[0]
+                looks.flow_scenario = flow_twin(scenario, _factors(cal), cal.get("tcp", {}))
 
-    if (lanes > 1 or dask) and calibration is not None:  # no fabric here is needed
-        if looks is not None:
-            looks.flow_scenario = flow_twin(scenario, _factors(calibration),
-                                            calibration.get("tcp", {}))
-        hook = None
-    else:
-        hook = on_fabric
-    emu = run_emulation(scenario, folder, RunHooks(
-        on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
-        after_round=looks or after_round), verbose=verbose, fabrics=lanes, dask=dask,
-        timings=machine_cache.load_timings()[0])
-    _repeats(scenario, folder, repeats, on_step, note, verbose)
-    cal = calibration or measured[0]
-    write_json(folder / "calibration.json", cal)
-    scenario = _seeds_looked_at(scenario, folder, None if looks else after_round)
-    _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
-                      on_step, this_machine=dask is None)
+        if (lanes > 1 or dask) and calibration is not None:  # no fabric here is needed
+            if looks is not None:
+                looks.flow_scenario = flow_twin(scenario, _factors(calibration),
+                                                calibration.get("tcp", {}))
+            hook = None
+        else:
+            hook = on_fabric
+        emu = run_emulation(scenario, folder, RunHooks(
+            on_step=on_step, on_note=note, on_live=on_live, on_fabric=hook,
+            after_round=looks or after_round), verbose=verbose, fabrics=lanes, dask=dask,
+            timings=machine_cache.load_timings()[0])
+        _repeats(scenario, folder, repeats, on_step, note, verbose)
+        cal = calibration or measured[0]
+        write_json(folder / "calibration.json", cal)
+        scenario = _seeds_looked_at(scenario, folder, None if looks else after_round)
+        _judge_and_record(scenario, folder, emu.folder, cal, looks, basis, phases, started,
+                          on_step, this_machine=dask is None)
     return folder
 
 
@@ -269,7 +270,7 @@ def run_overheads(emu_folder: Path, scenario,
     for key, cell in cells_of(emu_folder).items():
         try:
             router = read_json((cell / "router.json"), object)
-            done = [float(r["done"]) for r in read_csv(cell / "requests.csv")
+            done = [float(r["done"]) for r in read_csv(cell / "requests.csv", ("done",))
                     if r.get("done") not in (None, "")]
         except (OSError, ValueError, KeyError):
             continue
