@@ -175,12 +175,12 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
             if on_step:
                 on_step(task.label)
     except BaseException as exc:
-        if not summaries:  # nothing recorded yet: no folder is left behind
+        if not summaries and not folder.recorded():  # nothing to keep: no folder left
             folder.discard()
         else:
             folder.mark_interrupted(interruption(exc))
         raise
-    if tasks and not summaries:
+    if tasks and not summaries and not folder.recorded():
         folder.discard()
         raise RunsLost(f"every run failed, nothing was recorded (first: {lost[0]['cell']}: "
                        f"{lost[0]['error']})")

@@ -240,6 +240,11 @@ class RunFolder:
         """A run that recorded nothing leaves no folder."""
         shutil.rmtree(self.path, ignore_errors=True)
 
+    def recorded(self) -> bool:
+        """Whether any run has left a record here (a finished cell, or what an
+        interrupted packet run journalled of its requests)."""
+        return any(p.is_file() for p in self.path.glob("cells/*/*/seed*/*"))
+
     @property
     def partial(self) -> bool:
         return (self.path / PARTIAL).exists()
@@ -284,11 +289,11 @@ def unchanged_on_failure(folder: Path):
 
 @contextlib.contextmanager
 def kept_if_recorded(folder: Path):
-    """A command's new folder that fails before its first run is recorded (no cell's
-    summary.json anywhere in it) is removed: no folder of nothing is left behind."""
+    """A command's new folder that fails before its first run is recorded (no file in any
+    cell folder in it) is removed: no folder of nothing is left behind."""
     try:
         yield
     except BaseException:
-        if not any(Path(folder).glob("**/cells/*/*/seed*/summary.json")):
+        if not any(p.is_file() for p in Path(folder).glob("**/cells/*/*/seed*/*")):
             shutil.rmtree(folder, ignore_errors=True)
         raise

@@ -63,6 +63,9 @@ def finished(tmp_path_factory) -> Path:
     scenario = load_scenario(root / "s.yaml")
     run_flowsim(scenario, root / "runs").folder.rename(root / "run")
     flow_validation(root / "validation", scenario)
+    judged = CliRunner().invoke(main, ["judge", str(root / "validation")])  # its documents
+    assert judged.exit_code == 0, judged.output
+    assert (root / "validation" / "comparison.json").exists()
     return root
 
 
