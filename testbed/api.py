@@ -234,6 +234,17 @@ _OPTION_BOUNDS = {  # what validate's numeric options may be (finite: NaN and in
 }
 
 
+def _ns3_takes(target_ci, emulation_budget_s) -> None:
+    """The options validation on ns-3 alone refuses by name (they plan the emulation)."""
+    if target_ci is not None:
+        raise ValueError("target_ci: the planned half-width is the emulation's; on ns-3 "
+                         "seeds are added until the claims are conclusive (--budget "
+                         "bounds it), or give the seeds")
+    if emulation_budget_s is not None:
+        raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against "
+                         "it, on both packet engines (packets='both')")
+
+
 def _check_options(**given) -> None:
     from testbed.inputs import number
 
@@ -284,9 +295,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     from testbed.validate.pipeline import calibration_shape, check_calibration
     from testbed.validate.pipeline import validate as run_validation
 
-    _check_options(budget_s=budget_s, emulation_budget_s=emulation_budget_s,
-                   target_ci=target_ci, repeats=repeats,
-                   calibration_max_age_s=calibration_max_age_s)
+    _check_options(budget_s=budget_s, emulation_budget_s=emulation_budget_s, target_ci=target_ci,
+                   repeats=repeats, calibration_max_age_s=calibration_max_age_s)
     check_size(scenario, force)
     preflight(scenario)
     if packets not in PACKET_ENGINES:
@@ -305,13 +315,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
         if packets != "ns3":
             check_calibration(dict(cal), scenario, source)
     if packets == "ns3":
-        if target_ci is not None:
-            raise ValueError("target_ci: the planned half-width is the emulation's; on ns-3 "
-                             "seeds are added until the claims are conclusive (--budget "
-                             "bounds it), or give the seeds")
-        if emulation_budget_s is not None:
-            raise ValueError("emulation_budget_s: the emulation's seeds for ns-3 against "
-                             "it, on both packet engines (packets='both')")
+        _ns3_takes(target_ci, emulation_budget_s)
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
                              target_ci, budget_s, repeats, dask, jobs, models)
     both = _engines_checked(scenario, packets, target_ci, emulation_budget_s)

@@ -9,7 +9,7 @@ import os
 import click
 import pytest
 
-from testbed.cli.packets import Duration, Fraction
+from testbed.cli.options import Duration, Fraction
 from testbed.emulation.lanes import fabric_split
 from testbed.scenario import load_scenario
 from testbed.validate import machine_cache as cache

@@ -1,4 +1,5 @@
-"""Where a packet-level run's seeds go: --fabrics (side by side here), --dask (servers)."""
+"""Option types the commands share (finite numbers, fractions, durations) and where a
+packet-level run's seeds go: --fabrics (side by side here), --dask (servers)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,48 @@ class Number(click.ParamType):
         if not math.isfinite(x) or not self.lo <= x <= self.hi:
             self.fail(f"{value!r}: give {'an integer' if self.integer else 'a number'} from "
                       f"{self.lo:g} to {self.hi:g}{self.unit}", param, ctx)
+        return x
+
+
+MAX_DURATION_S = 30 * 86400.0
+MAX_REPEATS = 100  # each a whole packet run of the first seed
+
+
+class Fraction(click.ParamType):
+    """4% or 0.04: a fraction in (0, 1)."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            x = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a fraction (give 4% or 0.04)", param, ctx)
+        if not 0 < x < 1:
+            self.fail(f"{value!r} must lie between 0 and 1 (4% or 0.04)", param, ctx)
+        return x
+
+
+class Duration(click.ParamType):
+    """540, 540s, 9m, 1.5h: seconds."""
+
+    name = "duration"
+    UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        unit = self.UNITS.get(text[-1:], None)
+        try:
+            x = float(text[:-1] if unit else text) * (unit or 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (give 540, 540s, 9m or 1.5h)", param, ctx)
+        if not 0 < x <= MAX_DURATION_S:  # NaN too
+            self.fail(f"{value!r} must be positive and at most 30 days", param, ctx)
         return x
 
 
