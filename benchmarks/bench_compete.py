@@ -46,8 +46,8 @@ from testbed.emulation.net import EmulatedNetwork
 from testbed.emulation.threads import vswitchd_pids
 from testbed.scenario import load_scenario
 from testbed.topologies.replica import scaled_bytes
-from testbed.validate.calibrate import COMPETE_GB, run_probe
-from testbed.validate.validity import tier_pairs
+from testbed.validate.engines.fabric_probes import COMPETE_GB, run_probe
+from testbed.validate.judging.validity import tier_pairs
 
 
 def one(network, src: str, dst: str, n: int, shards: int, size: int, rates: dict,

@@ -41,7 +41,7 @@ from testbed.ns3sim.program import program
 from testbed.ns3sim.replayer import emulation_twin
 from testbed.runner import run_flowsim, run_task
 from testbed.sweep import Executor
-from testbed.validate.ns3_probes import probe_tiers
+from testbed.validate.engines.ns3_probes import probe_tiers
 
 
 def judged(folder: Path, faithful_only: bool = False) -> tuple[int, int]:
@@ -130,7 +130,7 @@ def emulation_probes(sc) -> dict | None:
     if os.geteuid() != 0:
         print("emulation probes: skipped (needs root)")
         return None
-    from testbed.validate.calibrate import probe_fabric
+    from testbed.validate.engines.fabric_probes import probe_fabric
 
     return probe_fabric(sc, print)
 

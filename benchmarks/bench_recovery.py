@@ -23,7 +23,7 @@ import yaml
 from testbed.model.kv import MODEL_PRESETS, kv_cache_bytes
 from testbed.model.recovery import OPT13B_PREFILL, crossover_curve, crossover_queue_depth, migrate_cost
 from testbed.scenario import load_scenario
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_REQUEST_S = 0.060
@@ -60,7 +60,7 @@ def main() -> None:
     if not args.no_fabric:
         from testbed.emulation.net import EmulatedNetwork
         from testbed.topologies.replica import scaled_bytes
-        from testbed.validate.calibrate import measure_tier
+        from testbed.validate.engines.fabric_probes import measure_tier
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "s.yaml"

@@ -1,5 +1,5 @@
 """Which flow-model terms earn their place: held-out selection over finished validations
-(testbed/validate/selection.py). Reads each folder's comparison.json; runs nothing, needs
+(testbed/validate/comparison/selection.py). Reads each folder's comparison.json; runs nothing, needs
 no root. bench_validate.py prints the same table after its rows.
 
 Run: .venv/bin/python benchmarks/bench_select.py chatbot=FOLDER rag=FOLDER ...
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from testbed.validate.document import DocumentError, load
-from testbed.validate.selection import row_figures, selection_lines
+from testbed.validate.comparison.document import DocumentError, load
+from testbed.validate.comparison.selection import row_figures, selection_lines
 
 
 def main() -> None:

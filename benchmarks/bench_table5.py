@@ -39,12 +39,12 @@ from testbed.api import load_scenario
 from testbed.records import read_csv
 from testbed.runner import run_flowsim
 from testbed.sweep import Executor
-from testbed.validate.compare import error_summary
-from testbed.validate.ns3_pipeline import ns3_replica
-from testbed.validate.replay import replay_cells, whole_pairs
-from testbed.validate.sections import cells_of, per_point
-from testbed.validate.twin import flow_twin
-from testbed.validate.verdicts import point_claims
+from testbed.validate.comparison.sections import cells_of, per_point
+from testbed.validate.comparison.verdicts import point_claims
+from testbed.validate.engines.flow_match import flow_scenario
+from testbed.validate.engines.flow_replay import replay_cells, whole_pairs
+from testbed.validate.judging.model_errors import error_summary
+from testbed.validate.pipelines.ns3_pipeline import ns3_replica
 from testbed.workloads.build import segments_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,10 +76,10 @@ def point(cell, seeds: int, executor, work: Path) -> dict:
     ns3 = run_flowsim(replica, work, executor=executor, engine="ns3").folder
     ns3_s = time.monotonic() - t
     t = time.monotonic()
-    flow = run_flowsim(flow_twin(replica), work).folder
+    flow = run_flowsim(flow_scenario(replica), work).folder
     flow_s = time.monotonic() - t
     ns3_cells, flow_cells = cells_of(ns3), cells_of(flow)
-    twin = flow_twin(replica)
+    twin = flow_scenario(replica)
     transfers = {"replay": error_summary(whole_pairs(ns3_cells, replay_cells(twin, ns3_cells,
                                                                              None))),
                  "both": error_summary(whole_pairs(ns3_cells, {

@@ -32,9 +32,9 @@ from testbed.ns3sim.replayer import emulation_twin
 from testbed.scenario import load_scenario
 from testbed.scenario.ns3 import TWIN_BEHAVIOURS
 from testbed.sweep import Executor
-from testbed.validate.ns3_probes import probe_tiers
-from testbed.validate.packets_replay import replay_runs
-from testbed.validate.words import replay_lines
+from testbed.validate.engines.ns3_probes import probe_tiers
+from testbed.validate.engines.ns3_replay import replay_runs
+from testbed.validate.judging.words import replay_lines
 
 
 def variants() -> list[tuple[str, list[str]]]:
@@ -50,7 +50,7 @@ def emulation_probes(sc, cache: Path | None) -> dict | None:
     if os.geteuid() != 0:
         print("emulation probes: skipped (needs root, or --emulation-probes FILE)")
         return None
-    from testbed.validate.calibrate import probe_fabric
+    from testbed.validate.engines.fabric_probes import probe_fabric
 
     tiers = probe_fabric(sc, print)
     if cache is not None:

@@ -12,7 +12,7 @@ the requests judged per wall-minute (measured on faithful packet runs); under it
 the machine dropped or held before the switches' queues over the row's packet runs.
 With --repeats N each row's first seed runs N more times on packets (RR; on ns-3 the
 first 8 seeds of every scheduler, each run perturbed: validate/repeat.jittered), and the
-row gives packets against packets on the transfers offered alike (testbed/validate/repeat.py)
+row gives packets against packets on the transfers offered alike (testbed/validate/engines/repeat.py)
 beside the replay on the same transfers: the floor for the per-transfer targets; on ns-3
 also packets deciding again, every transfer matched wherever placed: the both-engines
 figure's floor.
@@ -23,13 +23,13 @@ p90 and both engines' median read against packets' own (out of reach where repea
 already differ by more). With
 three rows or more, last: which flow-model terms are on by default, each chosen leaving
 one row out in turn
-(testbed/validate/selection.py; benchmarks/bench_select.py does it on finished folders).
+(testbed/validate/comparison/selection.py; benchmarks/bench_select.py does it on finished folders).
 
 With --packets ns3 every row is judged against ns-3's packets instead (no root; its
 calibration and every fitted term from ns-3's own probes, never from the rows; 8 seeds a
 row by default, every core). With --flow-model NAME (repeatable; `--flow-model simple`: the
 four built-in simple models) each row also judges those network models against its
-packets (testbed/validate/flow_models.py), and a last table gives one verdict row per
+packets (testbed/validate/pipelines/flow_models.py), and a last table gives one verdict row per
 model and row.
 
 Run: sudo .venv/bin/python benchmarks/bench_validate.py [--rows chatbot,rag] [--seeds 2]
@@ -51,13 +51,13 @@ from testbed.emulation.ingress import machine_drops
 from testbed.model import network_models
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
-from testbed.validate import model_table
-from testbed.validate.document import load
-from testbed.validate.ns3_pipeline import validate_ns3
-from testbed.validate.pipeline import validate
-from testbed.validate.rejudge import with_flow_models
-from testbed.validate.selection import row_figures, selection_lines
-from testbed.validate.summary import acceptance
+from testbed.validate.comparison.document import load
+from testbed.validate.comparison.selection import row_figures, selection_lines
+from testbed.validate.comparison.summary import acceptance
+from testbed.validate.pipelines.judge_folder import with_flow_models
+from testbed.validate.pipelines.ns3_pipeline import validate_ns3
+from testbed.validate.pipelines.pipeline import validate
+from testbed.validate.report import model_table
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "scenarios" / "validate.yaml"
@@ -139,7 +139,7 @@ def ingress_line(folder: Path) -> str:
 
 def acceptance_lines(accepted: dict[str, dict]) -> list[str]:
     """Each row against the per-transfer and ranking targets, the replay's median and p90
-    read against packets' own where --repeats measured them (testbed/validate/summary.py)."""
+    read against packets' own where --repeats measured them (testbed/validate/comparison/summary.py)."""
     lines = ["Targets per row (replay median <= 5% and p90 <= 15%, each read against packets' "
              "own, both engines median <= 10%, the same ranking in every seed):",
              "", "| row | replay median | replay p90 | both engines median | same ranking |",

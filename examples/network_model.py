@@ -31,7 +31,7 @@ class PerStream(NetworkModel):
 if __name__ == "__main__":
     from testbed import load_scenario, validate
     from testbed.results import ValidationResult
-    from testbed.validate.rejudge import with_flow_models
+    from testbed.validate.pipelines.judge_folder import with_flow_models
 
     if len(sys.argv) > 1:
         folder = Path(sys.argv[1])

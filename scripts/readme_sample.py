@@ -16,7 +16,7 @@ from datetime import date
 from pathlib import Path
 
 from testbed.results import ValidationResult
-from testbed.validate.answer import answer_lines, primary_claims
+from testbed.validate.report.answer import answer_lines, primary_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "docs" / "samples" / "demo-answer.json"

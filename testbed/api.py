@@ -216,7 +216,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
             else:
                 bar.step(f"{label} (~{wall_s:.0f} s + drain)")
 
-        from testbed.validate.machine_cache import load_timings, record_fabric
+        from testbed.validate.engines.machine_cache import load_timings, record_fabric
 
         hooks = RunHooks(on_step=step, on_note=bar.note, on_live=bar.live,
                          on_fabric=on_fabric)
@@ -281,19 +281,19 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     planned half-width (target_ci) is the emulation's.
     packets="both": the emulation's validation, then ns-3 judged against the emulation on
     its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
-    bounds those; testbed/validate/three_way.py); "auto" (the CLI's default): both where
+    bounds those; testbed/validate/pipelines/three_way.py); "auto" (the CLI's default): both where
     this machine can run the fabric, ns-3 otherwise. flow_models: network models
     (testbed/model/network_models.py: built-in keys, entry points, 'module:Class') judged
     beside the verdict's max-min, a row each in the section `flow_models`.
     emulation_budget_s (both engines): the emulation adds seeds, planned from its first,
     until ns-3's claims against it are conclusive or that much wall time is spent
-    (validate/twin_rounds.py); None: the scenario's seeds, and the answer says what more
+    (validate/pipelines/twin_rounds.py); None: the scenario's seeds, and the answer says what more
     would settle them."""
     from testbed.cells import preflight
     from testbed.inputs import read_json
-    from testbed.validate.flow_models import check_models
-    from testbed.validate.pipeline import calibration_shape, check_calibration
-    from testbed.validate.pipeline import validate as run_validation
+    from testbed.validate.pipelines.flow_models import check_models
+    from testbed.validate.pipelines.pipeline import calibration_shape, check_calibration
+    from testbed.validate.pipelines.pipeline import validate as run_validation
 
     _check_options(budget_s=budget_s, emulation_budget_s=emulation_budget_s, target_ci=target_ci,
                    repeats=repeats, calibration_max_age_s=calibration_max_age_s)
@@ -362,7 +362,7 @@ def _twin_looks(scenario, budget_s: float | None, bar, dask, jobs):
         yield scenario, None
         return
     from testbed.sweep import Executor
-    from testbed.validate.twin_rounds import MAX_SEEDS, TwinLooks
+    from testbed.validate.pipelines.twin_rounds import MAX_SEEDS, TwinLooks
 
     planned = scenario.with_overrides({"seeds": max(scenario.seeds, MAX_SEEDS)})
     with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
@@ -391,7 +391,7 @@ def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int 
     """ns-3's part of a validation on both engines; by default the whole validation
     (since `started`) keeps to ns-3's budget, at least NS3_LEAST_S of it ns-3's."""
     from testbed.sweep import Executor
-    from testbed.validate import three_way
+    from testbed.validate.pipelines import three_way
 
     if budget_s is None and started is not None:
         budget_s = max(NS3_LEAST_S, NS3_BUDGET_S - (time.monotonic() - started))
@@ -403,7 +403,7 @@ def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int 
 
 def _flow_models(folder: Path, models: list[str], bar, dask, jobs, executor=None) -> None:
     from testbed.sweep import Executor
-    from testbed.validate.rejudge import with_flow_models
+    from testbed.validate.pipelines.judge_folder import with_flow_models
 
     if executor is not None:
         with_flow_models(folder, models, executor, lambda label, _wall: bar.show(label))
@@ -416,7 +416,7 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
                   jobs, models: list[str]) -> ValidationResult:
     from testbed.ns3sim.check import check_scenario
     from testbed.sweep import Executor
-    from testbed.validate.ns3_pipeline import validate_ns3
+    from testbed.validate.pipelines.ns3_pipeline import validate_ns3
 
     check_scenario(scenario)
     executor = Executor.dask(dask) if dask else Executor.local(jobs)

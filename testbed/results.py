@@ -196,14 +196,14 @@ class ValidationResult:
     @cached_property
     def comparison(self) -> dict:
         """comparison.json: every error with its interval, verdicts, targets."""
-        from testbed.validate.document import load
+        from testbed.validate.comparison.document import load
 
         return load(self.folder / "comparison.json")
 
     @cached_property
     def document(self):
-        """comparison.json as its typed model (testbed.validate.document.Comparison)."""
-        from testbed.validate.document import Comparison
+        """comparison.json as its typed model (testbed.validate.comparison.document.Comparison)."""
+        from testbed.validate.comparison.document import Comparison
 
         return Comparison.model_validate(self.comparison)
 
@@ -261,15 +261,15 @@ class ValidationResult:
     def answer_lines(self) -> list[str]:
         """The answer `testbed validate` prints: do the claims hold on packets, does the
         flow model get their gains right, what would settle the rest."""
-        from testbed.validate.answer import answer_lines
-        from testbed.validate.model_table import terminal_lines
+        from testbed.validate.report.answer import answer_lines
+        from testbed.validate.report.model_table import terminal_lines
 
         return (answer_lines(self.comparison, self._read("wall.json"))
                 + terminal_lines(self.comparison.get("flow_models")))
 
     def summary_lines(self) -> list[str]:
         """Every figure's line (`testbed validate --verbose`)."""
-        from testbed.validate.summary import summary_lines
+        from testbed.validate.comparison.summary import summary_lines
 
         wall = self._read("wall.json")
         return summary_lines(self.targets, self._read("sequential.json"),

@@ -3,8 +3,8 @@ would settle the inconclusive ones."""
 
 import math
 
-from testbed.validate.answer import WIDTH, answer_lines, headline, packets_line
-from testbed.validate.sequential import seeds_to_settle
+from testbed.validate.judging.sequential import seeds_to_settle
+from testbed.validate.report.answer import WIDTH, answer_lines, headline, packets_line
 
 
 def est(point, low=None, high=None):
@@ -94,7 +94,7 @@ def test_unfaithful_packets_and_no_claims_say_so():
 
 
 def test_ns3_against_the_emulation_reads_the_replay_where_there_is_one():
-    from testbed.validate.answer import stand_in_line
+    from testbed.validate.report.answer import stand_in_line
 
     targets = {"runs": 3, "unfaithful_runs": 0}
     stand = {"seeds": [1], "transfers_forced": {"n": 90, "median_abs_error": 0.065,

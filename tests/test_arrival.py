@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from testbed.records import write_csv
-from testbed.validate.arrival import arrival_orders, by_arrival
+from testbed.validate.judging.arrival import arrival_orders, by_arrival
 
 FIELDS = ["request", "shard", "src", "dst", "tier", "path", "bytes", "start", "end"]
 PATH = "i0>tor0>agg0>tor1>i6"

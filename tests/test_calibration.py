@@ -9,8 +9,8 @@ from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.model.tcp import payload_share
 from testbed.ns3sim.ns3_fabric import wire_payload_share
 from testbed.scenario import load_scenario
-from testbed.validate.calibration import fit_capacity, fit_tier, lower_envelope
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
+from testbed.validate.judging.calibration import fit_capacity, fit_tier, lower_envelope
 from tests.conftest import ROOT
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from testbed.validate import claims, decision, sequential, stats, targets
+from testbed.validate.judging import claims, decision, sequential, stats, targets
 
 
 def rows(ttfts, slo=5.0, measured=True, arrivals=None):

@@ -10,16 +10,16 @@ import pytest
 
 from testbed.model import tcp
 from testbed.scenario import load_scenario
-from testbed.validate import compare
-from testbed.validate.calibration import fit_contention
-from testbed.validate.contention import (
+from testbed.validate.engines.contention import (
     competing_residuals,
     join_stall,
     last_ends,
     probe_ends,
     with_probe_fits,
 )
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
+from testbed.validate.judging import model_errors
+from testbed.validate.judging.calibration import fit_contention
 from tests.conftest import ROOT
 from tests.test_tcp_model import _shard_rows, pair_at, path_text
 
@@ -49,7 +49,7 @@ def test_competing_transfers_end_later_by_their_lost_time_a_lone_one_does_not(sc
 
     def ends(rows, idle):
         out = replay_transfers(spec, rows, tcp=tcp.TcpParams(**NO_START, contention_idle=idle))
-        return {w["request"]: w["end"] for w in compare.whole_transfers(out)}
+        return {w["request"]: w["end"] for w in model_errors.whole_transfers(out)}
 
     # the shards of one transfer do not compete with each other
     assert ends(lone, 0.4)["x"] == pytest.approx(ends(lone, 0.0)["x"])

@@ -6,14 +6,14 @@ import json
 import pytest
 
 from testbed.scenario import Scenario
-from testbed.validate.document import (
+from testbed.validate.comparison.document import (
     SCHEMA_VERSION,
     DocumentError,
     load,
     read_comparison,
     write_comparison,
 )
-from testbed.validate.rejudge import judge_again
+from testbed.validate.pipelines.judge_folder import judge_again
 from tests.conftest import TRACE, flow_validation
 
 
@@ -69,7 +69,7 @@ def test_an_older_or_foreign_document_is_refused_with_what_to_do(judged, tmp_pat
 
 
 def test_every_term_judged_beside_has_its_section():
-    from testbed.validate.beside import TERMS
-    from testbed.validate.document import BESIDE, Comparison
+    from testbed.validate.comparison.beside import TERMS
+    from testbed.validate.comparison.document import BESIDE, Comparison
 
     assert set(BESIDE) == set(TERMS) and set(BESIDE) <= set(Comparison.model_fields)

@@ -68,7 +68,7 @@ def test_the_network_model_example_judges_its_model_beside_max_min(tmp_path):
     import os
 
     from testbed.scenario import Scenario
-    from testbed.validate.rejudge import judge_again
+    from testbed.validate.pipelines.judge_folder import judge_again
     from tests.conftest import TRACE, flow_validation
 
     base = Scenario(name="nm", workload={"trace": str(TRACE), "measure_s": 3.0},

@@ -6,7 +6,7 @@ from testbed.model.oracle import Oracle
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext, make_scheduler
 from testbed.model.timing import TimingModel
 from testbed.scenario import load_scenario
-from testbed.validate.divergence import gap_closed, overlap
+from testbed.validate.judging.divergence import gap_closed, overlap
 from testbed.workloads.build import build_workload
 from tests.conftest import ROOT
 

@@ -21,7 +21,7 @@ from testbed.emulation.lanes import (
 from testbed.emulation.net import resolve_split
 from testbed.scenario import load_scenario
 from testbed.topologies.placement import lane_daemon_prefix, lane_netns
-from testbed.validate import sequential
+from testbed.validate.judging import sequential
 
 
 def test_two_cores_carry_one_fabric_and_sixteen_carry_several():
@@ -158,7 +158,7 @@ def test_fabrics_side_by_side_that_were_flagged_lower_the_ceiling_auto_keeps(
 
 
 def test_an_emulation_records_what_its_fabric_carried(tmp_path, monkeypatch):
-    from testbed.validate import machine_cache as cache
+    from testbed.validate.engines import machine_cache as cache
 
     monkeypatch.setenv("NETKV_CACHE_DIR", str(tmp_path / "cache"))
     _ran_side_by_side(tmp_path, 4, [True])

@@ -109,10 +109,50 @@ def test_no_module_name_means_two_different_things():
 def test_no_function_over_80_lines_where_runs_are_judged():
     long = []
     for folder in ("validate", "emulation"):
-        for path in sorted((PACKAGE / folder).glob("*.py")):
+        for path in sorted((PACKAGE / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
                         node.end_lineno - node.lineno + 1 > 80:
-                    long.append(f"{folder}/{path.name}: {node.name} "
+                    long.append(f"{path.relative_to(PACKAGE)}: {node.name} "
                                 f"({node.end_lineno - node.lineno + 1} lines)")
     assert not long, "split these: " + "; ".join(long)
+
+
+# A package split into rooms keeps them in order too: a room imports only from rooms below.
+ROOMS = {
+    "validate": ["judging", "engines", "comparison", "report", "pipelines"],
+    "workers": ["router"],
+    "model": ["host"],
+}
+
+
+def test_rooms_import_only_from_rooms_below():
+    upward = []
+    for package, rooms in ROOMS.items():
+        rank = {room: k for k, room in enumerate(rooms)}
+
+        def room(module: str, package=package) -> str | None:
+            parts = module.split(".")
+            return parts[2] if len(parts) > 2 and parts[1] == package else None
+
+        for me, deps in imports().items():
+            mine = room(me)
+            if mine not in rank:
+                continue
+            upward += [f"{me} imports {dep}" for dep in sorted(deps)
+                       if room(dep) in rank and rank[room(dep)] > rank[mine]]
+    assert not upward, "\n".join(upward)
+
+
+def test_every_room_is_in_its_package_order():
+    for package, rooms in ROOMS.items():
+        found = {p.name for p in (PACKAGE / package).iterdir() if (p / "__init__.py").exists()}
+        assert found == set(rooms), f"{package}: rooms {sorted(found)}, ROOMS says {rooms}"
+
+
+def test_no_package_holds_more_than_20_modules_flat():
+    """A newcomer looks for a room by concern; past 20 modules a package wants rooms."""
+    crowded = {str(d.relative_to(ROOT)): n for d in [PACKAGE, *PACKAGE.rglob("*")]
+               if d.is_dir() and d.name != "__pycache__"
+               and (n := sum(1 for f in d.glob("*.py") if f.name != "__init__.py")) > 20}
+    assert not crowded, f"split into rooms by concern: {crowded}"

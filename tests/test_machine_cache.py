@@ -12,7 +12,7 @@ import pytest
 from testbed.cli.options import Duration, Fraction
 from testbed.emulation.lanes import fabric_split
 from testbed.scenario import load_scenario
-from testbed.validate import machine_cache as cache
+from testbed.validate.engines import machine_cache as cache
 from tests.conftest import ROOT
 
 

@@ -17,7 +17,7 @@ from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.model.tcp import TcpParams
 from testbed.scenario import Scenario, ScenarioError, load_scenario
 from testbed.topologies.fattree import FatTreeSpec
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
 from tests.conftest import TRACE, flow_validation
 
 GB = 1e9

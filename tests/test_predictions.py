@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from testbed.api import load_scenario, simulate
 from testbed.cli import main
-from testbed.validate.exported import WorkloadFile, schema
+from testbed.validate.report.exported import WorkloadFile, schema
 from tests.conftest import ROOT
 
 SCHEMA = ROOT / "docs" / "schemas" / "workload.schema.json"
@@ -65,7 +65,7 @@ def test_the_workload_file_holds_the_work_served_and_its_schema_is_current(run, 
         assert [r.id for r in doc.cells[0].requests] == [r["id"] for r in csv.DictReader(f)]
     assert all(t.bytes > 0 for c in doc.cells for t in c.transfers)
     assert json.loads(SCHEMA.read_text()) == schema(), (
-        "docs/schemas/workload.schema.json is stale: python -m testbed.validate.exported > "
+        "docs/schemas/workload.schema.json is stale: python -m testbed.validate.report.exported > "
         "docs/schemas/workload.schema.json")
 
 

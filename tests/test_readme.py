@@ -10,7 +10,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import readme_sample  # noqa: E402
 
-from testbed.validate.answer import WIDTH  # noqa: E402
+from testbed.validate.report.answer import WIDTH  # noqa: E402
 
 
 def test_the_readme_shows_the_answer_the_demo_prints_for_its_recorded_run():

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from testbed.records import write_csv
 from testbed.scenario import Scenario
-from testbed.validate.repeat import (
+from testbed.validate.engines.repeat import (
     REPEATS,
     engines_floor,
     packets_against_packets,
@@ -167,7 +167,7 @@ def test_packets_deciding_again_match_every_transfer_wherever_placed(tmp_path):
 ])
 def test_a_missed_both_engines_median_is_read_against_packets_deciding_again(
         floor, ci, kind, says):
-    from testbed.validate.summary import acceptance
+    from testbed.validate.comparison.summary import acceptance
 
     doc = {"targets": {**_targets(0.12), "engines_median_abs_transfer_error": 0.2,
                        "packets_engines_median_abs_transfer_error": floor,
@@ -236,7 +236,7 @@ def test_the_repeat_command_names_what_it_cannot_use(tmp_path):
 def test_the_floors_interval_resamples_whole_transfers():
     """A transfer judged in every pair of runs, both ways, is one draw: the same errors
     taken as independent would give a narrower interval than the transfers support."""
-    from testbed.validate import stats
+    from testbed.validate.judging import stats
 
     rng = np.random.default_rng(1)
     per_transfer = rng.uniform(0.0, 0.4, size=12)
@@ -266,7 +266,7 @@ def _targets(p90, floor=None, ci=None):
     (_targets(float("nan")), "not judged", "no transfer"),
 ])
 def test_a_missed_p90_is_read_against_packets_own_floor(t, kind, says):
-    from testbed.validate.summary import reach, summary_lines
+    from testbed.validate.comparison.summary import reach, summary_lines
 
     got, sentence = reach(t, "p90")
     assert got == kind and says in sentence
@@ -281,7 +281,7 @@ def test_a_missed_p90_is_read_against_packets_own_floor(t, kind, says):
 
 
 def test_a_missed_median_is_read_against_packets_own_median():
-    from testbed.validate.summary import reach
+    from testbed.validate.comparison.summary import reach
 
     t = {**_targets(0.12), "replay_median_abs_transfer_error": 0.08,
          "packets_median_abs_transfer_error": 0.30, "packets_median_ci": [0.2, 0.4]}
@@ -292,7 +292,7 @@ def test_a_missed_median_is_read_against_packets_own_median():
 
 
 def test_acceptance_reads_every_target_of_a_validation():
-    from testbed.validate.summary import acceptance
+    from testbed.validate.comparison.summary import acceptance
 
     doc = {"targets": {**_targets(0.20, 0.30, [0.2, 0.5]),
                        "replay_median_abs_transfer_error": 0.04,

@@ -1,6 +1,6 @@
-"""Held-out selection of flow-model terms (validate/selection.py)."""
+"""Held-out selection of flow-model terms (validate/comparison/selection.py)."""
 
-from testbed.validate.selection import held_out, row_figures, selection_lines
+from testbed.validate.comparison.selection import held_out, row_figures, selection_lines
 
 
 def _row(cal, tcp, cont=None):
@@ -53,19 +53,19 @@ def test_the_probe_terms_are_judged_beside_the_verdicts_model_with_the_term_adde
     """The verdict's model leaves both terms fitted on competing probes out (the held-out
     selection did not keep them); each is judged beside it with the term alone added."""
     from testbed.scenario import load_scenario
-    from testbed.validate.beside import TERMS as BESIDE
-    from testbed.validate.selection import TERMS
-    from testbed.validate.twin import flow_twin, replay_twin
+    from testbed.validate.comparison.beside import TERMS as BESIDE
+    from testbed.validate.comparison.selection import TERMS
+    from testbed.validate.engines.flow_match import flow_scenario, replay_scenario
     from tests.conftest import ROOT
 
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
     fit = {"join_stall_s": 0.07, "contention_idle": 0.4}
-    verdict = flow_twin(sc, {1: 1.0}, fit).tcp_params()
+    verdict = flow_scenario(sc, {1: 1.0}, fit).tcp_params()
     assert (verdict.join_stall_s, verdict.contention_idle) == (0.0, 0.0)
-    assert replay_twin(sc, {1: 1.0}, fit).tcp_params().join_stall_s == 0.0
+    assert replay_scenario(sc, {1: 1.0}, fit).tcp_params().join_stall_s == 0.0
     stall, cont = BESIDE["join_stall"], BESIDE["contention"]
-    joined = flow_twin(sc, {1: 1.0}, fit, beside=(stall.field,)).tcp_params()
-    contended = flow_twin(sc, {1: 1.0}, fit, beside=(cont.field,)).tcp_params()
+    joined = flow_scenario(sc, {1: 1.0}, fit, beside=(stall.field,)).tcp_params()
+    contended = flow_scenario(sc, {1: 1.0}, fit, beside=(cont.field,)).tcp_params()
     assert (joined.join_stall_s, joined.contention_idle) == (0.07, 0.0)
     assert (contended.contention_idle, contended.join_stall_s) == (0.4, 0.0)
     assert TERMS["join stall"] == ("tcp", "tcp_joined")
@@ -76,16 +76,16 @@ def test_the_shard_spread_is_in_the_verdicts_model_and_judged_by_a_run_without_i
     """A term the verdict has is judged the other way round: the run beside leaves it out,
     and the selection compares the verdict's model (with it) against that run."""
     from testbed.scenario import load_scenario
-    from testbed.validate.beside import TERMS as BESIDE
-    from testbed.validate.beside import other_way
-    from testbed.validate.selection import TERMS
-    from testbed.validate.twin import flow_twin
+    from testbed.validate.comparison.beside import TERMS as BESIDE
+    from testbed.validate.comparison.beside import other_way
+    from testbed.validate.comparison.selection import TERMS
+    from testbed.validate.engines.flow_match import flow_scenario
     from tests.conftest import ROOT
 
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
     fit = {"shard_spread": 0.38, "join_stall_s": 0.07}
     spread = BESIDE["spread"]
-    assert flow_twin(sc, {1: 1.0}, fit).tcp_params().shard_spread == 0.38
+    assert flow_scenario(sc, {1: 1.0}, fit).tcp_params().shard_spread == 0.38
     without = other_way(sc, {1: 1.0}, fit, spread).tcp_params()
     assert (without.shard_spread, without.join_stall_s) == (0.0, 0.0)
     assert other_way(sc, {1: 1.0}, fit, BESIDE["join_stall"]).tcp_params().join_stall_s == 0.07

@@ -11,10 +11,10 @@ import pytest
 from testbed.flowsim.network import FluidNetwork
 from testbed.model import tcp
 from testbed.scenario import ScenarioError, load_scenario
-from testbed.validate import compare, decision, stats, validity, words
-from testbed.validate.calibration import fit_tcp
-from testbed.validate.pipeline import check_calibration
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
+from testbed.validate.judging import decision, model_errors, stats, validity, words
+from testbed.validate.judging.calibration import fit_tcp
+from testbed.validate.pipelines.pipeline import check_calibration
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "validate.yaml"
@@ -302,9 +302,9 @@ def test_whole_transfers_run_from_the_first_start_to_the_slowest_shard():
             for k, (s, e) in enumerate([(1.0, 2.0), (1.1, 3.5), (1.0, 2.2)])]
     rows.append(dict(request="b", shard=0, src="i0", dst="i5", tier=3, bytes=5, start=0,
                      end=""))
-    (whole,) = compare.whole_transfers(rows)
+    (whole,) = model_errors.whole_transfers(rows)
     assert (whole["start"], whole["end"], whole["bytes"]) == (1.0, 3.5, 30.0)
-    assert compare.shard_spread(rows) == [pytest.approx(2.4 / 1.0)]
+    assert model_errors.shard_spread(rows) == [pytest.approx(2.4 / 1.0)]
 
 
 def test_bootstrap_intervals_hold_the_point_and_narrow_with_more_data():
@@ -363,8 +363,8 @@ def test_a_lone_transfer_ends_when_equal_shares_would_its_fastest_shard_spread_s
     assert max(r["end"] for r in spread) == pytest.approx(max(r["end"] for r in equal))
     (fast,) = [r["end"] for r in spread if r["shard"] == 0]
     assert max(r["end"] for r in spread) / fast == pytest.approx(1.5)
-    assert compare.shard_spread(spread) == pytest.approx([1.5])
-    assert compare.shard_spread(equal) == pytest.approx([1.0])
+    assert model_errors.shard_spread(spread) == pytest.approx([1.5])
+    assert model_errors.shard_spread(equal) == pytest.approx([1.0])
 
 
 def test_under_contention_a_spread_transfer_ends_later_than_equal_shares_predict(spec):
@@ -378,7 +378,7 @@ def test_under_contention_a_spread_transfer_ends_later_than_equal_shares_predict
 
     def ends(spread):
         out = replay_transfers(spec, rows, tcp=tcp.TcpParams(**no_start, shard_spread=spread))
-        return {w["request"]: w["end"] for w in compare.whole_transfers(out)}
+        return {w["request"]: w["end"] for w in model_errors.whole_transfers(out)}
 
     equal, spread = ends(0.0), ends(0.5)
     assert equal["x"] == pytest.approx(equal["y"])
@@ -387,8 +387,8 @@ def test_under_contention_a_spread_transfer_ends_later_than_equal_shares_predict
     # ... and with identical twins both end together there too: the spread redistributes
     # only within a transfer until one transfer is behind; a later start breaks the tie
     late = rows[:4] + _shard_rows("y", a, b, path, 2e9, 4, 0.05)
-    eq = compare.whole_transfers(replay_transfers(spec, late, tcp=tcp.TcpParams(**no_start)))
-    sp = compare.whole_transfers(replay_transfers(
+    eq = model_errors.whole_transfers(replay_transfers(spec, late, tcp=tcp.TcpParams(**no_start)))
+    sp = model_errors.whole_transfers(replay_transfers(
         spec, late, tcp=tcp.TcpParams(**no_start, shard_spread=0.5)))
     first = {w["request"]: w["end"] for w in eq}["x"]
     assert {w["request"]: w["end"] for w in sp}["x"] > first * (1 + 1e-3)
@@ -423,7 +423,7 @@ def test_fit_shard_spread_fits_every_shards_end_after_the_fixed_cost():
     give that spread back; a transfer whose fastest shard alone is far off moves the
     per-transfer estimate less than the slowest / fastest ratio would (the ratio is kept
     for the report)."""
-    from testbed.validate.calibration import fit_shard_spread
+    from testbed.validate.judging.calibration import fit_shard_spread
 
     def ends(spread, n, total, fixed):
         return [fixed + total * x for x in tcp.lone_shard_ends(n, spread)]

@@ -71,7 +71,7 @@ def test_a_runs_round_trips_are_the_median_and_its_swing_over_each_connections_l
 
 
 def test_the_replay_error_of_stalled_connections_is_shown_apart():
-    from testbed.validate import compare
+    from testbed.validate.judging import model_errors
 
     ref = [{"request": "a", "shard": 0, "tier": 2, "bytes": 1e9, "start": 0, "end": 2.0,
             "timeouts": "1"},
@@ -79,9 +79,9 @@ def test_the_replay_error_of_stalled_connections_is_shown_apart():
             "timeouts": "0"},
            {"request": "c", "shard": 0, "tier": 2, "bytes": 1e9, "start": 0, "end": 1.0}]
     model = [{"request": r, "shard": 0, "start": 0, "end": 1.0} for r in "abc"]
-    pairs, _ = compare.match_transfers(ref, model)
+    pairs, _ = model_errors.match_transfers(ref, model)
     assert [p.timed_out for p in pairs] == [True, False, None]
-    split = compare.stall_split(pairs)
+    split = model_errors.stall_split(pairs)
     assert split["timed_out"]["n"] == 1 and split["timed_out"]["median_abs_error"] == 0.5
     assert split["clean"]["n"] == 1 and split["clean"]["median_abs_error"] == 0.0
     assert split["unknown"] == 1

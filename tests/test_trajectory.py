@@ -1,4 +1,4 @@
-"""The claims' run-to-run spread in the flow model (validate/trajectory.py)."""
+"""The claims' run-to-run spread in the flow model (validate/judging/trajectory.py)."""
 
 import math
 
@@ -7,7 +7,14 @@ import pytest
 from testbed.cells import Task
 from testbed.runner import run_task
 from testbed.scenario import load_scenario
-from testbed.validate.trajectory import _summary, draw_spreads, gains, mean_ttft, seed_draws, spread
+from testbed.validate.judging.trajectory import (
+    _summary,
+    draw_spreads,
+    gains,
+    mean_ttft,
+    seed_draws,
+    spread,
+)
 from tests.conftest import ROOT
 
 
@@ -74,7 +81,7 @@ def test_a_claim_the_seeds_own_draw_cannot_measure_is_left_out(monkeypatch):
     another draw and the shift would be measured from the wrong run."""
     from types import SimpleNamespace
 
-    from testbed.validate import trajectory
+    from testbed.validate.judging import trajectory
 
     served = {("rr", 0): 10.0, ("cla", 0): None, ("rr", 1): 10.0, ("cla", 1): 8.0,
               ("rr", 2): 10.0, ("cla", 2): 6.0}

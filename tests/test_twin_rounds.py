@@ -1,11 +1,11 @@
-"""The emulation's seeds for ns-3 against it, planned from the first (validate/twin_rounds.py):
+"""The emulation's seeds for ns-3 against it, planned from the first (validate/pipelines/twin_rounds.py):
 how many would settle the claims, and the words the answer gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.validate.twin_rounds import plan_words, seeds_to_settle, settle_words
+from testbed.validate.pipelines.twin_rounds import plan_words, seeds_to_settle, settle_words
 
 
 def claim(low: float, high: float, verdict: str = "inconclusive") -> dict:

@@ -8,8 +8,8 @@ import pytest
 from testbed.flowsim.simulator import simulate
 from testbed.scenario import Scenario
 from testbed.topologies.fattree import FatTreeSpec
-from testbed.validate import compare
-from testbed.validate.replay import replay_transfers
+from testbed.validate.engines.flow_replay import replay_transfers
+from testbed.validate.judging import model_errors
 from testbed.workloads.build import build_workload
 from tests.conftest import TRACE, flow_validation
 
@@ -22,10 +22,10 @@ def row(request, shard, start, end, tier=2, size=GiB):
 
 
 def test_relative_error_sign_means_flow_model_slower():
-    assert compare.relative_error(1.1, 1.0) == pytest.approx(0.1)
-    assert compare.relative_error(0.5, 1.0) == pytest.approx(-0.5)
+    assert model_errors.relative_error(1.1, 1.0) == pytest.approx(0.1)
+    assert model_errors.relative_error(0.5, 1.0) == pytest.approx(-0.5)
     with pytest.raises(ValueError):
-        compare.relative_error(1.0, 0.0)
+        model_errors.relative_error(1.0, 0.0)
 
 
 def test_matching_and_error_summary_on_known_numbers():
@@ -33,26 +33,26 @@ def test_matching_and_error_summary_on_known_numbers():
                  row("b", 0, 1, 2.0, tier=3), row("c", 0, 0, 1.0)]
     model = [row("a", 0, 0, 1.2), row("a", 1, 0, 1.0, tier=3, size=8 * GiB),
              row("b", 0, 1, 2.5, tier=3)]
-    pairs, missing = compare.match_transfers(reference, model)
+    pairs, missing = model_errors.match_transfers(reference, model)
     assert missing == [("c", 0)]
     assert [p.error for p in pairs] == pytest.approx([0.2, -0.5, 0.5])
-    summary = compare.error_summary(pairs)
+    summary = model_errors.error_summary(pairs)
     assert summary["n"] == 3
     assert summary["median_abs_error"] == pytest.approx(0.5)
     assert summary["mean_error"] == pytest.approx(0.2 / 3)
     assert summary["by_tier"]["2"]["median_abs_error"] == pytest.approx(0.2)
     assert summary["by_tier"]["3"]["n"] == 2
     assert set(summary["by_size"]) == {"1-4 GiB", "4-16 GiB"}
-    assert compare.size_bucket(100) == "< 1 GiB"
+    assert model_errors.size_bucket(100) == "< 1 GiB"
 
 
 def test_rankings_and_kendall_tau():
-    assert compare.ranking({"rr": 3.0, "cla": 2.0, "netkv": 1.0}) == ["netkv", "cla", "rr"]
-    assert compare.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
-    assert compare.kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
-    assert compare.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == pytest.approx(1 / 3)
+    assert model_errors.ranking({"rr": 3.0, "cla": 2.0, "netkv": 1.0}) == ["netkv", "cla", "rr"]
+    assert model_errors.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert model_errors.kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
+    assert model_errors.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == pytest.approx(1 / 3)
     with pytest.raises(ValueError):
-        compare.kendall_tau(["a"], ["b"])
+        model_errors.kendall_tau(["a"], ["b"])
 
 
 def test_metric_comparison_and_ranking_agreement():
@@ -62,15 +62,15 @@ def test_metric_comparison_and_ranking_agreement():
     flows = {"rr": {"ttft_mean_ms": 2200.0, "transfer_mean_ms": 990.0},
              "cla": {"ttft_mean_ms": 1980.0, "transfer_mean_ms": 880.0},
              "netkv-full": {"ttft_mean_ms": 1760.0, "transfer_mean_ms": 700.0}}
-    rows = {r["scheduler"]: r for r in compare.metric_comparison(packets, flows,
+    rows = {r["scheduler"]: r for r in model_errors.metric_comparison(packets, flows,
                                                                  ("ttft_mean_ms",
                                                                   "transfer_mean_ms"))}
     assert rows["rr"]["ttft_mean_ms_error"] == pytest.approx(0.10)
     assert rows["netkv-full"]["transfer_mean_ms_error"] is None
-    agreement = compare.ranking_agreement(packets, flows)
+    agreement = model_errors.ranking_agreement(packets, flows)
     assert agreement["same_order"] and agreement["kendall_tau"] == 1.0
     flows["cla"]["ttft_mean_ms"] = 2300.0
-    assert not compare.ranking_agreement(packets, flows)["same_order"]
+    assert not model_errors.ranking_agreement(packets, flows)["same_order"]
 
 
 def test_replay_of_a_lone_transfer_follows_the_path_bandwidth():
@@ -93,9 +93,9 @@ def test_replaying_the_simulators_own_transfers_reproduces_them(trace_path):
     result = simulate(sc, "netkv-full", 1, build_workload(sc, 1))
     assert len(result.transfers) > 20
     replayed = replay_transfers(sc.cluster.spec(), result.transfers)
-    pairs, missing = compare.match_transfers(result.transfers, replayed)
+    pairs, missing = model_errors.match_transfers(result.transfers, replayed)
     assert not missing
-    assert compare.error_summary(pairs)["p90_abs_error"] < 1e-6
+    assert model_errors.error_summary(pairs)["p90_abs_error"] < 1e-6
 
 
 def test_compare_command_on_two_run_folders(tmp_path):
@@ -130,14 +130,14 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     Replaying a run through the model that made it must agree to rounding, and the TCP
     terms can only add time."""
     from testbed.runner import run_flowsim
-    from testbed.validate.render import render_validation
-    from testbed.validate.sections import build_document, flow_twin
-    from testbed.validate.summary import summary_lines
+    from testbed.validate.comparison.sections import build_document, flow_scenario
+    from testbed.validate.comparison.summary import summary_lines
+    from testbed.validate.report.render import render_validation
 
     base = Scenario(name="doc", workload={"trace": str(TRACE), "measure_s": 6.0}, seeds=2,
                     schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
     ref = run_flowsim(base, tmp_path / "ref").folder
-    tcp = run_flowsim(flow_twin(base, {1: 1.0, 2: 1.0, 3: 1.0}, {}), tmp_path / "tcp").folder
+    tcp = run_flowsim(flow_scenario(base, {1: 1.0, 2: 1.0, 3: 1.0}, {}), tmp_path / "tcp").folder
     cal = {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
            "tiers": {"3": {"pair": ["i0", "i8"], "factor": 1.0, "overhead_s": 0.0, "r2": 1.0}}}
     doc = build_document(base, ref, {"uncalibrated": ref, "calibrated": ref, "tcp": tcp}, cal,
@@ -216,7 +216,7 @@ def test_judge_reruns_the_flow_side_of_a_finished_validation(tmp_path):
 
 
 def test_packet_draws_of_one_workload_say_how_often_a_seeds_ranking_repeats(tmp_path):
-    from testbed.validate.verdicts import draw_rankings
+    from testbed.validate.comparison.verdicts import draw_rankings
 
     means = {1: (3.0, 2.0, 1.0), 2: (3.0, 1.0, 2.0), 3: (3.0, 2.0, 1.0), 4: (3.0, 2.0, 1.0),
              5: (1.0, 2.0, 3.0)}  # seeds 1, 3, 5 replay one workload, 2 and 4 another

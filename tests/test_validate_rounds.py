@@ -10,8 +10,9 @@ import pytest
 
 from testbed.runner import run_flowsim
 from testbed.scenario import load_scenario
-from testbed.validate import rounds, sequential
-from testbed.validate.twin import flow_twin
+from testbed.validate.engines.flow_match import flow_scenario
+from testbed.validate.judging import sequential
+from testbed.validate.pipelines import sequential_plan
 from tests.conftest import ROOT
 
 
@@ -19,7 +20,7 @@ from tests.conftest import ROOT
 def planned(tmp_path_factory):
     base = load_scenario(ROOT / "scenarios" / "validate.yaml",
                          overrides={"schedulers": ["rr", "netkv-full"]})
-    sc = rounds.planned_scenario(base, 2, 10.0)
+    sc = sequential_plan.planned_scenario(base, 2, 10.0)
     folder = run_flowsim(sc, tmp_path_factory.mktemp("packets")).folder
     for summary in folder.glob("cells/*/*/seed*/summary.json"):  # as the packets mark them
         doc = json.loads(summary.read_text())
@@ -27,10 +28,10 @@ def planned(tmp_path_factory):
     return sc, folder
 
 
-def looks_for(sc, half_width: float, budget_s: float = 1e6) -> rounds.Looks:
+def looks_for(sc, half_width: float, budget_s: float = 1e6) -> sequential_plan.Looks:
     plan = sequential.Plan(2, 10.0, 20.0, 30.0, 10.0, budget_s, half_width, "target")
-    looks = rounds.Looks(sc, plan, time.monotonic(), judge_s=1.0)
-    looks.flow_scenario = flow_twin(sc, None, {})
+    looks = sequential_plan.Looks(sc, plan, time.monotonic(), judge_s=1.0)
+    looks.flow_scenario = flow_scenario(sc, None, {})
     return looks
 
 
@@ -109,7 +110,7 @@ def test_each_sweep_point_has_its_own_looks(tmp_path):
     base = load_scenario(ROOT / "scenarios" / "validate.yaml",
                          overrides={"schedulers": ["rr", "netkv-full"],
                                     "sweep": {"workload.load": [0.5, 1.0]}})
-    sc = rounds.planned_scenario(base, 2, 10.0)
+    sc = sequential_plan.planned_scenario(base, 2, 10.0)
     folder = run_flowsim(sc, tmp_path).folder
     for summary in folder.glob("cells/*/*/seed*/summary.json"):
         doc = json.loads(summary.read_text())
@@ -130,7 +131,7 @@ def test_a_runs_stop_lasts_until_its_last_record_is_written(tmp_path):
     drain factor is the round's: the runs' drains summed over the pilot's."""
     import os
 
-    from testbed.validate.pipeline import run_overheads
+    from testbed.validate.pipelines.pipeline import run_overheads
 
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml")
     wl, dilation = sc.workload, sc.emulation.time_dilation

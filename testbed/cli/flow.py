@@ -195,7 +195,7 @@ def _validity_line(sc, wl) -> str:
     """Where the scenario's transfers sit against the replica's validity floor (tier 3,
     whole KV, no cache hits: the largest floor and the smallest transfers)."""
     from testbed.model.kv import kv_cache_bytes
-    from testbed.validate import validity
+    from testbed.validate.judging import validity
 
     try:
         by_tier = validity.floors(sc)
@@ -210,7 +210,7 @@ def _validity_line(sc, wl) -> str:
     below = sum(s < floor for s in sizes)
     line = (f"at scale {sc.emulation.scale:g}, dilation {sc.emulation.time_dilation:g}, "
             f"{below} of {len(sizes)} transfers fall below the validity floor "
-            f"({floor / 1e6:.0f} MB at tier {worst}; testbed/validate/validity.py)")
+            f"({floor / 1e6:.0f} MB at tier {worst}; testbed/validate/judging/validity.py)")
     clear = validity.scale_to_clear(sc, sizes, [worst] * len(sizes))
     if clear:
         line += (f"; scale {clear['scale']:.2g} with time_dilation "

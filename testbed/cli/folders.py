@@ -46,8 +46,8 @@ def judge(folder: str, verbose: bool, predictions: str | None,
     from testbed.records import unchanged_on_failure
     from testbed.results import ValidationResult
     from testbed.sweep import Executor
-    from testbed.validate.flow_models import check_models
-    from testbed.validate.rejudge import judge_again, with_flow_models
+    from testbed.validate.pipelines.flow_models import check_models
+    from testbed.validate.pipelines.judge_folder import judge_again, with_flow_models
 
     if predictions:
         with reading(folder):
@@ -73,8 +73,8 @@ def judge(folder: str, verbose: bool, predictions: str | None,
 
 def _judge_predictions(folder: Path, path: Path) -> None:
     from testbed.records import atomic_write, write_json
-    from testbed.validate import predictions as pred
-    from testbed.validate.exported import run_folder
+    from testbed.validate.report import predictions as pred
+    from testbed.validate.report.exported import run_folder
 
     try:
         run = run_folder(folder)
@@ -113,7 +113,7 @@ def export_workload(folder: str, out_file: str | None) -> None:
     """
     from testbed.inputs import reading
     from testbed.records import atomic_write
-    from testbed.validate.exported import export
+    from testbed.validate.report.exported import export
 
     try:
         with reading(folder):
@@ -144,7 +144,7 @@ def compare_cmd(reference: str, model: str, out_dir: str | None) -> None:
     time per scheduler and whether both rank the schedulers the same. Two flow-level
     runs work too, e.g. per-transfer against per-flow ECMP.
     """
-    from testbed.validate.report import RunFolderError, compare_runs
+    from testbed.validate.report.folder_comparison import RunFolderError, compare_runs
 
     out = Path(out_dir) if out_dir else Path(model) / "compare"
     try:
@@ -191,9 +191,9 @@ def repeat_cmd(folders: tuple[str, ...], schedulers: tuple[str, ...]) -> None:
 
       testbed repeat results/validate-validate-A results/validate-validate-B
     """
-    from testbed.validate import repeat
-    from testbed.validate.sections import cells_of
-    from testbed.validate.verdicts import faithful_cells
+    from testbed.validate.comparison.sections import cells_of
+    from testbed.validate.comparison.verdicts import faithful_cells
+    from testbed.validate.engines import repeat
 
     runs, scenarios = [], []
     for name in folders:
@@ -257,9 +257,9 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
     """The verdict's model replaying `cells` (the first run's), where `folder` is a
     validation with its calibration; None otherwise."""
     from testbed.scenario import Scenario
-    from testbed.validate.contention import with_probe_fits
-    from testbed.validate.replay import replay_cells
-    from testbed.validate.twin import replay_twin
+    from testbed.validate.engines.contention import with_probe_fits
+    from testbed.validate.engines.flow_match import replay_scenario
+    from testbed.validate.engines.flow_replay import replay_cells
 
     try:
         cal = json.loads((folder / "calibration.json").read_text())
@@ -268,7 +268,7 @@ def _replay(folder: Path, raw: dict, cells: dict) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     cal = with_probe_fits(scenario, cal)
-    return replay_cells(replay_twin(scenario, factors, cal.get("tcp", {})), cells, factors)
+    return replay_cells(replay_scenario(scenario, factors, cal.get("tcp", {})), cells, factors)
 
 
 def _scenario_of(folder: Path) -> dict:
@@ -292,8 +292,8 @@ def _field(raw: dict, dotted: str):
 def _floors(folder: Path, raw: dict) -> dict[int, dict]:
     """The validity floor a validation judged with, or the scenario's own."""
     from testbed.scenario import Scenario
-    from testbed.validate import validity
-    from testbed.validate.document import load
+    from testbed.validate.comparison.document import load
+    from testbed.validate.judging import validity
 
     try:  # an older or missing comparison.json: the scenario's own floors
         tiers = load(folder / "comparison.json")["validity"]["tiers"]
@@ -331,8 +331,8 @@ def replay_cmd(folders: tuple[str, ...], jobs: int, out: str) -> None:
     """
     from testbed.ns3sim.program import Ns3Unavailable
     from testbed.sweep import Executor
-    from testbed.validate.packets_replay import Unreplayable, replay_runs
-    from testbed.validate.words import replay_lines
+    from testbed.validate.engines.ns3_replay import Unreplayable, replay_runs
+    from testbed.validate.judging.words import replay_lines
 
     try:
         with Executor.local(jobs) as pool:

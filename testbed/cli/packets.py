@@ -284,7 +284,7 @@ def calibrate(scenario, out_file: str | None) -> None:
     """
     from testbed.emulation.net import EmulatedNetwork, EmulationError
     from testbed.records import atomic_write, stamp, write_json
-    from testbed.validate.calibrate import calibrate as run_calibration
+    from testbed.validate.engines.fabric_probes import calibrate as run_calibration
 
     sc = scenario
     if len(sc.cells()) > 1:

@@ -140,7 +140,7 @@ def run_one(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, t
         fidelity = monitor.stop(timers=lateness.read(rundir),
                                 pushes=lateness.push_waits(result["transfers"]) if result else None)
     fidelity["warnings"] += network.restarts[restarts:]
-    try:  # what ns-3's twin of this run must build (validate/packets_replay.py checks it)
+    try:  # what ns-3's twin of this run must build (validate/engines/ns3_replay.py checks it)
         fidelity["replica"] = applied_replica(network)
     except (OSError, ValueError, KeyError, StopIteration, ReadbackError) as exc:
         fidelity["replica"] = None

@@ -5,7 +5,7 @@ reads what the kernel actually holds (each egress's HTB link rate and leaf fifos
 host route's rto_min) and puts it in modelled time in the one shape both packet engines
 record (replica.replica_record; ns-3's: PacketNetwork.applied_replica). Every emulated
 run keeps it in its fidelity.json, and a replay on ns-3 refuses a run whose replica is
-not the twin's (validate/packets_replay.py).
+not the twin's (validate/engines/ns3_replay.py).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def test_a_sequential_validation_plans_judges_the_claims_and_stops_early(tmp_pat
     # rounds (two trace segments) only the first runs, unless its runs were unfaithful;
     # then RR's first seed runs once more on packets, for packets against packets
     from testbed.results import ValidationResult
-    from testbed.validate.sequential import look_level
+    from testbed.validate.judging.sequential import look_level
 
     path = write_small(tmp_path, TRACE, {**SHORT, "network.background.tier3": 0.2,
                                          "emulation.queue_limit": "bytes",

@@ -1,5 +1,5 @@
 """ns-3 fed a packet run's own schedule (ns3sim/replayer.py) and judged transfer by transfer
-(validate/packets_replay.py), and `testbed replay`'s refusals. Without root an ns-3 run
+(validate/ns3_replay.py), and `testbed replay`'s refusals. Without root an ns-3 run
 stands in for the emulation's: its folder named as an emulation run, each cell given the
 fidelity record an emulated run writes (faithful, the replica it applied)."""
 
@@ -19,8 +19,8 @@ from testbed.ns3sim.replayer import busiest, emulation_twin, replay, twin_replic
 from testbed.records import read_csv
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
-from testbed.validate import packets_replay
-from testbed.validate.packets_replay import Unreplayable, competitors, judge, replay_runs
+from testbed.validate.engines import ns3_replay
+from testbed.validate.engines.ns3_replay import Unreplayable, competitors, judge, replay_runs
 from tests.conftest import ROOT
 
 SHORT = {"workload.warmup_s": 1, "workload.measure_s": 3, "seeds": 1,
@@ -141,9 +141,9 @@ def test_replay_judges_runs_writes_its_own_folder_and_the_cli_refuses_with_nothi
     mixed = copy(stand_in, tmp_path / "mixed")
     next(mixed.glob("cells/*/rr/seed1/fidelity.json")).write_text(
         json.dumps({"verdict": "cpu-bound", "reasons": ["CPU-bound"]}))
-    kept, skipped = packets_replay.replayable(mixed, twin_replica)
+    kept, skipped = ns3_replay.replayable(mixed, twin_replica)
     assert list(kept) == ["000-base/netkv-full/seed1"] and "rr/seed1: unfaithful" in skipped[0]
     with pytest.raises(Unreplayable, match="ns-3's own packets"):
         (tmp_path / "v").mkdir()
         (tmp_path / "v" / "comparison.json").write_text("{}")
-        packets_replay.emulation_run(tmp_path / "v")
+        ns3_replay.emulation_run(tmp_path / "v")

@@ -7,7 +7,8 @@ import pytest
 
 from testbed.api import validate
 from testbed.scenario import load_scenario
-from testbed.validate import ns3_rounds, sequential
+from testbed.validate.judging import sequential
+from testbed.validate.pipelines import ns3_rounds
 from tests.conftest import ROOT
 
 

@@ -11,10 +11,10 @@ import pytest
 from testbed.results import ValidationResult
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
-from testbed.validate import three_way
-from testbed.validate.answer import WIDTH
-from testbed.validate.ns3_pipeline import validate_ns3
-from testbed.validate.rejudge import judge_again
+from testbed.validate.pipelines import three_way
+from testbed.validate.pipelines.judge_folder import judge_again
+from testbed.validate.pipelines.ns3_pipeline import validate_ns3
+from testbed.validate.report.answer import WIDTH
 from tests.conftest import ROOT
 
 
@@ -58,7 +58,7 @@ def test_ns3_against_itself_agrees_exactly_and_the_answer_has_three_engines(tmp_
     assert again["three_way"]["stand_in"]["claims"] == stand["claims"]
     # other flow models, on both packet engines: against ns-3 standing in for the
     # emulation and against ns-3 itself, the same packets, so the same rows
-    from testbed.validate.rejudge import with_flow_models
+    from testbed.validate.pipelines.judge_folder import with_flow_models
 
     rows = with_flow_models(folder, ["fixed-bandwidth"])["flow_models"]
     assert rows["ns3"]["packets"] == "ns3" and not rows["ns3"].get("ns3")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from testbed.api import validate
 from testbed.cli import main
 from testbed.scenario import load_scenario
-from testbed.validate.words import runs_of
+from testbed.validate.judging.words import runs_of
 from tests.conftest import ROOT
 
 

@@ -1,0 +1,11 @@
+"""What a person reads, and what leaves for other tools.
+
+answer             the answer a validation prints last
+render             report.md of a validation (render_claims, render_divergence and
+                   render_three_way write its sections)
+model_table        the flow models' table
+plots              PNG plots (matplotlib, headless)
+folder_comparison  `testbed compare`: two run folders, cell by cell
+exported           `testbed export-workload`: the exact work a run served
+predictions        `testbed judge --predictions`: another simulator judged against packets
+"""
