@@ -48,7 +48,7 @@ import yaml
 
 from testbed.cli.common import handle_signals
 from testbed.emulation.ingress import machine_drops
-from testbed.model import network_models
+from testbed.model.extensions import network_models
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
 from testbed.validate.comparison.document import load

@@ -24,11 +24,12 @@ _EXPORTS = {
     "Scheduler": "testbed.model.schedulers", "SchedulerContext": "testbed.model.schedulers",
     "Candidate": "testbed.model.candidates", "CandidateTable": "testbed.model.candidates",
     "RequestInfo": "testbed.model.schedulers", "Decision": "testbed.model.schedulers",
-    "Oracle": "testbed.model.oracle", "PluginError": "testbed.model.plugins",
-    "NetworkModel": "testbed.model.network_models",
-    "NetworkModelContext": "testbed.model.network_models",
-    "Transfer": "testbed.model.network_models", "SharedFlow": "testbed.model.network_models",
-    "Link": "testbed.model.network_models",
+    "Oracle": "testbed.model.oracle", "PluginError": "testbed.model.extensions.plugins",
+    "NetworkModel": "testbed.model.extensions.network_models",
+    "NetworkModelContext": "testbed.model.extensions.network_models",
+    "Transfer": "testbed.model.extensions.network_models",
+    "SharedFlow": "testbed.model.extensions.network_models",
+    "Link": "testbed.model.extensions.network_models",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -283,7 +283,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
     bounds those; testbed/validate/pipelines/three_way.py); "auto" (the CLI's default): both where
     this machine can run the fabric, ns-3 otherwise. flow_models: network models
-    (testbed/model/network_models.py: built-in keys, entry points, 'module:Class') judged
+    (testbed/model/extensions/network_models.py: built-in keys, entry points, 'module:Class') judged
     beside the verdict's max-min, a row each in the section `flow_models`.
     emulation_budget_s (both engines): the emulation adds seeds, planned from its first,
     until ns-3's claims against it are conclusive or that much wall time is spent

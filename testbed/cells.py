@@ -18,8 +18,8 @@ import yaml
 
 from testbed.lifecycle import TERMINAL_STATES
 from testbed.metrics import aggregate
-from testbed.model import plugins
-from testbed.model.plugins import display_name
+from testbed.model.extensions import plugins
+from testbed.model.extensions.plugins import display_name
 from testbed.model.recovery import ABORT, MIGRATE, RECOMPUTE
 from testbed.records import RunFolder, atomic_write, interruption, write_json
 from testbed.workloads.build import build_workload, workload_seed
@@ -91,7 +91,7 @@ def preflight(scenario) -> None:
         if not plugins.is_builtin(key):
             scenario_scheduler(scenario, key, scenario.seed)
     from testbed.flowsim.model_network import flow_network
-    from testbed.model import network_models
+    from testbed.model.extensions import network_models
 
     built = set()
     for _point, cell in scenario.cells():  # so is a network model's

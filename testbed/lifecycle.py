@@ -46,7 +46,7 @@ class RequestState:
     state: str | None = None  # one of TERMINAL_STATES
     reason: str = ""
     recovery: str = ""  # migrate | recompute | abort, when its decode instance failed
-    scheduler_fault: str = ""  # a plugin's decision thrown away, and why (model/guard.py)
+    scheduler_fault: str = ""  # a plugin's decision thrown away, and why (model/extensions/guard.py)
 
     def terminate(self, state: str, reason: str = "") -> None:
         if self.state is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from testbed.inputs import read_json
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.records import PARTIAL
 from testbed.scenario import Scenario
 
@@ -221,7 +221,7 @@ class ValidationResult:
         gain (packets, flow) and their difference with its interval, and the verdicts."""
         import pandas as pd
 
-        from testbed.model.plugins import display_name
+        from testbed.model.extensions.plugins import display_name
 
         rows = []
         for point, by in (self.comparison.get("claims") or {}).items():

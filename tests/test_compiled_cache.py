@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.model.cache import HolderIndex, PrefixCache, block_keys
-from testbed.model.compiled_cache import CompiledHolderIndex, fits
+from testbed.model.extensions.compiled_cache import CompiledHolderIndex, fits
 from tests.test_cache import random_prompts
 
 

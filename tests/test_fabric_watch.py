@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import system_ovs
 from testbed.emulation.hosts import host_gone
+from testbed.emulation.ovs import system_daemons
 
 pytestmark = pytest.mark.serial  # processes watched as they start: runs alone
 
@@ -58,7 +58,7 @@ class Clock:
 def test_a_daemon_restarted_under_the_grace_is_noted_and_the_run_goes_on(daemons):
     db, vswitchd = daemons("ovsdb-server"), daemons("ovs-vswitchd")
     clock = Clock()
-    watch = system_ovs.SystemOvsWatch(clock)
+    watch = system_daemons.SystemOvsWatch(clock)
     assert watch.pids == {"ovsdb-server": db.pid, "ovs-vswitchd": vswitchd.pid}
     assert watch.died() is None
     vswitchd.kill()
@@ -76,13 +76,13 @@ def test_a_daemon_restarted_under_the_grace_is_noted_and_the_run_goes_on(daemons
 def test_a_daemon_down_past_the_grace_is_named_with_what_to_do(daemons):
     db, _ = daemons("ovsdb-server"), daemons("ovs-vswitchd")
     clock = Clock()
-    watch = system_ovs.SystemOvsWatch(clock)
+    watch = system_daemons.SystemOvsWatch(clock)
     db.kill()
     db.wait()
     assert watch.died() is None  # the grace starts when it is first seen down
-    clock.now = system_ovs.RESTART_GRACE_S - 0.1
+    clock.now = system_daemons.RESTART_GRACE_S - 0.1
     assert watch.died() is None
-    clock.now = system_ovs.RESTART_GRACE_S
+    clock.now = system_daemons.RESTART_GRACE_S
     why = watch.died()
     assert why.startswith(f"the system's ovsdb-server (pid {db.pid}) exited and was not "
                           "restarted within 10 s")
@@ -93,7 +93,7 @@ def test_a_pidfile_naming_another_program_is_not_the_daemon(daemons, tmp_path):
     other = _running(["sleep", "300"])
     try:
         (tmp_path / "ovs-vswitchd.pid").write_text(str(other.pid))
-        assert system_ovs.SystemOvsWatch().pids["ovs-vswitchd"] is None
+        assert system_daemons.SystemOvsWatch().pids["ovs-vswitchd"] is None
     finally:
         other.kill()
         other.wait()
@@ -101,7 +101,7 @@ def test_a_pidfile_naming_another_program_is_not_the_daemon(daemons, tmp_path):
 
 def test_no_system_ovs_is_nothing_to_watch(tmp_path, monkeypatch):
     monkeypatch.setenv("OVS_RUNDIR", str(tmp_path))
-    watch = system_ovs.SystemOvsWatch()
+    watch = system_daemons.SystemOvsWatch()
     assert watch.pids == {"ovsdb-server": None, "ovs-vswitchd": None}
     assert watch.died() is None
 

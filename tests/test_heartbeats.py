@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from testbed.workers.fault_state import FaultState
-from testbed.workers.router_faults import RouterFaults
+from testbed.workers.router.failures import RouterFaults
+from testbed.workers.router.fault_state import FaultState
 
 
 class Loop:

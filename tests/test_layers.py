@@ -122,7 +122,8 @@ def test_no_function_over_80_lines_where_runs_are_judged():
 ROOMS = {
     "validate": ["judging", "engines", "comparison", "report", "pipelines"],
     "workers": ["router"],
-    "model": ["host"],
+    "model": ["extensions"],
+    "emulation": ["ovs"],
 }
 
 
@@ -156,3 +157,20 @@ def test_no_package_holds_more_than_20_modules_flat():
                if d.is_dir() and d.name != "__pycache__"
                and (n := sum(1 for f in d.glob("*.py") if f.name != "__init__.py")) > 20}
     assert not crowded, f"split into rooms by concern: {crowded}"
+
+
+IMPURE = ("os", "time", "signal", "threading", "subprocess", "socket", "pathlib", "multiprocessing")
+
+
+def test_the_model_core_is_pure():
+    """testbed/model/*.py promise no I/O, no clock, no threads: only model/extensions/ may."""
+    found = []
+    for path in sorted((PACKAGE / "model").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"model/{path.name} imports {n}" for n in names
+                      if n.split(".")[0] in IMPURE or n.startswith("testbed.model.extensions")]
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "open":
+                found.append(f"model/{path.name} calls open()")
+    assert not found, "; ".join(found)

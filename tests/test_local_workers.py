@@ -285,7 +285,7 @@ def test_the_router_starts_another_machines_worker_on_that_machines_clock(tmp_pa
     """A worker on another machine has its clock measured by round trips before the
     start (the fastest of CLOCK_PROBES counts), and gets t0 on its own clock."""
     from testbed.workers.realtime import CLOCK_PROBES
-    from testbed.workers.router import Router
+    from testbed.workers.router.service import Router
 
     sc = load_scenario_from(SMALL, tmp_path)
     cfg = local_config(tmp_path, sc, "rr", oracle, 20300)

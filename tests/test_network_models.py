@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from testbed.cli import main
 from testbed.flowsim.model_network import flow_network
-from testbed.model import network_models as nm
 from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.model.extensions import network_models as nm
 from testbed.model.tcp import TcpParams
 from testbed.scenario import Scenario, ScenarioError, load_scenario
 from testbed.topologies.fattree import FatTreeSpec

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from testbed import api
-from testbed.model import plugins
-from testbed.model.guard import GuardedScheduler
+from testbed.model.extensions import plugins
+from testbed.model.extensions.guard import GuardedScheduler
 from testbed.model.oracle import Oracle
 from testbed.model.schedulers import Candidate, RequestInfo, SchedulerContext
 from testbed.model.timing import TimingModel

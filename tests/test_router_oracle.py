@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from testbed.workers.router_oracle import first_oracle
+from testbed.workers.router.network_view import first_oracle
 
 DOC = {"tier_map": [["h1", "h2", 1]], "tier_bandwidth": {"1": 100},
        "tier_latency": {"1": 2}, "congestion": {"1": 0.25}}

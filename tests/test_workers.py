@@ -217,7 +217,7 @@ def test_block_index_built_from_a_caches_journal_gives_the_same_prefix_hits():
 
 def test_router_view_counts_its_own_decisions_until_a_report_reflects_them():
     from testbed.model.cache import BlockIndex
-    from testbed.workers.router import DecodeView
+    from testbed.workers.router.service import DecodeView
     from testbed.workloads.requests import Request
 
     view = DecodeView(BlockIndex(16))

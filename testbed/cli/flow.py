@@ -17,7 +17,7 @@ from testbed.cli.common import (
     report_scheduler_faults,
     scenario_options,
 )
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.ns3sim.program import Ns3Unavailable
 from testbed.workloads.mooncake import TraceError
 
@@ -249,7 +249,7 @@ def schedulers() -> None:
     from the Python path works too, without installing: docs/schedulers.md shows how to
     write one.
     """
-    from testbed.model import plugins
+    from testbed.model.extensions import plugins
 
     table = Table("key", "scheduler", "from")
     for key, origin in plugins.available().items():
@@ -271,7 +271,7 @@ def network_models_cmd() -> None:
     plugin (entry point group netkv_testbed.network_models). Any 'module:Class'
     importable from the Python path works too: docs/schedulers.md#network-models.
     """
-    from testbed.model import network_models
+    from testbed.model.extensions import network_models
 
     table = Table("key", "what it does", "from")
     for key, (what, origin) in network_models.known().items():

@@ -450,7 +450,8 @@ def clean(dry_run: bool) -> None:
     Only the project's own leftovers (tagged bridges, its node names, its manifests);
     other bridges on the machine are left alone.
     """
-    from testbed.emulation import cleanup, system_ovs
+    from testbed.emulation import cleanup
+    from testbed.emulation.ovs import system_daemons
 
     left = cleanup.find_leftovers()
     for label, items in (("bridge", left.bridges), ("interface", left.interfaces),
@@ -463,7 +464,7 @@ def clean(dry_run: bool) -> None:
         after = cleanup.find_leftovers()
         if not after.empty:
             _fail(f"could not remove everything: {after.describe()}")
-    if not system_ovs.answers():  # its bridges are out of sight, not gone
+    if not system_daemons.answers():  # its bridges are out of sight, not gone
         _fail("Open vSwitch is not answering (`ovs-vsctl show` failed), so a fabric's "
               "bridges can be neither found nor removed: start it again "
               "(/usr/share/openvswitch/scripts/ovs-ctl start, or systemctl restart "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.datapath import departures
-from testbed.emulation import ovs_daemons
+from testbed.emulation.ovs import private_daemons
 from testbed.topologies.placement import LANE_NETNS_RE, LANE_OVS_NETNS_RE, NETNS_PREFIX
 
 STATE_DIR = Path(os.environ.get("NETKV_STATE_DIR", "/run/netkv-testbed"))
@@ -198,7 +198,7 @@ def remove(left: Leftovers) -> None:
             cmd += ["--", "--if-exists", "del-br", b]
         _run(cmd, timeout=20)
     for netns in left.namespaces:  # takes every veth end inside, and so its peer
-        ovs_daemons.remove(netns, namespace_files(netns))
+        private_daemons.remove(netns, namespace_files(netns))
     for intf in our_interfaces():
         _run(["ip", "link", "del", intf])
     for manifest in left.manifests:
@@ -215,7 +215,7 @@ def namespace_files(netns: str) -> Path:
         return STATE_DIR / f"lane{m[1]}"
     if (m := LANE_OVS_NETNS_RE.match(netns)) is not None and not netns.startswith(NETNS_PREFIX):
         return STATE_DIR / f"lane{m[1]}" / f"ovs{m[2]}"
-    return ovs_daemons.rundir(STATE_DIR, int(netns[len(NETNS_PREFIX):]))
+    return private_daemons.rundir(STATE_DIR, int(netns[len(NETNS_PREFIX):]))
 
 
 def clean() -> Leftovers:

@@ -27,9 +27,9 @@ from testbed.emulation import child, cleanup
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.emulation.hosts import host_gone
-from testbed.emulation.ovs_daemons import OvsDaemon, OvsDaemonError
-from testbed.emulation.switches import switch_class
-from testbed.emulation.system_ovs import SystemOvsWatch
+from testbed.emulation.ovs.private_daemons import OvsDaemon, OvsDaemonError
+from testbed.emulation.ovs.switches import switch_class
+from testbed.emulation.ovs.system_daemons import SystemOvsWatch
 from testbed.model.tcp import WIRE_FRAME
 from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric

@@ -42,7 +42,7 @@ class Decision:
     predicted_transfer_s: float = 0.0
     predicted_cost_s: float = 0.0
     reason: str = "ok"
-    fault: str = ""  # why the scheduler's own choice was replaced (model/guard.py)
+    fault: str = ""  # why the scheduler's own choice was replaced (model/extensions/guard.py)
 
     @property
     def rejected(self) -> bool:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from testbed.model import network_models
+from testbed.model.extensions import network_models
 from testbed.scenario.base import DAY_S, MIN_PERIOD_S, _Strict
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from testbed import plausibility
-from testbed.model import plugins
+from testbed.model.extensions import plugins
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
         threading.Thread(target=watch, daemon=True, name="stdin-eof").start()
     if args.role == "router":
-        from testbed.workers.router import main as router_main
+        from testbed.workers.router.service import main as router_main
 
         return router_main(args.config)
     from testbed.workers.config import RunConfig

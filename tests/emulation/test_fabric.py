@@ -20,7 +20,7 @@ import pytest
 from scapy.all import IP, TCP, rdpcap
 
 from testbed.topologies.replica import rto_min_ms
-from testbed.workers.fault_state import fault_interfaces, set_links
+from testbed.workers.router.fault_state import fault_interfaces, set_links
 from tests.conftest import ROOT
 from tests.emulation.conftest import SLOWDOWN, running_fabric, wait_for
 from tests.emulation.helpers import (

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import cleanup, system_ovs
+from testbed.emulation import cleanup
+from testbed.emulation.ovs import system_daemons
 from tests.conftest import ROOT, TRACE
 from tests.emulation.conftest import requests_ended, wait_for, write_small
 
@@ -178,12 +179,12 @@ def system_ovs_restored():
     yield
     subprocess.run(["/usr/share/openvswitch/scripts/ovs-ctl", "start", "--system-id=random"],
                    capture_output=True, check=False, timeout=120)
-    wait_for(system_ovs.answers, 30, "the system's Open vSwitch to answer")
+    wait_for(system_daemons.answers, 30, "the system's Open vSwitch to answer")
     cleanup.clean()
 
 
 def _system_pid(name: str) -> int:
-    return int((system_ovs.rundir() / f"{name}.pid").read_text())
+    return int((system_daemons.rundir() / f"{name}.pid").read_text())
 
 
 @pytest.mark.parametrize("daemon", ["ovs-vswitchd", "ovsdb-server"])

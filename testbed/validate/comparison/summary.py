@@ -3,7 +3,7 @@ their targets, the primary claims counted, and the lines `testbed validate` prin
 
 from __future__ import annotations
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.judging import claims, decision, model_errors, stats
 from testbed.validate.judging import targets as goal
 from testbed.validate.judging.decision import Verdict

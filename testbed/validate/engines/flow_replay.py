@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.model_network import flow_network
-from testbed.model.network_models import MAX_MIN
+from testbed.model.extensions.network_models import MAX_MIN
 from testbed.model.tcp import TcpParams
 from testbed.records import read_csv
 from testbed.topologies.fattree import FatTreeSpec
@@ -31,7 +31,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
     A row's recorded `path` (a>b>c) is followed when present; otherwise `ecmp` picks.
     `capacity_factor` (tier -> factor) is a calibration of the link rates; `tcp` adds
     the TCP terms (testbed/model/tcp.py) to the fluid model; `model`, a network model in
-    place of max-min (testbed/model/network_models.py)."""
+    place of max-min (testbed/model/extensions/network_models.py)."""
     loop = EventLoop()
     net = flow_network(spec, random.Random(seed), capacity_factor, tcp, rtt_exponent, model)
     if background:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.judging import targets
 from testbed.validate.judging.decision import HIGHER_IS_BETTER, REACH_KEYS, Verdict
 from testbed.validate.judging.stats import Interval

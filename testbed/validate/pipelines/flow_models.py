@@ -1,5 +1,5 @@
 """Other flow models judged against the same packets (`validate --flow-model`, `testbed
-judge --flow-model`): a row per network model (testbed/model/network_models.py), each
+judge --flow-model`): a row per network model (testbed/model/extensions/network_models.py), each
 with the statistics of the validation's own verdict.
 
 Every model is given what the verdict's model is given: the calibration's link rates and
@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from testbed.inputs import InputError, read_json, read_text
-from testbed.model import network_models
+from testbed.model.extensions import network_models
 from testbed.records import PARTIAL, read_csv
 from testbed.runner import run_flowsim
 from testbed.validate.comparison.sections import cells_of, engine_comparison, per_point

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from testbed.cells import Task, slug
 from testbed.inputs import read_json
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.records import read_csv
 from testbed.runner import run_task
 from testbed.validate.engines.flow_match import flow_scenario

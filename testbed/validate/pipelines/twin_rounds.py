@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.comparison.sections import cells_of
 from testbed.validate.comparison.verdicts import faithful_cells, point_claims
 from testbed.validate.judging import divergence, sequential

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.judging.claims import PRIMARY
 from testbed.validate.judging.sequential import seeds_to_settle
 from testbed.validate.judging.targets import GAIN_TOLERANCE

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-from testbed.model.plugins import display_name  # noqa: E402
+from testbed.model.extensions.plugins import display_name  # noqa: E402
 from testbed.validate.judging.model_errors import SIZE_BUCKETS  # noqa: E402
 from testbed.validate.judging.targets import GAIN_TOLERANCE  # noqa: E402
 from testbed.validate.judging.words import METRIC_NAMES  # noqa: E402

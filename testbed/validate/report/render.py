@@ -6,7 +6,7 @@ from pathlib import Path
 
 from testbed.inputs import read_json
 from testbed.metrics import describe_stalls
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.comparison.summary import reach
 from testbed.validate.judging.targets import ENGINES_MEDIAN
 from testbed.validate.judging.words import runs_of

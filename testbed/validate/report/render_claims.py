@@ -3,7 +3,7 @@ ranking's probability, and for a sequential validation its plan, looks and stop.
 
 from __future__ import annotations
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.judging.decision import HIGHER_IS_BETTER
 from testbed.validate.judging.sequential import need_words, seeds_for_draws
 from testbed.validate.judging.targets import GAIN_TOLERANCE

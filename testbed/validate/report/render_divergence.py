@@ -3,7 +3,7 @@ every request where the packets did (validate/judging/divergence.py)."""
 
 from __future__ import annotations
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 
 
 def _share(k: int, n: int) -> str:

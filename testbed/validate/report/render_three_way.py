@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from testbed.model.plugins import display_name
+from testbed.model.extensions.plugins import display_name
 from testbed.validate.report.answer import verdict_interval
 
 METRIC_WORDS = {"ttft_mean": "mean TTFT", "ttft_p99": "P99 TTFT", "slo": "SLO attainment"}

@@ -16,7 +16,7 @@ last byte the flow engine adds, for every model alike, the tier's one-way latenc
 send calls' overhead. A model sees no priority levels, faults or background traffic
 unless it reads them from what it is given.
 
-Found like scheduler plugins (model/plugins.py): a built-in key, an installed package's
+Found like scheduler plugins (model/extensions/plugins.py): a built-in key, an installed package's
 entry point in the group `netkv_testbed.network_models`, or 'module:Class'; built as
 `Class(ctx)`; a plugin runs behind a guard: a raise, a return that is not a finite
 positive number of seconds, or a call past the scenario's `scheduler_timeout_ms` is
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from testbed.model.guard import BAD_RETURN, RAISED, TOO_SLOW, Deadline, Overtime
-from testbed.model.plugins import PluginError, load_class, target_of
+from testbed.model.extensions.guard import BAD_RETURN, RAISED, TOO_SLOW, Deadline, Overtime
+from testbed.model.extensions.plugins import PluginError, load_class, target_of
 from testbed.model.tcp import TcpParams
 
 MAX_MIN = "max-min"

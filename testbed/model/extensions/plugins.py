@@ -9,7 +9,7 @@ paper's (model/schedulers.py). Anything else is a plugin, found in this order:
 
 A plugin is a subclass of `Scheduler` built as `Class(ctx)`; both engines build it the
 same way, so it runs unchanged in the flow simulator and in the packet router. Plugins
-run behind a guard (model/guard.py): their failures are reported, never fatal.
+run behind a guard (model/extensions/guard.py): their failures are reported, never fatal.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _load(target: str, origin: str) -> type[Scheduler]:
 
 def load_class(target: str, label: str, base: type, what: str) -> type:
     """The class `target` ("module:Class") names, imported and checked to subclass `base`
-    (any plugin kind: schedulers here, network models in model/network_models.py);
+    (any plugin kind: schedulers here, network models in model/extensions/network_models.py);
     PluginError starts with `label` ("scheduler 'x:Y'") and, for a wrong class, says it
     is not `what`."""
     if not _TARGET.match(target):

@@ -45,14 +45,14 @@ from testbed.topologies.replica import scaled_bytes
 from testbed.topologies.routing import PairPaths, packet_ecmp
 from testbed.workers.channel import Connection, Listener
 from testbed.workers.config import RunConfig
-from testbed.workers.fault_state import FaultState
 from testbed.workers.journal import Journal
 from testbed.workers.realtime import RealTimeLoop
-from testbed.workers.router_faults import RouterFaults
-from testbed.workers.router_flowkv import RouterFlowKV
-from testbed.workers.router_link import ControlLink
-from testbed.workers.router_oracle import OracleFeed, first_oracle
-from testbed.workers.router_records import Ledger, RunRecords
+from testbed.workers.router.control_link import ControlLink
+from testbed.workers.router.failures import RouterFaults
+from testbed.workers.router.fault_state import FaultState
+from testbed.workers.router.network_view import OracleFeed, first_oracle
+from testbed.workers.router.role_switching import RouterFlowKV
+from testbed.workers.router.run_result import Ledger, RunRecords
 from testbed.workloads.build import request_slo
 from testbed.workloads.requests import Request
 

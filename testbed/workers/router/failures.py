@@ -10,7 +10,7 @@ import threading
 
 from testbed.lifecycle import RequestState
 from testbed.topologies.placement import interface_netns, private_daemons
-from testbed.workers.fault_state import fault_interfaces, set_links
+from testbed.workers.router.fault_state import fault_interfaces, set_links
 
 
 class RouterFaults:

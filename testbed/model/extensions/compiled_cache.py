@@ -15,7 +15,7 @@ from pathlib import Path
 from testbed import native
 from testbed.model.cache import blocks_within, full_block_count, sub_blocks_per_id
 
-SOURCE = Path(__file__).with_name("native") / "prefix_cache.cc"
+SOURCE = Path(__file__).parent.parent / "native" / "prefix_cache.cc"
 _p, _i, _long, _ll, _u64 = (ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_longlong,
                             ctypes.c_uint64)
 SIGNATURES = (
