@@ -19,9 +19,10 @@ import time
 from typing import Protocol
 
 from testbed.lifecycle import RequestState, served_state
-from testbed.model import plugins, reuse
+from testbed.model import reuse
 from testbed.model.candidates import Candidate, CandidateTable, find
-from testbed.model.guard import GuardedScheduler, fault_report
+from testbed.model.extensions import plugins
+from testbed.model.extensions.guard import GuardedScheduler, fault_report
 from testbed.model.recovery import (
     ABORT,
     MIGRATE,
@@ -76,7 +77,7 @@ class Engine(Protocol):
 
 def scenario_scheduler(scenario, key: str, seed: int) -> Scheduler | GuardedScheduler:
     """The scheduler `key` as a scenario configures it, the same in both engines: a
-    built-in, or a plugin (model/plugins.py) behind its guard (model/guard.py)."""
+    built-in, or a plugin (model/extensions/plugins.py) behind its guard (model/extensions/guard.py)."""
     cluster = scenario.cluster
     ctx = SchedulerContext(scenario.timing_model(), cluster.beta_max,
                            cluster.memory_reserve_gb * 1e9, scenario.oracle.inflight_cap,

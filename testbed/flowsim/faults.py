@@ -3,12 +3,47 @@ and coming back, and when the control plane notices a dead instance."""
 
 from __future__ import annotations
 
-from testbed.flowsim.reuse_fetch import REUSE
-from testbed.model.kv import kv_bytes_per_token
+from typing import Protocol
+
+from testbed.control.network_seam import SimulatedNetwork
+from testbed.control.plane import ControlPlane
+from testbed.flowsim.events import EventLoop
+from testbed.flowsim.reuse_fetch import REUSE, Fetch
+from testbed.lifecycle import RequestState
+from testbed.model.kv import ModelSpec, kv_bytes_per_token
+from testbed.model.timing import TimingModel
+from testbed.scenario import Scenario
+from testbed.serving import DecodeInstance, PrefillInstance
+from testbed.topologies.fattree import FatTreeSpec
+
+
+class FaultHost(Protocol):
+    """What FaultEvents uses of the class it is mixed into (FlowSimulation)."""
+
+    scenario: Scenario
+    spec: FatTreeSpec
+    model: ModelSpec
+    timing: TimingModel
+    loop: EventLoop
+    net: SimulatedNetwork
+    plane: ControlPlane
+    prefill: dict[str, PrefillInstance]
+    decode: dict[str, DecodeInstance]
+    fetches: dict[str, Fetch]
+    failed: set[str]  # decode instances that died
+    states: list[RequestState]
+    faults_log: list[dict]
+    bg_override: dict[int, float]  # tier -> a background fault's fraction
+    controller_back_at: float  # the oracle does not refresh before this
+
+    def _background(self) -> None: ...
+
+    def _reschedule_network(self) -> None: ...
 
 
 class FaultEvents:
-    """FlowSimulation's faults (the schedule is a property of the scenario)."""
+    """FlowSimulation's faults (the schedule is a property of the scenario; the host: a
+    FaultHost)."""
 
     # -- faults --------------------------------------------------------------------------
     def _fault(self, fault) -> None:

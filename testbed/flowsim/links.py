@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from testbed.control.network_seam import Hop
+
 MAX_BACKGROUND = 0.95  # keep some capacity so fluid rates never reach zero
 SATURATED = 1 - 1e-9  # a link this full counts as saturated (float rounding)
-
-
-Hop = tuple[str, str]
 
 
 @dataclass(slots=True)

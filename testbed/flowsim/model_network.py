@@ -1,5 +1,5 @@
 """The fluid network with a network model in place of max-min sharing
-(testbed/model/network_models.py): a transfer's shards get constant rates when it
+(testbed/model/extensions/network_models.py): a transfer's shards get constant rates when it
 starts, from the seconds the model says it takes, and end together.
 
 Everything else is the fluid network's: paths and ECMP, the links' byte counters (a
@@ -11,13 +11,14 @@ it is sending: faults, priority levels and re-prioritisation leave its rate alon
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 from testbed.flowsim.compiled_sharing import NativeFluidNetwork, available
-from testbed.flowsim.links import Flow
+from testbed.flowsim.links import Flow, Hop
 from testbed.flowsim.network import FluidNetwork
-from testbed.model import network_models as nm
 from testbed.model import tcp as tcpmodel
 from testbed.model.cost import gbps_to_bytes_per_s
+from testbed.model.extensions import network_models as nm
 from testbed.topologies.fattree import FatTreeSpec
 
 
@@ -57,8 +58,9 @@ class ModelNetwork(FluidNetwork):
         self._next_transfer = 0
         self._link_views: dict[int, nm.Link] = {}
 
-    def add_flow(self, path, size, now, tag=None, level=0, shard=(0, 1), share=True,
-                 streams=1, group=None) -> Flow:
+    def add_flow(self, path: list[Hop], size: float, now: float, tag: object = None,
+                 level: int = 0, shard: tuple[int, int] = (0, 1), share: bool = True,
+                 streams: int = 1, group: object = None) -> Flow:
         flow = super().add_flow(path, size, now, tag, level, shard, share=False,
                                 streams=streams, group=group)
         key = group if group is not None else ("flow", flow.flow_id)
@@ -72,7 +74,8 @@ class ModelNetwork(FluidNetwork):
             self.recompute(path, changed=[flow])
         return flow
 
-    def recompute(self, touched=None, changed=None) -> None:
+    def recompute(self, touched: Iterable[Hop] | None = None,
+                  changed: Iterable[Flow] | None = None) -> None:
         """Times the flows that just arrived; nothing else changes a rate."""
         fresh = [f for f in changed or () if f.flow_id in self.flows and f.rate == 0.0
                  and f.due is None]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 
 import numpy as np
 
@@ -120,7 +121,7 @@ class FluidNetwork(PathChoice, LinkConditions, TcpRamp, MaxMinSharing):
             self.recompute(path, changed=[flow])
         return flow
 
-    def remove_flows(self, now: float, doomed) -> list[Flow]:
+    def remove_flows(self, now: float, doomed: Callable[[Flow], bool]) -> list[Flow]:
         """Take flows out (their receiver died) without finishing them."""
         self._clock(now)
         for fid in [fid for fid, (_, f) in self.draining.items() if doomed(f)]:

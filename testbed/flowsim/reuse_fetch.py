@@ -4,9 +4,17 @@ flow that brings a hit to the prefill before it starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from testbed.control.network_seam import SimulatedNetwork
+from testbed.flowsim.events import EventLoop
 from testbed.lifecycle import RequestState
-from testbed.model.kv import kv_bytes_per_token
+from testbed.model.cache import HolderIndex
+from testbed.model.extensions.compiled_cache import CompiledHolderIndex
+from testbed.model.kv import ModelSpec, kv_bytes_per_token
+from testbed.scenario import Scenario
+from testbed.serving import DecodeInstance, PrefillInstance
+from testbed.topologies.fattree import FatTreeSpec
 
 REUSE = "reuse"  # the stage tag of a KV-reuse fetch flow (P2D flows carry their shards)
 
@@ -21,8 +29,31 @@ class Fetch:
     layer_s: float
 
 
+class FetchHost(Protocol):
+    """What PrefixFetch uses of the class it is mixed into (FlowSimulation)."""
+
+    scenario: Scenario
+    spec: FatTreeSpec
+    model: ModelSpec
+    loop: EventLoop
+    net: SimulatedNetwork
+    prefill: dict[str, PrefillInstance]
+    decode: dict[str, DecodeInstance]
+    holders: HolderIndex | CompiledHolderIndex  # which decode caches hold a trace id
+    fetches: dict[str, Fetch]  # request id -> its fetch in flight
+    failed: set[str]  # decode instances that died
+    reuse_bytes: float
+
+    @property
+    def _initial_level(self) -> int: ...
+
+    def _reprioritize(self, reschedule_tick: bool = True) -> None: ...
+
+    def _reschedule_network(self) -> None: ...
+
+
 class PrefixFetch:
-    """FlowSimulation's prefix-cache fetches."""
+    """FlowSimulation's prefix-cache fetches (its host: a FetchHost)."""
 
     def _hits(self, req, names) -> dict[str, int]:
         """Cached prefix tokens of `req` on those of `names` that hold its first block

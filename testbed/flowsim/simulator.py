@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from testbed.control.network_seam import SimulatedNetwork
 from testbed.control.plane import ControlPlane, scenario_scheduler
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.faults import FaultEvents
@@ -31,10 +32,10 @@ from testbed.flowsim.reuse_fetch import Fetch, PrefixFetch
 from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
 from testbed.flowsim.transfers import TransferPlane
 from testbed.lifecycle import RequestState, new_request, request_row
-from testbed.model import compiled_cache
 from testbed.model.cache import HolderIndex
 from testbed.model.candidates import CandidateTable
-from testbed.model.compiled_cache import CompiledHolderIndex
+from testbed.model.extensions import compiled_cache
+from testbed.model.extensions.compiled_cache import CompiledHolderIndex
 from testbed.model.follow import Followed
 from testbed.model.kv import kv_bytes_per_token, kv_cache_bytes
 from testbed.model.oracle import Oracle
@@ -74,7 +75,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self.model = scenario.model_spec()
         self.timing = scenario.timing_model()
         cluster = scenario.cluster
-        self.net = self._network(seed)
+        self.net: SimulatedNetwork = self._network(seed)
         self.scheduler = scenario_scheduler(scenario, scheduler_key, seed)
         self._prefer = {rid: p for rid, (p, _d) in (follow or {}).items()}
         if follow is not None:
@@ -126,7 +127,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
 
     def _network(self, seed: int) -> FluidNetwork:
         """The network the transfers run on: max-min or the scenario's network model (an
-        engine over packets puts its own here)."""
+        engine over packets puts its own here: any control/network_seam.SimulatedNetwork)."""
         net = self.scenario.network
         return flow_network(self.spec, random.Random(seed * 104729 + 3), net.capacity_factor,
                             self.scenario.tcp_params(), net.tcp.rtt_exponent, net.model,

@@ -3,13 +3,47 @@ the oracle refreshed on its period, and link utilisation sampled for links.csv."
 
 from __future__ import annotations
 
+import random
+from typing import Protocol
+
+import numpy as np
+
+from testbed.control.network_seam import SimulatedNetwork
+from testbed.flowsim.events import EventLoop
+from testbed.model.oracle import Oracle
+from testbed.records import LinkSamples
+from testbed.scenario import Scenario
+from testbed.workloads.build import Workload
+
 LINK_SAMPLE_S = 1.0
 
 
+class TelemetryHost(Protocol):
+    """What NetworkTelemetry uses of the class it is mixed into (FlowSimulation)."""
+
+    scenario: Scenario
+    workload: Workload
+    loop: EventLoop
+    net: SimulatedNetwork
+    rng: random.Random  # the background's jitter
+    bg_override: dict[int, float]  # tier -> a background fault's fraction
+    controller_back_at: float  # the oracle does not refresh before this
+    links: LinkSamples  # links.csv
+    _oracle: Oracle
+    _horizon: float  # the end of the measured window (set when the run starts)
+    _last_sample: tuple[np.ndarray, np.ndarray]  # link_bytes() at the last sample
+    _sample_bytes: np.ndarray  # what each link carries in a sample period at capacity
+
+    def _reschedule_network(self) -> None: ...
+
+
 class NetworkTelemetry:
-    """FlowSimulation's background, oracle refresh and link samples."""
+    """FlowSimulation's background, oracle refresh and link samples (its host: a
+    TelemetryHost)."""
 
     def _background(self) -> None:
+        """Background offered per link (the fluid engine's: its network is a
+        FluidBackground; Ns3Simulation sends streams instead)."""
         bg = self.scenario.network.background
         fractions = {}
         for hop, link in self.net.links.items():

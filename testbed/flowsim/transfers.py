@@ -5,16 +5,49 @@ when the fluid network finishes or re-times them."""
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
-from testbed.flowsim.reuse_fetch import REUSE
+from testbed.control.network_seam import SimulatedNetwork
+from testbed.control.plane import ControlPlane
+from testbed.flowsim.events import EventLoop
+from testbed.flowsim.reuse_fetch import REUSE, Fetch
 from testbed.lifecycle import RequestState
 from testbed.model import granularity, mfs, reuse
-from testbed.model.kv import kv_bytes_per_token
+from testbed.model.kv import ModelSpec, kv_bytes_per_token
+from testbed.model.oracle import Oracle
+from testbed.model.timing import TimingModel
+from testbed.scenario import Scenario
+from testbed.serving import DecodeInstance
 from testbed.topologies.routing import path_text
+from testbed.workloads.build import Workload
+
+
+class TransferHost(Protocol):
+    """What TransferPlane uses of the class it is mixed into (FlowSimulation)."""
+
+    scenario: Scenario
+    workload: Workload
+    model: ModelSpec
+    timing: TimingModel
+    loop: EventLoop
+    net: SimulatedNetwork
+    plane: ControlPlane
+    decode: dict[str, DecodeInstance]
+    failed: set[str]  # decode instances that died
+    fetches: dict[str, Fetch]  # request id -> its KV-reuse fetch in flight
+    pruned: set[str]  # requests MFS moved to the scavenger class
+    transfers: list[dict]  # transfers.csv rows
+    flows_per_transfer: int
+    _oracle: Oracle
+    _deadlines: dict[str, float]  # request -> its P2D deadline
+    _net_version: int  # the network's latest scheduled event
+    _nic_bw: float  # bytes/s of a server's NIC
+
+    def _fetched(self, rs: RequestState) -> None: ...
 
 
 class TransferPlane:
-    """FlowSimulation's transfers on the fluid network."""
+    """FlowSimulation's transfers on the fluid network (its host: a TransferHost)."""
 
     def _call_overhead(self, rs: RequestState) -> float:
         """Send calls after the first, per shard (shards send in parallel)."""

@@ -15,12 +15,12 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from testbed.control.network_seam import Hop
 from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share
 from testbed.topologies.fabric import Fabric, FabricLink
 from testbed.topologies.replica import QUEUE_S, leaf_packets, rto_min_ms, wall_timers_ms
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
 
-Hop = tuple[str, str]
 TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubic"}
 LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
 MAX_BUFFER = 64 * 2**20

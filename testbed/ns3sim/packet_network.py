@@ -1,5 +1,6 @@
-"""ns-3's packets behind the fluid network's interface (flowsim/network.py), so the flow
-engine's event loop, serving and control plane run over them unchanged.
+"""ns-3's packets behind the flow simulator's network seam (control/network_seam.py, which
+the fluid network keeps too), so the flow engine's event loop, serving and control plane
+run over them unchanged.
 
 A flow is one shard's TCP stream, its bytes scaled to the replica's; ns-3 decides its
 path (per-pair or per-flow ECMP, as the emulated switches do) and reports it when the
@@ -14,8 +15,10 @@ second, and the flows' bytes for MFS's re-prioritisation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from testbed.flowsim.links import Flow, byte_columns
 from testbed.model.congestion import InterfaceRate, tier_congestion
@@ -164,8 +167,10 @@ class PacketNetwork:
                        f"{self.layout.ids[dst]} {wire} {shard[0]} {self._tos(level)}")
         return flow
 
-    def recompute(self, *_args, **_kwargs) -> None:
-        """Tell ns-3 the levels and rate caps that changed (MFS and its baselines)."""
+    def recompute(self, touched: Iterable[Hop] | None = None,
+                  changed: Iterable[Flow] | None = None) -> None:
+        """Tell ns-3 the levels and rate caps that changed (MFS and its baselines); ns-3
+        shares the links itself, so what arrived where (`touched`, `changed`) is moot."""
         now = self._ns(self.clock())
         for fid, flow in self.flows.items():
             level, cap = self._pushed[fid]
@@ -176,7 +181,7 @@ class PacketNetwork:
                 self.proc.send(f"pace {now} {fid} {wire}")
             self._pushed[fid] = (flow.level, flow.cap)
 
-    def remove_flows(self, now: float, doomed) -> list[Flow]:
+    def remove_flows(self, now: float, doomed: Callable[[Flow], bool]) -> list[Flow]:
         """Stop flows (their receiver died); their connections are not used again."""
         gone = [f for f in self.flows.values() if doomed(f)]
         for flow in gone:
@@ -252,10 +257,10 @@ class PacketNetwork:
             link.kv_bytes = kv / self.scale
             link.bg_bytes = (ctl + bg) / self.scale
 
-
-    def link_bytes(self):
+    def link_bytes(self) -> tuple[np.ndarray, np.ndarray]:
         """KV and background bytes every link has carried up to the last `advance`."""
         return byte_columns(self.link_list)
+
     def tier_congestion(self) -> dict[int, float]:
         """c_tier from the switches' egress counters since the last reading, as the
         controller's poller computes it (nothing before a second reading)."""

@@ -51,6 +51,7 @@ def stream_bps(spec, fraction: float, tier: int, scale: float) -> float:
 
 class Ns3Simulation(FlowSimulation):
     COALESCE_ITERATIONS = True
+    net: PacketNetwork  # the SimulatedNetwork, with ns-3's own calls besides
 
     def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload,
                  follow: Mapping[str, tuple[str, str]] | None = None, program=None):
