@@ -94,7 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     sc = load_scenario(args.scenario, {key: yaml.safe_load(value) for key, _, value in
                                        (item.partition("=") for item in args.sets)})
-    cell = sc.cells()[0][1]
+    cell = sc.points()[0][1]
     emu = cell.emulation
     spec = cell.cluster.spec()
     shards = cell.network.flows_per_transfer or spec.tp

@@ -287,9 +287,9 @@ def whole_paper(jobs: int | str, ref: float) -> None:
     cpu = sum(b - a for a, b in zip(cpu0[:4], cpu1[:4], strict=True))
     for path, run in zip(paths, runs, strict=True):
         lost = f", {len(run.outcome.lost)} LOST" if run.outcome.lost else ""
-        print(f"{path.stem:22} {sum(len(c.schedulers) * c.seeds for _, c in run.scenario.cells()):4} "
+        print(f"{path.stem:22} {sum(len(c.schedulers) * c.seeds for _, c in run.scenario.points()):4} "
               f"runs {run.outcome.wall_s:6.1f} s{lost}")
-    n = sum(len(c.schedulers) * c.seeds for sc in scenarios for _, c in sc.cells())
+    n = sum(len(c.schedulers) * c.seeds for sc in scenarios for _, c in sc.points())
     print(f"whole paper (every exp*.yaml, own seeds, {n} runs, records written) on "
           f"{runs[0].executor}: {wall:.1f} s wall, {cpu:.1f} s CPU (target < 60 s), "
           f"{wall / ref:.0f} yardsticks")

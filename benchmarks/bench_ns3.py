@@ -37,9 +37,9 @@ import yaml
 from testbed.api import load_scenario
 from testbed.cells import Task
 from testbed.lifecycle import SERVED_STATES
-from testbed.ns3sim.program import program
+from testbed.ns3sim.program import program_path
 from testbed.ns3sim.replayer import emulation_twin
-from testbed.runner import run_flowsim, run_task
+from testbed.runner import run_simulated, run_task
 from testbed.sweep import Executor
 from testbed.validate.engines.ns3_probes import probe_tiers
 
@@ -65,7 +65,7 @@ def judged(folder: Path, faithful_only: bool = False) -> tuple[int, int]:
 def ns3_speed(sc, out: Path, jobs: int) -> dict:
     t0 = time.perf_counter()
     with Executor.local(jobs) if jobs > 1 else Executor.serial() as ex:
-        outcome = run_flowsim(sc, out, executor=ex, engine="ns3")
+        outcome = run_simulated(sc, out, executor=ex, engine="ns3")
     wall = time.perf_counter() - t0
     cells = sorted(outcome.folder.glob("cells/*/*/seed*"))
     summaries = [json.loads((c / "summary.json").read_text()) for c in cells]
@@ -94,7 +94,7 @@ def emulation_speed(sc, out: Path) -> dict | None:
 
 def speed(sc, seeds: int) -> None:
     sc = load_scenario(sc, {"seeds": seeds})
-    program()
+    program_path()
     with tempfile.TemporaryDirectory() as tmp:
         rows = {f"ns-3, {j} process{'es' if j > 1 else ''}": ns3_speed(sc, Path(tmp) / str(j), j)
                 for j in (1, 2)}
@@ -140,7 +140,7 @@ def _pct(a: float, b: float) -> str:
 
 
 def probes(sc) -> None:
-    exe = program()
+    exe = program_path()
     emu = emulation_probes(sc)
     d = sc.emulation.time_dilation
     plain, timed = probe_tiers(sc, exe), probe_tiers(emulation_twin(sc), exe)

@@ -37,14 +37,14 @@ import yaml
 
 from testbed.api import load_scenario
 from testbed.records import read_csv
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.sweep import Executor
 from testbed.validate.comparison.sections import cells_of, per_point
 from testbed.validate.comparison.verdicts import point_claims
 from testbed.validate.engines.flow_match import flow_scenario
 from testbed.validate.engines.flow_replay import replay_cells, whole_pairs
 from testbed.validate.judging.model_errors import error_summary
-from testbed.validate.pipelines.ns3_pipeline import ns3_replica
+from testbed.validate.pipelines.ns3_pipeline import for_ns3
 from testbed.workloads.build import segments_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,13 +70,13 @@ def point(cell, seeds: int, executor, work: Path) -> dict:
     most = segments_available(cell)
     if most is not None and most < seeds:
         seeds = max(1, most)
-    replica = ns3_replica(cell.with_overrides({"seeds": seeds,
+    replica = for_ns3(cell.with_overrides({"seeds": seeds,
                                                "workload.seed_segments": True}))
     t = time.monotonic()
-    ns3 = run_flowsim(replica, work, executor=executor, engine="ns3").folder
+    ns3 = run_simulated(replica, work, executor=executor, engine="ns3").folder
     ns3_s = time.monotonic() - t
     t = time.monotonic()
-    flow = run_flowsim(flow_scenario(replica), work).folder
+    flow = run_simulated(flow_scenario(replica), work).folder
     flow_s = time.monotonic() - t
     ns3_cells, flow_cells = cells_of(ns3), cells_of(flow)
     twin = flow_scenario(replica)
@@ -141,7 +141,7 @@ def main() -> None:
         float(args.budget.rstrip("s"))
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.sets)}
     sc = load_scenario(args.scenario, overrides)
-    cells = [cell for _, cell in sc.cells()]
+    cells = [cell for _, cell in sc.points()]
     if args.pods:
         cells = [sc.with_overrides({"cluster.pods": n}, keep_sweep=False) for n in args.pods]
     if args.scales:  # the first fabric at each replica scale
@@ -149,7 +149,7 @@ def main() -> None:
     seeds = args.seeds or sc.seeds
     cores = args.jobs or os.cpu_count() or 1
     print(f"Table V at packet level: {sc.name}, {seeds} seed(s) a point, ns-3 scale "
-          f"{ns3_replica(cells[0]).emulation.scale:g}, {cores} local process(es); budget "
+          f"{for_ns3(cells[0]).emulation.scale:g}, {cores} local process(es); budget "
           f"{_minutes(budget)}")
     started, done = time.monotonic(), []
     executor = Executor.dask(args.dask) if args.dask else Executor.local(args.jobs)

@@ -27,7 +27,7 @@ import os
 import statistics
 from pathlib import Path
 
-from testbed.ns3sim.program import program
+from testbed.ns3sim.program import program_path
 from testbed.ns3sim.replayer import emulation_twin
 from testbed.scenario import load_scenario
 from testbed.scenario.ns3 import TWIN_BEHAVIOURS
@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--emulation-probes", type=Path, default=None, metavar="FILE")
     ap.add_argument("--only", choices=("replay", "probes"))
     args = ap.parse_args()
-    exe = program()
+    exe = program_path()
     sc = load_scenario(args.scenario)
     emu = emulation_probes(sc, args.emulation_probes) if args.only != "replay" else None
     rows, last = [], None

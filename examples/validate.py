@@ -12,7 +12,8 @@ from testbed import load_scenario, validate
 
 args = sys.argv[1:] + [None] * 3
 scenario = load_scenario(args[0] or "scenarios/validate.yaml")
-result = validate(scenario, out=args[1] or "results", calibration=args[2], progress=True)
+result = validate(scenario, out=args[1] or "results", calibration=args[2], progress=True,
+                  packets="emulation")
 
 print("\n".join(result.answer_lines()))  # summary_lines(): every figure
 replay = result.comparison["transfers"]["replay_calibrated"]

@@ -1,8 +1,8 @@
 """The testbed as a library: load a scenario, run it in either engine, read DataFrames.
 
     from testbed import load_scenario, simulate
-    sc = load_scenario("scenarios/default.yaml", {"workload.measure_s": 10}, seeds=1)
-    run = simulate(sc)
+    scenario = load_scenario("scenarios/default.yaml", {"workload.measure_s": 10}, seeds=1)
+    run = simulate(scenario)
     print(run.requests.groupby("scheduler").ttft.mean())
 
 The CLI is a thin layer over these functions: they take the same scenarios, write the
@@ -129,7 +129,7 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
     the first starts."""
     from testbed.cells import count_runs
     from testbed.estimate import auto_processes, estimate
-    from testbed.runner import ENGINES, run_flowsim
+    from testbed.runner import ENGINES, run_simulated
     from testbed.sweep import Executor
 
     if engine not in ENGINES:
@@ -138,10 +138,10 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
         from testbed.ns3sim.check import check_scenario
         from testbed.ns3sim.program import checked_program
 
-        for sc in scenarios:
-            check_scenario(sc)
+        for scenario in scenarios:
+            check_scenario(scenario)
         checked_program(on_build=progress if callable(progress) else _stderr if progress else None)
-    sizes = [estimate(sc) for sc in scenarios]
+    sizes = [estimate(scenario) for scenario in scenarios]
     if jobs == "auto":
         jobs = 1 if dask else auto_processes(sizes, engine)
     if not isinstance(jobs, int) or jobs < 0:
@@ -152,16 +152,16 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
         raise RuntimeError("simulate(jobs=...) was called again inside one of its worker "
                            "processes: they import your script anew, so put its work under "
                            "`if __name__ == \"__main__\":`")
-    for sc, size in zip(scenarios, sizes, strict=True):
-        check_size(sc, force, size)
+    for scenario, size in zip(scenarios, sizes, strict=True):
+        check_size(scenario, force, size)
     results = []
     with (Executor.dask(dask) if dask else Executor.local(jobs) if jobs != 1
           else Executor.serial()) as executor:
-        for sc in scenarios:
-            with _bar(sc.name, count_runs(sc), progress) as bar:
-                outcome = run_flowsim(sc, Path(out), bar.step, executor=executor,
+        for scenario in scenarios:
+            with _bar(scenario.name, count_runs(scenario), progress) as bar:
+                outcome = run_simulated(scenario, Path(out), bar.step, executor=executor,
                                       engine=engine)
-            results.append(RunResult(outcome.folder, sc, outcome, executor.describe()))
+            results.append(RunResult(outcome.folder, scenario, outcome, executor.describe()))
     return results
 
 
@@ -263,7 +263,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              reuse_calibration: bool = True,
              calibration_max_age_s: float = 24 * 3600.0,
              fabrics: int | str = "auto", dask: str | None = None,
-             repeats: int = 0, packets: str = "emulation",
+             repeats: int = 0, packets: str = "auto",
              jobs: int = 0, flow_models: Sequence[str] = (),
              emulation_budget_s: float | None = None) -> ValidationResult:
     """Packets vs the flow model on the same cells and seeds (see `testbed validate
@@ -275,15 +275,16 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     on that many fabrics side by side, or "auto" (`testbed validate --help`); dask: seeds
     on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
     that many times on packets, for how far packets are from themselves (on ns-3, each
-    perturbed: validate/repeat.jittered). Needs root and Open vSwitch. packets="ns3": the
+    perturbed: engines/repeat.jittered). packets="emulation" needs root and Open vSwitch;
+    packets="ns3": the
     packets are ns-3's instead (no root; every cell a process on `jobs` local processes,
     0: one per core, or on `dask`; calibrated on ns-3's own probes; docs/ns3.md); the
     planned half-width (target_ci) is the emulation's.
     packets="both": the emulation's validation, then ns-3 judged against the emulation on
     its seeds and the flow model against ns-3 with seeds added until conclusive (budget_s
-    bounds those; testbed/validate/pipelines/three_way.py); "auto" (the CLI's default): both where
-    this machine can run the fabric, ns-3 otherwise. flow_models: network models
-    (testbed/model/extensions/network_models.py: built-in keys, entry points, 'module:Class') judged
+    bounds those; validate/pipelines/three_way.py); "auto" (the default, as the CLI's):
+    both where this machine can run the fabric, ns-3 otherwise. flow_models: network
+    models (model/extensions/network_models.py: built-in keys, entry points, 'module:Class') judged
     beside the verdict's max-min, a row each in the section `flow_models`.
     emulation_budget_s (both engines): the emulation adds seeds, planned from its first,
     until ns-3's claims against it are conclusive or that much wall time is spent

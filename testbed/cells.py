@@ -79,7 +79,7 @@ class RunsLost(RuntimeError):
 
 
 def count_runs(scenario) -> int:
-    return len(scenario.cells()) * len(scenario.schedulers) * scenario.seeds
+    return len(scenario.points()) * len(scenario.schedulers) * scenario.seeds
 
 
 def preflight(scenario) -> None:
@@ -94,17 +94,18 @@ def preflight(scenario) -> None:
     from testbed.model.extensions import network_models
 
     built = set()
-    for _point, cell in scenario.cells():  # so is a network model's
-        model = cell.network.model
+    for _point, point_scenario in scenario.points():  # so is a network model's
+        model = point_scenario.network.model
         if not network_models.is_max_min(model) and model not in built:
-            flow_network(cell.cluster.spec(), None, None, None, 1.0, model=model)
+            flow_network(point_scenario.cluster.spec(), None, None, None, 1.0, model=model)
             built.add(model)
-    for point, cell in scenario.cells():
+    for point, point_scenario in scenario.points():
         try:
-            build_workload(cell, cell.seed)
-            if cell.workload.seed_segments and cell.seeds > 1:  # the last segment too
-                build_workload(cell, max(workload_seed(cell, k) for k in
-                                         range(cell.seed, cell.seed + cell.seeds)))
+            build_workload(point_scenario, point_scenario.seed)
+            first, seeds = point_scenario.seed, point_scenario.seeds
+            if point_scenario.workload.seed_segments and seeds > 1:  # the last segment too
+                build_workload(point_scenario, max(workload_seed(point_scenario, k)
+                                                   for k in range(first, first + seeds)))
         except ValueError as exc:
             where = f"sweep point {point}: " if point else ""
             raise ValueError(f"{where}{exc}") from None
@@ -116,7 +117,7 @@ class Task:
 
     index: int
     point: dict
-    cell: object  # the Scenario with the sweep point applied
+    scenario: object  # the Scenario with the sweep point applied
     scheduler: str
     seed: int
     follow: dict | None = None  # request id -> (prefill, decode) to take (model/follow.py)
@@ -133,10 +134,10 @@ class Task:
 
 
 def tasks_of(scenario) -> list[Task]:
-    return [Task(index, point, cell, key, seed)
-            for index, (point, cell) in enumerate(scenario.cells())
-            for seed in range(cell.seed, cell.seed + cell.seeds)
-            for key in cell.schedulers]
+    return [Task(index, point, point_scenario, key, seed)
+            for index, (point, point_scenario) in enumerate(scenario.points())
+            for seed in range(point_scenario.seed, point_scenario.seed + point_scenario.seeds)
+            for key in point_scenario.schedulers]
 
 
 def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
@@ -185,9 +186,10 @@ def run_cells(scenario, out_root: Path, engine: str, execute, title: str,
         raise RunsLost(f"every run failed, nothing was recorded (first: {lost[0]['cell']}: "
                        f"{lost[0]['error']})")
     rows: list[Row] = []
-    for index, (point, cell) in enumerate(scenario.cells()):
-        for key in cell.schedulers:
-            per = [summaries[(index, key, seed)] for seed in range(cell.seed, cell.seed + cell.seeds)
+    for index, (point, point_scenario) in enumerate(scenario.points()):
+        for key in point_scenario.schedulers:
+            per = [summaries[(index, key, seed)] for seed in
+                   range(point_scenario.seed, point_scenario.seed + point_scenario.seeds)
                    if (index, key, seed) in summaries]
             if per:  # every seed lost: the cell is listed under "Lost cells" instead
                 rows.append(Row(point, key, aggregate_fn(per), per))

@@ -32,7 +32,7 @@ REQUEST_S = 2e-4
 
 @dataclass(frozen=True)
 class Estimate:
-    cells: int
+    points: int
     runs: int
     requests: int  # the largest run's
     flows: int
@@ -40,7 +40,7 @@ class Estimate:
     memory_bytes: float  # the largest run's peak, one process
 
     def lines(self) -> list[str]:
-        return [f"{self.cells} sweep point(s), {self.runs} run(s); the largest run: "
+        return [f"{self.points} sweep point(s), {self.runs} run(s); the largest run: "
                 f"~{self.requests:,} requests, ~{self.flows:,} KV flows, "
                 f"~{self.periodic_events:,} periodic events, ~{self.memory_bytes / 1e6:,.0f} MB "
                 "peak memory per process"]
@@ -77,7 +77,7 @@ def auto_processes(sizes: Sequence[Estimate], engine: str = "flow") -> int:
     """`--jobs auto` for scenarios run one after another on one pool, on this machine:
     local_processes of them together (all their runs, the largest run's size). An ns-3
     run takes seconds however small, so it always repays a process per core."""
-    together = Estimate(sum(s.cells for s in sizes), sum(s.runs for s in sizes),
+    together = Estimate(sum(s.points for s in sizes), sum(s.runs for s in sizes),
                         max(s.requests for s in sizes), max(s.flows for s in sizes),
                         max(s.periodic_events for s in sizes),
                         max(s.memory_bytes for s in sizes))
@@ -97,7 +97,7 @@ def estimate(scenario) -> Estimate:
     """The scenario's size, from its cells' offered rates (no request list is built)."""
     sizes = cell_sizes(scenario)
     requests, flows, events, memory = max(sizes, key=lambda s: s[3])
-    runs = sum(len(c.schedulers) * c.seeds for _, c in scenario.cells())
+    runs = sum(len(c.schedulers) * c.seeds for _, c in scenario.points())
     return Estimate(len(sizes), runs, requests, flows, events, memory)
 
 
@@ -109,13 +109,13 @@ def cell_sizes(scenario) -> list[tuple[int, int, int, float]]:
 
     rates: dict[str, float] = {}
     sizes = []
-    for _, cell in scenario.cells():
-        key = json.dumps([cell.workload.model_dump(mode="json"),
-                          cell.timing.model_dump(mode="json"),
-                          cell.cluster.model_dump(mode="json")], sort_keys=True)
+    for _, point_scenario in scenario.points():
+        key = json.dumps([point_scenario.workload.model_dump(mode="json"),
+                          point_scenario.timing.model_dump(mode="json"),
+                          point_scenario.cluster.model_dump(mode="json")], sort_keys=True)
         if key not in rates:
-            rates[key] = offered_rate(cell, cell.seed)[0]
-        sizes.append(_run_size(cell, rates[key]))
+            rates[key] = offered_rate(point_scenario, point_scenario.seed)[0]
+        sizes.append(_run_size(point_scenario, rates[key]))
     return sizes
 
 

@@ -86,7 +86,7 @@ class RunResult:
         from testbed.cells import slug
 
         return {f"{i:03d}-{slug(point)}": point
-                for i, (point, _) in enumerate(self.scenario.cells())}
+                for i, (point, _) in enumerate(self.scenario.points())}
 
     def _frame(self, name: str):
         import pandas as pd

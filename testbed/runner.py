@@ -32,14 +32,14 @@ def _simulate(engine: str):
 _WORKLOADS: dict[tuple[str, int], object] = {}  # the last few, newest last
 
 
-def _workload(cell, seed: int):
+def _workload(scenario, seed: int):
     """A sweep point's workload for a seed, built once for all of its schedulers (they
     run one after another here, or close together on a pool's worker); the simulator
     only reads it."""
-    key = (cell.model_dump_json(), seed)
+    key = (scenario.model_dump_json(), seed)
     workload = _WORKLOADS.pop(key, None)
     if workload is None:
-        workload = build_workload(cell, seed)
+        workload = build_workload(scenario, seed)
     _WORKLOADS[key] = workload
     while len(_WORKLOADS) > 2:
         del _WORKLOADS[next(iter(_WORKLOADS))]
@@ -48,8 +48,8 @@ def _workload(cell, seed: int):
 
 def run_task(task: Task) -> dict:
     """Simulate one cell (in any process): records and summary, checked."""
-    workload = _workload(task.cell, task.seed)
-    result = _simulate(task.engine)(task.cell, task.scheduler, task.seed, workload,
+    workload = _workload(task.scenario, task.seed)
+    result = _simulate(task.engine)(task.scenario, task.scheduler, task.seed, workload,
                                     task.follow)
     check_conservation(result.requests, len(workload.requests))
     summary = run_summary(result.requests, result.links, workload, result.decision_us,
@@ -64,7 +64,7 @@ def run_task(task: Task) -> dict:
             "links": result.links, "summary": summary, "files": files}
 
 
-def run_flowsim(
+def run_simulated(
     scenario, out_root: Path, on_step: Callable[[str], None] | None = None,
     executor=None, follow: Callable[[Task], dict | None] | None = None,
     engine: str = "flow", seeds: Collection[int] | None = None,

@@ -20,10 +20,10 @@ def flow_validation(folder: Path, scenario) -> Path:
 
     import yaml
 
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
 
     folder.mkdir()
-    run_flowsim(scenario, folder).folder.rename(folder / f"{scenario.name}-emulation-x")
+    run_simulated(scenario, folder).folder.rename(folder / f"{scenario.name}-emulation-x")
     (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
     (folder / "calibration.json").write_text(json.dumps(
         {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,

@@ -1,4 +1,4 @@
-"""A digest of the flow engine's records on every shipped scenario: every sweep cell,
+"""A digest of the flow engine's records on every shipped scenario: every sweep point,
 every scheduler, one seed, a window of at most 5 s. A change meant to leave behaviour
 alone (a module split, a conversion moved) must leave every digest as it was; a change
 meant to alter it rewrites them, and says so in its commit:

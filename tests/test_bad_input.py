@@ -245,7 +245,7 @@ def test_jobs_auto_uses_the_cores_the_runs_and_the_memory_there_are():
     from testbed.estimate import Estimate, local_processes
 
     def size(requests, runs, memory=1e9):
-        return Estimate(cells=1, runs=runs, requests=requests, flows=0, periodic_events=0,
+        return Estimate(points=1, runs=runs, requests=requests, flows=0, periodic_events=0,
                         memory_bytes=memory)
 
     big = 100_000  # requests of one run: seconds each

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.scenario import load_scenario
 from tests.conftest import ROOT
 
@@ -12,7 +12,7 @@ DEFAULT = str(ROOT / "scenarios" / "default.yaml")
 @pytest.mark.slow
 def test_rag_at_full_load_netkv_beats_cla_and_rr_and_shifts_tiers(tmp_path):
     sc = load_scenario(DEFAULT, {"seeds": 3})
-    rows = {r.scheduler: r.stats for r in run_flowsim(sc, tmp_path).rows}
+    rows = {r.scheduler: r.stats for r in run_simulated(sc, tmp_path).rows}
     full, cla, rr = rows["netkv-full"], rows["cla"], rows["rr"]
     assert full["ttft_mean_ms"] < cla["ttft_mean_ms"] < rr["ttft_mean_ms"]
     assert full["tier_share"]["2"] > cla["tier_share"]["2"]
@@ -29,7 +29,7 @@ def test_the_table_of_a_run_that_completed_nothing_shows_dashes():
     from testbed.metrics import aggregate
 
     sc = load_scenario(DEFAULT, {"schedulers": ["rr", "cla"]})
-    point = sc.cells()[0][0]
+    point = sc.points()[0][0]
     empty = {"requests": 3, "completed": 0, "ttft_mean_ms": None, "ttft_p50_ms": None,
              "ttft_p99_ms": None, "tbt_mean_ms": None, "slo_attainment": 0.0,
              "goodput_rps": 0.0, "transfer_mean_ms": None, "tier_share": {}}

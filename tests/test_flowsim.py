@@ -10,7 +10,7 @@ from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.simulator import FlowSimulation, simulate
 from testbed.model.kv import kv_cache_bytes
 from testbed.records import PARTIAL
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.scenario import Scenario, load_scenario
 from testbed.workloads.build import Workload, build_workload
 from testbed.workloads.requests import Request
@@ -118,7 +118,7 @@ def test_batch_never_exceeds_beta_max_and_queue_waits(trace_path):
 def test_run_folder_has_the_shared_records(trace_path, tmp_path):
     sc = Scenario(name="rec", workload={"trace": str(trace_path), "measure_s": 5.0},
                   schedulers=["rr", "netkv-full"])
-    outcome = run_flowsim(sc, tmp_path)
+    outcome = run_simulated(sc, tmp_path)
     cell = outcome.folder / "cells" / "000-base" / "netkv-full" / "seed1"
     for name in ("requests.csv", "transfers.csv", "links.csv", "summary.json"):
         assert (cell / name).is_file()
@@ -137,7 +137,7 @@ def test_an_interrupted_run_is_marked_partial(trace_path, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_flowsim(sc, tmp_path, interrupt)
+        run_simulated(sc, tmp_path, interrupt)
     (folder,) = tmp_path.iterdir()
     assert "interrupted by SIGINT" in (folder / PARTIAL).read_text()
     assert (folder / "cells" / "000-base" / "rr" / "seed1" / "requests.csv").is_file()
@@ -161,7 +161,7 @@ def test_background_jitter_moves_the_oracle(trace_path):
 
 def test_default_scenario_file_runs(tmp_path):
     sc = load_scenario(DEFAULT, {"seeds": 1, "workload.measure_s": 5.0})
-    outcome = run_flowsim(sc, tmp_path)
+    outcome = run_simulated(sc, tmp_path)
     assert {r.scheduler for r in outcome.rows} == {"rr", "cla", "netkv-full"}
 
 

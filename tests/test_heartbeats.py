@@ -26,7 +26,7 @@ class Loop:
 
 class Detector(RouterFaults):
     def __init__(self, names):
-        self.sc = SimpleNamespace(recovery=SimpleNamespace(heartbeat_s=0.5, missed_heartbeats=3))
+        self.scenario = SimpleNamespace(recovery=SimpleNamespace(heartbeat_s=0.5, missed_heartbeats=3))
         self.loop, self.views, self.finished = Loop(), {n: None for n in names}, False
         self.plane = SimpleNamespace(dead=set())
         self.faults = FaultState()

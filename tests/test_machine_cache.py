@@ -55,7 +55,7 @@ def test_a_calibration_on_one_datapath_split_is_not_reused_on_another(own_cache)
     assert cache.load_calibration(sc, split=one)[0] is None
     assert cache.load_calibration(sc, split={**four, "why": "said otherwise"})[0] is not None
     # the split validate plans for fabrics side by side is each one's share
-    cell = sc.cells()[0][1]
+    cell = sc.points()[0][1]
     assert fabric_split(cell, 2)["kind"] == "user"
     assert fabric_split(cell, 2)["ovs_daemons"] == max(1, (os.cpu_count() or 1) // 2 // 4)
 

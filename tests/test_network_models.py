@@ -139,7 +139,7 @@ def _run(model: str):
 
     sc = Scenario(name="m", workload={"trace": str(TRACE), "measure_s": 3.0},
                   network={"model": model})
-    cell = sc.cells()[0][1]
+    cell = sc.points()[0][1]
     return simulate(cell, "netkv-full", 1, _workload(cell, 1))
 
 

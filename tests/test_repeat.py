@@ -190,13 +190,13 @@ def test_a_validation_judged_with_runs_made_again_reports_the_floor(tmp_path):
     """A flow run stands in for packets: made again, it repeats itself exactly, so the
     floor is 0, and the report and summary carry it beside the replay."""
     from testbed.cli import main
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
 
     base = Scenario(name="rep", workload={"trace": str(TRACE), "measure_s": 4.0},
                     schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
     folder = flow_validation(tmp_path / "rep-validate-x", base)
     (folder / REPEATS).mkdir()
-    run_flowsim(repeat_scenario(base), folder / REPEATS).folder.rename(
+    run_simulated(repeat_scenario(base), folder / REPEATS).folder.rename(
         folder / REPEATS / "rep-emulation-y")
     done = CliRunner().invoke(main, ["judge", str(folder), "--verbose"])
     assert done.exit_code == 0, done.output

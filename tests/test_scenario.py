@@ -46,7 +46,7 @@ def test_missing_trace_and_bad_yaml(write_scenario, tmp_path):
 
 
 def test_sweep_cells_are_validated_up_front(write_scenario):
-    with pytest.raises(ScenarioError, match="sweep cell: workload.load"):
+    with pytest.raises(ScenarioError, match="sweep point: workload.load"):
         load_scenario(write_scenario(
             "name: x\nworkload: {trace: TRACE}\nsweep: {workload.load: [1.0, -2]}\n"))
     with pytest.raises(ScenarioError, match="no field 'lod'"):
@@ -58,7 +58,7 @@ def test_sweep_is_a_cartesian_product(write_scenario):
     sc = load_scenario(write_scenario(
         "name: x\nworkload: {trace: TRACE}\n"
         "sweep: {workload.load: [0.5, 1.0], cluster.core_oversubscription: [1, 4, 8]}\n"))
-    cells = sc.cells()
+    cells = sc.points()
     assert len(cells) == 6
     point, cell = cells[-1]
     assert point == {"workload.load": 1.0, "cluster.core_oversubscription": 8}
@@ -74,7 +74,7 @@ def test_overrides_apply_like_set(write_scenario):
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_every_shipped_scenario_validates(path):
     sc = load_scenario(path)
-    assert sc.cells()
+    assert sc.points()
 
 
 @pytest.mark.parametrize("extra, message", [

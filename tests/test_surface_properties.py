@@ -56,12 +56,12 @@ def invoke(args: list[str]):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A finished flow run and a validation around one: what the folder commands read."""
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
 
     root = tmp_path_factory.mktemp("finished")
     (root / "s.yaml").write_text(HEAD)
     scenario = load_scenario(root / "s.yaml")
-    run_flowsim(scenario, root / "runs").folder.rename(root / "run")
+    run_simulated(scenario, root / "runs").folder.rename(root / "run")
     flow_validation(root / "validation", scenario)
     judged = CliRunner().invoke(main, ["judge", str(root / "validation")])  # its documents
     assert judged.exit_code == 0, judged.output

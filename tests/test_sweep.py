@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.records import PARTIAL
-from testbed.runner import run_flowsim, run_task
+from testbed.runner import run_simulated, run_task
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
 from tests.conftest import ROOT
@@ -39,9 +39,9 @@ def comparable(folder: Path) -> dict:
 @pytest.mark.slow
 def test_local_processes_and_dask_match_the_serial_sweep(write_scenario, tmp_path):
     sc = load_scenario(write_scenario(SWEEP))
-    serial = run_flowsim(sc, tmp_path / "serial")
-    local = run_flowsim(sc, tmp_path / "local", executor=Executor.local(2))
-    dask = run_flowsim(sc, tmp_path / "dask", executor=Executor.dask("local:2"))
+    serial = run_simulated(sc, tmp_path / "serial")
+    local = run_simulated(sc, tmp_path / "local", executor=Executor.local(2))
+    dask = run_simulated(sc, tmp_path / "dask", executor=Executor.dask("local:2"))
     reference = comparable(serial.folder)
     assert len([k for k in reference if k.endswith("summary.json")]) == 8
     assert comparable(local.folder) == reference
@@ -72,7 +72,7 @@ def test_a_dead_worker_is_retried_and_a_failing_cell_is_reported_lost(
 
     monkeypatch.setattr(runner, "run_task", flaky)
     sc = load_scenario(write_scenario(SWEEP))
-    outcome = run_flowsim(sc, tmp_path / "out", executor=executor)
+    outcome = run_simulated(sc, tmp_path / "out", executor=executor)
     assert (tmp_path / "marker").exists()  # the worker really died once ...
     assert (outcome.folder / "cells/000-load-0.5/rr/seed1/summary.json").exists()
     assert [x["cell"] for x in outcome.lost] == ["cells/001-load-1.0/rr/seed1"]
@@ -110,5 +110,5 @@ def test_a_long_sweep_value_gets_a_short_folder_name_of_its_own(tmp_path):
     sc = load_scenario(ROOT / "scenarios" / "default.yaml",
                        {"seeds": 1, "schedulers": ["rr"], "workload.measure_s": 2,
                         "workload.warmup_s": 1, "sweep": {"description": [long_a, long_b]}})
-    out = run_flowsim(sc, tmp_path)
+    out = run_simulated(sc, tmp_path)
     assert not out.lost and len(list(out.folder.glob("cells/*/rr/seed1/requests.csv"))) == 2

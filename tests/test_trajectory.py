@@ -69,7 +69,7 @@ def test_a_seeds_first_draw_is_the_run_the_claims_pair():
     run the verdict's flow engine records for that seed."""
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml",
                        {"workload.warmup_s": 1.0, "workload.measure_s": 6.0})
-    (point, cell), = sc.cells()
+    (point, cell), = sc.points()
     own = {key: mean_ttft(run_task(Task(0, point, cell, key, sc.seed))["requests"])
            for key in cell.schedulers}
     got = seed_draws(cell, sc.seed, draws=2)

@@ -103,12 +103,12 @@ def test_compare_command_on_two_run_folders(tmp_path):
 
     from testbed.cli import main
     from testbed.records import PARTIAL
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
 
     base = Scenario(name="cmp", workload={"trace": str(TRACE), "measure_s": 4.0},
                     schedulers=["rr", "netkv-full"])
-    a = run_flowsim(base, tmp_path / "a").folder
-    b = run_flowsim(base.with_overrides({"network.ecmp": "per-flow"}), tmp_path / "b").folder
+    a = run_simulated(base, tmp_path / "a").folder
+    b = run_simulated(base.with_overrides({"network.ecmp": "per-flow"}), tmp_path / "b").folder
     same = CliRunner().invoke(main, ["compare", str(a), str(a), "--out", str(tmp_path / "s")])
     assert same.exit_code == 0, same.output
     doc = json.loads((tmp_path / "s" / "comparison.json").read_text())
@@ -129,15 +129,15 @@ def test_the_validation_document_and_report_from_flow_runs(tmp_path):
     """The whole judging path without packets: a flow run stands in for the emulation.
     Replaying a run through the model that made it must agree to rounding, and the TCP
     terms can only add time."""
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
     from testbed.validate.comparison.sections import build_document, flow_scenario
     from testbed.validate.comparison.summary import summary_lines
     from testbed.validate.report.render import render_validation
 
     base = Scenario(name="doc", workload={"trace": str(TRACE), "measure_s": 6.0}, seeds=2,
                     schedulers=["rr", "netkv-full"], network={"ecmp": "per-pair"})
-    ref = run_flowsim(base, tmp_path / "ref").folder
-    tcp = run_flowsim(flow_scenario(base, {1: 1.0, 2: 1.0, 3: 1.0}, {}), tmp_path / "tcp").folder
+    ref = run_simulated(base, tmp_path / "ref").folder
+    tcp = run_simulated(flow_scenario(base, {1: 1.0, 2: 1.0, 3: 1.0}, {}), tmp_path / "tcp").folder
     cal = {"capacity_factor": {"1": 1.0, "2": 1.0, "3": 1.0}, "scale": 2e-4, "time_dilation": 1,
            "tiers": {"3": {"pair": ["i0", "i8"], "factor": 1.0, "overhead_s": 0.0, "r2": 1.0}}}
     doc = build_document(base, ref, {"uncalibrated": ref, "calibrated": ref, "tcp": tcp}, cal,

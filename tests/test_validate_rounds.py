@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.scenario import load_scenario
 from testbed.validate.engines.flow_match import flow_scenario
 from testbed.validate.judging import sequential
@@ -21,7 +21,7 @@ def planned(tmp_path_factory):
     base = load_scenario(ROOT / "scenarios" / "validate.yaml",
                          overrides={"schedulers": ["rr", "netkv-full"]})
     sc = sequential_plan.planned_scenario(base, 2, 10.0)
-    folder = run_flowsim(sc, tmp_path_factory.mktemp("packets")).folder
+    folder = run_simulated(sc, tmp_path_factory.mktemp("packets")).folder
     for summary in folder.glob("cells/*/*/seed*/summary.json"):  # as the packets mark them
         doc = json.loads(summary.read_text())
         summary.write_text(json.dumps({**doc, "fidelity": "faithful"}))
@@ -111,7 +111,7 @@ def test_each_sweep_point_has_its_own_looks(tmp_path):
                          overrides={"schedulers": ["rr", "netkv-full"],
                                     "sweep": {"workload.load": [0.5, 1.0]}})
     sc = sequential_plan.planned_scenario(base, 2, 10.0)
-    folder = run_flowsim(sc, tmp_path).folder
+    folder = run_simulated(sc, tmp_path).folder
     for summary in folder.glob("cells/*/*/seed*/summary.json"):
         doc = json.loads(summary.read_text())
         summary.write_text(json.dumps({**doc, "fidelity": "faithful"}))

@@ -88,7 +88,7 @@ def _show(run, quiet: bool) -> bool:
     where its records are; True if a cell was lost."""
     from testbed.cells import table_cells
 
-    sc, outcome = run.scenario, run.outcome
+    scenario, outcome = run.scenario, run.outcome
     report_scheduler_faults(run)
     report_model_faults(run)
     for x in outcome.lost:
@@ -97,7 +97,7 @@ def _show(run, quiet: bool) -> bool:
         click.echo(str(outcome.folder))
         return bool(outcome.lost)
     if out.is_terminal:
-        head, body = table_cells(sc, outcome.rows)
+        head, body = table_cells(scenario, outcome.rows)
         table = Table(*head, title=outcome.table.splitlines()[0].removeprefix("# "),
                       title_justify="left")
         for cells in body:
@@ -129,7 +129,7 @@ CHECK_BUILDS = 100_000  # requests; past this check describes the run from its e
 @main.command()
 @scenario_options()
 def check(scenario) -> None:
-    """Validate SCENARIO (every sweep cell) and describe what it would run.
+    """Validate SCENARIO (every sweep point) and describe what it would run.
 
     Ends with the size of the largest run (requests, KV flows, periodic events, peak
     memory); a scenario past the limits (5M requests or 100M periodic events per run,
@@ -142,36 +142,35 @@ def check(scenario) -> None:
     from testbed.workloads.build import build_workload, offered_rate
 
     try:
-        sc = scenario
-        cells = sc.cells()
-        size = estimate(sc)
+        cells = scenario.points()
+        size = estimate(scenario)
         if size.refusals(available_memory()):  # even one cell's workload could be too much
             for line in size.lines():
                 out.print(f"size    : {line}")
-            check_size(sc, size=size)
+            check_size(scenario, size=size)
         first = cells[0][1]
         # describing a large run from its offered rate keeps check under a second
-        wl = build_workload(first, sc.seed) if size.requests <= CHECK_BUILDS else None
+        wl = build_workload(first, scenario.seed) if size.requests <= CHECK_BUILDS else None
         if wl is not None:  # what a run checks before it starts, check checks too
-            preflight(sc)
-        rate, capacity = offered_rate(first, sc.seed)
+            preflight(scenario)
+        rate, capacity = offered_rate(first, scenario.seed)
     except (TraceError, ValueError) as exc:
         _fail(str(exc))
-    spec = sc.cluster.spec()
-    out.print(f"[bold]{sc.name}[/]: {sc.description.strip()}")
+    spec = scenario.cluster.spec()
+    out.print(f"[bold]{scenario.name}[/]: {scenario.description.strip()}")
     out.print(f"cluster : {spec.describe()}")
-    out.print(f"model   : {sc.model_spec().name}; timing {sc.timing.model_dump()}")
-    src = "synthetic" if sc.workload.synthetic else sc.workload.trace
-    out.print(f"workload: {sc.workload.profile} from {src}; SLO {sc.slo_s():g} s; "
+    out.print(f"model   : {scenario.model_spec().name}; timing {scenario.timing.model_dump()}")
+    src = "synthetic" if scenario.workload.synthetic else scenario.workload.trace
+    out.print(f"workload: {scenario.workload.profile} from {src}; SLO {scenario.slo_s():g} s; "
               f"capacity {capacity:.2f} req/s; first cell offers {rate:.2f} req/s -> "
               + (f"{len(wl.requests)} requests" if wl else f"~{size.requests:,} requests "
                  "(estimated)")
-              + f" in {sc.workload.warmup_s + sc.workload.measure_s:g} s"
+              + f" in {scenario.workload.warmup_s + scenario.workload.measure_s:g} s"
               + (f" ({len(wl.history)} history requests prewarm the caches)" if wl else ""))
-    out.print(f"compare : {', '.join(display_name(k) for k in sc.schedulers)}; "
-              f"{len(cells)} sweep point(s) x {sc.seeds} seed(s) = "
-              f"{len(cells) * len(sc.schedulers) * sc.seeds} runs")
-    for key, values in sc.sweep.items():
+    out.print(f"compare : {', '.join(display_name(k) for k in scenario.schedulers)}; "
+              f"{len(cells)} sweep point(s) x {scenario.seeds} seed(s) = "
+              f"{len(cells) * len(scenario.schedulers) * scenario.seeds} runs")
+    for key, values in scenario.sweep.items():
         out.print(f"sweep   : {key} in {values}")
     for line in size.lines():
         out.print(f"size    : {line}")
@@ -191,27 +190,27 @@ def _split_line(cell) -> str:
     except EmulationError as exc:
         return f"no packet-level run here: {exc}"
 
-def _validity_line(sc, wl) -> str:
+def _validity_line(scenario, wl) -> str:
     """Where the scenario's transfers sit against the replica's validity floor (tier 3,
     whole KV, no cache hits: the largest floor and the smallest transfers)."""
     from testbed.model.kv import kv_cache_bytes
     from testbed.validate.judging import validity
 
     try:
-        by_tier = validity.floors(sc)
+        by_tier = validity.floors(scenario)
     except ValueError:  # the replica's start-up excess outweighs any transfer's fluid time
-        return (f"at scale {sc.emulation.scale:g} no transfer of any size is valid on the "
+        return (f"at scale {scenario.emulation.scale:g} no transfer of any size is valid on the "
                 "replica: its links are too slow for the cluster it models; raise "
                 "emulation.scale")
     worst = max(by_tier)
     floor = by_tier[worst]["transfer_floor_bytes"]
-    model = sc.model_spec()
+    model = scenario.model_spec()
     sizes = [float(kv_cache_bytes(model, r.input_len)) for r in wl.requests]
     below = sum(s < floor for s in sizes)
-    line = (f"at scale {sc.emulation.scale:g}, dilation {sc.emulation.time_dilation:g}, "
+    line = (f"at scale {scenario.emulation.scale:g}, dilation {scenario.emulation.time_dilation:g}, "
             f"{below} of {len(sizes)} transfers fall below the validity floor "
             f"({floor / 1e6:.0f} MB at tier {worst}; testbed/validate/judging/validity.py)")
-    clear = validity.scale_to_clear(sc, sizes, [worst] * len(sizes))
+    clear = validity.scale_to_clear(scenario, sizes, [worst] * len(sizes))
     if clear:
         line += (f"; scale {clear['scale']:.2g} with time_dilation "
                  f"{clear['time_dilation']:.2g} lifts 90% above it")
@@ -222,8 +221,7 @@ def _validity_line(sc, wl) -> str:
 @click.option("--links", is_flag=True, help="List every link too.")
 def topology(scenario, links: bool) -> None:
     """Show the fat-tree SCENARIO describes: instances, tiers, switches, links."""
-    sc = scenario
-    spec = sc.cluster.spec()
+    spec = scenario.cluster.spec()
     out.print(spec.describe())
     table = Table("tier", "meaning", "Gbps per path", "latency (us)", "prefill->decode pairs")
     pairs = spec.tier_map.counts()

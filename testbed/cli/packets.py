@@ -48,12 +48,11 @@ def controller(scenario, openflow_sockets, cluster) -> None:
     it for you; run it by hand to point your own switches at it (with
     emulation.ovs_instances "auto" it expects them in the root namespace).
     """
-    sc = scenario
     from testbed.sdn.main import run
     from testbed.topologies.placement import private_daemons
     from testbed.topologies.routing import packet_ecmp
 
-    emu = sc.emulation
+    emu = scenario.emulation
     read = None
     if cluster:
         from testbed.remote.counters import cluster_counters
@@ -63,8 +62,8 @@ def controller(scenario, openflow_sockets, cluster) -> None:
             read = cluster_counters(cluster)
         except InventoryError as exc:
             _fail(str(exc))
-    run(sc.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(sc.network.ecmp), emu.kv_port,
+    run(scenario.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
+        packet_ecmp(scenario.network.ecmp), emu.kv_port,
         0 if emu.ovs_instances == "auto" else private_daemons(emu), openflow_sockets,
         emu.token, read)
 
@@ -110,11 +109,10 @@ def net_up(scenario, hold: float | None, out_dir: str,
     from testbed.emulation.net import EmulatedNetwork, EmulationError, describe_split
     from testbed.records import atomic_write, stamp, write_json
 
-    sc = scenario
-    workdir = Path(out_dir) / f"{sc.name}-net-{stamp()}"
+    workdir = Path(out_dir) / f"{scenario.name}-net-{stamp()}"
     workdir.mkdir(parents=True, exist_ok=True)
     scenario_file = workdir / "scenario.yaml"
-    atomic_write(scenario_file, yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False))
+    atomic_write(scenario_file, yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     handle_signals()
     if cluster:
         from testbed.emulation.multi_machine import ClusterNetwork, servers_from_inventory
@@ -124,15 +122,15 @@ def net_up(scenario, hold: float | None, out_dir: str,
             servers = servers_from_inventory(cluster)
         except InventoryError as exc:
             _fail(str(exc))
-        network = ClusterNetwork(sc, scenario_file, workdir, servers, placement, tunnel,
+        network = ClusterNetwork(scenario, scenario_file, workdir, servers, placement, tunnel,
                                  quiet=not verbose)
     else:
-        network = EmulatedNetwork(sc, scenario_file, workdir, quiet=not verbose)
+        network = EmulatedNetwork(scenario, scenario_file, workdir, quiet=not verbose)
     monitor = None
     try:
         with console.status("building the fabric (controller, switches, HTB trees)..."):
             network.start()
-        emu = sc.emulation
+        emu = scenario.emulation
         fabric = network.fabric
         console.print(
             f"[green]fabric up[/]: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
@@ -173,7 +171,7 @@ def net_up(scenario, hold: float | None, out_dir: str,
         network.stop()
         console.print("fabric down, nothing left behind")
 
-def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluster):
+def _emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluster):
     """The API's emulate with a progress bar and its live line (per-tier congestion,
     transfers in flight); every exit path tears the fabric down. `cluster`: the
     --cluster, --placement and --tunnel options."""
@@ -184,7 +182,7 @@ def _emulate(sc, out_dir: str, verbose: bool, quiet: bool, force: bool, **cluste
 
     handle_signals()
     try:
-        return run_emulation(sc, out_dir, force=force, progress=not quiet, verbose=verbose,
+        return run_emulation(scenario, out_dir, force=force, progress=not quiet, verbose=verbose,
                              **cluster)
     except (EmulationError, WorkerError, TraceError, ValueError) as exc:
         _fail(str(exc))
@@ -221,20 +219,19 @@ def emulate(scenario, out_dir: str, verbose: bool, quiet: bool, force: bool,
     the fabric and the workers spread over the inventory's servers; set emulation.bind
     to this machine's address on their network (and emulation.token).
     """
-    sc = scenario
-    run = _emulate(sc, out_dir, verbose, quiet, force, cluster=cluster, placement=placement,
+    run = _emulate(scenario, out_dir, verbose, quiet, force, cluster=cluster, placement=placement,
                    tunnel=tunnel, fabrics=fabrics, dask=dask_address)
     report_scheduler_faults(run)
     if quiet:
         click.echo(str(run.folder))
         return
     click.echo(run.table)
-    click.echo(f"{count_runs_of(sc)} runs in {run.wall_s:.0f} s. Records: {run.folder}")
+    click.echo(f"{count_runs_of(scenario)} runs in {run.wall_s:.0f} s. Records: {run.folder}")
 
-def count_runs_of(sc) -> int:
+def count_runs_of(scenario) -> int:
     from testbed.cells import count_runs
 
-    return count_runs(sc)
+    return count_runs(scenario)
 
 def _calibration_lines(doc: dict) -> str:
     lines = []
@@ -286,25 +283,24 @@ def calibrate(scenario, out_file: str | None) -> None:
     from testbed.records import atomic_write, stamp, write_json
     from testbed.validate.engines.fabric_probes import calibrate as run_calibration
 
-    sc = scenario
-    if len(sc.cells()) > 1:
+    if len(scenario.points()) > 1:
         console.print("note: calibrating the first sweep point's fabric only")
-    cell = sc.cells()[0][1]
-    workdir = Path("results") / f"{sc.name}-calibrate-{stamp()}"
+    point_scenario = scenario.points()[0][1]
+    workdir = Path("results") / f"{scenario.name}-calibrate-{stamp()}"
     workdir.mkdir(parents=True, exist_ok=True)
     cell_file = workdir / "scenario.yaml"
-    atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+    atomic_write(cell_file, yaml.safe_dump(point_scenario.model_dump(mode="json"), sort_keys=False))
     handle_signals()
     try:
         with console.status("building the fabric...") as status, \
-                EmulatedNetwork(cell, cell_file, workdir) as network:
+                EmulatedNetwork(point_scenario, cell_file, workdir) as network:
             doc = run_calibration(network, lambda label: status.update(label))
     except (EmulationError, RuntimeError, ValueError) as exc:
         _fail(str(exc))
     except (KeyboardInterrupt, Terminated):
         console.print("interrupted: fabric torn down")
         raise  # the CLI's boundary: exit 130 (SIGINT) or 143 (SIGTERM)
-    target = Path(out_file) if out_file else Path("results") / f"{sc.name}-calibration.json"
+    target = Path(out_file) if out_file else Path("results") / f"{scenario.name}-calibration.json"
     write_json(target, doc)
     click.echo(_calibration_lines(doc))
     click.echo(f"capacity factors {doc['capacity_factor']} written to {target}")

@@ -241,29 +241,30 @@ def run_emulation(scenario, out_root: Path, hooks: RunHooks | None = None, *,
     hooks = hooks or RunHooks()
     preflight(scenario)
     check_room(out_root, PACKET_RUN_MIN_FREE, "a packet-level run")
-    for _, cell in scenario.cells():  # root, OVS, free ports, no leftovers: before any file
+    for _, point_scenario in scenario.points():  # root, OVS, free ports, no leftovers: before any file
         if dask is None or hooks.on_fabric is not None:
-            net_preflight(cell)
-            choose_datapath(cell.emulation.datapath)
+            net_preflight(point_scenario)
+            choose_datapath(point_scenario.emulation.datapath)
     verdicts: list[dict] = []
     pool = ServerPool(dask) if dask else None
 
     def execute(tasks, root: Path):
         """Per sweep point: its fabric up once, then its tasks in order (seed by seed)."""
-        for index, (point, cell) in enumerate(scenario.cells()):
+        for index, (point, point_scenario) in enumerate(scenario.points()):
             mine = [t for t in tasks if t.index == index]
             celldir = root / "cells" / f"{index:03d}-{slug(point)}"
             cell_file = celldir / "scenario.yaml"
-            atomic_write(cell_file, yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
+            atomic_write(cell_file, yaml.safe_dump(point_scenario.model_dump(mode="json"),
+                                                   sort_keys=False))
             seeds = sorted({t.seed for t in mine})
             if pool is not None:
                 if hooks.on_fabric is not None:
-                    with EmulatedNetwork(cell, cell_file, celldir / "setup",
+                    with EmulatedNetwork(point_scenario, cell_file, celldir / "setup",
                                          quiet=not verbose) as net:
                         hooks.fabric(net, celldir)
-                yield from on_servers(pool, index, point, cell, mine, root, hooks, verdicts)
+                yield from on_servers(pool, index, point, point_scenario, mine, root, hooks, verdicts)
                 continue
-            count, why, daemons = plan_lanes(fabrics, cell, timings or {}, len(seeds))
+            count, why, daemons = plan_lanes(fabrics, point_scenario, timings or {}, len(seeds))
             if count > 1 and network is not EmulatedNetwork:
                 raise ValueError("a fabric over a cluster runs one at a time: fabrics=1")
             if fabrics != 1:
@@ -272,13 +273,13 @@ def run_emulation(scenario, out_root: Path, hooks: RunHooks | None = None, *,
                        + (f"s ({count} side by side)" if count > 1 else ""))
             if count > 1:
                 if hooks.on_fabric is not None:  # its own fabric, as the lanes build theirs
-                    _setup_fabric(cell, celldir, verbose, count, daemons, hooks)
-                yield from on_lanes(count, index, point, cell, mine, root, celldir, verbose,
+                    _setup_fabric(point_scenario, celldir, verbose, count, daemons, hooks)
+                yield from on_lanes(count, index, point, point_scenario, mine, root, celldir, verbose,
                                     hooks, verdicts, daemons)
                 continue
-            with network(cell, cell_file, celldir / "fabric", quiet=not verbose) as net:
+            with network(point_scenario, cell_file, celldir / "fabric", quiet=not verbose) as net:
                 hooks.fabric(net, celldir)
-                yield from on_one_fabric(net, index, point, cell, mine, root, hooks, verdicts)
+                yield from on_one_fabric(net, index, point, point_scenario, mine, root, hooks, verdicts)
 
     def all_faithful() -> bool:
         return all(v["verdict"] == "faithful" for v in verdicts)

@@ -117,8 +117,8 @@ class WorkerSet:
 
     def _fault_targets(self) -> set[str]:
         if not hasattr(self, "_targets"):
-            sc = self.cfg.load_scenario()
-            self._targets = {f.target for f in sc.faults if f.kind == "decode_down"}
+            scenario = self.cfg.load_scenario()
+            self._targets = {f.target for f in scenario.faults if f.kind == "decode_down"}
         return self._targets
 
     def wait(self, timeout_s: float, on_tick: Callable[[], None] | None = None) -> dict:

@@ -107,23 +107,24 @@ class Ns3Fabric:
         return max(2, min(self.queue(lk) for lk in self.links) // 4)
 
     def settings(self) -> dict[str, object]:
-        sc, emu = self.scenario, self.scenario.emulation
-        buffer = socket_buffer(sc, self.fabric)
-        rto_ms = sc.ns3.rto_min_ms if sc.ns3.rto_min_ms is not None else rto_min_ms(emu)
-        wall = wall_timers_ms(sc.ns3.twin_dilation)
-        delack = wall["delayed_ack"] if sc.ns3.delayed_ack_ms is None else sc.ns3.delayed_ack_ms
+        scenario, emu = self.scenario, self.scenario.emulation
+        buffer = socket_buffer(scenario, self.fabric)
+        rto_ms = scenario.ns3.rto_min_ms if scenario.ns3.rto_min_ms is not None else rto_min_ms(emu)
+        wall = wall_timers_ms(scenario.ns3.twin_dilation)
+        delack = scenario.ns3.delayed_ack_ms
+        delack = wall["delayed_ack"] if delack is None else delack
         return {
-            "transport": transport_of(sc), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
+            "transport": transport_of(scenario), "mss": emu.frame_bytes - SEGMENT_OVERHEAD,
             "sndbuf": buffer, "rcvbuf": buffer, "rto_min_ns": round(rto_ms * 1e6),
             "delack_ns": round(delack * 1e6), "init_cwnd": LINUX_INIT_CWND,
-            "seed": self.seed + 1, "ecmp": packet_ecmp(sc.network.ecmp),
+            "seed": self.seed + 1, "ecmp": packet_ecmp(scenario.network.ecmp),
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
-            "connections": emu.kv_connections, "levels": sc.kv_levels(),
-            "kv_port": emu.kv_port, "jitter_ns": round(sc.ns3.start_jitter_us * 1e3),
-            "jitter_seed": sc.ns3.jitter_seed, "twin": ",".join(sc.ns3.twin) or "none",
+            "connections": emu.kv_connections, "levels": scenario.kv_levels(),
+            "kv_port": emu.kv_port, "jitter_ns": round(scenario.ns3.start_jitter_us * 1e3),
+            "jitter_seed": scenario.ns3.jitter_seed, "twin": ",".join(scenario.ns3.twin) or "none",
             "tlp_min_ns": round(wall["tlp_min"] * 1e6),
             "tsq_window_ns": round(wall["tsq_window"] * 1e6),
-            "htb_wire": HTB_WIRE if "htb" in sc.ns3.twin else 1,
+            "htb_wire": HTB_WIRE if "htb" in scenario.ns3.twin else 1,
         }
 
     def setup_lines(self) -> list[str]:

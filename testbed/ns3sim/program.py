@@ -83,7 +83,7 @@ def _key(source: bytes, version: str, cxx: str) -> str:
 PREBUILT = "NETKV_NS3_PROGRAM"  # a program built elsewhere, taken as it is
 
 
-def program(on_build=None) -> Path:
+def program_path(on_build=None) -> Path:
     """The compiled program, built now if it is not there yet. `on_build(message)` is told
     before a build starts (it takes about 10 s on two cores). $NETKV_NS3_PROGRAM names
     one built elsewhere against the same ns-3, for a server with neither the wheel nor a
@@ -125,11 +125,11 @@ def program(on_build=None) -> Path:
 
 
 def checked_program(on_build=None) -> Path:
-    """program(), started once to check that it answers as this project's program does:
+    """program_path(), started once to check that it answers as this project's program does:
     what every ns-3 command calls before it makes a folder."""
     from testbed.ns3sim.process import Ns3Error, check_program
 
-    exe = program(on_build)
+    exe = program_path(on_build)
     try:
         check_program(exe)
     except (Ns3Error, OSError) as exc:
@@ -140,7 +140,7 @@ def checked_program(on_build=None) -> Path:
 
 def main() -> None:
     try:
-        print(program(on_build=lambda m: print(m, file=sys.stderr, flush=True)))
+        print(program_path(on_build=lambda m: print(m, file=sys.stderr, flush=True)))
     except Ns3Unavailable as exc:
         sys.exit(f"error: {exc}")
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.flowsim.events import DrivenLoop
-from testbed.ns3sim import program as build
 from testbed.ns3sim.packet_network import PacketNetwork
+from testbed.ns3sim.program import program_path
 from testbed.ns3sim.simulation import background_plan, stream_bps
 from testbed.topologies.routing import path_text
 
@@ -65,7 +65,7 @@ def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
     """ns-3's run of `rows` (an emulation run's transfers.csv; `twin`: emulation_twin of
     its scenario): the rows with ns-3's end, path and TCP counters; a shard that never
     ended has end None."""
-    program = program or build.program()
+    program = program or program_path()
     loop = DrivenLoop()
     net = PacketNetwork(twin, seed, program, clock=lambda: loop.now)
     owner: dict[int, dict] = {}
@@ -129,7 +129,7 @@ def replay_cell(task: tuple[str, str, dict]) -> list[dict]:
 
 def twin_replica(scenario, program=None) -> dict:
     """The replica ns-3's twin of `scenario`'s emulation builds (replica_record's shape)."""
-    net = PacketNetwork(emulation_twin(scenario, fresh=True), 1, program or build.program(),
+    net = PacketNetwork(emulation_twin(scenario, fresh=True), 1, program or program_path(),
                         clock=lambda: 0.0)
     try:
         return net.applied_replica()

@@ -20,9 +20,9 @@ from testbed.flowsim.events import DrivenLoop
 from testbed.flowsim.simulator import FlowSimulation, RunResult, collector_paused
 from testbed.lifecycle import RequestState
 from testbed.metrics import tcp_stalls
-from testbed.ns3sim import program as build
 from testbed.ns3sim.ns3_fabric import transport_of
 from testbed.ns3sim.packet_network import PacketNetwork
+from testbed.ns3sim.program import ns3_version, program_path
 from testbed.topologies.replica import background_partner
 from testbed.topologies.routing import packet_ecmp, path_text
 from testbed.workloads.build import Workload
@@ -55,7 +55,7 @@ class Ns3Simulation(FlowSimulation):
 
     def __init__(self, scenario, scheduler_key: str, seed: int, workload: Workload,
                  follow: Mapping[str, tuple[str, str]] | None = None, program=None):
-        self._program = program or build.program()
+        self._program = program or program_path()
         super().__init__(scenario, scheduler_key, seed, workload, follow)
         self.loop.run_until = self.net.run_until
         self.loop.on_network = self._finish_flows
@@ -130,7 +130,7 @@ class Ns3Simulation(FlowSimulation):
         queues = {}
         for link in layout.links:
             queues.setdefault(str(link.tier), layout.queue(link))
-        return {"engine": "ns3", "ns3": build.ns3_version(), "scale": layout.scale,
+        return {"engine": "ns3", "ns3": ns3_version(), "scale": layout.scale,
                 "line_rate": layout.scale == 1.0, "transport": transport_of(self.scenario),
                 "ecmp": packet_ecmp(self.scenario.network.ecmp),
                 "socket_buffer_bytes": settings["sndbuf"], "mss_bytes": settings["mss"],
@@ -147,7 +147,7 @@ class Ns3Simulation(FlowSimulation):
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,
              follow: Mapping[str, tuple[str, str]] | None = None) -> RunResult:
     """One cell on ns-3 (builds the program on first use)."""
-    program = build.program()
+    program = program_path()
     wall0, cpu0, child0 = time.perf_counter(), time.process_time(), _children_cpu()
     with collector_paused():
         sim = Ns3Simulation(scenario, scheduler_key, seed, workload, follow, program)

@@ -8,7 +8,7 @@ cells of the experiment's table. Every cell is validated when the file is loaded
 One section per module, as Faucet keeps one config concept per file: `cluster` (model,
 timing, fat-tree), `workload`, `network` (background, TCP, oracle), `emulation`, `ns3`,
 `policies` (recovery, FlowKV, reuse, faults), `schema` (the whole scenario and its
-sweep cells), `loading` (files, overrides, paths); `base` holds what they share.
+sweep points), `loading` (files, overrides, paths); `base` holds what they share.
 """
 
 from testbed.scenario.base import GB, MAX_CELLS, MAX_GPUS, ScenarioError

@@ -1,4 +1,4 @@
-"""Scenario files: read, validated (every sweep cell too) and resolved against the
+"""Scenario files: read, validated (every sweep point too) and resolved against the
 file's folder; errors name the file and field."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _format_errors(source: str, exc: ValidationError, prefix: str = "") -> str:
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
-    """Load, validate (including every sweep cell) and resolve paths against the file."""
+    """Load, validate (including every sweep point) and resolve paths against the file."""
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
@@ -63,9 +63,9 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
 
 def _validated_cells(scenario: Scenario, path: Path):
     try:
-        return scenario.cells()
+        return scenario.points()
     except ValidationError as exc:
-        raise ScenarioError(_format_errors(str(path), exc, prefix="sweep cell: ")) from None
+        raise ScenarioError(_format_errors(str(path), exc, prefix="sweep point: ")) from None
 
 
 def resolve_path(value: str, base: Path) -> Path:

@@ -187,7 +187,7 @@ class Scenario(_Strict):
 
         return Fabric(self.cluster.spec(), self.emulation.scale, self.emulation.time_dilation)
 
-    def cells(self) -> list[tuple[dict[str, Any], Scenario]]:
+    def points(self) -> list[tuple[dict[str, Any], Scenario]]:
         """(sweep point, scenario with the point applied), in a stable order."""
         if not self.sweep:
             return [({}, self)]

@@ -28,9 +28,9 @@ class DecodeWorker(Worker):
 
     def __init__(self, cfg, instance: str):
         super().__init__(cfg, instance)
-        sc = self.scenario
-        spec = sc.cluster.spec()
-        workload = build_workload(sc, cfg.seed)
+        scenario = self.scenario
+        spec = scenario.cluster.spec()
+        workload = build_workload(scenario, cfg.seed)
         placed = prewarm_placement(workload.history, [i.name for i in spec.decode_pool],
                                    cfg.seed)
         self.engine = DecodeEngine(self, placed[instance])
@@ -38,11 +38,11 @@ class DecodeWorker(Worker):
         self.receiver = KVReceiver(cfg.hosts[instance], cfg.kv_port,
                                    lambda r: self.loop.post(lambda: self.engine.shard(r)),
                                    lambda why, _rid: self.loop.post(lambda: self._bad_stream(why)))
-        self.levels = (SenderLevels(sc, self.loop, cfg.scale, sc.model_spec().n_layers)
-                       if sc.kv_levels() else None)
+        self.levels = (SenderLevels(scenario, self.loop, cfg.scale, scenario.model_spec().n_layers)
+                       if scenario.kv_levels() else None)
         self.gpu: PrefillInstance | None = None  # prefill work, once switched (FlowKV)
         self.role_log: list[tuple[float, str]] = []
-        bg = sc.network.background
+        bg = scenario.network.background
         self.background = BackgroundTraffic(
             spec, instance, cfg.hosts[instance], cfg.hosts, cfg.bg_port,
             {1: bg.tier1, 2: bg.tier2, 3: bg.tier3}, cfg.scale, cfg.dilation)
@@ -84,10 +84,10 @@ class DecodeWorker(Worker):
         """Prefill work on this GPU (switched by the router's FlowKV controller): its own
         FIFO, which holds the decode iterations back while it computes."""
         if self.gpu is None:
-            sc = self.scenario
-            self.gpu = PrefillInstance(self.instance, sc.timing_model(),
-                                       sc.model_spec().n_layers, self.loop, self._prefilled,
-                                       sc.cluster.slowdown.get(self.instance, 1.0),
+            scenario = self.scenario
+            self.gpu = PrefillInstance(self.instance, scenario.timing_model(),
+                                       scenario.model_spec().n_layers, self.loop, self._prefilled,
+                                       scenario.cluster.slowdown.get(self.instance, 1.0),
                                        on_busy=self.dec.hold)
         req = Request(msg["request"], float(msg["arrival"]), int(msg["input_len"]),
                       int(msg["output_len"]), tuple(msg["hash_ids"]))

@@ -36,11 +36,11 @@ class DecodeEngine:
     def __init__(self, worker, prewarm: list[Request] | None = None):
         """worker: has .scenario, .loop, .send and .instance."""
         self.w = worker
-        sc = worker.scenario
-        block_tokens = sc.workload.block_tokens
-        cache = PrefixCache(block_tokens, kv_bytes_per_token(sc.model_spec()) * block_tokens)
-        self.dec = DecodeInstance(worker.instance, worker.loop, sc.timing_model(),
-                                  sc.cluster.beta_max, sc.cluster.memory_gb * GB, cache,
+        scenario = worker.scenario
+        block_tokens = scenario.workload.block_tokens
+        cache = PrefixCache(block_tokens, kv_bytes_per_token(scenario.model_spec()) * block_tokens)
+        self.dec = DecodeInstance(worker.instance, worker.loop, scenario.timing_model(),
+                                  scenario.cluster.beta_max, scenario.cluster.memory_gb * GB, cache,
                                   self._completed, self._first_token)
         if prewarm:
             self.dec.prewarm(prewarm)
@@ -70,14 +70,14 @@ class DecodeEngine:
 
     # -- the router's messages -----------------------------------------------------------
     def assign(self, msg: dict) -> None:
-        sc, loop = self.w.scenario, self.w.loop
+        scenario, loop = self.w.scenario, self.w.loop
         rid = msg["request"]
         req = Request(rid, 0.0, int(msg["input_len"]), int(msg["output_len"]),
                       tuple(msg["hash_ids"]))
         rs = RequestState(req=req, measured=False, kv_bytes=0.0)
         rs.eff_bytes = float(msg["bytes"])
         rs.hit_tokens = int(msg["hit_tokens"])
-        self.dec.assign(rs, rs.hit_tokens // sc.workload.block_tokens, float(msg["output_bytes"]))
+        self.dec.assign(rs, rs.hit_tokens // scenario.workload.block_tokens, float(msg["output_bytes"]))
         self.seq_seen = max(self.seq_seen, int(msg["seq"]))
         self.assigned[rid] = rs
         self.shards[rid] = int(msg["shards"])

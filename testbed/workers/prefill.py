@@ -31,23 +31,23 @@ class PrefillWorker(Worker):
 
     def __init__(self, cfg, instance: str):
         super().__init__(cfg, instance)
-        sc = self.scenario
-        self.timing = sc.timing_model()
-        n_layers = sc.model_spec().n_layers
+        scenario = self.scenario
+        self.timing = scenario.timing_model()
+        n_layers = scenario.model_spec().n_layers
         self.gpu = PrefillInstance(instance, self.timing, n_layers, self.loop, self._done,
-                                   sc.cluster.slowdown.get(instance, 1.0))
-        bg = sc.network.background
+                                   scenario.cluster.slowdown.get(instance, 1.0))
+        bg = scenario.network.background
         self.background = BackgroundTraffic(
-            sc.cluster.spec(), instance, cfg.hosts[instance], cfg.hosts,
+            scenario.cluster.spec(), instance, cfg.hosts[instance], cfg.hosts,
             cfg.bg_port, {1: bg.tier1, 2: bg.tier2, 3: bg.tier3}, cfg.scale, cfg.dilation)
-        self.levels = (SenderLevels(sc, self.loop, cfg.scale, n_layers)
-                       if sc.kv_levels() else None)
+        self.levels = (SenderLevels(scenario, self.loop, cfg.scale, n_layers)
+                       if scenario.kv_levels() else None)
         self.fetch_bytes: dict[str, int] = {}  # request -> wire bytes of its landed fetch
         self.landed_early: set[str] = set()  # fetches that beat the router's prefill message
         self.reuse_tokens: dict[str, int] = {}
         self.engine: DecodeEngine | None = None  # decode work, once switched (FlowKV)
         self.receiver = None
-        if sc.reuse.enabled or switches_roles(cfg.scheduler):  # fetches, or P2D if switched
+        if scenario.reuse.enabled or switches_roles(cfg.scheduler):  # fetches, or P2D if switched
             self.receiver = KVReceiver(
                 cfg.hosts[instance], cfg.kv_port,
                 lambda r: self.loop.post(lambda: self._landed(r)),

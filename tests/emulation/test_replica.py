@@ -10,7 +10,7 @@ import pytest
 
 from testbed.emulation.readback import applied_replica
 from testbed.ns3sim.packet_network import PacketNetwork
-from testbed.ns3sim.program import Ns3Unavailable, program
+from testbed.ns3sim.program import Ns3Unavailable, program_path
 from testbed.ns3sim.replayer import emulation_twin
 from testbed.scenario import load_scenario
 from testbed.topologies.replica import wall_timers_ms
@@ -33,7 +33,7 @@ def same(a: dict, b: dict) -> bool:
 
 def test_the_emulation_builds_the_replica_ns3_builds_at_dilation_1_and_2(tmp_path_factory):
     try:
-        exe = program()
+        exe = program_path()
     except Ns3Unavailable as exc:
         pytest.skip(f"ns-3 engine unavailable: {exc}")
     applied = {}

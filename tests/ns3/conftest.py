@@ -14,11 +14,11 @@ HERE = Path(__file__).parent
 
 
 def missing() -> str | None:
-    from testbed.ns3sim import program as build
+    from testbed.ns3sim import program as kvnet
 
     try:
-        build.program()
-    except build.Ns3Unavailable as exc:
+        kvnet.program_path()
+    except kvnet.Ns3Unavailable as exc:
         return str(exc).splitlines()[0]
     return None
 
@@ -29,6 +29,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def program() -> Path:
-    from testbed.ns3sim import program as build
+    from testbed.ns3sim import program as kvnet
 
-    return build.program()
+    return kvnet.program_path()

@@ -13,7 +13,7 @@ import pytest
 from testbed.cells import Task
 from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.process import Ns3Error, Ns3Process
-from testbed.runner import run_flowsim, run_task
+from testbed.runner import run_simulated, run_task
 from testbed.scenario import load_scenario
 from testbed.sweep import Executor
 from testbed.topologies.routing import PairPaths, path_hops
@@ -40,13 +40,13 @@ def cell_bytes(folder: Path) -> dict[str, bytes]:
 
 def test_a_scenario_and_seed_repeat_byte_for_byte_serial_or_on_two_processes(tmp_path):
     sc = scenario(schedulers=["rr", "netkv-full"])
-    serial = run_flowsim(sc, tmp_path / "a", engine="ns3")
+    serial = run_simulated(sc, tmp_path / "a", engine="ns3")
     with Executor.local(2) as pool:
-        parallel = run_flowsim(sc, tmp_path / "b", executor=pool, engine="ns3")
+        parallel = run_simulated(sc, tmp_path / "b", executor=pool, engine="ns3")
     a, b = cell_bytes(serial.folder), cell_bytes(parallel.folder)
     assert len(a) == 2 * len(RECORDS) and a == b
     assert serial.folder.name.startswith("validate-ns3-")
-    other = cell_bytes(run_flowsim(scenario(schedulers=["rr", "netkv-full"], seed=2),
+    other = cell_bytes(run_simulated(scenario(schedulers=["rr", "netkv-full"], seed=2),
                                    tmp_path / "c", engine="ns3").folder)
     assert [v for k, v in other.items() if k.endswith("transfers.csv")] != \
         [v for k, v in a.items() if k.endswith("transfers.csv")]
@@ -54,7 +54,7 @@ def test_a_scenario_and_seed_repeat_byte_for_byte_serial_or_on_two_processes(tmp
 
 def test_a_start_jitter_perturbs_the_packets_and_repeats_by_its_seed(tmp_path):
     def transfers(**over):
-        run = run_flowsim(scenario(schedulers=["rr"], **over), tmp_path / str(len(seen)),
+        run = run_simulated(scenario(schedulers=["rr"], **over), tmp_path / str(len(seen)),
                           engine="ns3").folder
         seen.append(run)
         return (next(run.glob("cells/*/rr/seed1")) / "transfers.csv").read_text()
@@ -77,8 +77,8 @@ def test_cells_on_dask_workers_write_the_same_records(tmp_path):
     """A local Dask cluster stands in for servers: each worker builds nothing (the program
     is this machine's) and hands its cell back; the folder is the serial run's."""
     sc = scenario(schedulers=["rr"])
-    serial = run_flowsim(sc, tmp_path / "a", engine="ns3")
-    on_dask = run_flowsim(sc, tmp_path / "b", executor=Executor.dask("local:2"), engine="ns3")
+    serial = run_simulated(sc, tmp_path / "a", engine="ns3")
+    on_dask = run_simulated(sc, tmp_path / "b", executor=Executor.dask("local:2"), engine="ns3")
     assert cell_bytes(serial.folder) == cell_bytes(on_dask.folder)
 
 
@@ -234,29 +234,29 @@ def test_the_cli_runs_ns3_and_refuses_a_capture_it_cannot_make(tmp_path):
 def test_a_missing_wheel_says_how_to_install_it(monkeypatch):
     from importlib import metadata
 
-    from testbed.ns3sim import program as build
+    from testbed.ns3sim import program as kvnet
 
     def absent(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(build.metadata, "distribution", absent)
-    with pytest.raises(build.Ns3Unavailable, match="run.sh setup"):
-        build.program()
+    monkeypatch.setattr(kvnet.metadata, "distribution", absent)
+    with pytest.raises(kvnet.Ns3Unavailable, match="run.sh setup"):
+        kvnet.program_path()
 
 
 def test_a_program_built_elsewhere_is_taken_as_it_is(monkeypatch, program, tmp_path):
     from importlib import metadata
 
-    from testbed.ns3sim import program as build
+    from testbed.ns3sim import program as kvnet
 
     def absent(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(build.metadata, "distribution", absent)  # no wheel, no build
+    monkeypatch.setattr(kvnet.metadata, "distribution", absent)  # no wheel, no build
     monkeypatch.setenv("NETKV_NS3_PROGRAM", str(program))
     monkeypatch.setenv("NETKV_NS3_RELEASE", "3.44")
-    assert build.program() == program and build.ns3_version() == "3.44"
+    assert kvnet.program_path() == program and kvnet.ns3_version() == "3.44"
     (tmp_path / "kvnet").write_text("not a program")
     monkeypatch.setenv("NETKV_NS3_PROGRAM", str(tmp_path / "kvnet"))
-    with pytest.raises(build.Ns3Unavailable, match="NETKV_NS3_PROGRAM"):
-        build.program()
+    with pytest.raises(kvnet.Ns3Unavailable, match="NETKV_NS3_PROGRAM"):
+        kvnet.program_path()

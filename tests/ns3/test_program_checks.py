@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from testbed.cli import main
 from testbed.ns3sim import process
 from testbed.ns3sim.process import Ns3Error, Ns3Process, check_program
-from testbed.ns3sim.program import PREBUILT, Ns3Unavailable, checked_program, program
+from testbed.ns3sim.program import PREBUILT, Ns3Unavailable, checked_program, program_path
 from tests.conftest import ROOT
 
 
@@ -81,7 +81,7 @@ def test_a_deadline_that_is_no_number_of_seconds_is_refused(tmp_path, monkeypatc
 
 def test_the_real_program_answers_hello_and_runs_from_a_relative_path(tmp_path,
                                                                       monkeypatch):
-    exe = program()
+    exe = program_path()
     monkeypatch.chdir(exe.parent)
     monkeypatch.setenv(PREBUILT, exe.name)  # relative: the child runs in a folder of its own
     assert checked_program() == exe

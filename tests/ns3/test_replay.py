@@ -34,7 +34,7 @@ def stand_in(tmp_path_factory) -> Path:
     sc = load_scenario(ROOT / "scenarios" / "validate.yaml", SHORT)
     run = simulate(sc, engine="ns3", jobs=2, out=tmp)
     folder = run.folder.rename(tmp / run.folder.name.replace("-ns3-", "-emulation-"))
-    (_, point), = sc.cells()  # the emulation writes each point's scenario beside its cells
+    (_, point), = sc.points()  # the emulation writes each point's scenario beside its cells
     (next(folder.glob("cells/*/")) / "scenario.yaml").write_text(
         yaml.safe_dump(point.model_dump(mode="json"), sort_keys=False))
     applied = twin_replica(point)

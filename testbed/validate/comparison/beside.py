@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.validate.comparison.summary import with_intervals
 from testbed.validate.comparison.verdicts import seed_rankings, ttft_verdicts
 from testbed.validate.engines.flow_match import flow_scenario
@@ -52,7 +52,7 @@ def engine_runs(scenario, factors: dict[int, float], fit: dict, folder: Path,
                 executor=None) -> dict[str, Path]:
     """The flow model with each fitted term the other way, the rest as the verdict's: run
     name -> its folder."""
-    return {t.model: run_flowsim(other_way(scenario, factors, fit, t), folder,
+    return {t.model: run_simulated(other_way(scenario, factors, fit, t), folder,
                                  executor=executor).folder
             for t in TERMS.values() if fitted(fit, t)}
 

@@ -20,14 +20,14 @@ from testbed.validate.judging.calibration import fit_contention, fit_join_stall,
 from testbed.validate.judging.validity import tier_pairs
 
 
-def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
+def probe_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards: int):
     """ends(idle, tier, bytes, starts, stall=0): when each of a competing probe's transfers
     (one per start, modelled seconds) ends in the flow model (TCP terms with the link
     contention `idle` and the join stall `stall`, or the fluid model when tcp_fit is
     None), all on the tier pair's one path as on the fabric (its ECMP hashes the pair)."""
-    spec = sc.cluster.spec()
+    spec = scenario.cluster.spec()
     pairs = tier_pairs(spec)
-    base = flow_scenario(sc, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
+    base = flow_scenario(scenario, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
 
     def ends(idle: float, tier: int, size: float, starts: list[float],
              stall: float = 0.0) -> list[float]:
@@ -52,9 +52,9 @@ def probe_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int)
     return ends
 
 
-def last_ends(sc, factors: dict[int, float], tcp_fit: dict | None, shards: int):
+def last_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards: int):
     """last_end(idle, tier, bytes, starts): when the last of a probe's transfers ends."""
-    ends = probe_ends(sc, factors, tcp_fit, shards)
+    ends = probe_ends(scenario, factors, tcp_fit, shards)
     return lambda idle, tier, size, starts: max(ends(idle, tier, size, starts))
 
 
@@ -66,19 +66,19 @@ def _probes(raw: dict, only=None) -> list[tuple[int, float, list[float], list[fl
             for t, r in raw.items() for d in r.get("competing", []) if only is None or only(d)]
 
 
-def contention(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
+def contention(scenario, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
     """The TCP model's contention delay (tcp.contention_delay), fitted on the competing
     probes alone: never on a workload."""
-    last_end = last_ends(sc, factors, tcp_fit, shards)
+    last_end = last_ends(scenario, factors, tcp_fit, shards)
     return fit_contention([(max(sec), (lambda idle, t=t, b=b, st=st: last_end(idle, t, b, st)))
                            for t, b, st, sec in _probes(raw) if len(sec) >= 2])
 
 
-def join_stall(sc, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
+def join_stall(scenario, factors: dict[int, float], tcp_fit: dict, raw: dict, shards: int) -> dict:
     """The TCP model's join stall (tcp.join_stall), fitted on the staggered probes alone
     (never on a workload): the first arrival's time matched, link contention off as in
     the verdict's model."""
-    ends = probe_ends(sc, factors, tcp_fit, shards)
+    ends = probe_ends(scenario, factors, tcp_fit, shards)
 
     def first(stall: float, tier: int, size: float, starts: list[float]) -> float:
         j = starts.index(min(starts))
@@ -111,14 +111,14 @@ def _spaced(probe: dict) -> bool:
     return all(b - a >= SPACED_SHARE * first for a, b in itertools.pairwise(ordered))
 
 
-def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
+def competing_residuals(scenario, factors: dict[int, float], tcp_fit: dict, raw: dict,
                         shards: int) -> list[dict]:
     """Per competing probe: the slowest and fastest transfer, the error on the slowest of
     the fluid model, the TCP model without link contention and with the fitted one, and
     the TCP model's error per transfer in arrival order without and with the join stall."""
-    tcp_ends = probe_ends(sc, factors, tcp_fit, shards)
-    tcp_end = last_ends(sc, factors, tcp_fit, shards)
-    fluid_end = last_ends(sc, factors, None, shards)
+    tcp_ends = probe_ends(scenario, factors, tcp_fit, shards)
+    tcp_end = last_ends(scenario, factors, tcp_fit, shards)
+    fluid_end = last_ends(scenario, factors, None, shards)
     idle = float(tcp_fit.get("contention_idle", 0.0))
     stall = float(tcp_fit.get("join_stall_s", 0.0))
     out = []
@@ -153,18 +153,18 @@ def competing_residuals(sc, factors: dict[int, float], tcp_fit: dict, raw: dict,
 PROBE_FITS = 3
 
 
-def probe_fits(sc, factors: dict[int, float], tcp_fit: dict, tiers: dict, shards: int) -> dict:
+def probe_fits(scenario, factors: dict[int, float], tcp_fit: dict, tiers: dict, shards: int) -> dict:
     """Every term fitted on the calibration's probes alone (never on a workload): the
     shard spread on its lone transfers, then link contention and the join stall on its
     competing ones; marked with the flow model they were fitted for. `tiers` as a
     calibration records them."""
     fitted = lone_spread(tiers)
-    fitted.update(contention(sc, factors, {**tcp_fit, **fitted}, tiers, shards))
-    fitted.update(join_stall(sc, factors, {**tcp_fit, **fitted}, tiers, shards))
+    fitted.update(contention(scenario, factors, {**tcp_fit, **fitted}, tiers, shards))
+    fitted.update(join_stall(scenario, factors, {**tcp_fit, **fitted}, tiers, shards))
     return {**fitted, "probe_fits": PROBE_FITS}
 
 
-def with_probe_fits(sc, cal: dict) -> dict:
+def with_probe_fits(scenario, cal: dict) -> dict:
     """`cal` with its probe fits made again from its own probes if they were made for
     another flow model (or before a term existed): the shard spread from its lone
     transfers, link contention and the join stall where it has competing probes."""
@@ -175,6 +175,6 @@ def with_probe_fits(sc, cal: dict) -> dict:
     if not any(t.get("competing") for t in tiers.values()):
         return {**cal, "tcp": {**fit, **lone_spread(tiers)}}
     factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
-    shards = sc.network.flows_per_transfer or sc.cluster.spec().tp
-    fit = {**fit, **probe_fits(sc, factors, fit, tiers, shards)}
-    return {**cal, "tcp": fit, "competing": competing_residuals(sc, factors, fit, tiers, shards)}
+    shards = scenario.network.flows_per_transfer or scenario.cluster.spec().tp
+    fit = {**fit, **probe_fits(scenario, factors, fit, tiers, shards)}
+    return {**cal, "tcp": fit, "competing": competing_residuals(scenario, factors, fit, tiers, shards)}

@@ -98,10 +98,10 @@ def calibrate(network: EmulatedNetwork, on_step=None) -> dict:
 def measure(network: EmulatedNetwork, on_step=None) -> dict[str, dict]:
     """Every tier's lone, repeated and competing probes on the fabric, in modelled bytes
     and seconds (tier -> {pair, samples, spread_samples, competing})."""
-    sc = network.scenario
-    spec = sc.cluster.spec()
-    emu = sc.emulation
-    shards = sc.network.flows_per_transfer or spec.tp
+    scenario = network.scenario
+    spec = scenario.cluster.spec()
+    emu = scenario.emulation
+    shards = scenario.network.flows_per_transfer or spec.tp
     raw = {}
     for tier, (src, dst) in tier_pairs(spec).items():
         if on_step:
@@ -147,16 +147,16 @@ def lone_samples(doc: dict) -> list[tuple[float, float]]:
             for d in doc.get(key, []) if d["bytes"] >= CAPACITY_FIT_MIN_GB * 1e9]
 
 
-def calibration_document(sc, raw: dict[str, dict], payload_share: float | None = None) -> dict:
+def calibration_document(scenario, raw: dict[str, dict], payload_share: float | None = None) -> dict:
     """calibration.json from a packet engine's probes (`measure` on the fabric, or the
     same plan on ns-3: validate/engines/ns3_probes.py): each tier's capacity factor fitted on the
     large lone transfers (small ones are the replica's start-up, fitted as the TCP terms,
     which the cluster would not pay) and capped at `payload_share` (the engine's wire;
     default the emulation's frame), the TCP terms, the probe fits and both models' error
     on the competing transfers."""
-    spec = sc.cluster.spec()
-    shards = sc.network.flows_per_transfer or spec.tp
-    share = tcp.payload_share(sc.emulation.frame_bytes) if payload_share is None \
+    spec = scenario.cluster.spec()
+    shards = scenario.network.flows_per_transfer or spec.tp
+    share = tcp.payload_share(scenario.emulation.frame_bytes) if payload_share is None \
         else payload_share
     fits: list[TierFit] = []
     for tier, doc in raw.items():
@@ -164,44 +164,44 @@ def calibration_document(sc, raw: dict[str, dict], payload_share: float | None =
                                  gbps_to_bytes_per_s(spec.tier_bandwidth_gbps[int(tier)]),
                                  share))
     factors = capacity_factors(fits)
-    predict = tcp_predictor(sc, factors, shards)
+    predict = tcp_predictor(scenario, factors, shards)
     tcp_fit = fit_tcp([(int(t), d["bytes"], d["seconds"]) for t, r in raw.items()
                        for d in r["samples"]], predict)
-    tcp_fit.update(probe_fits(sc, factors, tcp_fit, {
+    tcp_fit.update(probe_fits(scenario, factors, tcp_fit, {
         str(f.tier): {"overhead_s": f.overhead_s, **raw[str(f.tier)]} for f in fits}, shards))
-    compete = competing_residuals(sc, factors, tcp_fit, raw, shards)
+    compete = competing_residuals(scenario, factors, tcp_fit, raw, shards)
     return {
-        "scenario": sc.name, "scale": sc.emulation.scale,
-        "time_dilation": sc.emulation.time_dilation, "capacity_factor": factors,
+        "scenario": scenario.name, "scale": scenario.emulation.scale,
+        "time_dilation": scenario.emulation.time_dilation, "capacity_factor": factors,
         "payload_share": share,
         "tiers": {str(f.tier): {"factor": f.factor, "fitted_factor": f.fitted,
                                 "overhead_s": f.overhead_s, "r2": f.r2, **raw[str(f.tier)]}
                   for f in fits},
-        "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(sc, factors, raw)},
+        "tcp": {**tcp_fit, "fluid_median_abs_error": fluid_error(scenario, factors, raw)},
         "competing": compete,
     }
 
 
-def _tier_geometry(sc, factors: dict[int, float]) -> dict[int, tuple[float, list[float]]]:
+def _tier_geometry(scenario, factors: dict[int, float]) -> dict[int, tuple[float, list[float]]]:
     """tier -> (one-way latency s, calibrated hop rates bytes/s) of its paths."""
-    spec = sc.cluster.spec()
+    spec = scenario.cluster.spec()
     net = FluidNetwork(spec, None, factors)
     lat = spec.tier_latency_us
     return {t: (lat[t] * 1e-6, [net.links[h].capacity for h in spec.paths(a, b)[0]])
             for t, (a, b) in tier_pairs(spec).items()}
 
 
-def tcp_predictor(sc, factors: dict[int, float], shards: int):
+def tcp_predictor(scenario, factors: dict[int, float], shards: int):
     """predict(serialisation, hop_delay_s, tier, bytes, competing=1): a transfer's time in
     the TCP flow model with the replica's equivalents; its shards (and any competing
     transfers on the same path) share the tier's bottleneck equally."""
-    emu = sc.emulation
-    geometry = _tier_geometry(sc, factors)
+    emu = scenario.emulation
+    geometry = _tier_geometry(scenario, factors)
 
     def predict(share: float, hop_delay_s: float, tier: int, size: float,
                 competing: int = 1) -> float:
         params = tcp.emulation_equivalent(emu.scale, emu.time_dilation, hop_delay_s,
-                                          sc.network.tcp.init_cwnd, share, emu.frame_bytes)
+                                          scenario.network.tcp.init_cwnd, share, emu.frame_bytes)
         latency, rates = geometry[tier]
         rate = min(rates) / (shards * competing)
         return tcp.lone_transfer_time(size / shards, rate,
@@ -209,16 +209,16 @@ def tcp_predictor(sc, factors: dict[int, float], shards: int):
     return predict
 
 
-def fluid_predictor(sc, factors: dict[int, float]):
+def fluid_predictor(scenario, factors: dict[int, float]):
     """fluid(tier, bytes, competing=1): the transfer's time at its equal share of the
     calibrated bottleneck (its shards split that share; they end together)."""
-    geometry = _tier_geometry(sc, factors)
+    geometry = _tier_geometry(scenario, factors)
     return lambda tier, size, competing=1: size * competing / min(geometry[tier][1])
 
 
-def fluid_error(sc, factors: dict[int, float], raw: dict) -> float:
+def fluid_error(scenario, factors: dict[int, float], raw: dict) -> float:
     """Median |error| of the fluid model (bytes / calibrated rate) on the lone probes."""
-    fluid = fluid_predictor(sc, factors)
+    fluid = fluid_predictor(scenario, factors)
     errs = [abs(fluid(int(t), d["bytes"]) - d["seconds"]) / d["seconds"]
             for t, r in raw.items() for d in r["samples"]]
     return sorted(errs)[len(errs) // 2]
@@ -232,9 +232,9 @@ def probe_fabric(scenario, on_step=None) -> dict[str, dict]:
 
     import yaml
 
-    cell = scenario.cells()[0][1]
+    point_scenario = scenario.points()[0][1]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scenario.yaml"
-        path.write_text(yaml.safe_dump(cell.model_dump(mode="json"), sort_keys=False))
-        with EmulatedNetwork(cell, path, Path(tmp)) as network:
+        path.write_text(yaml.safe_dump(point_scenario.model_dump(mode="json"), sort_keys=False))
+        with EmulatedNetwork(point_scenario, path, Path(tmp)) as network:
             return calibrate(network, on_step)["tiers"]

@@ -73,18 +73,18 @@ def replayable(folder: Path, built) -> tuple[dict[str, tuple[object, Path]], lis
         point = cell.parent.parent
         if point not in points:
             try:
-                sc = load_scenario(point / "scenario.yaml")
+                scenario = load_scenario(point / "scenario.yaml")
             except (ScenarioError, OSError) as exc:
                 raise Unreplayable(f"{point / 'scenario.yaml'}: {exc}") from None
-            points[point] = _refusal(sc, point) or sc
-        sc = points[point]
-        if isinstance(sc, str):
-            raise Unreplayable(sc)
-        why = _cell_refusal(cell, sc, built)
+            points[point] = _refusal(scenario, point) or scenario
+        scenario = points[point]
+        if isinstance(scenario, str):
+            raise Unreplayable(scenario)
+        why = _cell_refusal(cell, scenario, built)
         if why:
             skipped.append((key, why))
         else:
-            kept[key] = (sc, cell)
+            kept[key] = (scenario, cell)
     if not kept:
         reasons = {why for _, why in skipped}
         raise Unreplayable(f"{run}: no cell can be replayed ("
@@ -93,20 +93,20 @@ def replayable(folder: Path, built) -> tuple[dict[str, tuple[object, Path]], lis
     return kept, [f"{key}: {why}" for key, why in skipped]
 
 
-def _refusal(sc, point: Path) -> str | None:
-    if sc.faults:
-        return (f"{point}: its scenario has faults ({len(sc.faults)}), whose effect on the "
+def _refusal(scenario, point: Path) -> str | None:
+    if scenario.faults:
+        return (f"{point}: its scenario has faults ({len(scenario.faults)}), whose effect on the "
                 "fabric the records do not keep")
-    if sc.kv_levels():
-        return (f"{point}: KV priority levels (network.flow_policy {sc.network.flow_policy}): "
+    if scenario.kv_levels():
+        return (f"{point}: KV priority levels (network.flow_policy {scenario.network.flow_policy}): "
                 "the records do not keep each chunk's level")
-    if packet_ecmp(sc.network.ecmp) != "per-pair":
-        return (f"{point}: network.ecmp {sc.network.ecmp}: OVS's per-flow hash is not "
+    if packet_ecmp(scenario.network.ecmp) != "per-pair":
+        return (f"{point}: network.ecmp {scenario.network.ecmp}: OVS's per-flow hash is not "
                 "ns-3's, so the paths cannot be taken again")
     return None
 
 
-def _cell_refusal(cell: Path, sc, built) -> str | None:
+def _cell_refusal(cell: Path, scenario, built) -> str | None:
     if not (cell / "transfers.csv").is_file():
         return "no transfers.csv"
     try:
@@ -123,7 +123,7 @@ def _cell_refusal(cell: Path, sc, built) -> str | None:
     if not applied:
         return ("no applied replica recorded (made by code before runs recorded it, or on "
                 "several machines): run it again")
-    want = built(sc)
+    want = built(scenario)
     for field in sorted(set(applied) | set(want)):
         if applied.get(field) != want.get(field):
             return (f"its replica's {field} is {applied.get(field)}, ns-3's twin builds "
@@ -207,8 +207,8 @@ def _shares(s: dict) -> dict:
             "one_engine_share": (s["emulation_only"] + s["ns3_only"]) / n}
 
 
-def cell_floors(sc) -> dict[int, dict]:
-    return validity.floors(sc)
+def cell_floors(scenario) -> dict[int, dict]:
+    return validity.floors(scenario)
 
 
 def rows_of(cell: Path) -> list[dict]:
@@ -230,10 +230,10 @@ def replay_runs(folders: Sequence[Path], executor, out_root: Path | None,
     exe = checked_program()
     built: dict[str, dict] = {}
 
-    def twin(sc) -> dict:
-        key = sc.model_dump_json()
+    def twin(scenario) -> dict:
+        key = scenario.model_dump_json()
         if key not in built:
-            built[key] = twin_replica(sc, exe)
+            built[key] = twin_replica(scenario, exe)
         return built[key]
 
     runs = [(Path(f), *replayable(Path(f), twin)) for f in folders]
@@ -247,9 +247,9 @@ def replay_runs(folders: Sequence[Path], executor, out_root: Path | None,
     cells, per_run = {}, []
     for i, (folder, kept, skipped) in enumerate(runs):
         mine = {}
-        for key, (sc, cell) in kept.items():
+        for key, (scenario, cell) in kept.items():
             if cell in got:
-                mine[key] = (rows_of(cell), got[cell], cell_floors(sc))
+                mine[key] = (rows_of(cell), got[cell], cell_floors(scenario))
                 cells[f"{i}:{key}"] = mine[key]
             else:
                 skipped.append(f"{key}: ns-3 could not replay it ({failed[cell].error})")
@@ -271,22 +271,22 @@ def _floor(runs, got: dict[Path, list[dict]]) -> dict | None:
     if len(runs) < 2:
         return None
     first = runs[0][1]
-    name = {_identity(sc) for sc, _ in first.values()}
-    same = [{k: c for k, (sc, c) in kept.items() if _identity(sc) in name}
+    name = {_identity(scenario) for scenario, _ in first.values()}
+    same = [{k: c for k, (scenario, c) in kept.items() if _identity(scenario) in name}
             for _, kept, _ in runs]
     same = [s for s in same if s]
     if len(same) < 2:
         return None
-    sc = next(iter(first.values()))[0]
+    scenario = next(iter(first.values()))[0]
     replay = {k: got[c] for k, (_, c) in first.items() if c in got}
     replay = {k: [r for r in rows if r["end"] is not None] for k, rows in replay.items()}
-    return repeat.packets_against_packets(same, cell_floors(sc), replay)
+    return repeat.packets_against_packets(same, cell_floors(scenario), replay)
 
 
-def _identity(sc) -> str:
+def _identity(scenario) -> str:
     """A scenario but for how many seeds it ran and ns-3's settings (which the emulation
     never reads): two emulation runs of it share their cells."""
-    return sc.with_overrides({"seeds": 1, "ns3": {}}).model_dump_json()
+    return scenario.with_overrides({"seeds": 1, "ns3": {}}).model_dump_json()
 
 
 def _write(doc: dict, runs, got: dict[Path, list[dict]], out_root: Path) -> Path:

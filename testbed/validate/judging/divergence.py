@@ -22,7 +22,7 @@ def placements(rows: list[dict]) -> dict[str, tuple[str, str]]:
 
 
 def recorded(emu_cells: dict[str, Path]) -> Callable:
-    """For run_flowsim(follow=...): a flow cell's placements, read from the packets' cell
+    """For run_simulated(follow=...): a flow cell's placements, read from the packets' cell
     of the same point, scheduler and seed (none for a cell the packets did not run)."""
     def follow(task) -> dict | None:
         cell = emu_cells.get(task.rel.removeprefix("cells/"))

@@ -75,11 +75,12 @@ def by_seed(scenario, seeds: Collection[int] | None = None, draws: int = FLOW_DR
     """point -> seed -> seed_draws, for the flow-model scenario's seeds (those of `seeds`
     only, where given); each seed's draws on `executor` (a testbed.sweep.Executor; here by
     default): the same figures either way."""
-    cells = [(f"{index:03d}-{slug(point)}", cell)
-             for index, (point, cell) in enumerate(scenario.cells())]
-    tasks = [(i, key, cell, seed, draws) for i, (key, cell, seed) in enumerate(
-        (key, cell, seed) for key, cell in cells
-        for seed in range(cell.seed, cell.seed + cell.seeds) if seeds is None or seed in seeds)]
+    cells = [(f"{index:03d}-{slug(point)}", point_scenario)
+             for index, (point, point_scenario) in enumerate(scenario.points())]
+    tasks = [(i, key, point_scenario, seed, draws) for i, (key, point_scenario, seed) in enumerate(
+        (key, point_scenario, seed) for key, point_scenario in cells
+        for seed in range(point_scenario.seed, point_scenario.seed + point_scenario.seeds)
+        if seeds is None or seed in seeds)]
     runs = executor.map(_seed_draws, tasks) if executor is not None else (
         (t, _seed_draws(t)) for t in tasks)
     out: dict[str, dict[int, dict]] = {key: {} for key, _ in cells}

@@ -21,7 +21,7 @@ import yaml
 from testbed.inputs import InputError, read_json, read_text
 from testbed.model.extensions import network_models
 from testbed.records import PARTIAL, read_csv
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.validate.comparison.sections import cells_of, engine_comparison, per_point
 from testbed.validate.comparison.summary import claim_targets, targets
 from testbed.validate.comparison.verdicts import (
@@ -114,15 +114,15 @@ def model_row(scenario, packets: Path, cal: dict, key: str, out: Path, level: fl
     floors = validity.floors(flow_scenario(scenario, factors, fit), factors)
     above = [p for p in whole_pairs(all_emu, replayed)
              if validity.above_floor(p.tier, p.size_bytes, floors)]
-    twin = flow_scenario(model, factors, fit)
+    matched = flow_scenario(model, factors, fit)
     if out.exists():
         shutil.rmtree(out)  # judged again: this model's runs made anew
     out.mkdir(parents=True)
-    flow_cells = cells_of(run_flowsim(twin, out, executor=executor).folder)
+    flow_cells = cells_of(run_simulated(matched, out, executor=executor).folder)
     loads = {k: read_csv(c / "transfers.csv") for k, c in flow_cells.items()}
     verdicts = ttft_verdicts(emu_cells, flow_cells)
     gains = point_claims(emu_cells, flow_cells, level, normal=normal, replayed=replayed,
-                         draws=trajectory.spread(twin, executor=executor),
+                         draws=trajectory.spread(matched, executor=executor),
                          group_of=seed_groups(scenario))
     faithful = engine_comparison(per_point(emu_cells), per_point(flow_cells))
     engines = whole_pairs(emu_cells, loads)

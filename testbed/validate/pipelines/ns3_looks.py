@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.validate.comparison.sections import cells_of
 from testbed.validate.comparison.verdicts import faithful_cells, point_claims
 from testbed.validate.engines.contention import with_probe_fits
@@ -29,10 +29,10 @@ LOOKS = "looks"  # under the validation folder while the rounds run; gone after 
 class Looks:
     """The verdict's flow model on the seeds judged so far, kept from look to look."""
 
-    def __init__(self, replica, folder: Path, calibration: dict, executor=None):
-        cal = with_probe_fits(replica, calibration)
+    def __init__(self, ns3_scenario, folder: Path, calibration: dict, executor=None):
+        cal = with_probe_fits(ns3_scenario, calibration)
         factors = {int(k): float(v) for k, v in cal["capacity_factor"].items()}
-        self.twin = flow_scenario(replica, factors, cal.get("tcp", {}))
+        self.matched = flow_scenario(ns3_scenario, factors, cal.get("tcp", {}))
         self.folder = folder / LOOKS
         self.executor = executor
         self.flow: Path | None = None  # the flow model's one run folder, seeds added
@@ -42,19 +42,19 @@ class Looks:
     def claims(self, packets: Path, now: int, level: float) -> dict:
         """point -> its claims (verdicts.point_claims) on the first `now` seeds, at
         `level` with normal intervals, as the full judging makes them."""
-        twin = self.twin.with_overrides({"seeds": now})
-        new = range(twin.seed + self.done, twin.seed + now)
-        self._run(twin, new)
-        for point, got in trajectory.by_seed(twin, new, executor=self.executor).items():
+        matched = self.matched.with_overrides({"seeds": now})
+        new = range(matched.seed + self.done, matched.seed + now)
+        self._run(matched, new)
+        for point, got in trajectory.by_seed(matched, new, executor=self.executor).items():
             self.draws.setdefault(point, {}).update(got)
         self.done = now
         spreads = {point: trajectory.pooled(dict(sorted(got.items())))
                    for point, got in self.draws.items()}
         return point_claims(faithful_cells(cells_of(packets))[0], cells_of(self.flow), level,
-                            normal=True, draws=spreads, group_of=seed_groups(twin))
+                            normal=True, draws=spreads, group_of=seed_groups(matched))
 
-    def _run(self, twin, seeds: range) -> None:
-        run = run_flowsim(twin, self.folder / ("more" if self.flow else ""),
+    def _run(self, matched, seeds: range) -> None:
+        run = run_simulated(matched, self.folder / ("more" if self.flow else ""),
                           executor=self.executor, seeds=seeds).folder
         if self.flow is None:
             self.flow = run

@@ -19,7 +19,7 @@ import yaml
 from testbed.records import PARTIAL, atomic_write, kept_if_recorded, stamp, write_json
 
 
-def ns3_replica(scenario):
+def for_ns3(scenario):
     """The scenario as ns-3 runs it: the replica at ns-3's scale, no time dilation (what
     the flow model's twin and a calibration are keyed on)."""
     return scenario.with_overrides({"emulation.scale": scenario.ns3.scale or
@@ -43,7 +43,7 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     per-transfer error, read against the replay's."""
     from testbed.ns3sim.ns3_fabric import wire_payload_share
     from testbed.ns3sim.program import checked_program
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
     from testbed.validate.engines import repeat
     from testbed.validate.engines.fabric_probes import calibration_document
     from testbed.validate.engines.ns3_probes import probe_tiers
@@ -52,59 +52,59 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
 
     note = on_note or (lambda _line: None)
     started = time.monotonic()
-    replica, segments = cycled(ns3_replica(scenario))
-    if replica.seeds == 1 or budget_s is not None:  # rounds of seeds: refused before a folder
-        check_segments(replica, segments)
+    ns3_scenario, segments = cycled(for_ns3(scenario))
+    if ns3_scenario.seeds == 1 or budget_s is not None:  # rounds of seeds: refused before a folder
+        check_segments(ns3_scenario, segments)
     if calibration is not None:
-        check_calibration(calibration, replica)
+        check_calibration(calibration, ns3_scenario)
     exe = checked_program(on_build=note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
     with kept_if_recorded(folder):
         atomic_write(folder / PARTIAL, "validation started; not finished\n")
         atomic_write(folder / "scenario.yaml",
-                     yaml.safe_dump(replica.model_dump(mode="json"), sort_keys=False))
+                     yaml.safe_dump(ns3_scenario.model_dump(mode="json"), sort_keys=False))
         phases: dict[str, float] = {}
         if calibration is None:
             t = time.monotonic()
-            calibration = calibration_document(replica, probe_tiers(
-                replica, exe, lambda label: on_step and on_step(label, 0.0)),
-                wire_payload_share(replica.emulation.frame_bytes))
+            calibration = calibration_document(ns3_scenario, probe_tiers(
+                ns3_scenario, exe, lambda label: on_step and on_step(label, 0.0)),
+                wire_payload_share(ns3_scenario.emulation.frame_bytes))
             phases["calibration_s"] = time.monotonic() - t
             note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
         write_json(folder / "calibration.json", calibration)
         for i in range(repeats):
             note(f"ns-3 again, perturbed ({i + 1} of {repeats})")
             t = time.monotonic()
-            first = repeat.NS3_REPEAT_SEEDS if replica.seeds == 1 else \
-                min(replica.seeds, repeat.NS3_REPEAT_SEEDS)  # one seed asked: the rounds' first
-            run_flowsim(repeat.jittered(replica, i + 1, first), folder / repeat.REPEATS,
+            first = repeat.NS3_REPEAT_SEEDS if ns3_scenario.seeds == 1 else \
+                min(ns3_scenario.seeds, repeat.NS3_REPEAT_SEEDS)  # one seed asked: the rounds' first
+            run_simulated(repeat.jittered(ns3_scenario, i + 1, first), folder / repeat.REPEATS,
                         lambda label: on_step and on_step(label, 0.0), executor=executor,
                         engine="ns3")
             phases["repeats_s"] = phases.get("repeats_s", 0.0) + time.monotonic() - t
-        if replica.seeds == 1 or budget_s is not None:
+        if ns3_scenario.seeds == 1 or budget_s is not None:
             from testbed.validate.pipelines.ns3_rounds import run_rounds
 
-            run_rounds(replica, folder, calibration, executor, on_step, note,
+            run_rounds(ns3_scenario, folder, calibration, executor, on_step, note,
                        DEFAULT_BUDGET_S if budget_s is None else budget_s, phases, started)
         else:
-            _judge_once(replica, folder, calibration, executor, on_step, note, phases)
+            _judge_once(ns3_scenario, folder, calibration, executor, on_step, note, phases)
         write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
         (folder / PARTIAL).unlink(missing_ok=True)
     return folder
 
 
-def _judge_once(replica, folder: Path, calibration: dict, executor, on_step, note,
+def _judge_once(ns3_scenario, folder: Path, calibration: dict, executor, on_step, note,
                 phases: dict) -> None:
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
     from testbed.validate.pipelines.pipeline import judge
 
     t = time.monotonic()
-    packets = run_flowsim(replica, folder, lambda label: on_step and on_step(label, 0.0),
+    packets = run_simulated(ns3_scenario, folder, lambda label: on_step and on_step(label, 0.0),
                           executor=executor, engine="ns3")
     phases["packets_s"] = time.monotonic() - t
     note(f"{len(list(packets.folder.glob('cells/*/*/seed*')))} ns-3 runs in "
          f"{phases['packets_s']:.1f} s")
     t = time.monotonic()
-    judge(replica, folder, packets.folder, calibration, on_step, executor)
+    judge(ns3_scenario, folder, packets.folder, calibration, on_step, executor)
     phases["judge_s"] = time.monotonic() - t

@@ -89,15 +89,16 @@ def primary_verdicts(doc: dict) -> list[dict]:
              "difference": verdict_interval(c)} for _, c in primary_claims(doc)]
 
 
-def _add_seeds(replica, folder: Path, packets: Path | None, done: int, now: int, executor,
+def _add_seeds(ns3_scenario, folder: Path, packets: Path | None, done: int, now: int, executor,
                on_step) -> Path:
     """Seeds done+1..now of the replica's on ns-3, into the packets' one run folder."""
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
 
-    run = run_flowsim(replica.with_overrides({"seeds": now}),
+    run = run_simulated(ns3_scenario.with_overrides({"seeds": now}),
                       folder / ("more" if packets else ""),
                       lambda label: on_step and on_step(label, 0.0), executor=executor,
-                      engine="ns3", seeds=range(replica.seed + done, replica.seed + now)).folder
+                      engine="ns3",
+                      seeds=range(ns3_scenario.seed + done, ns3_scenario.seed + now)).folder
     if packets is None:
         return run
     for seed_dir in sorted(run.glob("cells/*/*/seed*")):
@@ -108,50 +109,50 @@ def _add_seeds(replica, folder: Path, packets: Path | None, done: int, now: int,
     return packets
 
 
-def cycled(replica):
+def cycled(ns3_scenario):
     """The replica with every seed its own segment of the trace and, past the segments it
     holds, draws of them (workload.segments); and how many segments that is (None: a
     synthetic workload or a looped trace, whose seeds never run out)."""
     from testbed.workloads.build import segments_available
 
-    if replica.workload.synthetic is not None:
-        return replica, None
-    replica = replica.with_overrides({"workload.seed_segments": True})
-    segments = segments_available(replica)
+    if ns3_scenario.workload.synthetic is not None:
+        return ns3_scenario, None
+    ns3_scenario = ns3_scenario.with_overrides({"workload.seed_segments": True})
+    segments = segments_available(ns3_scenario)
     if not segments:  # none, or not one window: the run's own error says so
-        return replica, segments
-    return replica.with_overrides({"workload.segments": segments}), segments
+        return ns3_scenario, segments
+    return ns3_scenario.with_overrides({"workload.segments": segments}), segments
 
 
-def check_segments(replica, segments: int | None) -> None:
+def check_segments(ns3_scenario, segments: int | None) -> None:
     """Seeds added on ns-3 need two segments of the trace at least: said before anything
     is made."""
     if segments is not None and segments < 2:
-        raise ValueError(f"{replica.workload.trace}: the trace holds {segments} segment(s) "
+        raise ValueError(f"{ns3_scenario.workload.trace}: the trace holds {segments} segment(s) "
                          "of this window; seeds on ns-3 need two at least: shorten "
                          "workload.warmup_s + measure_s, lower the load, set "
                          "workload.trace_loop (replays are not new requests), or give "
                          "--seeds")
 
 
-def run_rounds(replica, folder: Path, calibration: dict, executor,
+def run_rounds(ns3_scenario, folder: Path, calibration: dict, executor,
                on_step: Callable[[str, float], None] | None, note: Callable[[str], None],
                budget_s: float, phases: dict, started: float) -> None:
     """Rounds of seeds until the primary claims are conclusive, the planned looks are
     done or the next round would not fit; sequential.json records the plan and the looks."""
     from testbed.validate.pipelines.pipeline import judge, publish
 
-    replica, segments = cycled(replica)
-    check_segments(replica, segments)
+    ns3_scenario, segments = cycled(ns3_scenario)
+    check_segments(ns3_scenario, segments)
     looks: list[dict] = []
     packets, done, reason = None, 0, "planned rounds done"
     plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]
     run_s = look_s = 0.0
-    lean = Looks(replica, folder, calibration, executor)
+    lean = Looks(ns3_scenario, folder, calibration, executor)
     for k in range(1, 64):
         now = plan[k - 1]
         t = time.monotonic()
-        packets = _add_seeds(replica, folder, packets, done, now, executor, on_step)
+        packets = _add_seeds(ns3_scenario, folder, packets, done, now, executor, on_step)
         run_s += time.monotonic() - t
         if k == 1:
             plan = planned_seeds(now, run_s / now, budget_s, time.monotonic() - started,
@@ -195,7 +196,7 @@ def run_rounds(replica, folder: Path, calibration: dict, executor,
     write_json(folder / "sequential.json", record)
     # the judged scenario (its seeds, each a segment), so that a judge from the folder
     # alone (testbed judge, --flow-model) judges the same seeds
-    judged = replica.with_overrides({"seeds": done})
+    judged = ns3_scenario.with_overrides({"seeds": done})
     atomic_write(folder / "scenario.yaml", yaml.safe_dump(
         judged.model_dump(mode="json"), sort_keys=False))
     t = time.monotonic()

@@ -35,7 +35,7 @@ from testbed.clock import RunClock
 from testbed.inputs import read_json
 from testbed.metrics import percentile
 from testbed.records import PARTIAL, atomic_write, kept_if_recorded, read_csv, stamp, write_json
-from testbed.runner import run_flowsim
+from testbed.runner import run_simulated
 from testbed.validate.comparison import beside
 from testbed.validate.comparison.document import write_comparison
 from testbed.validate.comparison.sections import build_document, cells_of
@@ -205,8 +205,9 @@ def _cached_calibration(scenario, count: int, max_age_s: float,
     calibration fabric will be (None: measure it)."""
     from testbed.emulation.lanes import fabric_split, lane_daemons
 
-    cell = scenario.cells()[0][1]
-    split = fabric_split(cell, count, lane_daemons(cell, machine_cache.load_timings()[0], count))
+    point_scenario = scenario.points()[0][1]
+    daemons = lane_daemons(point_scenario, machine_cache.load_timings()[0], count)
+    split = fabric_split(point_scenario, count, daemons)
     calibration, why = machine_cache.load_calibration(scenario, max_age_s, split=split)
     note(why)
     return calibration
@@ -247,8 +248,9 @@ def side_by_side(scenario, fabrics: int | str, seeds: int | None) -> tuple[int, 
     was measured to keep busy (lanes.fabric_need, from the cache's timings)."""
     from testbed.emulation.lanes import plan_lanes
 
-    cell = scenario.cells()[0][1]
-    return plan_lanes(fabrics, cell, machine_cache.load_timings()[0], seeds or cell.seeds)[:2]
+    point_scenario = scenario.points()[0][1]
+    return plan_lanes(fabrics, point_scenario, machine_cache.load_timings()[0],
+                      seeds or point_scenario.seeds)[:2]
 
 
 def run_overheads(emu_folder: Path, scenario,
@@ -309,11 +311,11 @@ def judge(scenario, folder: Path, emu_folder: Path, cal: dict,
         on_step("flow model (uncalibrated, calibrated, with TCP terms, forced to the packets' "
                 "placements) and replays", 0.0)
     on = {"executor": executor}
-    flows = {"uncalibrated": run_flowsim(flow_scenario(scenario), folder, **on).folder,
-             "calibrated": run_flowsim(flow_scenario(scenario, factors), folder, **on).folder,
-             "tcp": run_flowsim(flow_scenario(scenario, factors, fit), folder, **on).folder}
+    flows = {"uncalibrated": run_simulated(flow_scenario(scenario), folder, **on).folder,
+             "calibrated": run_simulated(flow_scenario(scenario, factors), folder, **on).folder,
+             "tcp": run_simulated(flow_scenario(scenario, factors, fit), folder, **on).folder}
     # the same model made to place every request where the packets did
-    flows["tcp_forced"] = run_flowsim(flow_scenario(scenario, factors, fit), folder,
+    flows["tcp_forced"] = run_simulated(flow_scenario(scenario, factors, fit), folder,
                                       follow=divergence.recorded(cells_of(emu_folder)),
                                       **on).folder
     flows.update(beside.engine_runs(scenario, factors, fit, folder, executor))

@@ -36,14 +36,14 @@ def _pilot_run(scenario, window_s: float) -> tuple[dict, dict[str, float]]:
     """The flow model (TCP terms, uncalibrated) on the scenario's first seed at one
     window: its requests per scheduler, and each scheduler's drain (modelled seconds from
     the window's end to the last request done)."""
-    twin = flow_scenario(scenario.with_overrides({"workload.measure_s": window_s}), None, {})
-    point, cell = twin.cells()[0]
+    matched = flow_scenario(scenario.with_overrides({"workload.measure_s": window_s}), None, {})
+    point, point_scenario = matched.points()[0]
     runs, drain = {}, {}
-    end = cell.workload.warmup_s + cell.workload.measure_s
-    for sched in cell.schedulers:
-        rows = run_task(Task(0, point, cell, sched, cell.seed))["requests"]
+    end = point_scenario.workload.warmup_s + point_scenario.workload.measure_s
+    for sched in point_scenario.schedulers:
+        rows = run_task(Task(0, point, point_scenario, sched, point_scenario.seed))["requests"]
         for engine in claims.ENGINES:  # the flow model stands in for both engines
-            runs[(engine, sched, cell.seed)] = rows
+            runs[(engine, sched, point_scenario.seed)] = rows
         done = [float(r["done"]) for r in rows if r.get("done") is not None]
         drain[sched] = max(0.0, max(done, default=end) - end)
     return runs, drain
@@ -60,9 +60,9 @@ def _pilot(scenario) -> tuple[float, float, Callable[[str, float], float]]:
     d_long = _pilot_run(scenario, long)[1] if long > short else d_short
     judged = claims.judge_point(claims.pair_requests(runs), resamples=500)
     ses = [c.flow.se for c in claims.primary(judged.claims) if c.flow.se == c.flow.se]
-    cell = flow_scenario(scenario, None, {}).cells()[0][1]
+    point_scenario = flow_scenario(scenario, None, {}).points()[0][1]
     sds = [d.sd for d in trajectory.draw_spreads(trajectory.pooled(
-        {cell.seed: trajectory.seed_draws(cell, cell.seed)})).values()]
+        {point_scenario.seed: trajectory.seed_draws(point_scenario, point_scenario.seed)})).values()]
 
     def drain(sched: str, window: float) -> float:
         if long <= short:
@@ -80,7 +80,7 @@ def make_plan(scenario, target_half_width: float, budget_s: float,
     se, draw_sd, drain = _pilot(scenario)
     timings, source = load_timings()
     emu, wl = scenario.emulation, scenario.workload
-    n_points = len(scenario.cells())
+    n_points = len(scenario.points())
 
     def round_wall(window: float) -> float:
         return n_points * sum(
@@ -106,7 +106,7 @@ def _max_rounds(scenario) -> int:
     probe = planned_scenario(scenario, MAX_ROUNDS, MAX_WINDOW_S)
     for rounds in range(MAX_ROUNDS, 1, -1):
         try:
-            build_workload(probe.cells()[0][1], probe.seed + rounds - 1)
+            build_workload(probe.points()[0][1], probe.seed + rounds - 1)
             return rounds
         except ValueError:
             continue
@@ -151,18 +151,18 @@ class Looks:
     draws: dict = field(default_factory=dict)  # point -> {seed: trajectory.seed_draws}
 
     def __call__(self, index: int, seeds: list[int], root: Path) -> bool:
-        point, cell = self.scenario.cells()[index]
+        point, point_scenario = self.scenario.points()[index]
         key = f"{index:03d}-{slug(point)}"
         base = root / "cells" / key
         mine = self.runs.setdefault(key, {})
         faithful = True
         for seed in seeds:  # one per fabric side by side
             ok = all(read_json((base / s / f"seed{seed}" / "summary.json"), object)
-                     .get("fidelity") == "faithful" for s in cell.schedulers)
+                     .get("fidelity") == "faithful" for s in point_scenario.schedulers)
             self.seeds.setdefault(key, []).append(seed)
             if ok:
-                flow_cell = self.flow_scenario.cells()[index][1]
-                for s in cell.schedulers:
+                flow_cell = self.flow_scenario.points()[index][1]
+                for s in point_scenario.schedulers:
                     mine[("packets", s, seed)] = read_csv(base / s / f"seed{seed}"
                                                           / "requests.csv")
                     mine[("flow", s, seed)] = run_task(Task(index, point, flow_cell, s, seed))[

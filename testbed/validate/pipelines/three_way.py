@@ -59,7 +59,7 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     """After the emulation's validation in `folder`: ns-3 on its cells, the flow model's
     validation on ns-3 (with `repeats` perturbed runs of its first seed), and the
     three-way section in comparison.json and the report."""
-    from testbed.runner import run_flowsim
+    from testbed.runner import run_simulated
     from testbed.validate.pipelines.ns3_pipeline import validate_ns3
 
     started = time.monotonic()
@@ -72,8 +72,8 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
     if on_step:
         on_step("ns-3 on the emulation's cells and seeds (deciding, then at its placements)",
                 0.0)
-    deciding = run_flowsim(twin, out, executor=executor, engine="ns3", seeds=seeds).folder
-    forced = run_flowsim(twin, out, executor=executor, engine="ns3",
+    deciding = run_simulated(twin, out, executor=executor, engine="ns3", seeds=seeds).folder
+    forced = run_simulated(twin, out, executor=executor, engine="ns3",
                          follow=divergence.recorded(emu), seeds=seeds).folder
     write_json(out / RUNS, {"deciding": deciding.name, "forced": forced.name,
                             "replay": replay_emulation(folder, executor)})

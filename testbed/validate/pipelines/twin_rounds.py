@@ -64,12 +64,12 @@ class TwinLooks:
 
     def __call__(self, index: int, seeds: list[int], root: Path) -> bool:
         from testbed.ns3sim.replayer import emulation_twin
-        from testbed.runner import run_flowsim
+        from testbed.runner import run_simulated
 
         emu, flagged = faithful_cells(cells_of(root))
         seen = sorted({int(k.rsplit("seed", 1)[1]) for k in cells_of(root)})
         with tempfile.TemporaryDirectory(prefix="netkv-twin-look-") as tmp:
-            forced = run_flowsim(emulation_twin(self.scenario), Path(tmp), executor=self.executor,
+            forced = run_simulated(emulation_twin(self.scenario), Path(tmp), executor=self.executor,
                                  engine="ns3", follow=divergence.recorded(emu),
                                  seeds=seen).folder
             look = len(self.looks) + 1

@@ -77,7 +77,7 @@ class ControlLink:
 
     def _on_loadgen_done(self, msg: dict) -> None:
         self.expected = int(msg["count"])
-        self.loop.at(self.last_arrival + self.sc.drain_s, self._drain_limit)
+        self.loop.at(self.last_arrival + self.scenario.drain_s, self._drain_limit)
         self._check_done()
 
     # -- faults and recovery -----------------------------------------------------------------
@@ -119,8 +119,8 @@ class ControlLink:
         for name, conn in self.conns.items():  # t0 on each worker's own clock
             with contextlib.suppress(OSError):
                 conn.send({"type": "start", "t0": t0 + self.clock_offsets.get(name, 0.0)})
-        self._heartbeats_at(self.sc.recovery.heartbeat_s)
-        for fault in self.sc.faults:
+        self._heartbeats_at(self.scenario.recovery.heartbeat_s)
+        for fault in self.scenario.faults:
             self.loop.at(fault.at_s, lambda fault=fault: self._inject(fault))
         if self.flowkv is not None:
             self.flowkv.start()

@@ -26,7 +26,7 @@ class RouterFaults:
         heartbeats sent meanwhile wait behind it, so its time does not count as anyone's
         silence. Stalls add up rather than reset the count, so a router late on every check
         still declares a dead decode after missed_heartbeats periods of listening."""
-        rc, now, faults = self.sc.recovery, self.loop.now, self.faults
+        rc, now, faults = self.scenario.recovery, self.loop.now, self.faults
         if now - due > rc.heartbeat_s:
             faults.stalls.append((due, now))
         limit = rc.missed_heartbeats * rc.heartbeat_s
@@ -63,9 +63,9 @@ class RouterFaults:
                     threading.Timer(back, os.kill, (self.cfg.controller_pid,
                                                     signal.SIGCONT)).start()
             elif fault.kind in ("link_down", "tor_down"):
-                fabric = self.sc.fabric()
+                fabric = self.scenario.fabric()
                 intfs = fault_interfaces(fabric, fault)
-                where = interface_netns(fabric, private_daemons(self.sc.emulation))
+                where = interface_netns(fabric, private_daemons(self.scenario.emulation))
                 set_links(intfs, up=False, netns=where)
                 if back:
                     threading.Timer(back, set_links, (intfs, True, where)).start()

@@ -42,7 +42,7 @@ class OracleFeed:
 
     # -- oracle and intents (their own threads; decisions read self.latest_oracle) -----------
     def _refresh_oracle(self) -> None:
-        period = self.loop.clock.spans.wall(self.sc.oracle.refresh_s)
+        period = self.loop.clock.spans.wall(self.scenario.oracle.refresh_s)
         while not self._stop.wait(period):
             try:
                 self.latest_oracle = fetch_oracle(self.cfg.oracle_url + "/oracle")
@@ -70,8 +70,8 @@ class OracleFeed:
     def _post_intents(self) -> None:
         while (intent := self.intents.get()) is not None:
             headers = {"Content-Type": "application/json"}
-            if self.sc.emulation.token:
-                headers["Authorization"] = f"Bearer {self.sc.emulation.token}"
+            if self.scenario.emulation.token:
+                headers["Authorization"] = f"Bearer {self.scenario.emulation.token}"
             req = urllib.request.Request(self.cfg.oracle_url + "/intent",
                                          data=json.dumps(intent.to_dict()).encode(),
                                          headers=headers)
@@ -87,7 +87,7 @@ class OracleFeed:
         return age
 
     def oracle_fresh(self) -> bool:
-        return self._oracle_age() <= self.sc.recovery.oracle_max_age_s
+        return self._oracle_age() <= self.scenario.recovery.oracle_max_age_s
 
     def oracle(self) -> Oracle:
         """The last oracle as the control plane lets a decision use it; under FlowKV roles

@@ -19,7 +19,7 @@ from testbed.serving import PrefillInstance
 class RouterFlowKV(RoleCycle):
     def __init__(self, router):
         self.r = router
-        super().__init__(router.sc.flowkv, router.loop, router.prefill, router.views)
+        super().__init__(router.scenario.flowkv, router.loop, router.prefill, router.views)
         self.held: dict[str, dict[str, int]] = defaultdict(dict)  # node -> request -> tokens
         names = [i.name for i in router.spec.instances]
         self.all_tiers = {(a, b): router.spec.tier(a, b) for a in names for b in names
@@ -44,13 +44,13 @@ class RouterFlowKV(RoleCycle):
 
     def decode_reading(self, name: str) -> tuple[int, int, int, float, float]:
         r, v = self.r, self.r.views[name]
-        return (v.batch, r.sc.cluster.beta_max, v.queued + len(v.pending),
-                v.free_memory - sum(v.pending.values()), r.sc.cluster.memory_gb * 1e9)
+        return (v.batch, r.scenario.cluster.beta_max, v.queued + len(v.pending),
+                v.free_memory - sum(v.pending.values()), r.scenario.cluster.memory_gb * 1e9)
 
     # -- the role engine ---------------------------------------------------------------
     def hybrid(self, name: str) -> PrefillInstance:
         return PrefillInstance(name, self.r.timing,  # the router's estimates for it
-                               slowdown=self.r.sc.cluster.slowdown.get(name, 1.0))
+                               slowdown=self.r.scenario.cluster.slowdown.get(name, 1.0))
 
     def to_decode(self, name: str) -> None:
         if name not in self.r.views:

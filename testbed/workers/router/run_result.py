@@ -26,7 +26,7 @@ class RunRecords:
     def _drain_limit(self) -> None:
         for rs in self.states.values():
             if rs.state is None:
-                self._fail(rs, f"not finished {self.sc.drain_s:g} s after the last arrival "
+                self._fail(rs, f"not finished {self.scenario.drain_s:g} s after the last arrival "
                                "(drain limit)")
         self._check_done()
 

@@ -91,20 +91,20 @@ class DecodeView:
 class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        sc = self.sc = cfg.load_scenario()
-        self.spec = sc.cluster.spec()
-        self.model = sc.model_spec()
-        self.timing = sc.timing_model()
-        self.block_tokens = sc.workload.block_tokens
-        self.shards = sc.network.flows_per_transfer or self.spec.tp
-        self.scheduler = scenario_scheduler(sc, cfg.scheduler, cfg.seed)
+        scenario = self.scenario = cfg.load_scenario()
+        self.spec = scenario.cluster.spec()
+        self.model = scenario.model_spec()
+        self.timing = scenario.timing_model()
+        self.block_tokens = scenario.workload.block_tokens
+        self.shards = scenario.network.flows_per_transfer or self.spec.tp
+        self.scheduler = scenario_scheduler(scenario, cfg.scheduler, cfg.seed)
         self.loop = RealTimeLoop(cfg.clock(time.time()))
         # the path a transfer's shards take is recorded where the controller pins it (per
         # pair); under per-flow hashing each shard's path is OVS's choice, unknown here
-        self.paths = PairPaths(self.spec) if packet_ecmp(sc.network.ecmp) == "per-pair" \
+        self.paths = PairPaths(self.spec) if packet_ecmp(scenario.network.ecmp) == "per-pair" \
             else None
         self.prefill = {i.name: PrefillInstance(  # estimates only
-            i.name, self.timing, slowdown=sc.cluster.slowdown.get(i.name, 1.0))
+            i.name, self.timing, slowdown=scenario.cluster.slowdown.get(i.name, 1.0))
             for i in self.spec.prefill_pool}
         self.views = {i.name: DecodeView(BlockIndex(self.block_tokens))
                       for i in self.spec.decode_pool}
@@ -120,7 +120,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
         self.ledger = Ledger()
         self.expected: int | None = None
         self.last_arrival = 0.0
-        self.warmup, self.measure = sc.workload.warmup_s, sc.workload.measure_s
+        self.warmup, self.measure = scenario.workload.warmup_s, scenario.workload.measure_s
         self.latest_oracle: Oracle = first_oracle(cfg.oracle_url + "/oracle")
         self.oracle_fetches, self.oracle_errors = 1, 0
         self.intents: queue.SimpleQueue[TransferIntent | None] = queue.SimpleQueue()
@@ -130,7 +130,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
         self.outcome = "running"
         self.journal = Journal(Path(cfg.out))
         self.faults = FaultState()
-        self.plane = ControlPlane(self.scheduler, self.spec, sc.recovery, self.timing, self)
+        self.plane = ControlPlane(self.scheduler, self.spec, scenario.recovery, self.timing, self)
         self.pids: dict[str, int] = {}
         self.fetching: dict[str, str] = {}  # request -> holder whose fetch is under way
         self.level_bytes: dict[int, float] = {}  # modelled KV bytes per priority level
@@ -153,7 +153,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
             self._fail(rs, "no prefill instance left (every prefill worker exited)")
             return
         # inst: the router's estimate of the instance; the worker reports the truth
-        inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv, self.sc.reuse)
+        inst, plan = self.plane.place_prefill(rs, self.prefill, self.flowkv, self.scenario.reuse)
         if self.flowkv is not None:
             self.flowkv.dispatched(inst.name, req.request_id, req.input_len)
         self.send(inst.name, {"type": "prefill", "request": req.request_id,
@@ -203,7 +203,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
                 if name not in self.plane.dead and name not in closed]
 
     def slo(self, request_id: str) -> float:
-        return request_slo(self.sc.slo_s(), self.sc.workload.slo_mix, request_id)
+        return request_slo(self.scenario.slo_s(), self.scenario.workload.slo_mix, request_id)
 
     def assign_transfer(self, rs: RequestState) -> None:
         self._send_work(rs)
@@ -250,14 +250,14 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
 
     def _calls(self, rs: RequestState) -> int:
         """Send calls per shard under network.transfer_mode (granularity.py)."""
-        net = self.sc.network
+        net = self.scenario.network
         tokens = round(rs.eff_bytes / kv_bytes_per_token(self.model))
         return granularity.transfer_calls(net.transfer_mode, tokens, self.block_tokens,
                                           self.model.n_layers, net.segment_blocks)
 
     def _p2d_deadline(self, rs: RequestState) -> float:
         return mfs.p2d_deadline(rs.req.arrival_s, self.slo(rs.req.request_id),
-                                self.timing.iteration_time(self.sc.cluster.beta_max))
+                                self.timing.iteration_time(self.scenario.cluster.beta_max))
 
     def _count_levels(self, shards: list[dict]) -> None:
         for s in shards:
@@ -321,7 +321,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
         # A transfer that broke may mean its receiver died: give the failure detector its
         # full window to say so (then recovery takes the request) before failing it.
         decode = rs.decode
-        rc = self.sc.recovery
+        rc = self.scenario.recovery
         wait = (rc.missed_heartbeats + 1) * rc.heartbeat_s
         self.loop.after(wait, lambda: self._transfer_failed(rs, decode, str(msg["reason"])))
 
@@ -333,7 +333,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
 
     def run(self) -> dict:
         listener = Listener(self.cfg.router_socket, self._on_connect).start()
-        deadline_timer = threading.Timer(self.sc.emulation.start_timeout_s,
+        deadline_timer = threading.Timer(self.scenario.emulation.start_timeout_s,
                                          lambda: self.loop.post(self._hello_timeout))
         deadline_timer.daemon = True
         deadline_timer.start()
