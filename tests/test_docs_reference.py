@@ -39,7 +39,7 @@ def rel(page: Path) -> str:
 
 
 def packages() -> set[str]:
-    """The folders directly under testbed/ (a path may start with one: `validate/engines/flow_replay.py`)."""
+    """The folders directly under testbed/ (a path may start with one: `flowsim/paths.py`)."""
     return {p.name for p in PACKAGE.iterdir()
             if p.is_dir() and not p.name.startswith(("_", "."))}
 

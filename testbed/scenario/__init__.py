@@ -3,7 +3,7 @@
 A scenario describes one experiment: the model and timing, the fat-tree, the workload,
 background traffic, the oracle, which schedulers to compare, how many seeds, and an
 optional `sweep` (dotted field -> list of values) whose cartesian product makes the
-cells of the experiment's table. Every cell is validated when the file is loaded.
+points of the experiment's table. Every point is validated when the file is loaded.
 
 One section per module, as Faucet keeps one config concept per file: `cluster` (model,
 timing, fat-tree), `workload`, `network` (background, TCP, oracle), `emulation`, `ns3`,
