@@ -276,8 +276,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     on the servers of that Dask scheduler (as `emulate`); repeats: the first seed run again
     that many times on packets, for how far packets are from themselves (on ns-3, each
     perturbed: engines/repeat.jittered). packets="emulation" needs root and Open vSwitch;
-    packets="ns3": the
-    packets are ns-3's instead (no root; every cell a process on `jobs` local processes,
+    packets="ns3": ns-3's packets instead (no root; every cell a process on `jobs` local processes,
     0: one per core, or on `dask`; calibrated on ns-3's own probes; docs/ns3.md); the
     planned half-width (target_ci) is the emulation's.
     packets="both": the emulation's validation, then ns-3 judged against the emulation on
