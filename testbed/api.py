@@ -317,7 +317,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if packets == "ns3":
         _ns3_takes(target_ci, emulation_budget_s)
         return _validate_ns3(scenario, Path(out), dict(cal) if cal else None, progress,
-                             target_ci, budget_s, repeats, dask, jobs, models)
+                             budget_s, repeats, dask, jobs, models, force)
     both = _engines_checked(scenario, packets, target_ci, emulation_budget_s)
     title = f"{scenario.name} (validate{' on the emulation and ns-3' if both else ''})"
     started = time.monotonic()
@@ -412,8 +412,8 @@ def _flow_models(folder: Path, models: list[str], bar, dask, jobs, executor=None
         with_flow_models(folder, models, executor, lambda label, _wall: bar.show(label))
 
 
-def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repeats, dask,
-                  jobs, models: list[str]) -> ValidationResult:
+def _validate_ns3(scenario, out: Path, cal, progress, budget_s, repeats, dask,
+                  jobs, models: list[str], force: bool = False) -> ValidationResult:
     from testbed.ns3sim.check import check_scenario
     from testbed.sweep import Executor
     from testbed.validate.pipelines.ns3_pipeline import validate_ns3
@@ -423,7 +423,7 @@ def _validate_ns3(scenario, out: Path, cal, progress, target_ci, budget_s, repea
     with _bar(f"{scenario.name} (validate on ns-3)", 1, progress) as bar, executor:
         folder = validate_ns3(scenario, out, cal, executor,
                               lambda label, _wall: bar.show(label), on_note=bar.note,
-                              budget_s=budget_s, repeats=repeats)
+                              budget_s=budget_s, repeats=repeats, force=force)
         if models:
             _flow_models(folder, models, bar, dask, jobs, executor)
     return ValidationResult(folder)

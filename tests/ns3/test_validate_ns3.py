@@ -37,6 +37,9 @@ def test_a_validation_on_ns3_calibrates_on_its_probes_and_judges_the_claims(tmp_
     assert report.index("## The answer") < report.index("## Summary")
     assert "plots/verdicts.png" in report and (result.folder / "plots/verdicts.png").exists()
     assert result.emulation.engine == "ns3" and (result.folder / "report.md").exists()
+    from testbed.validate.engines import machine_cache  # the planner's rate, measured here
+
+    assert machine_cache.measured_here()["ns3_packets_per_cpu_s"] > 0
 
 
 def test_the_emulations_sequential_plan_is_refused_on_ns3_by_name(tmp_path):
@@ -81,3 +84,36 @@ def test_repeats_on_ns3_perturb_the_first_seeds_and_measure_the_floor(tmp_path):
     text = " ".join(got.output.split())
     assert text.startswith("3 packet runs") and "packets deciding again (netkv-full, rr;" in text
     assert f"median |error| {100 * engines['median_abs_error']:.1f}%" in text
+
+
+def test_a_first_round_past_the_budget_is_refused_before_anything_starts(tmp_path):
+    from testbed.validate.engines.ns3_cost import PlanRefused
+
+    sc = load_scenario(ROOT / "scenarios" / "validate.yaml", {"ns3.scale": 1e-2})
+    with pytest.raises(PlanRefused, match=r"ns3\.scale <= [0-9.e-]+, or workload\.measure_s"):
+        validate(sc, tmp_path, packets="ns3", jobs=2, budget_s=60.0)
+    assert not list(tmp_path.iterdir())  # nothing half-started
+    done = subprocess.run([sys.executable, "-m", "testbed", "validate",
+                           "scenarios/validate.yaml", "--packets", "ns3", "--budget", "1m",
+                           "--set", "ns3.scale=1e-2", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "first round would not fit" in done.stderr, done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_cost_estimate_counts_what_the_engine_puts_on_wires():
+    """The estimate's count (segments and delayed ACKs, per link, none lost) against the
+    packets one ns-3 run really put on wires: below them (loss recovery is in the rate),
+    and not by more than half (a path's links or a shard's segments miscounted would be)."""
+    from testbed.cells import Task
+    from testbed.runner import run_task
+    from testbed.validate.engines.ns3_cost import shard_packets, wire_mss
+    from testbed.validate.pipelines.ns3_pipeline import for_ns3
+
+    sc = for_ns3(load_scenario(ROOT / "scenarios" / "validate.yaml",
+                               {"workload.warmup_s": 1, "workload.measure_s": 3}))
+    point, cell = sc.points()[0]
+    out = run_task(Task(0, point, cell, "netkv-full", cell.seed, engine="ns3"))
+    counts = out["files"]["ns3.json"]["packets"]
+    estimate = shard_packets(out["transfers"], cell.emulation.scale, wire_mss(cell))
+    assert 0.5 < estimate / (counts["hosts"] + counts["hops"]) < 1.0

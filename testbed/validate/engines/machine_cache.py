@@ -115,7 +115,7 @@ def load_timings() -> tuple[dict, str]:
     return {**DEFAULT_TIMINGS, **doc["timings"]}, "measured on this machine"
 
 
-def _measured_here() -> dict:
+def measured_here() -> dict:
     """The figures this machine's file holds (none of the defaults)."""
     try:
         doc = json.loads(_timings_file().read_text(encoding="utf-8"))
@@ -127,7 +127,7 @@ def _measured_here() -> dict:
 def record_timings(measured: dict[str, float], weight: float = 0.5) -> None:
     """Fold newly measured figures into this machine's (an exponential average); the
     file keeps only what was measured here."""
-    old = _measured_here()
+    old = measured_here()
     new = {k: (weight * v + (1 - weight) * old[k]) if k in old else v
            for k, v in measured.items() if v == v and v >= 0}
     path = _timings_file()

@@ -4,8 +4,9 @@ The same judgement as against the emulation (pipeline.judge: the flow model's ru
 replays, per-transfer errors, TTFT verdicts, the paper's claims, the report), with ns-3
 in the emulation's place: calibrated on ns-3's own probes (calibrate's plan, the same
 fits), every cell a process of its own on every core or on a Dask cluster. Its replica
-has no time dilation (a simulator does not run short of CPU), so the flow model's twin
-is the replica at ns-3's scale and dilation 1. No root.
+has no time dilation (a simulator does not run short of CPU), so the flow model's matched
+scenario is the replica at ns-3's scale and dilation 1. No root. What it will cost is
+said (and refused past the budget) before it starts: engines/ns3_cost.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from testbed.records import PARTIAL, atomic_write, kept_if_recorded, stamp, write_json
+from testbed.validate.engines.ns3_cost import check_fits, first_round, record_rate, wire_mss
 
 
 def for_ns3(scenario):
@@ -31,16 +33,37 @@ FIRST_ROUND_SEEDS = 8  # the pilot: enough seeds for a first interval, about hal
 DEFAULT_BUDGET_S = 1800.0  # how long a validation on ns-3 may add seeds, by default
 
 
+def _check_cost(ns3_scenario, rounds: bool, segments: int | None, executor,
+                budget_s: float | None, force: bool, note: Callable[[str], None]) -> None:
+    """The first round's (or the asked seeds') estimate said, and refused past the budget."""
+    from testbed.validate.pipelines.ns3_rounds import FIRST_SEEDS, JUDGE_PER_RUN, LOOK_PER_RUN
+
+    if executor is not None and executor.kind == "dask":
+        return  # a cluster's processes are not known here: its rounds keep to the budget
+    seeds = min(FIRST_SEEDS, segments or FIRST_SEEDS) if rounds else ns3_scenario.seeds
+    workers = executor.jobs if executor is not None and executor.kind == "local" else 1
+    overhead = 1 + JUDGE_PER_RUN + (LOOK_PER_RUN if rounds else 0.0)
+    budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
+    if force:
+        note(f"ns-3's {'first round' if rounds else 'runs'}: "
+             f"{first_round(ns3_scenario, seeds, workers, overhead).line()}")
+        return
+    plan = check_fits(ns3_scenario, seeds, workers, budget, overhead)
+    note(f"ns-3's {'first round' if rounds else 'runs'}: {plan.line()}")
+
+
 def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                  executor=None, on_step: Callable[[str, float], None] | None = None,
                  on_note: Callable[[str], None] | None = None,
-                 budget_s: float | None = None, repeats: int = 0) -> Path:
+                 budget_s: float | None = None, repeats: int = 0, force: bool = False) -> Path:
     """The scenario's seeds on ns-3, judged once; or, when it asks for one seed (none
     given), seeds added in rounds until every primary claim is conclusive or the budget
     (default 30 min) is spent (ns3_rounds.py). Either way each seed is its own segment of
     a trace, and past its segments a draw of one (ns3_rounds.cycled). `repeats`: the first
     seed run again that many times, perturbed (repeat.jittered): the floor of the
-    per-transfer error, read against the replay's."""
+    per-transfer error, read against the replay's. A first round (or the seeds asked for)
+    estimated past the budget is refused before anything starts (engines/ns3_cost.py),
+    unless `force`."""
     from testbed.ns3sim.ns3_fabric import wire_payload_share
     from testbed.ns3sim.program import checked_program
     from testbed.runner import run_simulated
@@ -58,6 +81,8 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
     if calibration is not None:
         check_calibration(calibration, ns3_scenario)
     exe = checked_program(on_build=note)
+    rounds = ns3_scenario.seeds == 1 or budget_s is not None
+    _check_cost(ns3_scenario, rounds, segments, executor, budget_s, force, note)
     folder = out_root / f"{scenario.name}-validate-{stamp()}"
     folder.mkdir(parents=True)
     with kept_if_recorded(folder):
@@ -82,7 +107,7 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
                         lambda label: on_step and on_step(label, 0.0), executor=executor,
                         engine="ns3")
             phases["repeats_s"] = phases.get("repeats_s", 0.0) + time.monotonic() - t
-        if ns3_scenario.seeds == 1 or budget_s is not None:
+        if rounds:
             from testbed.validate.pipelines.ns3_rounds import run_rounds
 
             run_rounds(ns3_scenario, folder, calibration, executor, on_step, note,
@@ -90,6 +115,8 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
         else:
             _judge_once(ns3_scenario, folder, calibration, executor, on_step, note, phases)
         write_json(folder / "wall.json", {"total_s": time.monotonic() - started, "phases": phases})
+        for run in folder.glob(f"{ns3_scenario.name}-ns3-*"):
+            record_rate(run, ns3_scenario.emulation.scale, wire_mss(ns3_scenario))
         (folder / PARTIAL).unlink(missing_ok=True)
     return folder
 

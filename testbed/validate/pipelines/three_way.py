@@ -79,7 +79,8 @@ def run(scenario, folder: Path, executor, on_step: Callable[[str, float], None] 
                             "replay": replay_emulation(folder, executor)})
     note(f"ns-3 ran the emulation's {len(emu)} cells and replayed their transfers in "
          f"{time.monotonic() - started:.0f} s; now the flow model against ns-3")
-    validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s, repeats)
+    validate_ns3(scenario, folder / NS3, None, executor, on_step, note, budget_s, repeats,
+                 force=True)  # the emulation's part is bought: its rounds keep to the budget
     judge_section_again(folder)
     wall_file = folder / "wall.json"
     wall = read_json(wall_file, object) if wall_file.exists() else {"phases": {}}
