@@ -8,4 +8,5 @@ flow_replay    the flow model fed a run's own transfers
 ns3_replay     ns-3 fed the emulation's own schedule (`testbed replay`)
 repeat         packets against packets: repeated runs of one cell (`testbed repeat`)
 machine_cache  what a validation keeps on this machine: calibration, phase times
+ns3_cost       what ns-3's first round will cost, refused past the budget
 """
