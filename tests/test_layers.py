@@ -4,6 +4,7 @@ and no two modules import each other, directly or round a loop (lazy imports inc
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 
 from tests.conftest import ROOT
@@ -174,3 +175,22 @@ def test_the_model_core_is_pure():
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "open":
                 found.append(f"model/{path.name} calls open()")
     assert not found, "; ".join(found)
+
+
+def test_every_package_with_a_module_table_names_each_of_its_modules():
+    """A package docstring that tables its modules (a line starting `name  what`) names
+    every module it holds, and no module it does not."""
+    stale = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        rows = re.findall(r"^([a-z_0-9]+(?:, [a-z_0-9]+)*)/? {2,}\S", doc, re.M)
+        if not rows:
+            continue
+        named = {n for row in rows for n in row.split(", ")}
+        here = {p.stem for p in init.parent.glob("*.py")} - {"__init__", "__main__"}
+        rooms = {p.parent.name for p in init.parent.glob("*/__init__.py")}
+        rel = init.parent.relative_to(ROOT)
+        stale += [f"{rel}: {m} not in its table" for m in sorted(here - named)]
+        stale += [f"{rel}: the table names {m}, which is not there"
+                  for m in sorted(named - here - rooms)]
+    assert not stale, "; ".join(stale)

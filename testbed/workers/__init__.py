@@ -3,7 +3,8 @@
 router/        the scheduler service of a run (its own room)
 worker         what every worker process shares: connect, hello, start, leave
 prefill        a FIFO GPU that computes T_prefill(l), then pushes the KV cache
-decode         receives KV shard streams; decode_engine batches continuously on real time
+decode         receives KV shard streams and runs its decode engine
+decode_engine  continuous batching on real time, KV landing, reports
 loadgen        replays the scenario's workload at the router
 background     best-effort TCP flows at an offered load per tier
 probe          calibration probes: lone KV transfers timed end to end
