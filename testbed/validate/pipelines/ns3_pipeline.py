@@ -36,19 +36,18 @@ DEFAULT_BUDGET_S = 1800.0  # how long a validation on ns-3 may add seeds, by def
 def _check_cost(ns3_scenario, rounds: bool, segments: int | None, executor,
                 budget_s: float | None, force: bool, note: Callable[[str], None]) -> None:
     """The first round's (or the asked seeds') estimate said, and refused past the budget."""
-    from testbed.validate.pipelines.ns3_rounds import FIRST_SEEDS, JUDGE_PER_RUN, LOOK_PER_RUN
+    from testbed.validate.pipelines.ns3_rounds import FIRST_SEEDS
 
     if executor is not None and executor.kind == "dask":
         return  # a cluster's processes are not known here: its rounds keep to the budget
     seeds = min(FIRST_SEEDS, segments or FIRST_SEEDS) if rounds else ns3_scenario.seeds
     workers = executor.jobs if executor is not None and executor.kind == "local" else 1
-    overhead = 1 + JUDGE_PER_RUN + (LOOK_PER_RUN if rounds else 0.0)
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     if force:
         note(f"ns-3's {'first round' if rounds else 'runs'}: "
-             f"{first_round(ns3_scenario, seeds, workers, overhead).line()}")
+             f"{first_round(ns3_scenario, seeds, workers).line()}")
         return
-    plan = check_fits(ns3_scenario, seeds, workers, budget, overhead)
+    plan = check_fits(ns3_scenario, seeds, workers, budget)
     note(f"ns-3's {'first round' if rounds else 'runs'}: {plan.line()}")
 
 
