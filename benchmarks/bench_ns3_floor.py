@@ -36,7 +36,7 @@ from pathlib import Path
 from testbed.api import load_scenario
 from testbed.cells import Task
 from testbed.ns3sim.ns3_fabric import Ns3Fabric
-from testbed.ns3sim.program import _release, build_dir, program_path, wheel
+from testbed.ns3sim.program import build_dir, compile_program, program_path, wheel
 from testbed.runner import run_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,21 +45,13 @@ MODULES = ("core", "network", "internet", "point-to-point", "traffic-control", "
 
 
 def reference_program() -> Path:
-    """The stock reference, compiled once per source and ns-3 (as the engine's program is,
-    with its optimisation level)."""
-    root, version = wheel()
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
+    """The stock reference, compiled once per source and ns-3 with the engine's flags."""
+    _, version = wheel()
+    key = hashlib.sha256(SOURCE.read_bytes() + version.encode()).hexdigest()[:16]
     target = build_dir() / f"reference-{key}"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lib = root / "lib64"
-    cmd = [os.environ.get("CXX") or "g++", "-O2", "-std=c++20", "-w", f"-I{root / 'include'}",
-           str(SOURCE), "-o", f"{target}.tmp", f"-L{lib}", f"-Wl,-rpath,{lib}",
-           *(f"-lns{_release(version)}-{m}" for m in MODULES)]
-    subprocess.run(cmd, check=True)
-    os.replace(f"{target}.tmp", target)
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        compile_program(SOURCE, target, MODULES)
     return target
 
 

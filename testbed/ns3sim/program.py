@@ -111,17 +111,24 @@ def program_path(on_build=None) -> Path:
         src.mkdir(exist_ok=True)
         for p in files:
             (src / p.name).write_bytes(p.read_bytes())
-        lib = root / "lib64"
-        cmd = [cxx, *FLAGS, f"-I{root / 'include'}", str(src / "main.cc"), "-o", f"{target}.tmp",
-               f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-lns{_release(version)}-{m}" for m in MODULES)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise Ns3Unavailable("building the ns-3 engine failed:\n"
-                                 + "\n".join(done.stderr.splitlines()[-20:]))
-        os.replace(f"{target}.tmp", target)
+        compile_program(src / "main.cc", target, MODULES)
         shutil.rmtree(src)
 
     return built_once(target, build)
+
+
+def compile_program(main: Path, target: Path, modules: tuple[str, ...] = MODULES) -> None:
+    """Compile and link a C++ program against the wheel's ns-3 (its headers and `modules`'
+    libraries) with the engine's flags; `target` appears whole or not at all."""
+    root, version = wheel()
+    lib = root / "lib64"
+    cmd = [_compiler(), *FLAGS, f"-I{root / 'include'}", str(main), "-o", f"{target}.tmp",
+           f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-lns{_release(version)}-{m}" for m in modules)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise Ns3Unavailable(f"building {main.name} against ns-3 failed:\n"
+                             + "\n".join(done.stderr.splitlines()[-20:]))
+    os.replace(f"{target}.tmp", target)
 
 
 def checked_program(on_build=None) -> Path:
