@@ -50,13 +50,8 @@ def main() -> None:
     for scale in (float(s) for s in args.scales.split(",")):
         scenario = for_ns3(load_scenario(args.scenario, {**overrides, "ns3.scale": scale}))
         one = first_round(scenario, 1, 1)
-        runs = one.runs  # a seed's runs: every point and scheduler
-        cpu = one.packets_per_seed / one.rate + runs * one.judging_s
-
-        def wall(seeds: int, cores: int, cpu=cpu, runs=runs) -> float:
-            return seeds * cpu / min(cores, seeds * runs)
-
-        print(f"| {scale:g} | {one.packets_per_seed:,.0f} | {hours(cpu)} | "
+        wall = one.plan_wall_s
+        print(f"| {scale:g} | {one.packets_per_seed:,.0f} | {hours(one.seed_cpu_s)} | "
               f"{hours(wall(FIRST_SEEDS, 2))} | {hours(wall(args.seeds, 2))} | "
               f"{hours(wall(args.seeds, 16))} | {hours(wall(args.seeds, 16 * args.cluster))} |")
     print(f"\nrate: {one.rate:,.0f} packets a CPU-second ({one.source}); a seed's CPU counts "

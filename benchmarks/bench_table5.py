@@ -19,8 +19,16 @@ model's error move with the scale a verdict was taken at. Per point also the flo
 whole-transfer error against ns-3: replaying ns-3's own transfers, and both engines
 deciding.
 
+With --rounds each fabric size is instead `testbed validate --packets ns3` on that point:
+the flow model calibrated on ns-3's probes of that fabric, seeds added in rounds (each its
+own trace segment, then draws of them) until NetKV-Full vs CLA* is conclusive or the
+point's share of --budget is spent (what is left of it over the points still to run,
+smallest fabric first, so a point that settles early leaves its time to the next). Each
+validation folder stays under --out. The demo's ladder of scales with its verdicts is
+benchmarks/bench_ladder.py.
+
 Run: .venv/bin/python benchmarks/bench_table5.py [--pods 2 4 8] [--budget 60m]
-     [--scales 2e-4 1e-3 1e-2]
+     [--scales 2e-4 1e-3 1e-2] [--rounds --out DIR]
      [--seeds 5] [--jobs 0] [--dask HOST:PORT] [--scenario FILE] [--set FIELD=VALUE ...]
 """
 
@@ -35,7 +43,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.api import load_scenario
+from testbed.api import load_scenario, validate
+from testbed.cli.options import Duration
 from testbed.records import read_csv
 from testbed.runner import run_simulated
 from testbed.sweep import Executor
@@ -43,6 +52,7 @@ from testbed.validate.comparison.sections import cells_of, per_point
 from testbed.validate.comparison.verdicts import point_claims
 from testbed.validate.engines.flow_match import flow_scenario
 from testbed.validate.engines.flow_replay import replay_cells, whole_pairs
+from testbed.validate.engines.ns3_cost import PlanRefused
 from testbed.validate.judging.model_errors import error_summary
 from testbed.validate.pipelines.ns3_pipeline import for_ns3
 from testbed.workloads.build import segments_available
@@ -136,9 +146,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=0, help="local processes (0: one per core)")
     ap.add_argument("--dask", default=None, help="a Dask scheduler's address")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
+    ap.add_argument("--rounds", action="store_true",
+                    help="each point through validate --packets ns3's rounds until conclusive")
+    ap.add_argument("--out", type=Path, default=Path("results/table5"),
+                    help="--rounds: where the validation folders go")
     args = ap.parse_args()
-    budget = float(args.budget[:-1]) * 60 if args.budget.endswith("m") else \
-        float(args.budget.rstrip("s"))
+    budget = Duration().convert(args.budget, None, None)
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.sets)}
     sc = load_scenario(args.scenario, overrides)
     cells = [cell for _, cell in sc.points()]
@@ -146,6 +159,9 @@ def main() -> None:
         cells = [sc.with_overrides({"cluster.pods": n}, keep_sweep=False) for n in args.pods]
     if args.scales:  # the first fabric at each replica scale
         cells = [cells[0].with_overrides({"ns3.scale": x}) for x in args.scales]
+    if args.rounds:
+        rounds(cells, budget, args)
+        return
     seeds = args.seeds or sc.seeds
     cores = args.jobs or os.cpu_count() or 1
     print(f"Table V at packet level: {sc.name}, {seeds} seed(s) a point, ns-3 scale "
@@ -168,6 +184,41 @@ def main() -> None:
             p = point(cell, seeds, executor, Path(tmp))
             done.append(p)
             show(p)
+    print(f"\nwall: {_minutes(time.monotonic() - started)}")
+
+
+def rounds(cells, budget: float, args) -> None:
+    """Every point validated on ns-3 in rounds, the budget shared as the points go."""
+    print(f"Table V through validate's rounds on ns-3: {len(cells)} point(s), budget "
+          f"{_minutes(budget)}")
+    started, rows = time.monotonic(), []
+    for i, cell in enumerate(cells):
+        gpus = cell.cluster.spec().n_gpus
+        share = (budget - (time.monotonic() - started)) / (len(cells) - i)
+        print(f"\n{gpus} GPUs: budget {_minutes(share)}", flush=True)
+        t = time.monotonic()
+        try:
+            result = validate(cell, args.out / f"{gpus}-gpus", packets="ns3", budget_s=share,
+                              jobs=args.jobs, dask=args.dask, progress=True)
+        except PlanRefused as refused:
+            print(f"  refused: {refused}")
+            rows.append((gpus, None, time.monotonic() - t))
+            continue
+        rows.append((gpus, result.comparison, time.monotonic() - t))
+    print("\n| GPUs | seeds | gain on ns-3 | gain, flow model | flow - ns-3 (pts, with the draws) "
+          "| verdict | wall |")
+    print("|---|---|---|---|---|---|---|")
+    for gpus, doc, wall in rows:
+        if doc is None:
+            print(f"| {gpus} | refused | | | | | {_minutes(wall)} |")
+            continue
+        (claim,) = [c for point in doc["claims"].values() for c in point["claims"]
+                    if c["scheduler"] == "netkv-full" and c["baseline"] == "cla"
+                    and c["metric"] == "ttft_mean"]
+        diff = claim.get("difference_with_draws") or claim["difference"]
+        print(f"| {gpus} | {doc['judged']['seeds']} | {_pct(claim['packets'])} | "
+              f"{_pct(claim['flow'])} | {100 * diff['point']:+.1f} [{100 * diff['low']:+.1f}, "
+              f"{100 * diff['high']:+.1f}] | {claim['verdict']} | {_minutes(wall)} |")
     print(f"\nwall: {_minutes(time.monotonic() - started)}")
 
 

@@ -82,6 +82,16 @@ class FirstRound:
         cpu = self.seeds * self.packets_per_seed / self.rate + self.runs * self.judging_s
         return cpu / max(1, min(self.workers, self.runs))
 
+    @property
+    def seed_cpu_s(self) -> float:
+        """One seed's CPU: its packets and its runs' looks and judging."""
+        return self.packets_per_seed / self.rate + self.runs / self.seeds * self.judging_s
+
+    def plan_wall_s(self, seeds: int, cores: int) -> float:
+        """A plan of `seeds` seeds on `cores` processes (no more busy than it has runs)."""
+        runs = seeds * self.runs / self.seeds
+        return seeds * self.seed_cpu_s / max(1, min(cores, runs))
+
     def line(self) -> str:
         return (f"{self.runs} runs ({self.seeds} seeds), about "
                 f"{self.packets_per_seed * self.seeds:,.0f} packets at {self.rate:,.0f} a "

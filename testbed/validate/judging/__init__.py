@@ -12,4 +12,5 @@ trajectory    how far the flow model's own draws spread on one seed's requests
 divergence    how much of the engines' gap is scheduling divergence
 validity      where the replica stands for the modelled cluster, and where it cannot
 arrival       the flow model's error by a transfer's arrival order on its path
+ladder        whether a verdict has stopped moving with the replica's scale
 """
