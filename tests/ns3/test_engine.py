@@ -198,6 +198,27 @@ def test_dctcp_marks_where_cubic_drops():
     assert 4 * dctcp["drops"]["kv"] < cubic["drops"]["kv"], (dctcp["drops"], cubic["drops"])
 
 
+def test_a_window_cut_below_one_segment_still_sends(program):
+    """DCTCP's cut during recovery can leave ns-3's byte-counted window under one segment
+    with nothing in flight: Linux (cwnd in segments, at least one) sends; a connection
+    that does not waits forever. Competing sets under DCTCP with a 10 ms RTO floor at the
+    demo's scale reach that state."""
+    from testbed.validate.engines.fabric_probes import COMPETE_GB, COMPETING
+    from testbed.validate.engines.ns3_probes import Prober
+    from testbed.validate.judging.validity import tier_pairs
+    from testbed.validate.pipelines.ns3_pipeline import for_ns3
+
+    sc = for_ns3(load_scenario(ROOT / "scenarios" / "validate.yaml",
+                               {"ns3.transport": "dctcp", "ns3.rto_min_ms": 10}))
+    prober = Prober(sc, program, tier_pairs(sc.cluster.spec())[1])
+    try:
+        got = [prober.competing(COMPETE_GB * 1e9, n) for n in COMPETING]
+    finally:
+        prober.close()
+    assert [len(g["seconds"]) for g in got] == list(COMPETING)
+    assert all(0 < s < 60 for g in got for s in g["seconds"]), got
+
+
 def test_mfs_levels_go_on_the_wire_as_their_dscp_classes():
     got = one_cell(scenario(**{"network.flow_policy": "mfs"}))
     levels = {k for k, v in got["summary"]["level_bytes"].items() if v > 0}

@@ -130,6 +130,14 @@ class LinuxTcp : public TcpSocketBase
     uint32_t AvailableWindow() const override
     {
         uint32_t w = TcpSocketBase::AvailableWindow();
+        // Linux counts cwnd in segments and never under one; ns-3 counts bytes, and a
+        // window cut below a segment (DCTCP's cut during CWR recovery) with nothing in
+        // flight sends nothing and arms no timer: the connection would wait forever
+        uint32_t mss = m_tcb->m_segmentSize;
+        if (w < mss && m_tcb->m_cWnd < mss && BytesInFlight() == 0)
+        {
+            w = std::min(mss, m_rWnd.Get());
+        }
         if (w > 0 && Has("tsq") && Full())
         {
             m_throttled = true;
