@@ -13,13 +13,23 @@ from tests.conftest import ROOT
 
 
 def test_the_plan_doubles_seeds_while_runs_and_judging_fit_the_budget():
-    per = ns3_rounds.per_seed_s(1.0)  # a seed's runs, its look and its share of the judging
-    assert per == pytest.approx(1 + ns3_rounds.LOOK_PER_RUN + ns3_rounds.JUDGE_PER_RUN)
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=15 * per, spent_s=0.0) == [8]
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per, spent_s=0.0) == [8, 16]
-    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per + 5, spent_s=6.0) == [8]
+    # a seed's judging: its runs' looks and share of the judging, in seconds, on the workers
+    overhead = ns3_rounds.judging_s(3, 2, per_run=1.0)
+    assert overhead == pytest.approx(1.5)
+    per = ns3_rounds.per_seed_s(1.0, overhead)
+    assert per == pytest.approx(2.5)
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=15 * per, spent_s=0.0,
+                                    overhead_s=overhead) == [8]
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per, spent_s=0.0,
+                                    overhead_s=overhead) == [8, 16]
+    assert ns3_rounds.planned_seeds(8, 1.0, budget_s=16 * per + 5, spent_s=6.0,
+                                    overhead_s=overhead) == [8]
     assert ns3_rounds.planned_seeds(8, 1e-6, budget_s=1e9, spent_s=0.0)[-2:] == [512, 1000]
-    assert ns3_rounds.expected_s([8, 16], 1.0) == pytest.approx(16 * per)
+    assert ns3_rounds.expected_s([8, 16], 1.0, overhead) == pytest.approx(16 * per)
+    # the judging does not grow with the packets: a finer scale's seeds cost their runs
+    coarse = ns3_rounds.planned_seeds(8, 1.0, 600, 0.0, segments=52, overhead_s=2.6)
+    fine = ns3_rounds.planned_seeds(8, 13.0, 1200, 0.0, segments=52, overhead_s=2.6)
+    assert coarse[-1] == 156 and fine[-1] == 52, (coarse, fine)
     # up to the trace's every segment, then a pass over them a look: each one more draw
     assert ns3_rounds.planned_seeds(8, 1e-6, budget_s=1e9, spent_s=0.0, segments=52)[:6] == \
         [8, 16, 32, 52, 104, 156]

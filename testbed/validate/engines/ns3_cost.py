@@ -34,8 +34,12 @@ PATH_LINKS = {0: 2, 1: 2, 2: 4, 3: 6}  # links a tier's path crosses (host to ho
 ACKS_PER_SEGMENT = 0.5  # a delayed ACK for every two segments
 HEADER_BYTES = 84  # each shard's framing header (workers/protocol.py's, on both engines)
 # a run's look and share of the judging, CPU seconds: on the development machine a demo
-# run at 2e-4 took 2.3 s and its look and judging 0.16 and 0.57 of that (ns3_rounds.py)
-JUDGING_S_PER_RUN = 1.7
+# run at 2e-4 took 2.3 s and its look and judging 0.16 and 0.57 of that; they carry no
+# packets, so they are seconds at every scale (the demo at 1e-3: 16 s a seed in all on 2
+# cores against 13 s of runs and 2.6 s counted so)
+LOOK_S_PER_RUN = 0.4
+JUDGE_S_PER_RUN = 1.3
+JUDGING_S_PER_RUN = LOOK_S_PER_RUN + JUDGE_S_PER_RUN
 
 
 def rate() -> tuple[float, str]:

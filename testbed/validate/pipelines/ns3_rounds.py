@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from testbed.records import atomic_write, write_json
+from testbed.validate.engines.ns3_cost import JUDGE_S_PER_RUN, JUDGING_S_PER_RUN
 from testbed.validate.judging.decision import Verdict
 from testbed.validate.judging.sequential import obrien_fleming_spent
 from testbed.validate.pipelines.ns3_looks import Looks
@@ -36,11 +37,6 @@ from testbed.validate.report.answer import primary_claims, verdict_interval
 
 FIRST_SEEDS = 8
 MOST_SEEDS = 1000  # the scenario's own bound on seeds
-# in the pilot's seconds to run a seed, what a seed costs besides: its look (the verdict's
-# model and its draws, once: ns3_looks.py) and its share of the full judging after the
-# last look (every flow model, the replays, the report); the demo on 2 cores: 0.16, 0.57
-LOOK_PER_RUN = 0.2
-JUDGE_PER_RUN = 0.6
 CONCLUSIVE = (Verdict.AGREE, Verdict.DISAGREE)
 
 
@@ -54,27 +50,35 @@ def next_look(seeds: int, segments: int | None, most: int = MOST_SEEDS) -> int:
     return min(seeds + segments, most)
 
 
-def per_seed_s(run_s: float) -> float:
-    """What a seed costs in all: its runs, its look and its share of the last judging."""
-    return run_s * (1.0 + LOOK_PER_RUN + JUDGE_PER_RUN)
+def judging_s(runs_per_seed: int, workers: int, per_run: float = JUDGING_S_PER_RUN) -> float:
+    """A seed's look (the verdict's model and its draws, once: ns3_looks.py) and share of
+    the full judging after the last look (every flow model, the replays, the report), in
+    wall seconds on `workers` processes: no packets in them, so the same at every scale."""
+    return runs_per_seed * per_run / max(1, workers)
+
+
+def per_seed_s(run_s: float, overhead_s: float) -> float:
+    """What a seed costs in all: its runs (wall seconds, measured) and its judging."""
+    return run_s + overhead_s
 
 
 def planned_seeds(first: int, run_s: float, budget_s: float, spent_s: float,
-                  segments: int | None = None, most: int = MOST_SEEDS) -> list[int]:
+                  segments: int | None = None, most: int = MOST_SEEDS,
+                  overhead_s: float = 0.0) -> list[int]:
     """Seeds judged at each planned look (next_look from `first`) while every seed so
     far (per_seed_s) fits in what the budget leaves after `spent_s`."""
     looks = [min(first, most, segments or most)]
     while looks[-1] < most:
         nxt = next_look(looks[-1], segments, most)
-        if spent_s + nxt * per_seed_s(run_s) > budget_s:
+        if spent_s + nxt * per_seed_s(run_s, overhead_s) > budget_s:
             break
         looks.append(nxt)
     return looks
 
 
-def expected_s(looks: list[int], run_s: float) -> float:
+def expected_s(looks: list[int], run_s: float, overhead_s: float = 0.0) -> float:
     """The plan's time if every look is taken."""
-    return looks[-1] * per_seed_s(run_s)
+    return looks[-1] * per_seed_s(run_s, overhead_s)
 
 
 def look_level(before: int, now: int, planned: int) -> float:
@@ -149,19 +153,23 @@ def run_rounds(ns3_scenario, folder: Path, calibration: dict, executor,
     plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]
     run_s = look_s = 0.0
     lean = Looks(ns3_scenario, folder, calibration, executor)
+    workers = executor.jobs if executor is not None and executor.kind == "local" else 1
+    runs_per_seed = sum(len(s.schedulers) for _, s in ns3_scenario.points())
+    overhead_s = judging_s(runs_per_seed, workers)
     for k in range(1, 64):
         now = plan[k - 1]
         t = time.monotonic()
         packets = _add_seeds(ns3_scenario, folder, packets, done, now, executor, on_step)
         run_s += time.monotonic() - t
         if k == 1:
-            plan = planned_seeds(now, run_s / now, budget_s, time.monotonic() - started,
-                                 segments)
+            seed_s = run_s / now
+            plan = planned_seeds(now, seed_s, budget_s, time.monotonic() - started,
+                                 segments, overhead_s=overhead_s)
             passes = (f" (past the trace's {segments} segments, each a draw of one)"
                       if segments and plan[-1] > segments else "")
             note(f"plan: seeds in rounds until every mean-TTFT claim is conclusive: "
                  f"looks at {', '.join(map(str, plan))} seeds{passes}, at most "
-                 f"{(time.monotonic() - started + expected_s(plan, run_s / now)) / 60:.1f} min "
+                 f"{(time.monotonic() - started + expected_s(plan, seed_s, overhead_s)) / 60:.1f} min "
                  f"in all (the first {now} seeds' runs took {run_s:.0f} s; budget "
                  f"{budget_s / 60:.0f} min)")
         level = look_level(done, now, plan[-1])
@@ -184,7 +192,8 @@ def run_rounds(ns3_scenario, folder: Path, calibration: dict, executor,
                 f"the scenario's bound of {MOST_SEEDS} seeds reached"
             break
         nxt = plan[k]
-        cost = (nxt - now) * (run_s + look_s) / now + nxt * run_s / now * JUDGE_PER_RUN
+        cost = ((nxt - now) * (run_s + look_s) / now
+                + nxt * judging_s(runs_per_seed, workers, JUDGE_S_PER_RUN))
         if time.monotonic() - started + cost > budget_s:  # the judging not yet paid too
             reason = "the next round would not fit in the budget"
             break
