@@ -25,7 +25,7 @@ validate/engines/ns3_cost.py: linear in the window and the scale).
 
 Run: .venv/bin/python benchmarks/bench_ladder.py [--scales 2e-4,1e-3,1e-2]
      [--profiles linux,datacenter] [--budget 30m] [--out DIR] [--jobs 0] [--dask HOST:PORT]
-     [--project 1e-1,1] [--seeds N] [--cluster 8] [--set FIELD=VALUE ...]
+     [--project 1e-1,1] [--seeds N] [--cluster 8] [--read] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def climb(args, overrides: dict) -> dict[str, dict[float, dict]]:
         for scale in args.scales:
             where = args.out / f"{profile}-{scale:g}"
             folder = latest(where)
+            if folder is None and args.read:
+                continue
             if folder is None:
                 scenario = load_scenario(args.scenario, {**overrides, **PROFILES[profile],
                                                          "ns3.scale": scale})
@@ -182,6 +184,8 @@ def main() -> None:
     ap.add_argument("--cluster", type=int, default=8, help="16-core servers on Dask")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     metavar="FIELD=VALUE")
+    ap.add_argument("--read", action="store_true",
+                    help="judge the rungs already under --out; run none")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = ap.parse_args()
     args.scales = [float(s) for s in args.scales.split(",")]
