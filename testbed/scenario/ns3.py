@@ -38,7 +38,9 @@ class Ns3Cfg(_Strict):
     rto_min_ms: float | None = Field(
         None, gt=0, le=1000, description="minimum TCP retransmission timeout, in modelled "
         "ms (null: the emulation's, emulation.rto_min_ms, else Linux's 200 ms, which the "
-        "emulation waits in modelled ms too)")
+        "emulation waits in modelled ms too); a floor under the delayed-ACK timer makes a "
+        "one-segment window wait out a spurious timeout: pair it with delayed_ack_ms: 0, "
+        "as datacenters pair rto_min with quickack")
     delayed_ack_ms: float | None = Field(
         None, ge=0, le=500, description="delayed-ACK timeout in modelled ms (null: Linux's "
         "40 ms / twin_dilation, ns-3's own default being 200)")
