@@ -42,6 +42,12 @@ JUDGE_S_PER_RUN = 1.3
 JUDGING_S_PER_RUN = LOOK_S_PER_RUN + JUDGE_S_PER_RUN
 
 
+def local_workers(executor) -> int:
+    """The processes a plan's runs share here: a local executor's, else one (on Dask the
+    plan is not this machine's)."""
+    return executor.jobs if executor is not None and executor.kind == "local" else 1
+
+
 def rate() -> tuple[float, str]:
     """(packets per CPU-second, where the figure comes from)."""
     measured = machine_cache.measured_here().get(RATE_KEY)

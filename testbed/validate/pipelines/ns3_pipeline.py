@@ -18,7 +18,13 @@ from pathlib import Path
 import yaml
 
 from testbed.records import PARTIAL, atomic_write, kept_if_recorded, stamp, write_json
-from testbed.validate.engines.ns3_cost import check_fits, first_round, record_rate, wire_mss
+from testbed.validate.engines.ns3_cost import (
+    check_fits,
+    first_round,
+    local_workers,
+    record_rate,
+    wire_mss,
+)
 
 
 def for_ns3(scenario):
@@ -41,7 +47,7 @@ def _check_cost(ns3_scenario, rounds: bool, segments: int | None, executor,
     if executor is not None and executor.kind == "dask":
         return  # a cluster's processes are not known here: its rounds keep to the budget
     seeds = min(FIRST_SEEDS, segments or FIRST_SEEDS) if rounds else ns3_scenario.seeds
-    workers = executor.jobs if executor is not None and executor.kind == "local" else 1
+    workers = local_workers(executor)
     budget = DEFAULT_BUDGET_S if budget_s is None else budget_s
     if force:
         note(f"ns-3's {'first round' if rounds else 'runs'}: "

@@ -29,7 +29,11 @@ from pathlib import Path
 import yaml
 
 from testbed.records import atomic_write, write_json
-from testbed.validate.engines.ns3_cost import JUDGE_S_PER_RUN, JUDGING_S_PER_RUN
+from testbed.validate.engines.ns3_cost import (
+    JUDGE_S_PER_RUN,
+    JUDGING_S_PER_RUN,
+    local_workers,
+)
 from testbed.validate.judging.decision import Verdict
 from testbed.validate.judging.sequential import obrien_fleming_spent
 from testbed.validate.pipelines.ns3_looks import Looks
@@ -153,7 +157,7 @@ def run_rounds(ns3_scenario, folder: Path, calibration: dict, executor,
     plan = [min(FIRST_SEEDS, segments or MOST_SEEDS)]
     run_s = look_s = 0.0
     lean = Looks(ns3_scenario, folder, calibration, executor)
-    workers = executor.jobs if executor is not None and executor.kind == "local" else 1
+    workers = local_workers(executor)
     runs_per_seed = sum(len(s.schedulers) for _, s in ns3_scenario.points())
     overhead_s = judging_s(runs_per_seed, workers)
     for k in range(1, 64):
