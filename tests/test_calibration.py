@@ -41,9 +41,14 @@ def test_capacity_is_capped_at_the_payloads_share_of_the_wire():
     samples = [(0.5e9, 0.5e9 / rate + 0.2), (2e9, 2e9 / rate + 0.2), (8e9, 8e9 / rate)]
     fit = fit_capacity(3, samples, rate, payload_share())
     assert fit.fitted > 1.0 and fit.factor == pytest.approx(payload_share())
-    # the emulation's Ethernet frame carries 1448 payload bytes in 1514, ns-3's PPP 1490
+    # the emulation's Ethernet frame carries 1448 payload bytes in 1514, ns-3's PPP 1490,
+    # which the twin's "frames" (and "htb") give the frame's time on the wire
     assert payload_share() == pytest.approx(1448 / 1514)
-    assert wire_payload_share(1514) == pytest.approx(1448 / 1490)
+    stock = load_scenario(ROOT / "scenarios/validate.yaml").with_overrides({"ns3.twin": []})
+    assert wire_payload_share(stock) == pytest.approx(1448 / 1490)
+    for twin in (["frames"], ["htb"]):
+        assert wire_payload_share(stock.with_overrides({"ns3.twin": twin})) == \
+            pytest.approx(1448 / 1514)
     with pytest.raises(ValueError, match="payload_share"):
         fit_capacity(3, samples, rate, 1.2)
 

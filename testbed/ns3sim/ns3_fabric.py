@@ -30,9 +30,25 @@ WIRE_HEADERS = 42  # bytes of a data segment on a point-to-point link besides it
 # IPv4 and TCP (20 + 20, no timestamps: docs/ns3.md) and PPP's 2
 
 
-def wire_payload_share(frame_bytes: int) -> float:
-    """What share of a link's rate a full KV segment's payload is on ns-3's wire."""
-    return payload_share(frame_bytes, WIRE_HEADERS)
+def wire_payload_share(scenario) -> float:
+    """What share of a link's rate a full KV segment's payload gets on ns-3's wire: the
+    emulation's frame's share where the twin's "frames" or "htb" count that frame."""
+    counted = {"frames", "htb"} & set(scenario.ns3.twin)
+    return payload_share(scenario.emulation.frame_bytes,
+                         SEGMENT_OVERHEAD if counted else WIRE_HEADERS)
+
+
+def wire_over_link(scenario) -> float:
+    """The devices' rate over the link's: HTB_WIRE under twin "htb" (the queues shape);
+    under "frames" a full segment's bytes here over the emulation's frame, so that both
+    take one frame's time (ns-3's segment is 26 bytes shorter: PPP for Ethernet, no TCP
+    timestamps); else 1."""
+    twin, frame = scenario.ns3.twin, scenario.emulation.frame_bytes
+    if "htb" in twin:
+        return HTB_WIRE
+    if "frames" in twin:
+        return (frame - SEGMENT_OVERHEAD + WIRE_HEADERS) / frame
+    return 1.0
 
 
 def link_delays_s(tier_latency_us: dict[int, float]) -> dict[int, float]:
@@ -124,7 +140,7 @@ class Ns3Fabric:
             "jitter_seed": scenario.ns3.jitter_seed, "twin": ",".join(scenario.ns3.twin) or "none",
             "tlp_min_ns": round(wall["tlp_min"] * 1e6),
             "tsq_window_ns": round(wall["tsq_window"] * 1e6),
-            "htb_wire": HTB_WIRE if "htb" in scenario.ns3.twin else 1,
+            "wire": wire_over_link(scenario),
         }
 
     def setup_lines(self) -> list[str]:

@@ -13,8 +13,9 @@ from pydantic import Field, field_validator
 
 from testbed.scenario.base import _Strict
 
-TWIN_BEHAVIOURS = ("tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "htb")
-TwinBehaviour = Literal["tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "htb"]
+TWIN_BEHAVIOURS = ("tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "frames", "htb")
+TwinBehaviour = Literal["tsq", "restart", "rto", "tlp", "rack", "framing", "remark", "frames",
+                        "htb"]
 
 
 class Ns3Cfg(_Strict):
@@ -61,7 +62,9 @@ class Ns3Cfg(_Strict):
         "idle RTO), rto (srtt + max(rto_min, mdev)), tlp (tail loss probe), rack (a hole, "
         "or a retransmission, is lost once a later segment is delivered), framing (a "
         "header before each shard, the receiver's one-byte reply ends it), remark "
-        "(receivers' ACKs best effort until the ToR marks them AF41), htb (links shaped as "
+        "(receivers' ACKs best effort until the ToR marks them AF41), frames (a full segment "
+        "takes the emulation's Ethernet frame's time on a link: ns-3's is 26 bytes "
+        "shorter), htb (links shaped as "
         "HTB shapes a veth: a frame's tokens, not its serialisation, pace it, and the "
         "emulation's Ethernet frame is what is counted; off by default: without the "
         "emulation's per-hop and host costs, which ns-3 does not model, a one-segment "

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from testbed.cells import Task
+from testbed.ns3sim.ns3_fabric import Ns3Fabric, wire_payload_share
 from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.process import Ns3Error, Ns3Process
 from testbed.runner import run_simulated, run_task
 from testbed.scenario import load_scenario
+from testbed.scenario.ns3 import TWIN_BEHAVIOURS
 from testbed.sweep import Executor
 from testbed.topologies.routing import PairPaths, path_hops
 from tests.conftest import ROOT
@@ -94,29 +96,47 @@ def test_every_request_ends_once_and_every_shard_keeps_its_tcp_counters():
     assert got["ns3"]["packets"]["hops"] > got["ns3"]["packets"]["hosts"] > 0
 
 
-def test_a_lone_transfer_takes_its_bytes_over_the_nics_payload_rate(program):
-    """One 2 MB shard (wire bytes) across the fabric, nothing else on it: its time is the
-    bytes over the host link's rate at 1448 payload bytes per 1488-byte packet (the
-    slowest link on its path is the tier-3 one at a quarter of it: cross-pod pairs are
-    excluded), plus slow start's round trips: within 10%."""
-    sc = scenario()
-    now = [0.0]
-    net = PacketNetwork(sc, 1, program, clock=lambda: now[0])
+def lone_transfer_s(sc, program, wire: float) -> float:
+    """One shard of `wire` bytes between a tier-2 pair, nothing else on the fabric."""
+    net = PacketNetwork(sc, 1, program, clock=lambda: 0.0)
     try:
         spec = sc.cluster.spec()
         src, dst = next((a.name, b.name) for a in spec.prefill_pool for b in spec.decode_pool
                         if spec.tier(a.name, b.name) == 2)
-        wire = 2_000_000
         flow = net.add_flow(net.transfer_paths(src, dst, "per-pair", 1)[0], wire / net.scale,
                             0.0)
         end = net.run_until(30.0)
-        rate = min(lk.rate_bps for lk in net.layout.links if lk.tier <= 2) / 8
-        ideal = wire / (rate * 1448 / 1488)
-        assert end is not None and ideal < end < 1.10 * ideal, (end, ideal)
         (done,) = net.pop_finished(end)
         assert done is flow and net.stats[flow.flow_id].retrans_segs >= 0
+        return end
     finally:
         net.close()
+
+
+@pytest.mark.parametrize("twin", ["stock", "default"])
+def test_a_lone_transfer_takes_its_bytes_over_the_nics_payload_rate(program, twin):
+    """One 2 MB shard across the fabric, nothing else on it: its time is the bytes over
+    the host link's rate at the payload's share of a segment on the wire (1448 bytes in
+    ns-3's 1490, or in the emulation's 1514-byte frame under the twin's "frames"; the
+    slowest link on its path is the tier-3 one at a quarter of it: cross-pod pairs are
+    excluded), plus slow start's round trips: within 10%."""
+    sc = scenario() if twin == "default" else scenario(**{"ns3.twin": []})
+    wire = 2_000_000
+    end = lone_transfer_s(sc, program, wire)
+    rate = min(lk.rate_bps for lk in Ns3Fabric(sc, 1).links if lk.tier <= 2) / 8
+    ideal = wire / (rate * wire_payload_share(sc))
+    assert ideal < end < 1.10 * ideal, (end, ideal)
+
+
+def test_the_twins_frames_give_a_segment_the_emulations_frame_time(program):
+    """A bulk transfer under "frames" takes the emulation's 1514-byte frame's time per
+    segment, ns-3's 1490-byte one without: the ratio of the two within a quarter of the
+    1.6% it is made of."""
+    bare = [b for b in TWIN_BEHAVIOURS if b not in ("frames", "htb")]
+    wire = 4_000_000
+    without = lone_transfer_s(scenario(**{"ns3.twin": bare}), program, wire)
+    framed = lone_transfer_s(scenario(**{"ns3.twin": [*bare, "frames"]}), program, wire)
+    assert framed / without == pytest.approx(1514 / 1490, abs=0.004), (framed, without)
 
 
 def test_per_pair_ecmp_takes_the_controllers_path_and_per_flow_spreads_shards():

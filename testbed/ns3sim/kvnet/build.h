@@ -116,7 +116,7 @@ uint32_t g_kvLevels = 0;
 void
 AddLink(uint32_t a, uint32_t b, double rateBps, int64_t delayNs, uint32_t limit)
 {
-    g_p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps * g_set.htbWire))));
+    g_p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(std::llround(rateBps * g_set.wire)))));
     g_p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(delayNs)));
     NetDeviceContainer d = g_p2p.Install(g_nodes[a].node, g_nodes[b].node);
     Link l{a, b};

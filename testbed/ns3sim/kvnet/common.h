@@ -119,7 +119,10 @@ struct Settings
     int64_t tlpMinNs = 8000000;  // the probe's floor with several segments out (2 jiffies)
     int64_t tsqWindowNs = 976563; // TSQ lets a socket queue this much of its pacing rate
     std::string congestion = "ns3::TcpCubic";
-    double htbWire = 1; // twin "htb": the devices run this much faster, the queues shape
+    // The devices' rate over the link's: above 1 (twin "htb") the queues shape and the
+    // devices only carry; below 1 (twin "frames") a segment, shorter here than the
+    // emulation's Ethernet frame, takes that frame's time on the wire.
+    double wire = 1;
 };
 
 Settings g_set;

@@ -172,8 +172,8 @@ Replica()
             Ptr<PointToPointNetDevice> dev = side == 0 ? l.devA : l.devB;
             Ptr<ClassQueueDisc> q = side == 0 ? l.qA : l.qB;
             DataRateValue wire;
-            dev->GetAttribute("DataRate", wire); // the link's rate, or its wire under htb
-            double rate = g_set.htbWire > 1 ? q->Rate() : double(wire.Get().GetBitRate());
+            dev->GetAttribute("DataRate", wire); // the link's rate in the emulation's frames
+            double rate = double(wire.Get().GetBitRate()) / g_set.wire;
             QueueSize size = q->GetInternalQueue(0)->GetMaxSize();
             std::cout << "q " << id << " " << side << " " << uint64_t(std::llround(rate)) << " "
                       << size.GetValue() << " "
@@ -229,7 +229,7 @@ Setting(const std::string& key, const std::string& v)
          }},
         {"tlp_min_ns", [](const std::string& x) { g_set.tlpMinNs = std::stoll(x); }},
         {"tsq_window_ns", [](const std::string& x) { g_set.tsqWindowNs = std::stoll(x); }},
-        {"htb_wire", [](const std::string& x) { g_set.htbWire = std::stod(x); }},
+        {"wire", [](const std::string& x) { g_set.wire = std::stod(x); }},
     };
     auto it = setters.find(key);
     if (it == setters.end())

@@ -191,7 +191,7 @@ class ClassQueueDisc : public QueueDisc
     // so both engines count the same bytes for the same payload; else its size here.
     static double Charge(Ptr<QueueDiscItem> item)
     {
-        if (g_set.htbWire <= 1)
+        if (g_set.wire <= 1)
         {
             return item->GetSize();
         }
@@ -211,7 +211,7 @@ class ClassQueueDisc : public QueueDisc
         // debt, then crosses at the wire's speed, so it is paced by the rate without
         // waiting out its own serialisation; the bucket holds pyroute2's default burst
         // (an MTU of 1600 bytes), so an idle link lets one more frame through at once.
-        if (g_set.htbWire > 1)
+        if (g_set.wire > 1)
         {
             m_link = std::min(kHtbBurst, m_link + m_rate * dt);
             if (m_link < 0)

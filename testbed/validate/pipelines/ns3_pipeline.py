@@ -99,7 +99,7 @@ def validate_ns3(scenario, out_root: Path, calibration: dict | None = None,
             t = time.monotonic()
             calibration = calibration_document(ns3_scenario, probe_tiers(
                 ns3_scenario, exe, lambda label: on_step and on_step(label, 0.0)),
-                wire_payload_share(ns3_scenario.emulation.frame_bytes))
+                wire_payload_share(ns3_scenario))
             phases["calibration_s"] = time.monotonic() - t
             note(f"calibrated on ns-3's probes in {phases['calibration_s']:.1f} s")
         write_json(folder / "calibration.json", calibration)
