@@ -2,14 +2,16 @@
 
 ns-3 with its stock parts (ns3.twin: []) and then with each part of the twin added in turn
 (TSQ, slow-start restart, Linux's RTO, the tail loss probe, RACK, the emulation's framing,
-ACK marking, HTB's shaping), judged two ways in one run:
+ACK marking, the emulation's frame on the wire, HTB's shaping), judged two ways in one run:
 
 - replays: the emulation runs given (FOLDERS: emulation run folders, or validations
   holding one) replayed on each variant and judged transfer by transfer as `testbed
   replay` judges them: median and p90 |error| of whole transfers above the validity floor
   with intervals, the bias, the share of shards that waited out a retransmission timeout
   on each engine and on one engine only; with two runs of one cell, the emulation's own
-  floor under the table;
+  floor under the table, and ns-3's: the full twin's replay against itself with every
+  shard started up to one frame's time later (`ns3.start_jitter_us`), how near a
+  deterministic twin can come to chaotic packets;
 - probes: `testbed calibrate`'s lone and competing transfers (scenarios/validate.yaml's
   fabric unless --scenario) on each variant against the emulation's, measured first in the
   same run as root, or read from --emulation-probes FILE (written there when measured):
@@ -25,15 +27,19 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 from pathlib import Path
 
 from testbed.ns3sim.program import program_path
 from testbed.ns3sim.replayer import emulation_twin
+from testbed.records import read_csv
 from testbed.scenario import load_scenario
 from testbed.scenario.ns3 import TWIN_BEHAVIOURS
 from testbed.sweep import Executor
 from testbed.validate.engines.ns3_probes import probe_tiers
 from testbed.validate.engines.ns3_replay import replay_runs
+from testbed.validate.engines.repeat import jittered
+from testbed.validate.judging import model_errors, stats
 from testbed.validate.judging.words import replay_lines
 
 
@@ -70,6 +76,28 @@ def probe_gaps(emu: dict, got: dict) -> tuple[float, float]:
             e = max(emu[tier]["competing"][k]["seconds"])
             comp.append(abs(max(c["seconds"]) - e) / e)
     return statistics.median(lone), statistics.median(comp)
+
+
+def ns3_floor(folders: list[Path], pool) -> str:
+    """ns-3's twin replaying the runs twice, the second time with each shard's start
+    perturbed by up to one frame's time: its whole transfers against each other."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sc = load_scenario(next(Path(folders[0]).glob("**/scenario.yaml")))
+        frame_us = jittered(sc, 1).ns3.start_jitter_us
+        outs = [replay_runs(folders, pool, Path(tmp) / name, overrides=over)[1]
+                for name, over in (("plain", {}), ("jittered", {
+                    "ns3.start_jitter_us": frame_us, "ns3.jitter_seed": 1}))]
+        errors = []
+        for plain in sorted(outs[0].glob("cells/**/transfers.csv")):
+            other = outs[1] / plain.relative_to(outs[0])
+            a, b = (model_errors.whole_transfers(
+                [r for r in read_csv(f) if r["end"] not in (None, "")]) for f in (plain, other))
+            pairs, _ = model_errors.match_transfers(a, b)
+            errors += [p.error for p in pairs]
+    got = stats.error_intervals(errors)
+    return (f"ns-3 against itself, each shard up to {frame_us:.0f} modelled us later "
+            f"(n={len(errors)}): median |error| {pct(got['median_abs_error']['point'])}, "
+            f"p90 {pct(got['p90_abs_error']['point'])}")
 
 
 def pct(x: float) -> str:
@@ -118,6 +146,8 @@ def main() -> None:
     if last is not None:
         print("\nthe full twin, as `testbed replay` prints it:")
         print("\n".join(replay_lines(last)))
+        with Executor.local(args.jobs) as pool:
+            print(ns3_floor(args.folders, pool))
 
 
 if __name__ == "__main__":

@@ -343,6 +343,13 @@ NS3_BUDGET_S = 1800.0  # ns-3's default budget; on both engines, the whole valid
 NS3_LEAST_S = 600.0  # what ns-3's rounds keep however long the emulation took
 
 
+def ns3_share_s(budget_s: float | None, elapsed_s: float) -> float:
+    """What a validation on both engines leaves ns-3's rounds of its budget (the whole
+    validation's) once the emulation's part took `elapsed_s`."""
+    whole = NS3_BUDGET_S if budget_s is None else budget_s
+    return max(NS3_LEAST_S, whole - elapsed_s)
+
+
 def packet_engines(packets: str) -> str:
     """"auto": both packet engines where this machine can run the fabric (root, Mininet,
     Open vSwitch), ns-3 alone otherwise."""
@@ -388,13 +395,13 @@ def _engines_checked(scenario, packets: str, target_ci, emulation_budget_s) -> b
 
 def _ns3_beside(scenario, folder: Path, bar, budget_s, dask, jobs, repeats: int = 0,
                 started: float | None = None) -> None:
-    """ns-3's part of a validation on both engines; by default the whole validation
-    (since `started`) keeps to ns-3's budget, at least NS3_LEAST_S of it ns-3's."""
+    """ns-3's part of a validation on both engines: the whole validation (since `started`)
+    keeps to `budget_s` (default NS3_BUDGET_S), at least NS3_LEAST_S of it ns-3's."""
     from testbed.sweep import Executor
     from testbed.validate.pipelines import three_way
 
-    if budget_s is None and started is not None:
-        budget_s = max(NS3_LEAST_S, NS3_BUDGET_S - (time.monotonic() - started))
+    if started is not None:
+        budget_s = ns3_share_s(budget_s, time.monotonic() - started)
 
     with Executor.dask(dask) if dask else Executor.local(jobs) as executor:
         three_way.run(scenario, folder, executor, lambda label, _wall: bar.show(label),

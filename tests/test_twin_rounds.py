@@ -36,3 +36,14 @@ def test_the_answer_says_what_more_seeds_would_cost_and_nothing_when_settled():
 @pytest.mark.parametrize("seeds", [1, 2, 5])
 def test_more_seeds_in_never_ask_for_fewer_than_are_in(seeds):
     assert seeds_to_settle([claim(-0.04, 0.08)], seeds) >= seeds
+
+
+def test_on_both_engines_the_budget_is_the_whole_validations():
+    """ns-3's rounds get what the emulation's part left of --budget (30 min by default),
+    never less than ten minutes: a 60-minute budget after 42 minutes of emulation is 18
+    minutes of ns-3, not another 60."""
+    from testbed.api import NS3_LEAST_S, ns3_share_s
+
+    assert ns3_share_s(None, 300.0) == 1500.0
+    assert ns3_share_s(3600.0, 2520.0) == 1080.0
+    assert ns3_share_s(3600.0, 3500.0) == NS3_LEAST_S
