@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from testbed.control.network_seam import Hop
-from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share
+from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share, wire_mss
 from testbed.topologies.fabric import Fabric, FabricLink
 from testbed.topologies.replica import QUEUE_S, leaf_packets, rto_min_ms, wall_timers_ms
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
@@ -30,24 +30,27 @@ WIRE_HEADERS = 42  # bytes of a data segment on a point-to-point link besides it
 # IPv4 and TCP (20 + 20, no timestamps: docs/ns3.md) and PPP's 2
 
 
+def counts_frames(scenario) -> bool:
+    """Whether ns-3's links count the emulation's Ethernet frame for a segment (the twin's
+    "frames" or "htb") rather than its own 26-byte-shorter one (PPP, no TCP timestamps)."""
+    return bool({"frames", "htb"} & set(scenario.ns3.twin))
+
+
 def wire_payload_share(scenario) -> float:
-    """What share of a link's rate a full KV segment's payload gets on ns-3's wire: the
-    emulation's frame's share where the twin's "frames" or "htb" count that frame."""
-    counted = {"frames", "htb"} & set(scenario.ns3.twin)
+    """What share of a link's rate a full KV segment's payload gets on ns-3's wire."""
     return payload_share(scenario.emulation.frame_bytes,
-                         SEGMENT_OVERHEAD if counted else WIRE_HEADERS)
+                         SEGMENT_OVERHEAD if counts_frames(scenario) else WIRE_HEADERS)
 
 
 def wire_over_link(scenario) -> float:
-    """The devices' rate over the link's: HTB_WIRE under twin "htb" (the queues shape);
-    under "frames" a full segment's bytes here over the emulation's frame, so that both
-    take one frame's time (ns-3's segment is 26 bytes shorter: PPP for Ethernet, no TCP
-    timestamps); else 1."""
-    twin, frame = scenario.ns3.twin, scenario.emulation.frame_bytes
-    if "htb" in twin:
+    """The devices' rate over the link's: HTB_WIRE under twin "htb" (the queues shape and
+    count the frame); under "frames" a full segment's bytes here over the emulation's
+    frame, so that both take one frame's time; else 1."""
+    frame = scenario.emulation.frame_bytes
+    if "htb" in scenario.ns3.twin:
         return HTB_WIRE
-    if "frames" in twin:
-        return (frame - SEGMENT_OVERHEAD + WIRE_HEADERS) / frame
+    if counts_frames(scenario):
+        return (wire_mss(frame) + WIRE_HEADERS) / frame
     return 1.0
 
 
