@@ -165,6 +165,13 @@ def simulate_all(scenarios: Sequence[Scenario], out: str | Path = "results", *,
     return results
 
 
+def _progress_note(progress: Progress, message: str) -> None:
+    if callable(progress):
+        progress(message)
+    elif progress:
+        _stderr(f"note: {message}")
+
+
 def _stderr(message: str) -> None:
     import sys
 
@@ -193,9 +200,11 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     from testbed.emulation.hooks import RunHooks
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
+    from testbed.ns3sim.check import roce_packets
 
     check_size(scenario, force)
     preflight(scenario)
+    roce_packets(scenario, "emulation")
     network = EmulatedNetwork
     if cluster is not None:
         from testbed.emulation.multi_machine import cluster_network
@@ -302,6 +311,13 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     if packets not in PACKET_ENGINES:
         raise ValueError(f"packets must be one of {', '.join(PACKET_ENGINES)}, got {packets!r}")
     packets = packet_engines(packets)
+    if packets != "ns3":
+        from testbed.ns3sim.check import roce_packets
+
+        packets, note = roce_packets(scenario, packets)
+        if note:
+            _progress_note(progress, note)
+            emulation_budget_s = None
     models = check_models(list(flow_models)) if flow_models else []
     cal = calibration
     source = "calibration"

@@ -45,8 +45,11 @@ def wire_payload_share(scenario) -> float:
 def wire_over_link(scenario) -> float:
     """The devices' rate over the link's: HTB_WIRE under twin "htb" (the queues shape and
     count the frame); under "frames" a full segment's bytes here over the emulation's
-    frame, so that both take one frame's time; else 1."""
+    frame, so that both take one frame's time; else 1 (and under RoCE, which has no
+    emulated twin: its packets are their own frames)."""
     frame = scenario.emulation.frame_bytes
+    if transport_of(scenario) == "roce":
+        return 1.0
     if "htb" in scenario.ns3.twin:
         return HTB_WIRE
     if counts_frames(scenario):
@@ -69,6 +72,35 @@ def transport_of(scenario) -> str:
     """The TCP of the KV and background streams: ns3.transport, or the emulation's."""
     chosen = scenario.ns3.transport
     return TRANSPORTS[scenario.emulation.tcp_congestion] if chosen == "auto" else chosen
+
+
+def roce_settings(roce, scale: float) -> dict[str, object]:
+    """The program's RoCE settings at the replica's scale. Rates scale with it. With
+    `roce.timers: scaled` (the default) every time is 1/scale longer and every byte count
+    stays: a packet, a cut, an increase step and a marking threshold are what they are on
+    the real fabric, in time slowed by 1/scale (only the links' latency stays absolute, as
+    for TCP here). With `absolute` the times stay and the byte counter scales: the real
+    timers beside a replica's long frames, a regime of its own below about 1e-2."""
+    ns, byte = 1e3, 1e3  # us -> ns, KB -> bytes
+    slow = 1 / scale if roce.timers == "scaled" else 1.0
+    counter = roce.byte_counter_mb * 1e6 * (1.0 if roce.timers == "scaled" else scale)
+    xoff = roce.pfc_xoff_kb * byte
+    return {
+        "roce_mtu": roce.mtu_bytes, "roce_kmin": roce.kmin_kb * byte,
+        "roce_kmax": roce.kmax_kb * byte, "roce_pmax": roce.pmax, "roce_g": roce.g,
+        "roce_cnp_ns": round(roce.cnp_interval_us * ns * slow),
+        "roce_alpha_ns": round(roce.alpha_timer_us * ns * slow),
+        "roce_rate_ns": round(roce.rate_timer_us * ns * slow),
+        "roce_byte_counter": counter,
+        "roce_fast_recovery": roce.fast_recovery, "roce_rai": roce.rai_mbps * 1e6 * scale,
+        "roce_rhai": roce.rhai_mbps * 1e6 * scale,
+        "roce_min_rate": roce.min_rate_mbps * 1e6 * scale, "roce_ack_every": roce.ack_every,
+        "roce_nak_ns": round(roce.nak_interval_us * ns * slow),
+        "roce_timeout_ns": round(roce.timeout_ms * 1e6 * slow), "roce_xoff": xoff,
+        "roce_xon": max(0.0, xoff - roce.pfc_resume_kb * byte),
+        "roce_watchdog_ns": round(roce.watchdog_ms * 1e6 * slow),
+        "roce_restore_ns": round(roce.restore_ms * 1e6 * slow),
+    }
 
 
 def socket_buffer(scenario, fabric: Fabric) -> int:
@@ -144,7 +176,8 @@ class Ns3Fabric:
             "tlp_min_ns": round(wall["tlp_min"] * 1e6),
             "tsq_window_ns": round(wall["tsq_window"] * 1e6),
             "wire": wire_over_link(scenario),
-        }
+        } | (roce_settings(scenario.ns3.roce, self.scale)
+             if transport_of(scenario) == "roce" else {})
 
     def setup_lines(self) -> list[str]:
         lines = [f"set {k} {v}" for k, v in self.settings().items()]

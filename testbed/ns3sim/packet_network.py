@@ -314,5 +314,29 @@ class PacketNetwork:
                 timers = dict(zip(("delayed_ack", "tlp_min", "tsq_window"), rest, strict=True))
         return replica_record(egress, rto, timers, emu.frame_bytes, emu.queue_limit)
 
+    def roce(self) -> dict:
+        """RoCE's parts over the run: PFC pauses (how many, how long egresses stood
+        paused), the deepest KV queue, CE marks, KV packets dropped (a watchdog's only:
+        the class is lossless), each watchdog trip by link, CNPs, NAKs, timeouts."""
+        out = {"pauses": 0, "paused_s": 0.0, "max_kv_queue_bytes": 0, "marks": 0,
+               "kv_drops": 0, "watchdog_trips": [], "cnps": 0, "naks": 0, "timeouts": 0}
+        for line in self.proc.ask(f"pfc {self._ns(self.clock())}"):
+            w = line.split()
+            if w[0] == "l":
+                n = [int(x) for x in w[3:8]]
+                out["pauses"] += n[0]
+                out["paused_s"] += n[1] / 1e9
+                out["max_kv_queue_bytes"] = max(out["max_kv_queue_bytes"], n[2])
+                out["marks"] += n[3]
+                out["kv_drops"] += n[4]
+            elif w[0] == "w":
+                link = self.layout.links[int(w[1])]
+                a, b = (link.a, link.b) if w[2] == "0" else (link.b, link.a)
+                out["watchdog_trips"].append({"egress": f"{a}->{b}", "at_s": int(w[3]) / 1e9,
+                                              "paused_s": int(w[4]) / 1e9})
+            elif w[0] == "g":
+                out["cnps"], out["naks"], out["timeouts"] = (int(x) for x in w[1:4])
+        return out
+
     def close(self) -> None:
         self.proc.close()

@@ -141,7 +141,8 @@ class Ns3Simulation(FlowSimulation):
                 "twin": list(self.scenario.ns3.twin),
                 "twin_dilation": self.scenario.ns3.twin_dilation,
                 "drops": self.net.drops(), "packets": self.net.packets(),
-                "replica": self.net.applied_replica()}
+                "replica": self.net.applied_replica()} | (
+                    {"roce": self.net.roce()} if settings["transport"] == "roce" else {})
 
 
 def simulate(scenario, scheduler_key: str, seed: int, workload: Workload,

@@ -107,6 +107,10 @@ Build()
             g_listeners.push_back(l);
         }
     }
+    if (Roce())
+    {
+        RoceBuild();
+    }
     Simulator::Stop(Seconds(0)); // the objects' initialisation (queues attach to devices)
     Simulator::Run();
 }
@@ -119,7 +123,7 @@ AddLink(uint32_t a, uint32_t b, double rateBps, int64_t delayNs, uint32_t limit)
     g_p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(std::llround(rateBps * g_set.wire)))));
     g_p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(delayNs)));
     NetDeviceContainer d = g_p2p.Install(g_nodes[a].node, g_nodes[b].node);
-    Link l{a, b};
+    Link l{a, b, rateBps, delayNs};
     l.devA = DynamicCast<PointToPointNetDevice>(d.Get(0));
     l.devB = DynamicCast<PointToPointNetDevice>(d.Get(1));
     l.qA = CreateObject<ClassQueueDisc>();
@@ -136,6 +140,10 @@ AddLink(uint32_t a, uint32_t b, double rateBps, int64_t delayNs, uint32_t limit)
     l.devA->SetReceiveErrorModel(l.lossA);
     l.devB->SetReceiveErrorModel(l.lossB);
     uint32_t id = g_links.size();
+    l.qA->dir = 2 * id;
+    l.qB->dir = 2 * id + 1;
+    g_inDir[PeekPointer(l.devB)] = 2 * id; // what a sends arrives at b
+    g_inDir[PeekPointer(l.devA)] = 2 * id + 1;
     g_links.push_back(l);
     g_nodes[a].links.push_back(id);
     g_nodes[b].links.push_back(id);

@@ -127,5 +127,37 @@ struct Settings
 
 Settings g_set;
 
+// RoCE (transport "roce", roce.h): rates and the byte counter already at the replica's
+// scale, times in modelled ns, thresholds in bytes (testbed/ns3sim/roce_params.py says why)
+struct RoceSettings
+{
+    uint32_t mtu = 1000;              // payload bytes per packet
+    double kmin = 5e3, kmax = 200e3;  // RED marking of the KV class, egress bytes
+    double pmax = 0.01;
+    double g = 1.0 / 256;
+    int64_t cnpNs = 50000;            // a receiver's CNPs for one flow at most this often
+    int64_t alphaNs = 55000;          // alpha decays after this long without a CNP
+    int64_t rateNs = 55000;           // the rate-increase timer
+    double byteCounter = 10e6;        // bytes sent between rate-increase events
+    uint32_t fastRecovery = 5;        // F
+    double rai = 40e6, rhai = 200e6;  // additive and hyper increase, bit/s
+    double minRate = 100e6;           // bit/s
+    uint32_t ackEvery = 1;            // the receiver ACKs every this many packets
+    int64_t nakNs = 500000;           // a NAK for one expected PSN at most this often
+    int64_t timeoutNs = 67108864;     // go-back-N's retransmission timeout (4.096 us x 2^14)
+    double xoff = 256e3;              // PFC: KV bytes of one ingress that pause its sender
+    double xon = 253e3;               // ... and resume it
+    int64_t watchdogNs = 200000000;   // a queue paused this long without release trips
+    int64_t restoreNs = 200000000;    // ... and ignores pauses this long after
+};
+
+RoceSettings g_roce;
+
+bool
+Roce()
+{
+    return g_set.transport == "roce";
+}
+
 
 } // namespace

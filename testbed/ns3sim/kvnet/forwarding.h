@@ -10,6 +10,8 @@ namespace
 struct Link
 {
     uint32_t a, b;
+    double rateBps = 0; // the link's, as the queues shape it
+    int64_t delayNs = 0;
     Ptr<PointToPointNetDevice> devA, devB;
     Ptr<ClassQueueDisc> qA, qB; // egress of a (toward b), of b (toward a)
     Ptr<RateErrorModel> lossA, lossB;
@@ -30,6 +32,48 @@ std::unordered_map<uint32_t, uint32_t> g_hostOfIp; // ip -> node id
 // switch -> destination host -> the links packets toward it may leave on
 std::vector<std::unordered_map<uint32_t, std::vector<uint32_t>>> g_routes;
 std::set<const NetDevice*> g_hostFacing; // switch ports that face a host: a ToR's ingress
+// a receiving device -> the directed link that arrives on it (link id x 2 + sending side)
+std::unordered_map<const NetDevice*, uint32_t> g_inDir;
+
+// Which directed link a packet came into a switch on: PFC counts an ingress's bytes and
+// pauses the egress that sent them (RoCE)
+class IngressTag : public Tag
+{
+  public:
+    uint32_t dir = 0;
+
+    static TypeId GetTypeId()
+    {
+        static TypeId tid =
+            TypeId("netkv::IngressTag").SetParent<Tag>().AddConstructor<IngressTag>();
+        return tid;
+    }
+
+    TypeId GetInstanceTypeId() const override
+    {
+        return GetTypeId();
+    }
+
+    uint32_t GetSerializedSize() const override
+    {
+        return 4;
+    }
+
+    void Serialize(TagBuffer i) const override
+    {
+        i.WriteU32(dir);
+    }
+
+    void Deserialize(TagBuffer i) override
+    {
+        dir = i.ReadU32();
+    }
+
+    void Print(std::ostream& os) const override
+    {
+        os << "dir=" << dir;
+    }
+};
 
 // The ToR's DSCP policy at a host's ingress (sdn/rules.py classify_rules): the KV levels a
 // sender sets are trusted, KV by its port (either end) is AF41, the class table's code
@@ -177,6 +221,15 @@ class FabricRouting : public Ipv4RoutingProtocol
         {
             return false; // partitioned: no live route (the packet is dropped)
         }
+        if (Roce())
+        {
+            IngressTag tag;
+            tag.dir = g_inDir.at(PeekPointer(idev));
+            Ptr<Packet> tagged = ConstCast<Packet>(p);
+            IngressTag before; // the previous switch's
+            tagged->RemovePacketTag(before);
+            tagged->AddPacketTag(tag);
+        }
         auto route = Create<Ipv4Route>();
         route->SetDestination(dst);
         route->SetSource(header.GetSource());
@@ -225,7 +278,7 @@ class FabricRouting : public Ipv4RoutingProtocol
 
 // The nodes a shard's packets cross (as node ids), from its 5-tuple.
 std::string
-PathOf(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport)
+PathOf(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport, uint8_t proto = 6)
 {
     std::ostringstream out;
     out << src;
@@ -233,7 +286,7 @@ PathOf(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport)
     out << ">" << node;
     for (size_t hops = 0; node != dst && hops < 64; ++hops)
     {
-        uint32_t link = ChooseLink(node, dst, g_nodes[src].ip, g_nodes[dst].ip, sport, dport, 6);
+        uint32_t link = ChooseLink(node, dst, g_nodes[src].ip, g_nodes[dst].ip, sport, dport, proto);
         if (link == UINT32_MAX)
         {
             break;

@@ -28,6 +28,9 @@
 //   counters T                          per directed link: class bytes and drops; live shards
 //   sockets                             every Linux socket with data still to deliver, a
 //                                       line each ("s state=... "): where a stall stands
+//   pfc T                               RoCE: per directed link PFC and ECN counters, the
+//                                       watchdog's trips, CNPs, NAKs, timeouts (roce.h)
+//   rate FID                            RoCE: a live QP's DCQCN rate (bit/s) and alpha
 //   replica                             what was built: each link side's rate and queue
 //                                       depth ("q LINK SIDE BPS DEPTH packets|bytes"), the
 //                                       TCP timers ("t RTO_MIN DELACK TLP_MIN TSQ_WINDOW" ns)
@@ -68,6 +71,7 @@ using namespace ns3;
 #include "linux_rtt.h"
 #include "linux_tcp.h"
 #include "streams.h"
+#include "roce.h"
 #include "background.h"
 #include "build.h"
 
@@ -140,6 +144,11 @@ Counters()
     for (const auto& [fid, s] : g_shards)
     {
         std::cout << "f " << fid << " " << s->received << "\n";
+    }
+    for (const auto& [fid, q] : g_qps)
+    {
+        auto rx = g_rx.find(fid);
+        std::cout << "f " << fid << " " << (rx == g_rx.end() ? 0 : rx->second.received) << "\n";
     }
     uint64_t hosts = 0, hops = 0, marked = 0; // packets on a wire: by hosts, by every node
     uint64_t hostDrops = 0;                    // packets a host's own egress dropped
@@ -231,6 +240,11 @@ Setting(const std::string& key, const std::string& v)
         {"tsq_window_ns", [](const std::string& x) { g_set.tsqWindowNs = std::stoll(x); }},
         {"wire", [](const std::string& x) { g_set.wire = std::stod(x); }},
     };
+    if (key.rfind("roce_", 0) == 0)
+    {
+        RoceSetting(key, v);
+        return;
+    }
     auto it = setters.find(key);
     if (it == setters.end())
     {
@@ -345,6 +359,11 @@ Loop()
             {
                 p->second.tos = uint8_t(num(3));
             }
+            else if (Qp* q = LiveQp(num(2)))
+            {
+                q->tos = uint8_t(num(3));
+                q->sock->SetIpTos(uint8_t(q->tos | kEct0));
+            }
             else if (Shard* s = LiveShard(num(2)); s && s->conn->tos != uint8_t(num(3)))
             {
                 s->conn->tos = uint8_t(num(3));
@@ -357,6 +376,11 @@ Loop()
             if (auto p = g_pending.find(num(2)); p != g_pending.end())
             {
                 p->second.pace = uint64_t(num(3));
+            }
+            else if (Qp* q = LiveQp(num(2)))
+            {
+                q->pace = uint64_t(num(3));
+                NicKick(q->src);
             }
             else if (Shard* s = LiveShard(num(2)))
             {
@@ -371,6 +395,10 @@ Loop()
             {
                 Simulator::Cancel(p->second.start);
                 g_pending.erase(p);
+            }
+            else if (Qp* q = LiveQp(num(2)))
+            {
+                RoceDrop(q);
             }
             else if (Shard* s = LiveShard(num(2)))
             {
@@ -421,6 +449,18 @@ Loop()
         else if (cmd == "replica")
         {
             Replica();
+        }
+        else if (cmd == "pfc")
+        {
+            At(num(1));
+            PfcReport();
+            std::cout << "at " << Simulator::Now().GetNanoSeconds() << "\nend" << std::endl;
+        }
+        else if (cmd == "rate")
+        {
+            Qp* q = LiveQp(num(1));
+            std::cout << "rate " << num(1) << " " << (q ? q->rc : 0.0) << " "
+                      << (q ? q->alpha : 0.0) << "\nend" << std::endl;
         }
         else if (cmd == "quit")
         {

@@ -5,6 +5,9 @@ namespace
 {
 
 void QueueCharge(uint32_t node, Ptr<const Packet> tcpSegment, bool in); // linux_tcp.h: TSQ
+void PfcCharge(Ptr<const Packet> p, uint32_t bytes, bool in); // roce.h: an ingress's bytes
+void NicPulled(uint32_t node);                                  // roce.h: the NIC sends more
+void WatchdogTrip(uint32_t dir, int64_t pausedNs);              // roce.h: named in `pfc`
 
 // ---------------------------------------------------------------------------------------
 // The egress queue: the emulation's HTB tree on every sending interface, as a queue disc.
@@ -37,12 +40,17 @@ class ClassQueueDisc : public QueueDisc
         m_host = host;
         m_node = node;
         m_levels = levels;
+        m_rng = Mix(uint64_t(g_set.seed) << 32 ^ node ^ 0x5EEDull);
         QueueSize size = g_set.byteLimit ? QueueSize(QueueSizeUnit::BYTES, limit * g_set.frameBytes)
                                          : QueueSize(QueueSizeUnit::PACKETS, limit);
+        // RoCE's KV class is lossless: PFC bounds each ingress's bytes (Xoff + headroom), so
+        // its leaves hold what PFC lets in (maxKv says how much that was)
+        QueueSize lossless(QueueSizeUnit::BYTES, 1u << 30);
         for (uint32_t i = 0; i < levels + 3; ++i)
         {
             auto q = CreateObject<DropTailQueue<QueueDiscItem>>();
-            q->SetMaxSize(size);
+            bool kv = i >= 1 && i <= levels + 1;
+            q->SetMaxSize(Roce() && kv ? lossless : size);
             AddInternalQueue(q);
         }
         const double shares[3] = {0.05, 0.60, 0.35};
@@ -63,7 +71,60 @@ class ClassQueueDisc : public QueueDisc
     std::array<uint64_t, 3> sent{};
     std::array<uint64_t, 3> dropped{};
     uint64_t packets = 0; // sent, every class
-    uint64_t marked = 0;  // KV packets marked CE (DCTCP)
+    uint64_t marked = 0;  // KV packets marked CE (DCTCP, RoCE's RED)
+    uint32_t dir = 0;     // the directed link it sends on: link id x 2 + side
+    // PFC (RoCE): pauses of this egress's KV class, how long it stood paused, its deepest
+    // KV queue in bytes, and the pauses a watchdog broke
+    uint64_t pauses = 0, pausedNs = 0, maxKv = 0, trips = 0;
+
+    uint32_t KvPackets() const
+    {
+        uint32_t n = 0;
+        for (uint32_t i = 1; i <= m_levels + 1; ++i)
+        {
+            n += GetInternalQueue(i)->GetNPackets();
+        }
+        return n;
+    }
+
+    uint64_t KvBytes() const
+    {
+        uint64_t n = 0;
+        for (uint32_t i = 1; i <= m_levels + 1; ++i)
+        {
+            n += GetInternalQueue(i)->GetNBytes();
+        }
+        return n;
+    }
+
+    // A PFC frame for the KV class from the node downstream: pause (until a resume), or
+    // resume. Past a watchdog's restoration the pause is ignored (a stuck queue sends).
+    void PauseKv(bool on)
+    {
+        int64_t now = Simulator::Now().GetNanoSeconds();
+        if (on == m_kvPaused || (on && now < m_ignoreUntil))
+        {
+            return;
+        }
+        m_gen++;
+        if (on)
+        {
+            m_kvPaused = true;
+            m_pausedSince = now;
+            pauses++;
+            uint64_t gen = m_gen;
+            Simulator::Schedule(NanoSeconds(g_roce.watchdogNs), [this, gen] { Watchdog(gen); });
+            return;
+        }
+        m_kvPaused = false;
+        pausedNs += uint64_t(now - m_pausedSince);
+        Run();
+    }
+
+    bool KvPaused() const
+    {
+        return m_kvPaused;
+    }
 
   private:
     static constexpr int kControl = 0, kKv = 1, kBackground = 2;
@@ -142,6 +203,10 @@ class ClassQueueDisc : public QueueDisc
         {
             marked++;
         }
+        if (Roce() && cls == kKv && !m_host && RedMarks() && Mark(item, "RED"))
+        {
+            marked++;
+        }
         Ptr<const Packet> segment = m_host && IsTcp(item) ? item->GetPacket() : nullptr;
         if (!GetInternalQueue(leaf)->Enqueue(item)) // dropped: the queue disc counts it too
         {
@@ -152,7 +217,33 @@ class ClassQueueDisc : public QueueDisc
         {
             QueueCharge(m_node, segment, true);
         }
+        if (Roce() && cls == kKv)
+        {
+            if (!m_host)
+            {
+                PfcCharge(item->GetPacket(), item->GetSize(), true);
+            }
+            maxKv = std::max<uint64_t>(maxKv, KvBytes());
+        }
         return true;
+    }
+
+    // DCQCN's RED on the instantaneous KV queue: none below Kmin, Pmax rising linearly to
+    // Kmax, every packet above it
+    bool RedMarks()
+    {
+        double q = double(KvBytes());
+        if (q <= g_roce.kmin)
+        {
+            return false;
+        }
+        if (q >= g_roce.kmax)
+        {
+            return true;
+        }
+        double p = g_roce.pmax * (q - g_roce.kmin) / (g_roce.kmax - g_roce.kmin);
+        m_rng = Mix(m_rng + dir);
+        return double(m_rng >> 11) * 0x1.0p-53 < p;
     }
 
     static bool IsTcp(Ptr<QueueDiscItem> item)
@@ -161,14 +252,31 @@ class ClassQueueDisc : public QueueDisc
         return ip && ip->GetHeader().GetProtocol() == 6;
     }
 
-    uint32_t KvPackets() const
+    // Still paused by the same pause after the watchdog's time: a pause that never
+    // released (a deadlock, a storm). As switches' PFC watchdogs do, drop what the queue
+    // holds and ignore pauses for the restoration time, and say so.
+    void Watchdog(uint64_t gen)
     {
-        uint32_t n = 0;
+        if (!m_kvPaused || gen != m_gen)
+        {
+            return;
+        }
+        int64_t now = Simulator::Now().GetNanoSeconds();
+        WatchdogTrip(dir, now - m_pausedSince);
+        trips++;
         for (uint32_t i = 1; i <= m_levels + 1; ++i)
         {
-            n += GetInternalQueue(i)->GetNPackets();
+            while (Ptr<QueueDiscItem> item = GetInternalQueue(i)->Dequeue())
+            {
+                dropped[kKv]++;
+                if (!m_host)
+                {
+                    PfcCharge(item->GetPacket(), item->GetSize(), false);
+                }
+            }
         }
-        return n;
+        m_ignoreUntil = now + g_roce.restoreNs;
+        PauseKv(false);
     }
 
     // the first non-empty leaf of a class (KV levels in their strict order)
@@ -176,6 +284,10 @@ class ClassQueueDisc : public QueueDisc
     {
         uint32_t from = cls == kControl ? 0 : cls == kKv ? 1 : m_levels + 2;
         uint32_t to = cls == kControl ? 0 : cls == kKv ? m_levels + 1 : m_levels + 2;
+        if (cls == kKv && m_kvPaused)
+        {
+            return -1; // PFC: the KV class holds its queue
+        }
         for (uint32_t i = from; i <= to; ++i)
         {
             if (!GetInternalQueue(i)->IsEmpty())
@@ -250,6 +362,17 @@ class ClassQueueDisc : public QueueDisc
         {
             QueueCharge(m_node, item->GetPacket(), false);
         }
+        if (Roce() && pick == kKv)
+        {
+            if (m_host)
+            {
+                Simulator::ScheduleNow(&NicPulled, m_node);
+            }
+            else
+            {
+                PfcCharge(item->GetPacket(), item->GetSize(), false);
+            }
+        }
         double charge = Charge(item);
         m_tokens[pick] -= charge;
         m_link -= charge;
@@ -276,6 +399,10 @@ class ClassQueueDisc : public QueueDisc
     static constexpr double kHtbBurst = 1600; // bytes: pyroute2's default HTB burst
     double m_link = kHtbBurst;                // the link's tokens, bytes (HTB's 1:1)
     EventId m_wake;
+    bool m_kvPaused = false;
+    int64_t m_pausedSince = 0, m_ignoreUntil = 0;
+    uint64_t m_gen = 0;
+    uint64_t m_rng = 0; // RED's draws, seeded per egress and run
 };
 
 

@@ -48,6 +48,8 @@ std::vector<Ptr<Socket>> g_listeners;
 
 void Feed(Conn* c);
 void OnReply(Conn* c, Ptr<Socket> sock);
+void RoceStart(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint8_t tos,
+               uint64_t pace); // roce.h: the shard as an RDMA write
 
 void
 SchedulePace(Conn* c, double atNs)
@@ -320,6 +322,11 @@ void
 StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos,
            uint64_t pace = 0)
 {
+    if (Roce())
+    {
+        RoceStart(fid, src, dst, bytes, tos, pace);
+        return;
+    }
     Conn* c = nullptr; // to or from a host that is down, it never arrives: the control
                        // plane aborts it when it notices
     if (g_set.persistent)
