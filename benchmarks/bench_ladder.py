@@ -18,6 +18,9 @@ Profiles (--profiles):
               timer makes every one-segment window wait out a spurious timeout (measured:
               a lone 2 GB tier-1 transfer at 2e-4 took 0.8-1.2 s instead of 0.17 s, and
               half of the demo's shards timed out at 1e-3)
+  roce        the paper's lossless fabric: RDMA writes under DCQCN with PFC (docs/ns3.md);
+              read at 1e-2 (the replica's DCQCN keeps the real one's packets and times
+              slowed by 1/scale at any rung, but TCP's background is coarse below it)
 
 Per profile the two finest rungs that ran are compared claim by claim
 (testbed/validate/judging/ladder.py): the packets' gain and the claim (flow minus packets)
@@ -48,7 +51,8 @@ from testbed.validate.pipelines.ns3_pipeline import for_ns3
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"linux": {},
             "datacenter": {"ns3.transport": "dctcp", "ns3.rto_min_ms": 10,
-                           "ns3.delayed_ack_ms": 0}}
+                           "ns3.delayed_ack_ms": 0},
+            "roce": {"ns3.transport": "roce"}}
 SERVER_CORES = 16
 
 

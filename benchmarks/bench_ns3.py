@@ -15,7 +15,12 @@ kernel's wall-time constants, its 40 ms delayed ACK among them, at the emulation
 dilation d are 1/d of Linux's in modelled time); the competing sets' slowest transfer on
 both, and the emulation's own repeat spread on its six repeated lone transfers.
 
-Run: [sudo] .venv/bin/python benchmarks/bench_ns3.py [--only speed|probes]
+roce: RoCE's behaviours on small fabrics at the replica's rung (1e-2 of 40 Gbit/s,
+testbed/ns3sim/roce_fabrics.py): two flows' convergence to fair shares, an incast's queue
+against Kmax, PFC's pauses hop by hop and their release, a cycle of pauses and the
+watchdog that breaks it; each with the wall time it cost.
+
+Run: [sudo] .venv/bin/python benchmarks/bench_ns3.py [--only speed|probes|roce]
      [--seeds 4] [--scenario scenarios/validate.yaml] [--set FIELD=VALUE ...]
 """
 
@@ -173,9 +178,47 @@ def probes(sc) -> None:
                   f"{max(timed[tier]['competing'][k]['seconds']):.2f} | {spread} |")
 
 
+def roce() -> None:
+    from testbed.ns3sim import roce_fabrics as rf
+
+    real = rf.SCALE  # modelled ms x SCALE: the real fabric's
+    print(f"\n## RoCE on small fabrics ({rf.LINE_BPS * rf.SCALE / 1e6:.0f} Mbit/s links: "
+          f"{rf.SCALE:g} of {rf.LINE_BPS / 1e9:.0f} Gbit/s, DCQCN's times x {1 / rf.SCALE:g})\n")
+    rows = []
+    t = time.perf_counter()
+    f = rf.fairness()
+    rows.append(("two flows, one bottleneck", f"fair (within 15%) {f['fair_after_ms']:.0f} "
+                 f"modelled ms after the second began ({f['fair_after_ms'] * real:.1f} real "
+                 f"ms); link use {f['use_last_2s']:.0%}; {f['cnps']} CNPs", t))
+    t = time.perf_counter()
+    i = rf.incast(8)
+    rows.append(("incast of 8", f"peak queue {i['peak_bytes'] / 1e3:.0f} KB (the first burst), "
+                 f"{i['late_max_bytes'] / 1e3:.0f} KB from 1 s on (Kmax "
+                 f"{i['kmax_bytes'] / 1e3:.0f}); {i['pauses']} pauses, {i['kv_drops']} KV "
+                 f"drops, {i['ended']} of 8 ended", t))
+    t = time.perf_counter()
+    p = rf.propagation(64)
+    rows.append(("PFC alone, chain", f"paused: {', '.join(f'{a}->{b}' for a, b in p['paused'])}; "
+                 f"deepest ingress {p['deepest_ingress']} B (Xoff 64000 + headroom "
+                 f"{p['headroom']}); paused at the end: {len(p['paused_at_end'])}; "
+                 f"{p['kv_drops']} drops", t))
+    t = time.perf_counter()
+    d = rf.deadlock(20)
+    first = min((at for *_, at in d["trips"]), default=None)
+    rows.append(("ring (not up-down)", f"stuck: {len(d['stuck'])} egresses, "
+                 f"{d['ended_before']} ended before the watchdog; it tripped on "
+                 f"{len(d['trips'])} ({first and f'{first / 1e6:.0f} modelled ms'}); "
+                 f"{d['ended']} of 3 then ended, {d['resent']} NAKs and timeouts", t))
+    print("| fabric | what happened | wall s |")
+    print("| --- | --- | --- |")
+    ends = [r[2] for r in rows[1:]] + [time.perf_counter()]
+    for (name, text, t0), t1 in zip(rows, ends, strict=True):
+        print(f"| {name} | {text} | {t1 - t0:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("speed", "probes"))
+    parser.add_argument("--only", choices=("speed", "probes", "roce"))
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--scenario", default="scenarios/validate.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
@@ -186,6 +229,8 @@ def main() -> None:
         speed(sc, args.seeds)
     if args.only in (None, "probes"):
         probes(sc)
+    if args.only in (None, "roce"):
+        roce()
 
 
 if __name__ == "__main__":

@@ -82,6 +82,20 @@ def test_a_cut_rack_is_unreachable_not_misrouted(fabric):
     assert "i14" in table["tor3"]  # inside the rack it still works
 
 
+def test_routes_are_up_down_until_a_link_fails_and_then_bounce(fabric):
+    # PFC's deadlock needs routes that step down and up again (valleys): shortest live
+    # paths take them once an uplink is gone, as short as the way round through the core
+    assert routing.valleys(fabric, routing.next_hops(fabric, set())) == []
+    level = {name: routing.LAYER_LEVEL[layer] for layer, names in fabric.spec.switches.items()
+             for name in names}
+    for a, b in (("tor0", "agg0"), ("agg0", "core0")):
+        down = {routing.link_key(lk) for lk in fabric.links if {lk.a, lk.b} == {a, b}}
+        found = routing.valleys(fabric, routing.next_hops(fabric, down))
+        assert found and all(level[sw] > level[nxt] < level[after]
+                             for sw, nxt, after, _ in found), (a, b, found)
+        assert all(dst in fabric.hosts for *_, dst in found)
+
+
 def test_per_transfer_ecmp_is_stable_and_spreads_pairs():
     ports = (3, 4, 5, 6)
     picks = Counter(routing.pair_port(f"10.0.0.{s}", f"10.0.0.{d}", ports)

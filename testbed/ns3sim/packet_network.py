@@ -25,6 +25,7 @@ from testbed.model.congestion import InterfaceRate, tier_congestion
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.ns3sim.ns3_fabric import Hop, Ns3Fabric
 from testbed.ns3sim.process import Ns3Process
+from testbed.topologies import routing
 from testbed.topologies.replica import egress_kind, replica_record, scaled_bytes
 from testbed.topologies.routing import PairPaths
 from testbed.topologies.traffic_classes import KV, level_tos
@@ -89,6 +90,7 @@ class PacketNetwork:
         self._finished: list[Flow] = []
         self._next_id = 0
         self._down: set = set()
+        self._valleys = 0  # the most routes not up-down at once (RoCE: where pauses can cycle)
         self._pairs = PairPaths(scenario.cluster.spec())
         self._counters: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
         self._oracle_read: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
@@ -212,6 +214,9 @@ class PacketNetwork:
         self.proc.send(f"clear {t}")
         for line in self.layout.route_lines(self._down):
             self.proc.send(line)
+        valleys = len(routing.valleys(self.layout.fabric,
+                                      routing.next_hops(self.layout.fabric, self._down)))
+        self._valleys = max(self._valleys, valleys)
         return 0
 
     def set_stream(self, src: str, dst: str, bps: float, now: float,
@@ -317,13 +322,20 @@ class PacketNetwork:
     def roce(self) -> dict:
         """RoCE's parts over the run: PFC pauses (how many, how long egresses stood
         paused), the deepest KV queue, CE marks, KV packets dropped (a watchdog's only:
-        the class is lossless), each watchdog trip by link, CNPs, NAKs, timeouts."""
+        the class is lossless), each watchdog trip by link, CNPs, NAKs, timeouts, and the
+        most (switch, destination) routes that stepped down and up again at once (after a
+        link fault: where a cycle of pauses can hold)."""
         out = {"pauses": 0, "paused_s": 0.0, "max_kv_queue_bytes": 0, "marks": 0,
-               "kv_drops": 0, "watchdog_trips": [], "cnps": 0, "naks": 0, "timeouts": 0}
+               "kv_drops": 0, "watchdog_trips": [], "cnps": 0, "naks": 0, "timeouts": 0,
+               "valley_routes": self._valleys, "paused_at_end": []}
         for line in self.proc.ask(f"pfc {self._ns(self.clock())}"):
             w = line.split()
             if w[0] == "l":
                 n = [int(x) for x in w[3:8]]
+                if w[10] == "1":  # a pause standing when the run ended
+                    link = self.layout.links[int(w[1])]
+                    a, b = (link.a, link.b) if w[2] == "0" else (link.b, link.a)
+                    out["paused_at_end"].append(f"{a}->{b}")
                 out["pauses"] += n[0]
                 out["paused_s"] += n[1] / 1e9
                 out["max_kv_queue_bytes"] = max(out["max_kv_queue_bytes"], n[2])

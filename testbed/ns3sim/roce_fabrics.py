@@ -169,3 +169,89 @@ def ring(over: dict | None = None) -> SmallFabric:
     home = {"ha": "A", "hb": "B", "hc": "C"}
     routes = {(sw, h): (h if home[h] == sw else clockwise[sw]) for sw in sws for h in hosts}
     return SmallFabric(hosts, sws, links, over or {}, routes)
+
+
+MS = 1_000_000  # ns
+
+
+def fairness(window_ms: int = 250, until_ms: int = 6000) -> dict:
+    """Two senders on one bottleneck, the second 50 ms after the first: when their shares
+    came within 15% of each other (modelled ms after the second began), the link's use."""
+    f = star(2)
+    try:
+        f.flow(0, "h0", "r", 200 * MB)
+        f.run(50 * MS)
+        f.flow(50 * MS, "h1", "r", 200 * MB)
+        prev, fair_at, shares = f.received(50 * MS), None, []
+        for t in range(300 * MS, until_ms * MS + 1, window_ms * MS):
+            got = f.received(t)
+            rates = [(got.get(k, 0) - prev.get(k, 0)) * 8 / (window_ms / 1e3) for k in (1, 2)]
+            prev = got
+            shares.append(sum(rates) / (LINE_BPS * SCALE))
+            if fair_at is None and min(rates) > 0.85 * max(rates):
+                fair_at = (t - 50 * MS) / MS
+        st = f.pfc(until_ms * MS)
+    finally:
+        f.close()
+    return {"fair_after_ms": fair_at, "use_last_2s": sum(shares[-8:]) / 8, "cnps": st.cnps,
+            "marks": st.links[("s", "r")].marks, "timeouts": st.timeouts}
+
+
+def incast(senders: int = 8) -> dict:
+    """`senders` 20 MB writes to one receiver at once: the bottleneck's KV queue at its
+    deepest (the first burst at line rate, before a CNP is back) and from 1 s on."""
+    f = star(senders)
+    try:
+        for i in range(senders):
+            f.flow(0, f"h{i}", "r", 20 * MB)
+        late = [f.pfc(t).links[("s", "r")].kv_now for t in range(1000 * MS, 3000 * MS, 50 * MS)]
+        st = f.pfc(6000 * MS)
+        done = dict(f.done)
+    finally:
+        f.close()
+    return {"ended": len(done), "peak_bytes": st.links[("s", "r")].max_kv,
+            "late_max_bytes": max(late), "kmax_bytes": RoceCfg().kmax_kb * 1e3,
+            "pauses": sum(lk.pauses for lk in st.links.values()),
+            "kv_drops": sum(lk.kv_drops for lk in st.links.values()), "naks": st.naks,
+            "timeouts": st.timeouts}
+
+
+def propagation(xoff_kb: float = 64) -> dict:
+    """PFC alone (ECN out of reach) under a sustained incast at s1's port to r: which
+    egresses it paused by 200 ms, each ingress's deepest against Xoff + headroom, and
+    whether everything was released and ended by 3 s."""
+    f = chain(4, {"kmin_kb": 1e6, "kmax_kb": 2e6, "pfc_xoff_kb": xoff_kb})
+    try:
+        for h in ("h0", "h1", "h2", "h3", "x"):
+            f.flow(0, h, "r", 10 * MB)
+        mid = f.pfc(200 * MS)
+        end = f.pfc(3000 * MS)
+        done = dict(f.done)
+    finally:
+        f.close()
+    return {"paused": sorted(hop for hop, lk in mid.links.items() if lk.pauses),
+            "over_bound": [hop for hop, lk in mid.links.items()
+                           if lk.max_ingress > xoff_kb * 1e3 + lk.headroom],
+            "deepest_ingress": max(lk.max_ingress for lk in mid.links.values()),
+            "headroom": max(lk.headroom for lk in mid.links.values()),
+            "ended": len(done), "paused_at_end": [h for h, lk in end.links.items() if lk.paused_now],
+            "kv_drops": sum(lk.kv_drops for lk in end.links.values()), "trips": end.trips}
+
+
+def deadlock(watchdog_ms: float = 20) -> dict:
+    """The ring's cycle of pauses: whether it stood still before the watchdog, the egresses
+    the watchdog named and when (modelled ns), and whether the flows then ended."""
+    f = ring({"kmin_kb": 1e6, "kmax_kb": 2e6, "pfc_xoff_kb": 32, "watchdog_ms": watchdog_ms,
+              "restore_ms": watchdog_ms})
+    try:
+        for s, d in (("ha", "hc"), ("hb", "ha"), ("hc", "hb")):
+            f.flow(0, s, d, 20 * MB)
+        before = watchdog_ms * MS / SCALE * 0.95
+        stuck, ended_before = f.pfc(int(before)), len(f.done)
+        st = f.pfc(int(watchdog_ms * MS / SCALE * 10))
+        done = dict(f.done)
+    finally:
+        f.close()
+    return {"stuck": [h for h, lk in stuck.links.items() if lk.paused_now],
+            "ended_before": ended_before, "trips": st.trips, "ended": len(done),
+            "resent": st.naks + st.timeouts}

@@ -140,3 +140,27 @@ class PairPaths:
     def text(self, src: str, dst: str) -> str:
         """The path as transfers.csv records it: a>b>c."""
         return path_text(self.path(src, dst))
+
+
+LAYER_LEVEL = {"tor": 1, "agg": 2, "core": 3}  # hosts are 0
+
+
+def valleys(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]]) -> list[tuple[str, ...]]:
+    """(switch, next, after, dst) wherever a route to dst steps down from switch to next
+    and then up again to after: routes that are not up-down, on which lossless (PFC)
+    traffic can hold a cycle of pauses. Empty on the fat-tree's routes."""
+    level = {name: LAYER_LEVEL[layer] for layer, names in fabric.spec.switches.items()
+             for name in names}
+    ports = fabric.switch_ports
+    out = []
+    for switch, routes in table.items():
+        for dst, outs in routes.items():
+            for port in outs:
+                nxt = ports[(switch, port)].peer_of(switch)
+                if nxt not in level or level[nxt] >= level[switch]:
+                    continue
+                for port2 in table.get(nxt, {}).get(dst, ()):
+                    after = ports[(nxt, port2)].peer_of(nxt)
+                    if level.get(after, 0) > level[nxt]:
+                        out.append((switch, nxt, after, dst))
+    return out
