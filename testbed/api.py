@@ -269,8 +269,7 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
              calibration: str | Path | Mapping | None = None, force: bool = False,
              progress: Progress = False, verbose: bool = False,
              target_ci: float | None = None, budget_s: float | None = None,
-             reuse_calibration: bool = True,
-             calibration_max_age_s: float = 24 * 3600.0,
+             reuse_calibration: bool = True, calibration_max_age_s: float = 24 * 3600.0,
              fabrics: int | str = "auto", dask: str | None = None,
              repeats: int = 0, packets: str = "auto",
              jobs: int = 0, flow_models: Sequence[str] = (),
@@ -310,14 +309,8 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
     preflight(scenario)
     if packets not in PACKET_ENGINES:
         raise ValueError(f"packets must be one of {', '.join(PACKET_ENGINES)}, got {packets!r}")
-    packets = packet_engines(packets)
-    if packets != "ns3":
-        from testbed.ns3sim.check import roce_packets
-
-        packets, note = roce_packets(scenario, packets)
-        if note:
-            _progress_note(progress, note)
-            emulation_budget_s = None
+    packets, emulation_budget_s = _roce_alone(scenario, packet_engines(packets), progress,
+                                              emulation_budget_s)
     models = check_models(list(flow_models)) if flow_models else []
     cal = calibration
     source = "calibration"
@@ -352,6 +345,17 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
         if models:
             _flow_models(folder, models, bar, dask, jobs)
     return ValidationResult(folder)
+
+
+def _roce_alone(scenario, packets: str, progress, emulation_budget_s):
+    """(packets, emulation budget): RoCE runs on ns-3 alone, said; refused on the emulation."""
+    from testbed.ns3sim.check import roce_packets
+
+    packets, note = roce_packets(scenario, packets)
+    if note:
+        _progress_note(progress, note)
+        return packets, None
+    return packets, emulation_budget_s
 
 
 PACKET_ENGINES = ("auto", "emulation", "ns3", "both")
