@@ -86,8 +86,7 @@ def test_routes_are_up_down_until_a_link_fails_and_then_bounce(fabric):
     # PFC's deadlock needs routes that step down and up again (valleys): shortest live
     # paths take them once an uplink is gone, as short as the way round through the core
     assert routing.valleys(fabric, routing.next_hops(fabric, set())) == []
-    level = {name: routing.LAYER_LEVEL[layer] for layer, names in fabric.spec.switches.items()
-             for name in names}
+    level = routing.switch_levels(fabric)
     for a, b in (("tor0", "agg0"), ("agg0", "core0")):
         down = {routing.link_key(lk) for lk in fabric.links if {lk.a, lk.b} == {a, b}}
         found = routing.valleys(fabric, routing.next_hops(fabric, down))

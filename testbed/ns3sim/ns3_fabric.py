@@ -147,6 +147,11 @@ class Ns3Fabric:
             out[(lk.b, lk.a)] = (i, 1)
         return out
 
+    def hop_of(self, link_id: int, side: int) -> Hop:
+        """The program's (link id, side) as the hop its egress sends on."""
+        link = self.links[link_id]
+        return (link.a, link.b) if side == 0 else (link.b, link.a)
+
     def queue(self, link: FabricLink) -> int:
         return leaf_packets(link, self.scenario.emulation)
 

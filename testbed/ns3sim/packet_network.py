@@ -333,18 +333,16 @@ class PacketNetwork:
             if w[0] == "l":
                 n = [int(x) for x in w[3:8]]
                 if w[10] == "1":  # a pause standing when the run ended
-                    link = self.layout.links[int(w[1])]
-                    a, b = (link.a, link.b) if w[2] == "0" else (link.b, link.a)
-                    out["paused_at_end"].append(f"{a}->{b}")
+                    out["paused_at_end"].append("->".join(self.layout.hop_of(int(w[1]),
+                                                                              int(w[2]))))
                 out["pauses"] += n[0]
                 out["paused_s"] += n[1] / 1e9
                 out["max_kv_queue_bytes"] = max(out["max_kv_queue_bytes"], n[2])
                 out["marks"] += n[3]
                 out["kv_drops"] += n[4]
             elif w[0] == "w":
-                link = self.layout.links[int(w[1])]
-                a, b = (link.a, link.b) if w[2] == "0" else (link.b, link.a)
-                out["watchdog_trips"].append({"egress": f"{a}->{b}", "at_s": int(w[3]) / 1e9,
+                out["watchdog_trips"].append({"egress": "->".join(self.layout.hop_of(
+                                                  int(w[1]), int(w[2]))), "at_s": int(w[3]) / 1e9,
                                               "paused_s": int(w[4]) / 1e9})
             elif w[0] == "g":
                 out["cnps"], out["naks"], out["timeouts"] = (int(x) for x in w[1:4])

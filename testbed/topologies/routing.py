@@ -145,12 +145,17 @@ class PairPaths:
 LAYER_LEVEL = {"tor": 1, "agg": 2, "core": 3}  # hosts are 0
 
 
+def switch_levels(fabric: Fabric) -> dict[str, int]:
+    """Switch -> its layer's height (ToR 1, aggregation 2, core 3)."""
+    return {name: LAYER_LEVEL[layer] for layer, names in fabric.spec.switches.items()
+            for name in names}
+
+
 def valleys(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]]) -> list[tuple[str, ...]]:
     """(switch, next, after, dst) wherever a route to dst steps down from switch to next
     and then up again to after: routes that are not up-down, on which lossless (PFC)
     traffic can hold a cycle of pauses. Empty on the fat-tree's routes."""
-    level = {name: LAYER_LEVEL[layer] for layer, names in fabric.spec.switches.items()
-             for name in names}
+    level = switch_levels(fabric)
     ports = fabric.switch_ports
     out = []
     for switch, routes in table.items():
