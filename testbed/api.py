@@ -201,10 +201,12 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.ns3sim.check import roce_packets
+    from testbed.workers.mooncake import engine_available
 
     check_size(scenario, force)
     preflight(scenario)
     roce_packets(scenario, "emulation")
+    engine_available(scenario, cluster)
     network = EmulatedNetwork
     if cluster is not None:
         from testbed.emulation.multi_machine import cluster_network

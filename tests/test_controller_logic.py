@@ -20,7 +20,7 @@ from testbed.sdn.state import ControllerState
 from testbed.topologies import routing
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.fattree import FatTreeSpec
-from testbed.topologies.traffic_classes import CLASSES, KV, class_of_dscp
+from testbed.topologies.traffic_classes import CLASSES, KV, class_of_dscp, engine_ports, kv_ports
 
 
 @pytest.fixture
@@ -213,11 +213,18 @@ def test_oracle_server_answers_and_validates(fabric):
 def test_the_dscp_policy_trusts_levels_marks_kv_by_port_and_remarks_the_rest(fabric):
     from testbed.sdn import rules
 
-    got = rules.classify_rules([1, 2], kv_port=7000, control_ports=(7100,))
+    got = rules.classify_rules([1, 2], kv_ports=kv_ports(7000, "pusher"), control_ports=(7100,))
     by_port = {p: [r for r in got if dict(r.match).get("in_port") == p] for p in (1, 2)}
     assert len(by_port[1]) == len(by_port[2]) > 0
     kv = [r for r in by_port[1] if dict(r.match).get("tcp_dst") == 7000]
     assert kv and kv[0].actions == (("set_dscp", KV.dscp),) and kv[0].goto == rules.TABLE_FORWARD
+    assert not [r for r in got if dict(r.match).get("tcp_dst") == 7010]
+    # Mooncake's engine: both of its ports, either direction, are KV too
+    engine = rules.classify_rules([1], kv_ports=kv_ports(7000, "mooncake"), control_ports=())
+    for port in engine_ports(7000):
+        for field in ("tcp_dst", "tcp_src"):
+            (rule,) = [r for r in engine if dict(r.match).get(field) == port]
+            assert rule.actions == (("set_dscp", KV.dscp),)
     # the catch-all re-marks best effort below every trusted or port rule
     (rest,) = [r for r in by_port[1] if dict(r.match) == {"in_port": 1, "eth_type": 0x0800}]
     assert rest.actions == (("set_dscp", 0),)

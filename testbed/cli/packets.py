@@ -51,6 +51,7 @@ def controller(scenario, openflow_sockets, cluster) -> None:
     from testbed.sdn.main import run
     from testbed.topologies.placement import private_daemons
     from testbed.topologies.routing import packet_ecmp
+    from testbed.topologies.traffic_classes import kv_ports
 
     emu = scenario.emulation
     read = None
@@ -63,7 +64,7 @@ def controller(scenario, openflow_sockets, cluster) -> None:
         except InventoryError as exc:
             _fail(str(exc))
     run(scenario.fabric(), emu.of_port, emu.oracle_port, emu.metrics_port, emu.bind, emu.poll_s,
-        packet_ecmp(scenario.network.ecmp), emu.kv_port,
+        packet_ecmp(scenario.network.ecmp), kv_ports(emu.kv_port, emu.kv_transport),
         0 if emu.ovs_instances == "auto" else private_daemons(emu), openflow_sockets,
         emu.token, read)
 

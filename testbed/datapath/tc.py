@@ -122,14 +122,16 @@ def _index(ipr, ifname: str) -> int:
 
 def install_htb(ifname: str, rate_bps: float, netns: str | None = None, kv_levels: int = 0,
                 packets: int | None = None, byte_limit: bool = False,
-                frame_bytes: int = WIRE_FRAME) -> None:
+                frame_bytes: int = WIRE_FRAME, kv_ports: tuple[int, ...] = ()) -> None:
     """Replace whatever root qdisc the interface has with the project's HTB tree: each
     leaf `packets` deep (the fabric's: replica.leaf_packets; None: QUEUE_S at `rate_bps`,
-    at least MIN_QUEUE_PACKETS, for a link outside the replica)."""
+    at least MIN_QUEUE_PACKETS, for a link outside the replica). `kv_ports`: TCP ports
+    whose segments (either direction) are KV whatever their DSCP: a host NIC carrying a
+    transfer library's unmarked sockets (traffic_classes.engine_ports)."""
     if packets is None:
         packets = queue_packets(rate_bps, MIN_QUEUE_PACKETS, frame_bytes)
     in_namespace(netns, lambda ipr: _install_htb(ipr, ifname, rate_bps, packets, byte_limit,
-                                                 kv_levels, frame_bytes))
+                                                 kv_levels, frame_bytes, kv_ports))
 
 
 # the kernel's bfifo takes pfifo's options (struct tc_fifo_qopt: a limit, here in bytes);
@@ -138,7 +140,8 @@ _tc_plugins.setdefault("bfifo", sched_pfifo)
 
 
 def _install_htb(ipr, ifname: str, rate_bps: float, packets: int, byte_limit: bool,
-                 kv_levels: int = 0, frame_bytes: int = WIRE_FRAME) -> None:
+                 kv_levels: int = 0, frame_bytes: int = WIRE_FRAME,
+                 kv_ports: tuple[int, ...] = ()) -> None:
     idx = _index(ipr, ifname)
     with suppress(NetlinkError):  # no root qdisc yet
         ipr.tc("del", index=idx)
@@ -168,6 +171,12 @@ def _install_htb(ipr, ifname: str, rate_bps: float, packets: int, byte_limit: bo
     for pref, (dscp, target) in enumerate(targets.items(), start=2):
         ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
                target=target, keys=[_tos_key(dscp)])
+    pref = len(targets) + 2
+    for port in kv_ports:  # after the DSCP filters: a marked level keeps its level
+        for key in _port_keys(port):
+            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=pref, protocol=0x0800,
+                   target=targets[KV.dscp], keys=[*TCP_KEYS, key])
+            pref += 1
 
 
 # Connection set-up rides the control class: in a packet-limited 16-slot queue a SYN
@@ -180,6 +189,15 @@ def _install_htb(ipr, ifname: str, rate_bps: float, packets: int, byte_limit: bo
 # and the SYN flag in the TCP header's byte 13 (IPv4 byte 33).
 SYN_KEYS = ("0x05000000/0x0f000000+0", "0x00000000/0x00001fff+4",
             "0x00060000/0x00ff0000+8", "0x00020000/0x00020000+32")
+
+
+# IHL 5, not a later fragment, TCP: then the ports are the 32-bit word at offset 20
+TCP_KEYS = SYN_KEYS[:3]
+
+
+def _port_keys(port: int) -> tuple[str, str]:
+    """u32 keys on a TCP segment's source port, and on its destination port."""
+    return f"0x{port << 16:08x}/0xffff0000+20", f"0x{port:08x}/0x0000ffff+20"
 
 
 def _tos_key(dscp: int) -> str:

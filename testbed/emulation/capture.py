@@ -94,14 +94,14 @@ class Capture:
                 child.stop(proc)
         self.procs.clear()
 
-    def summarise(self, to_modelled: Callable[[float], float], kv_port: int,
+    def summarise(self, to_modelled: Callable[[float], float], kv_ports: tuple[int, ...],
                   bg_port: int) -> list[dict]:
         """flows.csv rows of every captured direction; written beside the pcaps."""
         rows = []
         for (a, b) in self.ports:
             path = self.pcap(a, b)
             if path.exists():
-                rows += flow_rows(path, f"{a}>{b}", to_modelled, kv_port, bg_port)
+                rows += flow_rows(path, f"{a}>{b}", to_modelled, kv_ports, bg_port)
         if self.ports:
             with (self.folder / "flows.csv").open("w", newline="") as fh:
                 writer = csv.DictWriter(fh, FLOW_FIELDS)
@@ -110,8 +110,8 @@ class Capture:
         return rows
 
 
-def flow_rows(pcap: Path, link: str, to_modelled: Callable[[float], float], kv_port: int,
-              bg_port: int) -> list[dict]:
+def flow_rows(pcap: Path, link: str, to_modelled: Callable[[float], float],
+              kv_ports: tuple[int, ...], bg_port: int) -> list[dict]:
     """Per 5-tuple: what left on this link. Times in modelled seconds of the run."""
     from scapy.layers.inet import IP, TCP, UDP
     from scapy.utils import PcapReader
@@ -134,7 +134,7 @@ def flow_rows(pcap: Path, link: str, to_modelled: Callable[[float], float], kv_p
                 flow = flows[key] = {
                     "link": link, "proto": {6: "tcp", 17: "udp"}.get(ip.proto, str(ip.proto)),
                     "src": ip.src, "sport": sport, "dst": ip.dst, "dport": dport,
-                    "class": "kv" if kv_port in ports else "bg" if bg_port in ports else "other",
+                    "class": "kv" if ports & set(kv_ports) else "bg" if bg_port in ports else "other",
                     "dscp": ip.tos >> 2, "packets": 0, "bytes": 0, "first": t, "last": t,
                     "retransmits": 0, "_sent": None}
             flow["packets"] += 1

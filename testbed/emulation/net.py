@@ -35,6 +35,7 @@ from testbed.records import atomic_write
 from testbed.topologies.fabric import Fabric
 from testbed.topologies.placement import auto_daemons, interface_netns, private_daemons
 from testbed.topologies.replica import leaf_packets, rto_min_ms
+from testbed.topologies.traffic_classes import engine_ports
 
 ARP_CHUNK = 20  # static ARP entries set per shell line (about 1.6 KB)
 # beside the run's scenario: the one its controller and workers read once "auto" is a count
@@ -424,11 +425,13 @@ class EmulatedNetwork:
         bytes_ = emu.queue_limit == "bytes"
         levels = self.scenario.kv_levels()
         where = self.interface_netns
+        engine = engine_ports(emu.kv_port) if emu.kv_transport == "mooncake" else ()
         for node, intf, link in self.fabric.egress_interfaces():
-            netns = (where.get(intf) if node in self.fabric.switches
-                     else f"/proc/{self.net.get(node).pid}/ns/net")
+            switch = node in self.fabric.switches
+            netns = where.get(intf) if switch else f"/proc/{self.net.get(node).pid}/ns/net"
             tc.install_htb(intf, link.rate_bps, netns=netns, packets=leaf_packets(link, emu),
-                           kv_levels=levels, byte_limit=bytes_, frame_bytes=emu.frame_bytes)
+                           kv_levels=levels, byte_limit=bytes_, frame_bytes=emu.frame_bytes,
+                           kv_ports=() if switch else engine)
 
     def host(self, name: str):
         return self.net.get(name)

@@ -47,6 +47,7 @@ from testbed.records import (
     write_csv,
     write_json,
 )
+from testbed.topologies.traffic_classes import kv_ports
 from testbed.workers import journal, lateness
 from testbed.workers.config import RunConfig
 from testbed.workloads.build import build_workload
@@ -150,7 +151,7 @@ def run_one(network: EmulatedNetwork, cell, key: str, seed: int, rundir: Path, t
     t0 = result["t0"]
     wl = cell.workload
     modelled = RunClock(t0, emu.time_dilation).to_modelled
-    capture.summarise(modelled, emu.kv_port,
+    capture.summarise(modelled, kv_ports(emu.kv_port, emu.kv_transport),
                       emu.kv_port + KV_PORT_BG_OFFSET)
     links = monitor.link_rows(modelled,
                               lambda t: wl.warmup_s <= t - 0.5 and t <= wl.warmup_s + wl.measure_s)

@@ -92,6 +92,12 @@ class EmulationCfg(_Strict):
         "receiver for the next transfer, as a serving system keeps its transport's; "
         "per-shard: a TCP connection per KV shard per transfer (a handshake, SYN and "
         "teardown each, on the replica's millisecond round trips)")
+    kv_transport: Literal["pusher", "mooncake"] = Field(
+        "pusher", description="what moves KV between workers: pusher, the testbed's own TCP "
+        "streams (a connection per TP shard, AF41-marked by the sender); mooncake, "
+        "Mooncake's Transfer Engine over TCP as SGLang's and vLLM's connectors use it (an "
+        "engine per worker, P2P handshake, its sockets classified by port: kv_port + 16 to "
+        "+ 31; docs/fabric.md)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "

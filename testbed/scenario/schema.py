@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from testbed import plausibility
 from testbed.model.extensions import plugins
 from testbed.model.kv import MODEL_PRESETS, ModelSpec
+from testbed.model.schedulers import switches_roles
 from testbed.model.tcp import TcpParams, emulation_equivalent
 from testbed.model.timing import TimingModel
 from testbed.scenario.base import DAY_S, MAX_CELLS, ScenarioError, _Strict
@@ -22,6 +23,7 @@ from testbed.scenario.ns3 import Ns3Cfg
 from testbed.scenario.policies import FaultCfg, FlowKVCfg, RecoveryCfg, ReuseCfg
 from testbed.scenario.workload import WorkloadCfg
 from testbed.topologies.captured import capture_error
+from testbed.topologies.traffic_classes import ENGINE_PORT_OFFSET, ENGINE_PORTS, engine_ports_usable
 from testbed.workloads.profiles import CLA_WEIGHTS, PROFILES
 
 
@@ -88,6 +90,32 @@ class Scenario(_Strict):
             if emu.ovs_instances > switches:
                 raise ValueError(f"emulation.ovs_instances {emu.ovs_instances} exceeds the "
                                  f"fabric's {switches} switches")
+        return self
+
+    @model_validator(mode="after")
+    def _transport_can_carry(self) -> Scenario:
+        """What Mooncake's Transfer Engine cannot do on the replica, refused before a run."""
+        if self.emulation.kv_transport != "mooncake":
+            return self
+        checks = (
+            (self.kv_levels() > 0, "network.flow_policy / emulation.layer_chunks",
+             "the engine's sockets carry no DSCP and cannot change it per layer chunk, so "
+             "priority levels (MFS, Karuna, ...) cannot ride it"),
+            (self.reuse.enabled, "reuse.enabled",
+             "KV-reuse fetches (holder to prefill) run on the pusher only"),
+            (self.network.transfer_mode != "contiguous", "network.transfer_mode",
+             "one write per shard is the engine's unit; segment and block calls are the "
+             "pusher's"),
+            (any(map(switches_roles, self.schedulers)), "schedulers",
+             "role switching (FlowKV) sends KV from decode instances, which hold no sending "
+             "engine"),
+            (not engine_ports_usable(self.emulation.kv_port), "emulation.kv_port",
+             f"the engine's ports (kv_port + {ENGINE_PORT_OFFSET} and the {ENGINE_PORTS - 1} "
+             "after it) must lie in 1024-32767 or 61000-65535, as it takes no others"),
+        )
+        if why := [f"{field} with emulation.kv_transport mooncake: {reason}"
+                   for bad, field, reason in checks if bad]:
+            raise ValueError("; ".join(why))
         return self
 
     @model_validator(mode="after")

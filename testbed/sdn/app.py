@@ -34,7 +34,7 @@ class Runtime:
     metrics: Metrics
     poll_s: float = 1.0
     ecmp: str = "per-flow"
-    kv_port: int = 7000
+    kv_ports: tuple[int, ...] = (7000,)  # traffic_classes.kv_ports
     control_ports: tuple[int, ...] = ()
     daemons: int = 0  # private OVS daemons (placement.private_daemons)
     read_counters: object = None  # the poller's counter reader; None: this machine's
@@ -123,7 +123,7 @@ class FabricController(app_manager.OSKenApp):
         self.groups[name] = {}
         host_ports = [link.port_of(name) for (sw, _), link in self.fabric.switch_ports.items()
                       if sw == name and link.peer_of(name) in self.fabric.hosts]
-        for rule in R.classify_rules(host_ports, self.rt.kv_port, self.rt.control_ports):
+        for rule in R.classify_rules(host_ports, self.rt.kv_ports, self.rt.control_ports):
             self._send_rule(dp, rule)
 
     def _install_routes(self, only: str | None = None):

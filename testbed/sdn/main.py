@@ -19,7 +19,7 @@ from testbed.topologies.fabric import Fabric
 
 def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
         bind: str = "127.0.0.1", poll_s: float = 1.0, ecmp: str = "per-flow",
-        kv_port: int = 7000, daemons: int = 0,
+        kv_ports: tuple[int, ...] = (7000,), daemons: int = 0,
         openflow_sockets: tuple[str, ...] = (), token: str | None = None,
         read_counters=None) -> None:
     """`read_counters`: how the poller reads switch-port counters (tc.all_counters'
@@ -34,7 +34,7 @@ def run(fabric: Fabric, of_port: int, oracle_port: int, metrics_port: int,
     logging.getLogger("os_ken").setLevel(logging.WARNING)
     state = ControllerState(fabric)
     metrics = Metrics()
-    app.RUNTIME = app.Runtime(state, metrics, poll_s, ecmp, kv_port, (oracle_port,),
+    app.RUNTIME = app.Runtime(state, metrics, poll_s, ecmp, kv_ports, (oracle_port,),
                               daemons, read_counters)
     cfg.CONF(args=["--ofp-tcp-listen-port", str(of_port), "--ofp-listen-host", bind],
              project="os_ken")

@@ -34,8 +34,8 @@ def _m(**fields) -> tuple[tuple[str, int | str], ...]:
     return tuple(fields.items())
 
 
-def classify_rules(host_ports: list[int], kv_port: int, control_ports: tuple[int, ...]
-                   ) -> list[Rule]:
+def classify_rules(host_ports: list[int], kv_ports: tuple[int, ...],
+                   control_ports: tuple[int, ...]) -> list[Rule]:
     """A ToR's DSCP policy at host ingress: trust the KV priority levels senders set per
     layer chunk (MFS and its baselines) above all else, mark KV and control by port, trust
     the class table's code points, re-mark anything else best effort. ARP goes to the
@@ -46,7 +46,7 @@ def classify_rules(host_ports: list[int], kv_port: int, control_ports: tuple[int
             rules.append(Rule(TABLE_CLASSIFY, 250, _m(in_port=port, eth_type=IPV4,
                                                       ip_dscp=dscp), goto=TABLE_FORWARD))
         for field in ("tcp_dst", "tcp_src"):
-            for cls, ports in ((KV, (kv_port,)), (CONTROL, control_ports)):
+            for cls, ports in ((KV, kv_ports), (CONTROL, control_ports)):
                 for p in ports:
                     rules.append(Rule(TABLE_CLASSIFY, 200,
                                       _m(in_port=port, eth_type=IPV4, ip_proto=6, **{field: p}),

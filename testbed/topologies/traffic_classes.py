@@ -79,3 +79,29 @@ def class_of_dscp(dscp: int) -> TrafficClass:
         if c.dscp == dscp:
             return c
     return DEFAULT_CLASS
+
+
+# Mooncake's Transfer Engine picks its handshake and data ports at random within
+# MC_MIN_RPC_PORT..MC_MAX_RPC_PORT and sets no DSCP, so the fabric classifies a fixed block
+# of ports as KV, as the controller classifies the pusher's kv_port. A block, not a pair:
+# a run's ports stay in TIME_WAIT for a minute after its engines exit, and the engine
+# binds without SO_REUSEADDR, so the next run on the same fabric takes two others.
+ENGINE_PORT_OFFSET = 16
+ENGINE_PORTS = 16
+
+
+def engine_ports(kv_port: int) -> tuple[int, ...]:
+    """The Transfer Engine's ports on every host (emulation.kv_transport: mooncake)."""
+    return tuple(range(kv_port + ENGINE_PORT_OFFSET, kv_port + ENGINE_PORT_OFFSET + ENGINE_PORTS))
+
+
+def engine_ports_usable(kv_port: int) -> bool:
+    """Whether the engine accepts the block: it refuses ports below 1024 and Linux's
+    ephemeral range (32768-60999), falling back to its default range unclassified."""
+    ports = engine_ports(kv_port)
+    return all(1024 <= p <= 65535 and not 32768 <= p <= 60999 for p in ports)
+
+
+def kv_ports(kv_port: int, transport: str) -> tuple[int, ...]:
+    """Every TCP port whose traffic is KV: the pusher's, and the engine's when it runs."""
+    return (kv_port, *engine_ports(kv_port)) if transport == "mooncake" else (kv_port,)

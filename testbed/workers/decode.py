@@ -17,6 +17,7 @@ from testbed.workers.background import BackgroundTraffic
 from testbed.workers.decode_engine import DecodeEngine
 from testbed.workers.kvstream import KVReceiver, send_transfer
 from testbed.workers.levels import SenderLevels
+from testbed.workers.mooncake import EngineReceiver
 from testbed.workers.push import push_kv
 from testbed.workers.worker import Worker
 from testbed.workloads.build import build_workload, prewarm_placement
@@ -35,9 +36,10 @@ class DecodeWorker(Worker):
                                    cfg.seed)
         self.engine = DecodeEngine(self, placed[instance])
         self.dec = self.engine.dec
-        self.receiver = KVReceiver(cfg.hosts[instance], cfg.kv_port,
-                                   lambda r: self.loop.post(lambda: self.engine.shard(r)),
-                                   lambda why, _rid: self.loop.post(lambda: self._bad_stream(why)))
+        self.receiver = (EngineReceiver(self.kv_engine, self._landed, self._broken)
+                         if self.kv_engine else
+                         KVReceiver(cfg.hosts[instance], cfg.kv_port, self._landed,
+                                    self._broken))
         self.levels = (SenderLevels(scenario, self.loop, cfg.scale, scenario.model_spec().n_layers)
                        if scenario.kv_levels() else None)
         self.gpu: PrefillInstance | None = None  # prefill work, once switched (FlowKV)
@@ -51,7 +53,12 @@ class DecodeWorker(Worker):
         self.engine.report()
 
     def hello_extra(self) -> list[dict]:
-        return [self.engine.first_state()]
+        """The first state report, and where senders write KV when an engine moves it."""
+        first = [self.engine.first_state()]
+        if self.kv_engine is None:
+            return first
+        return [*first, {"type": "kv_endpoint", "instance": self.instance,
+                         **self.kv_engine.endpoint()}]
 
     def on_start(self) -> None:
         self.receiver.start()
@@ -119,6 +126,12 @@ class DecodeWorker(Worker):
                   for r in results]
         self.loop.post(lambda: self.send({"type": "sent", "request": rid, "shards": shards,
                                           "stage": "reuse"}))
+
+    def _landed(self, result) -> None:  # a receiver's thread
+        self.loop.post(lambda: self.engine.shard(result))
+
+    def _broken(self, why: str, _rid: str | None) -> None:  # a receiver's thread
+        self.loop.post(lambda: self._bad_stream(why))
 
     def _bad_stream(self, why: str) -> None:
         self.send({"type": "heartbeat", "instance": self.instance, "time": self.loop.now,

@@ -43,6 +43,9 @@ REQUIRED = {
     "sent": ("request", "shards"),
     # decode -> router
     "kv_done": ("request", "decode", "bytes", "start", "end"),
+    # decode -> router after hello when Mooncake's Transfer Engine moves KV: where
+    # senders write (its session "ip:port" and registered buffer); decisions carry it
+    "kv_endpoint": ("instance", "session", "addr", "capacity"),
     "state": ("instance", "free_memory", "queued", "batch", "time"),
     "first_token": ("request", "time"),
     "complete": ("request", "time"),

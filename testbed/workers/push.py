@@ -12,8 +12,8 @@ from testbed.workers.kvstream import send_transfer
 
 
 def push_kv(worker, msg: dict) -> None:
-    """worker: has .scenario, .loop, .send, .levels (SenderLevels or None) and .kv_pool
-    (kept KV connections, or None)."""
+    """worker: has .scenario, .loop, .send, .levels (SenderLevels or None), .kv_pool
+    (kept KV connections, or None) and .kv_engine (Mooncake's, or None)."""
     rid = msg["request"]
     levels = worker.levels
     marking = None
@@ -21,10 +21,15 @@ def push_kv(worker, msg: dict) -> None:
         marking = levels.p2d(rid, float(msg["deadline"]), float(msg["bandwidth"]),
                              len(msg["wire"]))
     try:
-        results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
-                                congestion=worker.scenario.emulation.tcp_congestion,
-                                marking=marking, calls=int(msg.get("calls") or 1),
-                                pool=worker.kv_pool)
+        if worker.kv_engine is not None:  # Mooncake's Transfer Engine
+            if not msg.get("endpoint"):
+                raise ValueError(f"{msg['decode']} published no Transfer Engine endpoint")
+            results = worker.kv_engine.send_transfer(msg["endpoint"], rid, list(msg["wire"]))
+        else:
+            results = send_transfer(msg["host"], int(msg["port"]), rid, list(msg["wire"]),
+                                    congestion=worker.scenario.emulation.tcp_congestion,
+                                    marking=marking, calls=int(msg.get("calls") or 1),
+                                    pool=worker.kv_pool)
     except (OSError, ValueError) as exc:
         reason = f"KV transfer to {msg['decode']} failed: {exc}"
         worker.loop.post(lambda: worker.send({"type": "failed", "request": rid,

@@ -27,8 +27,15 @@ class Worker:
         self.conn: Connection | None = None
         self.started = False
         # KV connections kept between transfers (emulation.kv_connections: persistent)
-        self.kv_pool = (ConnectionPool()
-                        if self.scenario.emulation.kv_connections == "persistent" else None)
+        persistent = self.scenario.emulation.kv_connections == "persistent"
+        self.kv_pool = ConnectionPool() if persistent else None
+        # or Mooncake's Transfer Engine in this host's namespace (kv_transport: mooncake)
+        self.kv_engine = None
+        if self.scenario.emulation.kv_transport == "mooncake" and \
+                self.role in ("prefill", "decode"):
+            from testbed.workers.mooncake import KVEngine
+
+            self.kv_engine = KVEngine(cfg.hosts[instance], cfg.kv_port, persistent)
 
     # -- hooks -------------------------------------------------------------------------
     def handle(self, msg: dict) -> None:

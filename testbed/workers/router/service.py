@@ -110,6 +110,7 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
                       for i in self.spec.decode_pool}
         self.expected_workers = set(self.prefill) | set(self.views) | {"loadgen"}
         self.conns: dict[str, Connection] = {}
+        self.kv_endpoints: dict[str, dict] = {}  # decode -> where its Transfer Engine takes KV
         self.machine = socket.gethostname()
         self.clock_offsets: dict[str, float] = {}  # worker -> its clock minus ours (s)
         self.clock_rtt: dict[str, float] = {}  # the round trip its offset came from (s)
@@ -244,7 +245,8 @@ class Router(ControlLink, OracleFeed, RouterFaults, RunRecords):
                                 "host": self.cfg.hosts[rs.decode], "port": self.cfg.kv_port,
                                 "wire": wire, "deadline": self._p2d_deadline(rs),
                                 "bandwidth": self.oracle().bandwidth(rs.tier),
-                                "calls": self._calls(rs)})
+                                "calls": self._calls(rs),
+                                "endpoint": self.kv_endpoints.get(rs.decode)})
         self.intents.put(TransferIntent(req.request_id, rs.prefill, rs.decode,
                                         int(rs.eff_bytes)))
 

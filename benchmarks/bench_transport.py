@@ -1,0 +1,196 @@
+"""KV through the testbed's pusher and through Mooncake's Transfer Engine, side by side on
+the emulated fabric (root, Open vSwitch): printed, never asserted.
+
+Per row (validate.yaml's rag workload, the ToR-uplink collision and long-context rows of
+bench_validate.py) and transport (`emulation.kv_transport: pusher | mooncake`), one
+`testbed emulate` with every scheduler and the seeds asked for, run one after the other
+on this machine. Printed per row and transport:
+- whole transfers (P2D, a request's first shard's start to its last shard's end, modelled
+  s): median and p90, and under RR, whose decisions do not depend on the transfers, the
+  median ratio mooncake / pusher over the same requests;
+- mean TTFT per scheduler and NetKV-Full's and CLA*'s gains over RR (and Full over CLA*);
+- faithful runs, and the CPU: the workers' busiest thread (median share of a core: the
+  engine's sender threads spin on a write's status, at the idle policy), and
+  Open vSwitch's wait for a core (docs/fabric.md's faithfulness test);
+- on the wire (one captured ToR uplink): TCP connections per transfer, packets per
+  connection, data bytes per packet and retransmitted segments.
+--dilations runs the rows again at other time dilations: where the engine's runs become
+faithful on this machine.
+
+Run: sudo .venv/bin/python benchmarks/bench_transport.py [--rows rag,uplink-collision,long-context]
+     [--seeds 1] [--dilations 2] [--set FIELD=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed.api import emulate
+from testbed.cli.common import handle_signals
+from testbed.scenario import load_scenario
+from testbed.topologies.traffic_classes import kv_ports
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "scenarios" / "validate.yaml"
+ROWS = {
+    "rag": (BASE, {}),
+    "uplink-collision": (ROOT / "scenarios" / "validate-uplink-collision.yaml", {}),
+    "long-context": (BASE, {"workload.profile": "long-context"}),
+}
+TRANSPORTS = ("pusher", "mooncake")
+CAPTURED = "tor0>agg0"
+
+
+def rows_of(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def transfer_times(seed_dir: Path) -> dict[str, float]:
+    """request -> whole P2D transfer time (modelled s), every request that had one."""
+    out = {}
+    for r in rows_of(seed_dir / "requests.csv"):
+        if r["transfer_start"] and r["transfer_end"] and float(r["transfer_bytes"] or 0) > 0:
+            out[r["id"]] = float(r["transfer_end"]) - float(r["transfer_start"])
+    return out
+
+
+def mean_ttft(seed_dirs: list[Path]) -> float | None:
+    ttfts = [float(r["ttft"]) for d in seed_dirs for r in rows_of(d / "requests.csv")
+             if r["measured"] == "True" and r["ttft"]]
+    return statistics.fmean(ttfts) if ttfts else None
+
+
+def wire(seed_dir: Path, ports: tuple[int, ...]) -> dict | None:
+    """What one captured uplink carried of KV: connections, packets, bytes a packet."""
+    path = seed_dir / "capture" / "flows.csv"
+    if not path.exists():
+        return None
+    data = [f for f in rows_of(path) if f["class"] == "kv" and int(f["dport"]) in ports
+            and int(f["bytes"]) > 10_000]
+    if not data:
+        return None
+    transfers = {t["request"] for t in rows_of(seed_dir / "transfers.csv")
+                 if _crosses(t["path"])}
+    packets = sum(int(f["packets"]) for f in data)
+    return {"connections": len(data), "transfers": len(transfers),
+            "packets_per_connection": packets / len(data),
+            "bytes_per_packet": sum(int(f["bytes"]) for f in data) / packets,
+            "retransmits": sum(int(f["retransmits"]) for f in data)}
+
+
+def _crosses(path: str) -> bool:
+    hops = path.split(">")
+    return any(f"{a}>{b}" == CAPTURED for a, b in zip(hops, hops[1:], strict=False))
+
+
+def cpu(fid: dict) -> tuple[float | None, float | None]:
+    """The workers' busiest thread (share of a core) and OVS's wait share."""
+    busy = [t["busy_median"] for t in fid.get("threads") or []
+            if t.get("role") == "worker" and t.get("busy_median") is not None]
+    ovs = fid.get("datapath_thread") or {}
+    return (max(busy) if busy else None), ovs.get("wait_median")
+
+
+def summarise(folder: Path, scenario) -> dict:
+    base = folder / "cells" / "000-base"
+    out: dict = {"ttft": {}, "faithful": 0, "runs": 0, "reasons": [], "busy": [], "wait": [],
+                 "times": {}, "wire": []}
+    ports = kv_ports(scenario.emulation.kv_port, scenario.emulation.kv_transport)
+    for sched in scenario.schedulers:
+        seeds = sorted((base / sched).glob("seed*"))
+        out["ttft"][sched] = mean_ttft(seeds)
+        for d in seeds:
+            fid = json.loads((d / "fidelity.json").read_text())
+            out["runs"] += 1
+            out["faithful"] += fid.get("verdict") == "faithful"
+            out["reasons"] += fid.get("reasons") or []
+            busy, wait = cpu(fid)
+            out["busy"] += [busy] if busy is not None else []
+            out["wait"] += [wait] if wait is not None else []
+            out["times"].update({(sched, d.name, k): v for k, v in transfer_times(d).items()})
+            if (w := wire(d, ports)) is not None:
+                out["wire"].append(w)
+    return out
+
+
+def gain(a: float | None, b: float | None) -> str:
+    return "-" if not a or not b else f"{100 * (b - a) / a:+.1f}%"
+
+
+def line(row: str, transport: str, dilation: float, s: dict, pusher: dict | None) -> str:
+    times = list(s["times"].values())
+    q = statistics.quantiles(times, n=10) if len(times) >= 10 else None
+    ratio = "-"
+    if pusher is not None:
+        same = [s["times"][k] / pusher["times"][k] for k in s["times"]
+                if k[0] == "rr" and k in pusher["times"] and pusher["times"][k] > 0]
+        ratio = f"{statistics.median(same):.2f} (n={len(same)})" if same else "-"
+    t = s["ttft"]
+    w = s["wire"]
+    wire_text = "-" if not w else (
+        f"{sum(x['connections'] for x in w) / max(1, sum(x['transfers'] for x in w)):.1f} conn/"
+        f"transfer, {statistics.fmean(x['packets_per_connection'] for x in w):.0f} pkt/conn, "
+        f"{statistics.fmean(x['bytes_per_packet'] for x in w):.0f} B/pkt, "
+        f"{sum(x['retransmits'] for x in w)} retx")
+    return (f"| {row} | {transport} | {dilation:g} | "
+            f"{statistics.median(times) if times else float('nan'):.3f} / "
+            f"{q[-1] if q else float('nan'):.3f} | {ratio} | "
+            + " / ".join(f"{k} {v * 1e3:.0f}" if v else f"{k} -" for k, v in t.items())
+            + f" | {gain(t.get('rr'), t.get('netkv-full'))} / {gain(t.get('rr'), t.get('cla'))}"
+            f" / {gain(t.get('cla'), t.get('netkv-full'))} | {s['faithful']}/{s['runs']} | "
+            f"{max(s['busy']) if s['busy'] else float('nan'):.2f} / "
+            f"{statistics.median(s['wait']) if s['wait'] else float('nan'):.2f} | "
+            f"{wire_text} |")
+
+
+def main() -> None:
+    handle_signals()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
+    ap.add_argument("--transports", default=",".join(TRANSPORTS))
+    ap.add_argument("--seeds", type=int, default=1, help="seeds a row and transport")
+    ap.add_argument("--dilations", type=float, nargs="+", default=[None],
+                    help="time dilations to run each row at (default: the row's own)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
+    ap.add_argument("--out", default="/tmp/netkv-bench-transport")
+    args = ap.parse_args()
+    print("| row | transport | dilation | whole transfer median / p90 (s) | mooncake / pusher, "
+          "same RR transfer (median) | mean TTFT per scheduler (ms) | gains Full/RR, CLA*/RR, "
+          "Full/CLA* | faithful | workers' busiest thread / OVS wait | on the wire "
+          f"({CAPTURED}) | wall |")
+    print("|---" * 11 + "|")
+    for name in args.rows.split(","):
+        path, over = ROWS[name]
+        for dilation in args.dilations:
+            pusher = None
+            for transport in args.transports.split(","):
+                sets = {**over, "seeds": args.seeds, "emulation.kv_transport": transport,
+                        "emulation.capture": [CAPTURED]}
+                if dilation is not None:
+                    sets["emulation.time_dilation"] = dilation
+                for item in args.sets:
+                    key, _, value = item.partition("=")
+                    sets[key] = yaml.safe_load(value)
+                sc = load_scenario(path, sets)
+                t0 = time.perf_counter()
+                result = emulate(sc, Path(args.out) / name / transport)
+                wall = time.perf_counter() - t0
+                s = summarise(Path(result.folder), sc)
+                print(line(name, transport, sc.emulation.time_dilation, s, pusher)[:-1]
+                      + f" {wall:.0f} s |", flush=True)
+                if s["reasons"]:
+                    print(f"  unfaithful: {sorted(set(s['reasons']))[:3]}", flush=True)
+                if transport == "pusher":
+                    pusher = s
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Mooncake's Transfer Engine as the emulation's KV transport: what is refused before a
+run, how its traffic is classified, and shards moved between two engines on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from testbed.cli import main
+from testbed.datapath import tc
+from testbed.scenario import ScenarioError, load_scenario
+from testbed.topologies.traffic_classes import engine_ports, kv_ports
+from testbed.workers import mooncake
+from testbed.workers.protocol import validate
+from tests.conftest import ROOT
+
+VALIDATE = ROOT / "scenarios" / "validate.yaml"
+MOONCAKE = {"emulation.kv_transport": "mooncake"}
+
+
+def need_engine() -> None:
+    """Skipped with the reason where the wheel is missing; under CI, failed."""
+    if not mooncake.installed():
+        why = f"Mooncake's Transfer Engine ({mooncake.WHEEL}) is not installed"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run this test but {why}", pytrace=False)
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"network.flow_policy": "mfs"}, "network.flow_policy"),
+    ({"emulation.layer_chunks": True}, "emulation.layer_chunks"),
+    ({"reuse.enabled": True}, "reuse.enabled"),
+    ({"network.transfer_mode": "block"}, "network.transfer_mode"),
+    ({"schedulers": ["flowkv"]}, "schedulers"),
+    ({"emulation.kv_port": 40000}, "emulation.kv_port"),
+])
+def test_what_the_engine_cannot_carry_is_refused_naming_the_field(over, field):
+    with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+        load_scenario(VALIDATE, {**MOONCAKE, **over})
+    load_scenario(VALIDATE, over)  # the pusher carries each of them
+
+
+def test_a_mooncake_emulation_is_refused_on_a_cluster_or_without_the_wheel(monkeypatch):
+    sc = load_scenario(VALIDATE, MOONCAKE)
+    with pytest.raises(ScenarioError, match="--cluster"):
+        mooncake.engine_available(sc, "inventory.yml")
+    monkeypatch.setattr(mooncake, "installed", lambda: False)
+    with pytest.raises(ScenarioError, match=mooncake.WHEEL):
+        mooncake.engine_available(sc)
+    mooncake.engine_available(load_scenario(VALIDATE))  # the pusher needs neither
+
+
+def test_the_cli_refuses_before_anything_starts_with_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["emulate", str(VALIDATE), "--out", str(tmp_path),
+                                       "--set", "emulation.kv_transport=mooncake",
+                                       "--set", "reuse.enabled=true"])
+    assert result.exit_code == 2, result.output
+    assert "reuse.enabled with emulation.kv_transport mooncake" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_engine_ports_are_kv_on_host_nics_in_either_direction():
+    ports = engine_ports(7000)
+    assert len(set(ports)) == len(ports) > 2 and 7000 not in ports
+    assert set(ports) < set(kv_ports(7000, "mooncake")) and kv_ports(7000, "pusher") == (7000,)
+    sport, dport = tc._port_keys(7017)  # u32 keys: source port high half, destination low
+    assert sport == "0x1b690000/0xffff0000+20" and dport == "0x00001b69/0x0000ffff+20"
+    env = mooncake.engine_env(7000, persistent=False)
+    assert (int(env["MC_MIN_RPC_PORT"]), int(env["MC_MAX_RPC_PORT"])) == (ports[0], ports[-1])
+    assert env["MC_TCP_ENABLE_CONNECTION_POOL"] == "0" and env["MC_FORCE_TCP"] == "1"
+    validate({"type": "kv_endpoint", "instance": "i4", "session": "10.0.0.5:7017",
+              "addr": 1, "capacity": 2})
+
+
+RECEIVER = """
+import json, sys, time
+from testbed.workers.mooncake import KVEngine, EngineReceiver
+engine = KVEngine("127.0.0.1", int(sys.argv[1]), True, capacity=1 << 20)
+got = []
+EngineReceiver(engine, got.append, lambda why, rid: None).start()
+print(json.dumps(engine.endpoint()), flush=True)
+t = time.time()
+while len(got) < 2 and time.time() - t < 30:
+    time.sleep(0.01)
+print(json.dumps([[g.request, g.shard, g.shards, g.bytes, g.stage, g.end >= g.start]
+                  for g in sorted(got, key=lambda g: g.shard)]), flush=True)
+"""
+
+
+@pytest.mark.serial
+def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_each():
+    need_engine()
+    base = 20000 + os.getpid() % 5000  # two engines, each its own block of ports
+    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(base + 100)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        endpoint = json.loads(receiver.stdout.readline())
+        assert int(endpoint["session"].split(":")[1]) in engine_ports(base + 100)
+        sender = mooncake.KVEngine("127.0.0.1", base, True, capacity=1 << 20)
+        sizes = [3 * (1 << 20) + 5, 1000]  # the first larger than either buffer: in pieces
+        results = sender.send_transfer(endpoint, "r1", sizes)
+        assert [(r.shard, r.bytes, r.shards) for r in results] == [(0, sizes[0], 2),
+                                                                    (1, 1000, 2)]
+        assert all(r.end > r.start for r in results)
+        heard = json.loads(receiver.stdout.readline())
+        assert heard == [["r1", 0, 2, sizes[0], "p2d", True], ["r1", 1, 2, 1000, "p2d", True]]
+        # a write outside the registered buffer, and an engine nobody runs: named errors
+        with pytest.raises(mooncake.EngineError, match=r"r2/0: .*" + endpoint["session"]):
+            sender.send_transfer({**endpoint, "addr": 12345}, "r2", [10])
+        with pytest.raises(mooncake.EngineError, match="127.0.0.1:1 failed"):
+            sender.send_transfer({**endpoint, "session": "127.0.0.1:1"}, "r3", [10])
+    finally:
+        receiver.kill()
+        receiver.wait()
