@@ -118,3 +118,30 @@ def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_eac
     finally:
         receiver.kill()
         receiver.wait()
+
+
+@pytest.mark.serial
+def test_the_calibration_probes_time_transfers_through_the_engine():
+    need_engine()
+    base = 25000 + os.getpid() % 5000
+    probe = [sys.executable, "-m", "testbed.workers.probe", "--keep", "--engine"]
+    receiver = subprocess.Popen([*probe, "listen", "recv", "127.0.0.1", str(base)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready, _, endpoint = receiver.stdout.readline().strip().partition(" ")
+        assert ready == "ready" and json.loads(endpoint)["capacity"] > 0
+        sent = subprocess.run([*probe, endpoint, "send", "127.0.0.1", str(base + 100), "4",
+                               "cubic", "100000", "300001"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert sent.returncode == 0, sent.stderr[-2000:]
+        lines = [json.loads(x) for x in sent.stdout.splitlines()]
+        assert [d["bytes"] for d in lines] == [100000, 300001]
+        assert all(d["seconds"] == pytest.approx(max(d["shards"])) and len(d["shards"]) == 4
+                   for d in lines)
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=10)
+    # the receiver heard of every shard of the warm-up and of both transfers
+    landed = [json.loads(x) for x in receiver.stdout.read().splitlines()]
+    assert sorted(d["bytes"] for d in landed if d["request"].startswith("probe")) == sorted(
+        [25000] * 4 + [75001] + [75000] * 3)

@@ -19,6 +19,11 @@ granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver 
 (emulation.kv_connections: persistent), opened by an untimed transfer of one byte per
 shard (as many at once as the next set needs) before the timed ones, as a run's warm-up
 opens them.
+`--engine listen` before `recv` (`recv IP KV_PORT`), `--engine ENDPOINT` before `send` or
+`compete` (HOST and PORT then the sender's own address and KV_PORT): the KV moves through
+Mooncake's Transfer Engine (emulation.kv_transport: mooncake, workers/mooncake.py); the
+receiver's "ready" line then carries its ENDPOINT (JSON), and a transfer ends when the
+engine's last write is acknowledged, as a run's do.
 """
 
 from __future__ import annotations
@@ -28,12 +33,20 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-from testbed.workers.kvstream import ConnectionPool, KVReceiver, send_shard, send_transfer
+from testbed.workers.kvstream import (
+    ConnectionPool,
+    KVReceiver,
+    ShardResult,
+    send_shard,
+    send_transfer,
+)
+
+Send = Callable[[str, list[int]], list[ShardResult]]  # (name, shard sizes) -> results
 
 
-def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
-             spacing: float = 0.0, pool: ConnectionPool | None = None
+def _compete(send: Send, name: str, sizes: list[int], n: int, spacing: float = 0.0
              ) -> tuple[list[float], list[float], list[dict]]:
     """n transfers, started together or `spacing` seconds apart; each one's start and end
     in seconds from the first start and its shards' TCP stalls summed (segments resent,
@@ -48,7 +61,7 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
         if delay > 0:
             time.sleep(delay)  # the probe's schedule: transfer j starts j spacings in
         starts[j] = time.time() - t0
-        results = send_transfer(host, port, f"{name}-{j}", sizes, congestion=cc, pool=pool)
+        results = send(f"{name}-{j}", sizes)
         ends[j] = max(r.end for r in results) - t0
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
                      for k in ("retrans_segs", "timeouts", "timeout_s")}
@@ -63,42 +76,78 @@ def _compete(host: str, port: int, name: str, sizes: list[int], n: int, cc: str,
 
 
 def _warm(host: str, port: int, shards: int, n: int, cc: str,
-          pool: ConnectionPool | None) -> None:
-    """Open n transfers' worth of kept connections (nothing when not keeping)."""
-    if pool is not None:
+          pool: ConnectionPool | None, engine=None, send: Send | None = None) -> None:
+    """Open n transfers' worth of kept connections (nothing when not keeping); through
+    the engine, n one-byte transfers at once open its lanes to the receiver."""
+    if engine is not None:
+        if pool is not None:
+            _compete(send, "warm", [1] * shards, n)
+    elif pool is not None:
         pool.keep_open(host, port, shards, n, cc)
+
+
+def _receive(argv: list[str], engine_mode: str | None, keep: bool) -> int:
+    """Accept shards until terminated, a JSON line per landed shard after "ready"."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def landed(r: ShardResult) -> None:
+        print(json.dumps({"request": r.request, "bytes": r.bytes}), flush=True)
+
+    if engine_mode is not None:
+        from testbed.workers.mooncake import EngineReceiver, KVEngine
+
+        engine = KVEngine(argv[1], int(argv[2]), keep)
+        receiver = EngineReceiver(engine, landed, lambda _why, _rid: None).start()
+        print("ready", json.dumps(engine.endpoint()), flush=True)
+    else:
+        receiver = KVReceiver(argv[1], int(argv[2]), landed).start()
+        print("ready", flush=True)
+    stop.wait()
+    receiver.close()
+    return 0
+
+
+def _sender(argv: list[str], endpoint: str | None, pool: ConnectionPool | None):
+    """(engine or None, send) for `send`/`compete` HOST PORT SHARDS CC ..."""
+    host, port, cc = argv[1], int(argv[2]), argv[4]
+    if endpoint is None:
+        return None, lambda name, sizes: send_transfer(host, port, name, sizes,
+                                                       congestion=cc, pool=pool)
+    from testbed.workers.mooncake import KVEngine
+
+    engine, where = KVEngine(host, port, pool is not None), json.loads(endpoint)
+    return engine, lambda name, sizes: engine.send_transfer(where, name, sizes)
 
 
 def main(argv: list[str]) -> int:
     pool = ConnectionPool() if argv[:1] == ["--keep"] else None
     argv = argv[1:] if pool is not None else argv
+    engine_mode = None
+    if argv[:1] == ["--engine"] and len(argv) > 1:
+        engine_mode, argv = argv[1], argv[2:]
     if len(argv) == 3 and argv[0] == "recv":
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        receiver = KVReceiver(argv[1], int(argv[2]), lambda r: print(json.dumps(
-            {"request": r.request, "bytes": r.bytes}), flush=True)).start()
-        print("ready", flush=True)
-        stop.wait()
-        receiver.close()
-        return 0
+        return _receive(argv, engine_mode, pool is not None)
     if len(argv) >= 6 and argv[0] == "send":
         host, port, shards, cc = argv[1], int(argv[2]), int(argv[3]), argv[4]
-        _warm(host, port, shards, 1, cc, pool)
+        engine, send = _sender(argv, engine_mode, pool)
+        _warm(host, port, shards, 1, cc, pool, engine, send)
         for k, total in enumerate(int(b) for b in argv[5:]):
             sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
             t0 = time.time()
-            results = send_transfer(host, port, f"probe{k}", sizes, congestion=cc, pool=pool)
+            results = send(f"probe{k}", sizes)
             print(json.dumps({"bytes": total, "seconds": max(r.end for r in results) - t0,
                               "shards": [r.end - t0 for r in results]}), flush=True)
         return 0
     if len(argv) >= 7 and argv[0] == "compete":
         host, port, shards, cc, total = argv[1], int(argv[2]), int(argv[3]), argv[4], int(argv[5])
+        engine, send = _sender(argv, engine_mode, pool)
         sizes = [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
         for k, arg in enumerate(argv[6:]):
             n, _, spacing = arg.partition("@")
-            _warm(host, port, shards, int(n), cc, pool)
-            starts, ends, stalls = _compete(host, port, f"compete{k}", sizes, int(n), cc,
-                                            float(spacing or 0.0), pool)
+            _warm(host, port, shards, int(n), cc, pool, engine, send)
+            starts, ends, stalls = _compete(send, f"compete{k}", sizes, int(n),
+                                            float(spacing or 0.0))
             print(json.dumps({"bytes": total, "competing": int(n), "starts": starts,
                               "seconds": ends, "tcp": stalls}), flush=True)
         return 0

@@ -57,20 +57,25 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
     """One probe sender run src -> dst (`mode` send | compete; testbed.workers.probe) with a
     receiver in dst; its JSON lines."""
     launcher = NamespaceLauncher(network)
+    emu = network.scenario.emulation
     ip = network.fabric.hosts[dst].ip
-    port = network.scenario.emulation.kv_port + PROBE_PORT_OFFSET
-    recv = subprocess.Popen(launcher.command(dst, _probe_cmd("recv", ip, str(port))),
+    keep = ["--keep"] if emu.kv_connections == "persistent" else []
+    # through Mooncake's engine when it moves the run's KV, on the engine's own ports
+    engine = emu.kv_transport == "mooncake"
+    port = emu.kv_port if engine else emu.kv_port + PROBE_PORT_OFFSET
+    listen = [*keep, "--engine", "listen"] if engine else []
+    recv = subprocess.Popen(launcher.command(dst, _probe_cmd(*listen, "recv", ip, str(port))),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=die_with_parent)
     try:
         line = recv.stdout.readline()
-        if line.strip() != "ready":
+        ready, _, endpoint = line.strip().partition(" ")
+        if ready != "ready":
             raise RuntimeError(f"probe receiver in {dst} failed: {line}{recv.stdout.read()}")
-        keep = ["--keep"] if network.scenario.emulation.kv_connections == "persistent" else []
+        target = ["--engine", endpoint, network.fabric.hosts[src].ip] if engine else [ip]
         send = subprocess.run(
-            launcher.command(src, _probe_cmd(*keep, mode, ip, str(port), str(shards),
-                                             network.scenario.emulation.tcp_congestion,
-                                             *args)),
+            launcher.command(src, _probe_cmd(*keep, *target[:-1], mode, target[-1], str(port),
+                                             str(shards), emu.tcp_congestion, *args)),
             capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent)
         if send.returncode != 0:
             raise RuntimeError(f"probe sender in {src} failed: {send.stderr.strip()[-500:]}")
