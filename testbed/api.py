@@ -350,10 +350,14 @@ def validate(scenario: Scenario, out: str | Path = "results", *,
 
 
 def _roce_alone(scenario, packets: str, progress, emulation_budget_s):
-    """(packets, emulation budget): RoCE runs on ns-3 alone, said; refused on the emulation."""
+    """(packets, emulation budget): RoCE runs on ns-3 alone, said; refused on the emulation;
+    and an emulation's KV transport must be installed here."""
     from testbed.ns3sim.check import roce_packets
+    from testbed.workers.mooncake import engine_available
 
     packets, note = roce_packets(scenario, packets)
+    if packets != "ns3":
+        engine_available(scenario)
     if note:
         _progress_note(progress, note)
         return packets, None
