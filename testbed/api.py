@@ -201,7 +201,7 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     from testbed.emulation.net import EmulatedNetwork
     from testbed.emulation.orchestrator import run_emulation
     from testbed.ns3sim.check import roce_packets
-    from testbed.workers.mooncake import engine_available
+    from testbed.workers.transfer_engine import engine_available
 
     check_size(scenario, force)
     preflight(scenario)
@@ -353,7 +353,7 @@ def _roce_alone(scenario, packets: str, progress, emulation_budget_s):
     """(packets, emulation budget): RoCE runs on ns-3 alone, said; refused on the emulation;
     and an emulation's KV transport must be installed here."""
     from testbed.ns3sim.check import roce_packets
-    from testbed.workers.mooncake import engine_available
+    from testbed.workers.transfer_engine import engine_available
 
     packets, note = roce_packets(scenario, packets)
     if packets != "ns3":

@@ -10,6 +10,7 @@ background     best-effort TCP flows at an offered load per tier
 probe          calibration probes: lone KV transfers timed end to end
 push           one request's KV pushed to its decode instance
 kvstream       KV transfers as real TCP byte streams, a connection per TP shard
+transfer_engine  KV through Mooncake's Transfer Engine instead (kv_transport: mooncake)
 levels         priority levels at a sending worker (MFS), per layer chunk
 tcpinfo        why a KV stream was slow: the sender's TCP_INFO
 protocol       framed JSON control messages and the KV stream header

@@ -17,8 +17,8 @@ from testbed.workers.background import BackgroundTraffic
 from testbed.workers.decode_engine import DecodeEngine
 from testbed.workers.kvstream import KVReceiver, send_transfer
 from testbed.workers.levels import SenderLevels
-from testbed.workers.mooncake import EngineReceiver
 from testbed.workers.push import push_kv
+from testbed.workers.transfer_engine import EngineReceiver
 from testbed.workers.worker import Worker
 from testbed.workloads.build import build_workload, prewarm_placement
 from testbed.workloads.requests import Request

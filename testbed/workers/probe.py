@@ -21,7 +21,7 @@ shard (as many at once as the next set needs) before the timed ones, as a run's 
 opens them.
 `--engine listen` before `recv` (`recv IP KV_PORT`), `--engine ENDPOINT` before `send` or
 `compete` (HOST and PORT then the sender's own address and KV_PORT): the KV moves through
-Mooncake's Transfer Engine (emulation.kv_transport: mooncake, workers/mooncake.py); the
+Mooncake's Transfer Engine (emulation.kv_transport: mooncake, workers/transfer_engine.py); the
 receiver's "ready" line then carries its ENDPOINT (JSON), and a transfer ends when the
 engine's last write is acknowledged, as a run's do.
 """
@@ -95,7 +95,7 @@ def _receive(argv: list[str], engine_mode: str | None, keep: bool) -> int:
         print(json.dumps({"request": r.request, "bytes": r.bytes}), flush=True)
 
     if engine_mode is not None:
-        from testbed.workers.mooncake import EngineReceiver, KVEngine
+        from testbed.workers.transfer_engine import EngineReceiver, KVEngine
 
         engine = KVEngine(argv[1], int(argv[2]), keep)
         receiver = EngineReceiver(engine, landed, lambda _why, _rid: None).start()
@@ -114,7 +114,7 @@ def _sender(argv: list[str], endpoint: str | None, pool: ConnectionPool | None):
     if endpoint is None:
         return None, lambda name, sizes: send_transfer(host, port, name, sizes,
                                                        congestion=cc, pool=pool)
-    from testbed.workers.mooncake import KVEngine
+    from testbed.workers.transfer_engine import KVEngine
 
     engine, where = KVEngine(host, port, pool is not None), json.loads(endpoint)
     return engine, lambda name, sizes: engine.send_transfer(where, name, sizes)

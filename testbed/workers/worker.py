@@ -33,7 +33,7 @@ class Worker:
         self.kv_engine = None
         if self.scenario.emulation.kv_transport == "mooncake" and \
                 self.role in ("prefill", "decode"):
-            from testbed.workers.mooncake import KVEngine
+            from testbed.workers.transfer_engine import KVEngine
 
             self.kv_engine = KVEngine(cfg.hosts[instance], cfg.kv_port, persistent)
 

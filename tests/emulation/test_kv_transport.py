@@ -9,7 +9,7 @@ import pytest
 
 from testbed.scenario import load_scenario
 from testbed.topologies.traffic_classes import KV, engine_ports
-from testbed.workers.mooncake import installed
+from testbed.workers.transfer_engine import installed
 from testbed.workloads.build import build_workload
 from tests.conftest import TRACE
 from tests.emulation.conftest import write_small

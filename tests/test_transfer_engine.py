@@ -15,7 +15,7 @@ from testbed.cli import main
 from testbed.datapath import tc
 from testbed.scenario import ScenarioError, load_scenario
 from testbed.topologies.traffic_classes import engine_ports, kv_ports
-from testbed.workers import mooncake
+from testbed.workers import transfer_engine
 from testbed.workers.protocol import validate
 from tests.conftest import ROOT
 
@@ -25,8 +25,8 @@ MOONCAKE = {"emulation.kv_transport": "mooncake"}
 
 def need_engine() -> None:
     """Skipped with the reason where the wheel is missing; under CI, failed."""
-    if not mooncake.installed():
-        why = f"Mooncake's Transfer Engine ({mooncake.WHEEL}) is not installed"
+    if not transfer_engine.installed():
+        why = f"Mooncake's Transfer Engine ({transfer_engine.WHEEL}) is not installed"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run this test but {why}", pytrace=False)
         pytest.skip(why)
@@ -49,11 +49,11 @@ def test_what_the_engine_cannot_carry_is_refused_naming_the_field(over, field):
 def test_a_mooncake_emulation_is_refused_on_a_cluster_or_without_the_wheel(monkeypatch):
     sc = load_scenario(VALIDATE, MOONCAKE)
     with pytest.raises(ScenarioError, match="--cluster"):
-        mooncake.engine_available(sc, "inventory.yml")
-    monkeypatch.setattr(mooncake, "installed", lambda: False)
-    with pytest.raises(ScenarioError, match=mooncake.WHEEL):
-        mooncake.engine_available(sc)
-    mooncake.engine_available(load_scenario(VALIDATE))  # the pusher needs neither
+        transfer_engine.engine_available(sc, "inventory.yml")
+    monkeypatch.setattr(transfer_engine, "installed", lambda: False)
+    with pytest.raises(ScenarioError, match=transfer_engine.WHEEL):
+        transfer_engine.engine_available(sc)
+    transfer_engine.engine_available(load_scenario(VALIDATE))  # the pusher needs neither
 
 
 def test_the_cli_refuses_before_anything_starts_with_exit_2(tmp_path):
@@ -71,7 +71,7 @@ def test_the_engine_ports_are_kv_on_host_nics_in_either_direction():
     assert set(ports) < set(kv_ports(7000, "mooncake")) and kv_ports(7000, "pusher") == (7000,)
     sport, dport = tc._port_keys(7017)  # u32 keys: source port high half, destination low
     assert sport == "0x1b690000/0xffff0000+20" and dport == "0x00001b69/0x0000ffff+20"
-    env = mooncake.engine_env(7000, persistent=False)
+    env = transfer_engine.engine_env(7000, persistent=False)
     assert (int(env["MC_MIN_RPC_PORT"]), int(env["MC_MAX_RPC_PORT"])) == (ports[0], ports[-1])
     assert env["MC_TCP_ENABLE_CONNECTION_POOL"] == "0" and env["MC_FORCE_TCP"] == "1"
     validate({"type": "kv_endpoint", "instance": "i4", "session": "10.0.0.5:7017",
@@ -80,7 +80,7 @@ def test_the_engine_ports_are_kv_on_host_nics_in_either_direction():
 
 RECEIVER = """
 import json, sys, time
-from testbed.workers.mooncake import KVEngine, EngineReceiver
+from testbed.workers.transfer_engine import KVEngine, EngineReceiver
 engine = KVEngine("127.0.0.1", int(sys.argv[1]), True, capacity=1 << 20)
 got = []
 EngineReceiver(engine, got.append, lambda why, rid: None).start()
@@ -102,7 +102,7 @@ def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_eac
     try:
         endpoint = json.loads(receiver.stdout.readline())
         assert int(endpoint["session"].split(":")[1]) in engine_ports(base + 100)
-        sender = mooncake.KVEngine("127.0.0.1", base, True, capacity=1 << 20)
+        sender = transfer_engine.KVEngine("127.0.0.1", base, True, capacity=1 << 20)
         sizes = [3 * (1 << 20) + 5, 1000]  # the first larger than either buffer: in pieces
         results = sender.send_transfer(endpoint, "r1", sizes)
         assert [(r.shard, r.bytes, r.shards) for r in results] == [(0, sizes[0], 2),
@@ -111,9 +111,9 @@ def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_eac
         heard = json.loads(receiver.stdout.readline())
         assert heard == [["r1", 0, 2, sizes[0], "p2d", True], ["r1", 1, 2, 1000, "p2d", True]]
         # a write outside the registered buffer, and an engine nobody runs: named errors
-        with pytest.raises(mooncake.EngineError, match=r"r2/0: .*" + endpoint["session"]):
+        with pytest.raises(transfer_engine.EngineError, match=r"r2/0: .*" + endpoint["session"]):
             sender.send_transfer({**endpoint, "addr": 12345}, "r2", [10])
-        with pytest.raises(mooncake.EngineError, match="127.0.0.1:1 failed"):
+        with pytest.raises(transfer_engine.EngineError, match="127.0.0.1:1 failed"):
             sender.send_transfer({**endpoint, "session": "127.0.0.1:1"}, "r3", [10])
     finally:
         receiver.kill()
