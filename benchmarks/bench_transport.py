@@ -184,7 +184,7 @@ def main() -> None:
                 result = emulate(sc, Path(args.out) / name / transport)
                 wall = time.perf_counter() - t0
                 s = summarise(Path(result.folder), sc)
-                print(line(name, transport, sc.emulation.time_dilation, s, pusher)[:-1]
+                print(line(name, transport, sc.emulation.time_dilation, s, pusher)
                       + f" {wall:.0f} s |", flush=True)
                 if s["reasons"]:
                     print(f"  unfaithful: {sorted(set(s['reasons']))[:3]}", flush=True)

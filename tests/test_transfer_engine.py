@@ -145,3 +145,33 @@ def test_the_calibration_probes_time_transfers_through_the_engine():
     landed = [json.loads(x) for x in receiver.stdout.read().splitlines()]
     assert sorted(d["bytes"] for d in landed if d["request"].startswith("probe")) == sorted(
         [25000] * 4 + [75001] + [75000] * 3)
+
+
+def test_the_receiver_polls_often_only_while_it_expects_shards():
+    import threading
+    from types import SimpleNamespace
+
+    notes: list = []
+    engine = SimpleNamespace(te=SimpleNamespace(get_notifies=lambda: [notes.pop()] if notes
+                                                else []))
+    heard = threading.Semaphore(0)
+    got = []
+    receiver = transfer_engine.EngineReceiver(
+        engine, lambda r: (got.append(r), heard.release()), lambda why, rid: None)
+    receiver.expect("r1", 2)
+    receiver.expect("r0", 0)  # nothing to move: nothing expected
+    assert receiver._expected == {"r1": 2}
+    receiver.start()
+    try:
+        for k in range(2):
+            notes.append(SimpleNamespace(name="p", msg=json.dumps(
+                {"request": "r1", "shard": k, "shards": 2, "bytes": 10, "stage": "p2d",
+                 "start": 0.0})))
+            assert heard.acquire(timeout=5)
+        assert [(r.request, r.shard) for r in got] == [("r1", 0), ("r1", 1)]
+        assert receiver._expected == {}  # back to the idle rate
+        receiver.expect("r2", 4)
+        receiver.forget("r2")
+        assert receiver._expected == {}
+    finally:
+        receiver.close()

@@ -31,7 +31,9 @@ from testbed.workers.kvstream import ShardResult
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 BUFFER_BYTES = 64 << 20  # each engine's registered buffer; a larger shard goes in pieces
-POLL_S = 0.0005  # wall seconds between a decode worker's looks for landed shards
+POLL_S = 0.0005  # wall seconds between a decode worker's looks while it expects shards
+IDLE_POLL_S = 0.02  # and while it expects none (a dozen decode workers polling at POLL_S
+# were a third of a core of wake-ups on 2 cores)
 
 
 class EngineError(OSError):
@@ -145,12 +147,16 @@ class KVEngine:
 
 
 class EngineReceiver:
-    """Calls on_shard(ShardResult) when a shard's write has landed: the sender's notify."""
+    """Calls on_shard(ShardResult) when a shard's write has landed: the sender's notify.
+    The engine offers no blocking wait for notifies, so it polls: often while shards it
+    was told to expect (expect()) are outstanding, seldom otherwise."""
 
     def __init__(self, engine: KVEngine, on_shard: Callable[[ShardResult], None],
                  on_error: Callable[[str, str | None], None]):
         self.engine, self.on_shard, self.on_error = engine, on_shard, on_error
         self._closed = threading.Event()
+        self._wake = threading.Event()
+        self._expected: dict[str, int] = {}  # request -> shards not yet heard of
         self._thread = threading.Thread(target=self._poll, name="kv-notify", daemon=True)
 
     def start(self) -> EngineReceiver:
@@ -159,9 +165,29 @@ class EngineReceiver:
 
     def close(self) -> None:
         self._closed.set()
+        self._wake.set()
+
+    def expect(self, request: str, shards: int) -> None:
+        """A transfer of `shards` shards is on its way (the router's assign)."""
+        if shards > 0:
+            self._expected[request] = shards
+            self._wake.set()
+
+    def forget(self, request: str) -> None:
+        self._expected.pop(request, None)
+
+    def _heard(self, request: str) -> None:
+        left = self._expected.get(request)
+        if left is not None:
+            if left <= 1:
+                self._expected.pop(request, None)
+            else:
+                self._expected[request] = left - 1
 
     def _poll(self) -> None:
-        while not self._closed.wait(POLL_S):
+        while not self._closed.is_set():
+            self._wake.wait(POLL_S if self._expected else IDLE_POLL_S)
+            self._wake.clear()
             for note in self.engine.te.get_notifies():
                 now = time.time()
                 try:
@@ -172,4 +198,5 @@ class EngineReceiver:
                 except (ValueError, KeyError, TypeError) as exc:
                     self.on_error(f"unreadable notify from {note.name}: {exc}", None)
                     continue
+                self._heard(result.request)
                 self.on_shard(result)
