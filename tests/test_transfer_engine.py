@@ -163,12 +163,12 @@ def test_the_receiver_polls_often_only_while_it_expects_shards():
     assert receiver._expected == {"r1": 2}
     receiver.start()
     try:
-        for k in range(2):
-            notes.append(SimpleNamespace(name="p", msg=json.dumps(
-                {"request": "r1", "shard": k, "shards": 2, "bytes": 10, "stage": "p2d",
-                 "start": 0.0})))
-            assert heard.acquire(timeout=5)
-        assert [(r.request, r.shard) for r in got] == [("r1", 0), ("r1", 1)]
+        notes.append(SimpleNamespace(name="p", msg="not json"))  # said, and skipped
+        notes.append(SimpleNamespace(name="p", msg=json.dumps(  # one notify a transfer
+            {"request": "r1", "stage": "p2d", "start": 0.0, "shards": [[0, 10], [1, 12]]})))
+        assert heard.acquire(timeout=5) and heard.acquire(timeout=5)
+        assert [(r.request, r.shard, r.shards, r.bytes) for r in got] == [
+            ("r1", 0, 2, 10), ("r1", 1, 2, 12)]
         assert receiver._expected == {}  # back to the idle rate
         receiver.expect("r2", 4)
         receiver.forget("r2")

@@ -3,13 +3,14 @@ and vLLM's Mooncake connectors move it: an engine per worker in its host's names
 TCP transport, P2P handshake (no metadata server); decode workers register a KV buffer
 and prefill workers write each TP shard into it.
 
-When a shard has landed: the engine's TCP protocol (v2) completes a write only once the
-target has applied its last byte and acknowledged it; the sender then sends the write's
-notify message to the target's handshake port, and the decode worker, polling
-get_notifies(), learns the shard landed there: the pusher's receiver learns it at its
-last byte. So the decode instance hears of an engine's shard about 1.5 round trips later
-than of a pusher's (one of them on a new connection), and the sender's record ends at
-the acknowledgement, as the pusher's does.
+When a transfer has landed: the engine's TCP protocol (v2) completes a write only once
+the target has applied its last byte and acknowledged it. The sender submits every
+shard's write at once and awaits each without spinning (Completions); the shard's record
+ends there, at the acknowledgement, as the pusher's does. Then a one-byte write carries
+the engine's notify naming the transfer's shards to the target's handshake port, and the
+decode worker, polling get_notifies(), lands them: the pusher's receiver lands a shard at
+its last byte, so the decode instance hears of an engine's transfer about two round
+trips later (the acknowledgement, the one-byte write, the notify on a new connection).
 
 The engine's sockets carry no DSCP and pick their ports at random in
 MC_MIN_RPC_PORT..MC_MAX_RPC_PORT: the range is a fixed block (traffic_classes.engine_ports),
@@ -31,9 +32,11 @@ from testbed.workers.kvstream import ShardResult
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 BUFFER_BYTES = 64 << 20  # each engine's registered buffer; a larger shard goes in pieces
-POLL_S = 0.0005  # wall seconds between a decode worker's looks while it expects shards
-IDLE_POLL_S = 0.02  # and while it expects none (a dozen decode workers polling at POLL_S
-# were a third of a core of wake-ups on 2 cores)
+POLL_S = 0.0005  # wall seconds between looks at writes' statuses, and a decode worker's
+# at its notifies while it expects shards
+WRITE_TIMEOUT_S = 600.0  # wall seconds a write may take before the transfer fails
+IDLE_POLL_S = 0.02  # a decode worker's looks while it expects none (a dozen decode
+# workers polling at POLL_S were a third of a core of wake-ups on 2 cores)
 
 
 class EngineError(OSError):
@@ -96,6 +99,7 @@ class KVEngine:
         if not self.buffer:
             raise EngineError(f"{self.session}: registering a {capacity}-byte KV buffer "
                               "was refused")
+        self.completions = Completions(self.te)
 
     def endpoint(self) -> dict:
         """What a sender needs to write here: the session and the registered buffer."""
@@ -104,7 +108,8 @@ class KVEngine:
     def send_transfer(self, endpoint: dict, request: str, shard_sizes: list[int],
                       stage: str = "p2d") -> list[ShardResult]:
         """Every shard one write (a larger one in pieces, each landed before the next),
-        in parallel, as the pusher sends its shards; results in shard order."""
+        all in parallel as the pusher sends its shards, then one notify to the target
+        naming them; results in shard order."""
         results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
 
         def one(k: int) -> None:
@@ -121,29 +126,86 @@ class KVEngine:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+        self._tell(endpoint, request, results, stage)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
     def _shard(self, endpoint: dict, request: str, k: int, sizes: list[int], stage: str
                ) -> ShardResult:
-        # the engine's synchronous write spins its caller on the transfer's status: at
-        # the idle policy that spin takes only a core nothing else wants (a waking fabric
-        # thread preempts it at once)
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
         size, piece = sizes[k], min(self.capacity, int(endpoint["capacity"]))
         start = time.time()
-        pieces = [min(piece, size - at) for at in range(0, size, piece)] or [0]
-        for n, length in enumerate(pieces):
-            last = n == len(pieces) - 1
-            note = json.dumps({"request": request, "shard": k, "shards": len(sizes),
-                               "bytes": size, "stage": stage, "start": start})
-            rc = self.te.transfer_sync(endpoint["session"], self.buffer, int(endpoint["addr"]),
-                                       max(length, 1), self._write,
-                                       self._notify("kv", note) if last else None)
-            if rc != 0:
+        for at in range(0, max(size, 1), piece):
+            batch = self.te.transfer_submit_write(endpoint["session"], self.buffer,
+                                                  int(endpoint["addr"]),
+                                                  max(1, min(piece, size - at)))
+            status = self.completions.wait(batch) if batch else -1
+            if status != 1:
                 raise EngineError(f"{request}/{k}: the engine's write to "
-                                  f"{endpoint['session']} failed (rc {rc}; the worker's log "
-                                  "has the engine's reason)")
+                                  f"{endpoint['session']} failed (status {status}; the "
+                                  "worker's log has the engine's reason)")
         return ShardResult(request, k, len(sizes), size, start, time.time(), stage=stage)
+
+    def _tell(self, endpoint: dict, request: str, results: list[ShardResult],
+              stage: str) -> None:
+        """The notify that lands the transfer at its target: a one-byte write carrying it
+        (only the engine's synchronous write sends one; its spin lasts that write's round
+        trip, at the idle policy)."""
+        note = json.dumps({"request": request, "stage": stage,
+                           "start": min(r.start for r in results),
+                           "shards": [[r.shard, r.bytes] for r in results]})
+        me = threading.get_native_id()
+        os.sched_setscheduler(me, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            rc = self.te.transfer_sync(endpoint["session"], self.buffer, int(endpoint["addr"]),
+                                       1, self._write, self._notify("kv", note))
+        finally:
+            os.sched_setscheduler(me, os.SCHED_OTHER, os.sched_param(0))
+        if rc != 0:
+            raise EngineError(f"{request}: the notify to {endpoint['session']} failed "
+                              f"(rc {rc}; the worker's log has the engine's reason)")
+
+
+class Completions:
+    """Awaits the engine's asynchronous writes without spinning: its synchronous write
+    spins the caller on the status (measured: a core per writer, which starved the
+    datapath at any dilation), so one thread polls every outstanding write's status each
+    POLL_S and wakes its waiter. A status read once complete is consumed, so only this
+    thread reads them."""
+
+    def __init__(self, te, timeout_s: float = WRITE_TIMEOUT_S):
+        self.te, self.timeout_s = te, timeout_s
+        self._waiting: dict[int, list] = {}  # batch -> [Event, status]
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        threading.Thread(target=self._poll, name="kv-status", daemon=True).start()
+
+    def wait(self, batch: int) -> int:
+        """The write's status: 1 done, -1 failed, -2 timed out."""
+        box = [threading.Event(), 0]
+        with self._lock:
+            self._waiting[batch] = box
+        self._wake.set()
+        if not box[0].wait(self.timeout_s):
+            with self._lock:
+                self._waiting.pop(batch, None)
+            return -2
+        return box[1]
+
+    def _poll(self) -> None:
+        while True:
+            with self._lock:
+                waiting = list(self._waiting.items())
+            if not waiting:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            time.sleep(POLL_S)
+            for batch, box in waiting:
+                status = self.te.transfer_check_status(batch)
+                if status != 0:
+                    with self._lock:
+                        self._waiting.pop(batch, None)
+                    box[1] = status
+                    box[0].set()
 
 
 class EngineReceiver:
@@ -192,11 +254,13 @@ class EngineReceiver:
                 now = time.time()
                 try:
                     head = json.loads(note.msg)
-                    result = ShardResult(str(head["request"]), int(head["shard"]),
-                                         int(head["shards"]), int(head["bytes"]),
-                                         float(head["start"]), now, stage=str(head["stage"]))
+                    shards = [(int(k), int(n)) for k, n in head["shards"]]
+                    results = [ShardResult(str(head["request"]), k, len(shards), n,
+                                           float(head["start"]), now,
+                                           stage=str(head["stage"])) for k, n in shards]
                 except (ValueError, KeyError, TypeError) as exc:
                     self.on_error(f"unreadable notify from {note.name}: {exc}", None)
                     continue
-                self._heard(result.request)
-                self.on_shard(result)
+                for result in results:
+                    self._heard(result.request)
+                    self.on_shard(result)
