@@ -9,8 +9,7 @@ on this machine. Printed per row and transport:
   s): median and p90, and under RR, whose decisions do not depend on the transfers, the
   median ratio mooncake / pusher over the same requests;
 - mean TTFT per scheduler and NetKV-Full's and CLA*'s gains over RR (and Full over CLA*);
-- faithful runs, and the CPU: the workers' busiest thread (median share of a core: the
-  engine's sender threads spin on a write's status, at the idle policy), and
+- faithful runs, and the CPU: the workers' busiest thread (median share of a core) and
   Open vSwitch's wait for a core (docs/fabric.md's faithfulness test);
 - on the wire (one captured ToR uplink): TCP connections per transfer, packets per
   connection, data bytes per packet and retransmitted segments.
