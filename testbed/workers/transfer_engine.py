@@ -44,7 +44,7 @@ class EngineError(OSError):
 
 
 def engine_env(kv_port: int, persistent: bool) -> dict[str, str]:
-    """The engine's settings: TCP even where RDMA devices exist, the fixed port pair, a
+    """The engine's settings: TCP even where RDMA devices exist, its block of ports, a
     connection pool per peer when the scenario keeps its KV connections (else a
     connection per write, as the engine does by default), errors only in the logs."""
     ports = engine_ports(kv_port)
@@ -71,8 +71,8 @@ def engine_available(scenario, cluster=None) -> None:
     if not installed():
         raise ScenarioError(
             f"emulation.kv_transport mooncake: Mooncake's Transfer Engine ({WHEEL}) is not "
-            "installed in this environment (./run.sh setup installs it; x86-64 and "
-            "Python 3.11 only)")
+            "installed in this environment (./run.sh setup installs it; its wheels are "
+            "x86-64 only)")
 
 
 class KVEngine:
