@@ -305,18 +305,23 @@ def send_transfer(host: str, port: int, request: str, shard_sizes: list[int],
                   pool: ConnectionPool | None = None) -> list[ShardResult]:
     """Send every shard on its own connection (one of `pool`'s if given), in parallel;
     results in shard order."""
-    results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
+    return per_shard(len(shard_sizes), lambda k: send_shard(
+        host, port, request, k, len(shard_sizes), shard_sizes[k], tos, congestion=congestion,
+        marking=marking(k) if marking else None, calls=calls, stage=stage, pool=pool))
+
+
+def per_shard(n: int, send: Callable[[int], ShardResult]) -> list[ShardResult]:
+    """send(k) for every shard k on a thread of its own, all at once, as a transfer's TP
+    shards go; results in shard order, the first error raised here."""
+    results: list[ShardResult | BaseException | None] = [None] * n
 
     def one(k: int) -> None:
         try:
-            results[k] = send_shard(host, port, request, k, len(shard_sizes), shard_sizes[k],
-                                    tos, congestion=congestion,
-                                    marking=marking(k) if marking else None, calls=calls,
-                                    stage=stage, pool=pool)
+            results[k] = send(k)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
             results[k] = exc
 
-    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(shard_sizes))]
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
     for t in threads:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from testbed.scenario.base import ScenarioError
 from testbed.topologies.traffic_classes import engine_ports
-from testbed.workers.kvstream import ShardResult
+from testbed.workers.kvstream import ShardResult, per_shard
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 BUFFER_BYTES = 64 << 20  # each engine's registered buffer; a larger shard goes in pieces
@@ -110,24 +110,10 @@ class KVEngine:
         """Every shard one write (a larger one in pieces, each landed before the next),
         all in parallel as the pusher sends its shards, then one notify to the target
         naming them; results in shard order."""
-        results: list[ShardResult | BaseException | None] = [None] * len(shard_sizes)
-
-        def one(k: int) -> None:
-            try:
-                results[k] = self._shard(endpoint, request, k, shard_sizes, stage)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller
-                results[k] = exc
-
-        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(shard_sizes))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        self._tell(endpoint, request, results, stage)  # type: ignore[arg-type]
-        return results  # type: ignore[return-value]
+        results = per_shard(len(shard_sizes),
+                            lambda k: self._shard(endpoint, request, k, shard_sizes, stage))
+        self._tell(endpoint, request, results, stage)
+        return results
 
     def _shard(self, endpoint: dict, request: str, k: int, sizes: list[int], stage: str
                ) -> ShardResult:
