@@ -97,7 +97,7 @@ class EmulationCfg(_Strict):
         "streams (a connection per TP shard, AF41-marked by the sender); mooncake, "
         "Mooncake's Transfer Engine over TCP as SGLang's and vLLM's connectors use it (an "
         "engine per worker, P2P handshake, its sockets classified by port: kv_port + 16 to "
-        "+ 31; docs/fabric.md)")
+        "+ 31; docs/kv-transport.md)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
         "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
