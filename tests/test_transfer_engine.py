@@ -78,6 +78,16 @@ def test_the_engine_ports_are_kv_on_host_nics_in_either_direction():
               "addr": 1, "capacity": 2})
 
 
+def test_the_engine_s_deadlines_are_its_defaults_in_modelled_time():
+    """At dilation 2 a deployment's 30 s without progress are 60 wall seconds; a
+    fractional stretch rounds up (a deadline is never shortened)."""
+    deadlines = ("MC_TCP_PROGRESS_TIMEOUT_SEC", "MC_TCP_STATUS_TIMEOUT_SEC",
+                 "MC_TRANSFER_TIMEOUT")
+    assert [transfer_engine.engine_env(7000, True)[k] for k in deadlines] == ["30"] * 3
+    assert [transfer_engine.engine_env(7000, True, 2)[k] for k in deadlines] == ["60"] * 3
+    assert transfer_engine.engine_env(7000, True, 1.01)["MC_TCP_PROGRESS_TIMEOUT_SEC"] == "31"
+
+
 RECEIVER = """
 import json, sys, time
 from testbed.workers.transfer_engine import KVEngine, EngineReceiver

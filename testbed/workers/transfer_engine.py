@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
 
+from testbed.clock import Dilation
 from testbed.scenario.base import ScenarioError
 from testbed.topologies.traffic_classes import engine_ports
 from testbed.workers.kvstream import ShardResult, per_shard
@@ -43,15 +45,26 @@ class EngineError(OSError):
     """The engine would not start, register, or move a shard: names what and where."""
 
 
-def engine_env(kv_port: int, persistent: bool) -> dict[str, str]:
+# the engine's own deadlines (Mooncake's defaults, seconds): a connection without payload
+# progress, a write's acknowledgement after its last byte, a whole transfer
+ENGINE_TIMEOUTS_S = {"MC_TCP_PROGRESS_TIMEOUT_SEC": 30, "MC_TCP_STATUS_TIMEOUT_SEC": 30,
+                     "MC_TRANSFER_TIMEOUT": 30}
+
+
+def engine_env(kv_port: int, persistent: bool, dilation: float = 1.0) -> dict[str, str]:
     """The engine's settings: TCP even where RDMA devices exist, its block of ports, a
     connection pool per peer when the scenario keeps its KV connections (else a
-    connection per write, as the engine does by default), errors only in the logs."""
+    connection per write, as the engine does by default), errors only in the logs, and
+    its deadlines in modelled time: at dilation d a deployment's 30 s are 30*d wall
+    seconds (unstretched, a stall of 15 modelled seconds at d=2 dropped connections a
+    deployment would keep)."""
     ports = engine_ports(kv_port)
     low, high = ports[0], ports[-1]
+    wall = Dilation(dilation).wall
     return {"MC_FORCE_TCP": "1", "MC_MIN_RPC_PORT": str(low), "MC_MAX_RPC_PORT": str(high),
             "MC_TCP_ENABLE_CONNECTION_POOL": "1" if persistent else "0",
-            "MC_LOG_LEVEL": "ERROR"}
+            "MC_LOG_LEVEL": "ERROR",
+            **{k: str(math.ceil(wall(v))) for k, v in ENGINE_TIMEOUTS_S.items()}}
 
 
 def installed() -> bool:
@@ -79,8 +92,9 @@ class KVEngine:
     """One worker's Transfer Engine and its registered buffer."""
 
     def __init__(self, host: str, kv_port: int, persistent: bool,
-                 capacity: int = BUFFER_BYTES):
-        os.environ.update(engine_env(kv_port, persistent))  # read when the engine starts
+                 capacity: int = BUFFER_BYTES, dilation: float = 1.0):
+        # read when the engine starts
+        os.environ.update(engine_env(kv_port, persistent, dilation))
         try:
             from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
         except ImportError as exc:

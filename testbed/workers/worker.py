@@ -35,7 +35,8 @@ class Worker:
                 self.role in ("prefill", "decode"):
             from testbed.workers.transfer_engine import KVEngine
 
-            self.kv_engine = KVEngine(cfg.hosts[instance], cfg.kv_port, persistent)
+            self.kv_engine = KVEngine(cfg.hosts[instance], cfg.kv_port, persistent,
+                                      dilation=cfg.dilation)
 
     # -- hooks -------------------------------------------------------------------------
     def handle(self, msg: dict) -> None:
