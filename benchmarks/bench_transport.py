@@ -101,7 +101,7 @@ def cpu(fid: dict) -> tuple[float | None, float | None]:
 def summarise(folder: Path, scenario) -> dict:
     base = folder / "cells" / "000-base"
     out: dict = {"ttft": {}, "faithful": 0, "runs": 0, "reasons": [], "busy": [], "wait": [],
-                 "times": {}, "wire": []}
+                 "times": {}, "wire": [], "failed": 0, "requests": 0}
     ports = kv_ports(scenario.emulation.kv_port, scenario.emulation.kv_transport)
     for sched in scenario.schedulers:
         seeds = sorted((base / sched).glob("seed*"))
@@ -115,6 +115,9 @@ def summarise(folder: Path, scenario) -> dict:
             out["busy"] += [busy] if busy is not None else []
             out["wait"] += [wait] if wait is not None else []
             out["times"].update({(sched, d.name, k): v for k, v in transfer_times(d).items()})
+            states = [r["state"] for r in rows_of(d / "requests.csv")]
+            out["requests"] += len(states)
+            out["failed"] += states.count("failed")
             if (w := wire(d, ports)) is not None:
                 out["wire"].append(w)
     return out
@@ -144,7 +147,8 @@ def line(row: str, transport: str, dilation: float, s: dict, pusher: dict | None
             f"{q[-1] if q else float('nan'):.3f} | {ratio} | "
             + " / ".join(f"{k} {v * 1e3:.0f}" if v else f"{k} -" for k, v in t.items())
             + f" | {gain(t.get('rr'), t.get('netkv-full'))} / {gain(t.get('rr'), t.get('cla'))}"
-            f" / {gain(t.get('cla'), t.get('netkv-full'))} | {s['faithful']}/{s['runs']} | "
+            f" / {gain(t.get('cla'), t.get('netkv-full'))} | {s['faithful']}/{s['runs']} "
+            f"({s['failed']}/{s['requests']}) | "
             f"{max(s['busy']) if s['busy'] else float('nan'):.2f} / "
             f"{statistics.median(s['wait']) if s['wait'] else float('nan'):.2f} | "
             f"{wire_text} |")
@@ -163,7 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     print("| row | transport | dilation | whole transfer median / p90 (s) | mooncake / pusher, "
           "same RR transfer (median) | mean TTFT per scheduler (ms) | gains Full/RR, CLA*/RR, "
-          "Full/CLA* | faithful | workers' busiest thread / OVS wait | on the wire "
+          "Full/CLA* | faithful (failed requests) | workers' busiest thread / OVS wait | on the wire "
           f"({CAPTURED}) | wall |")
     print("|---" * 11 + "|")
     for name in args.rows.split(","):

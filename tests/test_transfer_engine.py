@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -75,7 +76,7 @@ def test_the_engine_ports_are_kv_on_host_nics_in_either_direction():
     assert (int(env["MC_MIN_RPC_PORT"]), int(env["MC_MAX_RPC_PORT"])) == (ports[0], ports[-1])
     assert env["MC_TCP_ENABLE_CONNECTION_POOL"] == "0" and env["MC_FORCE_TCP"] == "1"
     validate({"type": "kv_endpoint", "instance": "i4", "session": "10.0.0.5:7017",
-              "addr": 1, "capacity": 2})
+              "addr": 1, "capacity": 2, "notice": 7000})
 
 
 def test_the_engine_s_deadlines_are_its_defaults_in_modelled_time():
@@ -157,31 +158,47 @@ def test_the_calibration_probes_time_transfers_through_the_engine():
         [25000] * 4 + [75001] + [75000] * 3)
 
 
-def test_the_receiver_polls_often_only_while_it_expects_shards():
+def test_a_notice_lands_its_shards_on_a_kept_connection_and_a_lost_one_is_named():
+    """The side channel alone, on loopback (no engine): one connection per target kept
+    across notices and opened again once when the target closed it; a line that is not
+    a notice is said and skipped; a target nobody listens on fails the transfer by name."""
     import threading
     from types import SimpleNamespace
 
-    notes: list = []
-    engine = SimpleNamespace(te=SimpleNamespace(get_notifies=lambda: [notes.pop()] if notes
-                                                else []))
-    heard = threading.Semaphore(0)
-    got = []
-    receiver = transfer_engine.EngineReceiver(
-        engine, lambda r: (got.append(r), heard.release()), lambda why, rid: None)
-    receiver.expect("r1", 2)
-    receiver.expect("r0", 0)  # nothing to move: nothing expected
-    assert receiver._expected == {"r1": 2}
-    receiver.start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    heard, got, errors = threading.Semaphore(0), [], []
+
+    def listen():
+        return transfer_engine.EngineReceiver(
+            SimpleNamespace(host="127.0.0.1", kv_port=port),
+            lambda r: (got.append(r), heard.release()),
+            lambda why, rid: errors.append(why)).start()
+
+    receiver, sender = listen(), transfer_engine.NoticeSender()
     try:
-        notes.append(SimpleNamespace(name="p", msg="not json"))  # said, and skipped
-        notes.append(SimpleNamespace(name="p", msg=json.dumps(  # one notify a transfer
-            {"request": "r1", "stage": "p2d", "start": 0.0, "shards": [[0, 10], [1, 12]]})))
+        note = {"request": "r1", "stage": "p2d", "start": 1.0, "shards": [[0, 10], [1, 12]]}
+        sender.send("127.0.0.1", port, note)
         assert heard.acquire(timeout=5) and heard.acquire(timeout=5)
-        assert [(r.request, r.shard, r.shards, r.bytes) for r in got] == [
-            ("r1", 0, 2, 10), ("r1", 1, 2, 12)]
-        assert receiver._expected == {}  # back to the idle rate
-        receiver.expect("r2", 4)
-        receiver.forget("r2")
-        assert receiver._expected == {}
+        assert [(r.request, r.shard, r.shards, r.bytes, r.start) for r in got] == [
+            ("r1", 0, 2, 10, 1.0), ("r1", 1, 2, 12, 1.0)]
+        kept = sender._socks[("127.0.0.1", port)]
+        kept.sendall(b"not json\n")
+        sender.send("127.0.0.1", port, {**note, "request": "r2", "shards": [[0, 5]]})
+        assert heard.acquire(timeout=5) and got[-1].request == "r2"
+        assert sender._socks[("127.0.0.1", port)] is kept  # one connection, kept
+        assert len(errors) == 1 and "unreadable notice from 127.0.0.1" in errors[0]
+        receiver.close()
+        kept.close()  # as a target that restarted would leave it
+        receiver = listen()
+        sender.send("127.0.0.1", port, {**note, "request": "r3", "shards": [[0, 7]]})
+        assert heard.acquire(timeout=5) and got[-1].request == "r3"
+        receiver.close()
+        sender.close()
+        with pytest.raises(transfer_engine.EngineError,
+                           match=f"r4: the notice to 127.0.0.1:{port} failed"):
+            sender.send("127.0.0.1", port, {**note, "request": "r4"})
     finally:
         receiver.close()
+        sender.close()

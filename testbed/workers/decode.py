@@ -70,8 +70,6 @@ class DecodeWorker(Worker):
     def handle(self, msg: dict) -> None:
         kind = msg["type"]
         if kind == "assign":
-            if self.kv_engine is not None:  # its receiver looks for it often from now on
-                self.receiver.expect(msg["request"], int(msg["shards"]))
             self.engine.assign(msg)
         elif kind == "surge":
             self.background.surge(int(msg["tier"]), float(msg["fraction"]),
@@ -87,8 +85,6 @@ class DecodeWorker(Worker):
             threading.Thread(target=self._send_fetch, args=(msg,), daemon=True,
                              name=f"fetch-{msg['request']}").start()
         elif kind == "cancel":
-            if self.kv_engine is not None:
-                self.receiver.forget(msg["request"])
             self.engine.cancel(msg["request"])
 
     def _prefill(self, msg: dict) -> None:

@@ -45,7 +45,7 @@ REQUIRED = {
     "kv_done": ("request", "decode", "bytes", "start", "end"),
     # decode -> router after hello when Mooncake's Transfer Engine moves KV: where
     # senders write (its session "ip:port" and registered buffer); decisions carry it
-    "kv_endpoint": ("instance", "session", "addr", "capacity"),
+    "kv_endpoint": ("instance", "session", "addr", "capacity", "notice"),
     "state": ("instance", "free_memory", "queued", "batch", "time"),
     "first_token": ("request", "time"),
     "complete": ("request", "time"),

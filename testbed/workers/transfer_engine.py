@@ -6,11 +6,11 @@ and prefill workers write each TP shard into it.
 When a transfer has landed: the engine's TCP protocol (v2) completes a write only once
 the target has applied its last byte and acknowledged it. The sender submits every
 shard's write at once and awaits each without spinning (Completions); the shard's record
-ends there, at the acknowledgement, as the pusher's does. Then a one-byte write carries
-the engine's notify naming the transfer's shards to the target's handshake port, and the
-decode worker, polling get_notifies(), lands them: the pusher's receiver lands a shard at
-its last byte, so the decode instance hears of an engine's transfer about two round
-trips later (the acknowledgement, the one-byte write, the notify on a new connection).
+ends there, at the acknowledgement, as the pusher's does. Then a notice naming the
+transfer's shards goes to the target's notice port on a kept connection (the connectors'
+side channel), and the decode worker lands them on its arrival: the pusher's receiver
+lands a shard at its last byte, so the decode instance hears of an engine's transfer
+about one round trip later (the acknowledgement, then the notice).
 
 The engine's sockets carry no DSCP and pick their ports at random in
 MC_MIN_RPC_PORT..MC_MAX_RPC_PORT: the range is a fixed block (traffic_classes.engine_ports),
@@ -19,10 +19,12 @@ which the hosts' NICs and the ToRs classify as KV by port.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -30,15 +32,13 @@ from collections.abc import Callable
 from testbed.clock import Dilation
 from testbed.scenario.base import ScenarioError
 from testbed.topologies.traffic_classes import engine_ports
-from testbed.workers.kvstream import ShardResult, per_shard
+from testbed.workers.kvstream import ShardResult, kv_socket, per_shard
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 BUFFER_BYTES = 64 << 20  # each engine's registered buffer; a larger shard goes in pieces
-POLL_S = 0.0005  # wall seconds between looks at writes' statuses, and a decode worker's
-# at its notifies while it expects shards
+POLL_S = 0.0005  # wall seconds between looks at writes' statuses
+NOTICE_TIMEOUT_S = 60.0  # wall seconds to connect to a target's notice port, or send
 WRITE_TIMEOUT_S = 600.0  # wall seconds a write may take before the transfer fails
-IDLE_POLL_S = 0.02  # a decode worker's looks while it expects none (a dozen decode
-# workers polling at POLL_S were a third of a core of wake-ups on 2 cores)
 
 
 class EngineError(OSError):
@@ -96,11 +96,11 @@ class KVEngine:
         # read when the engine starts
         os.environ.update(engine_env(kv_port, persistent, dilation))
         try:
-            from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
+            from mooncake.engine import TransferEngine, TransferOpcode
         except ImportError as exc:
             raise EngineError(f"Mooncake's Transfer Engine cannot be imported ({exc}); "
                               f"install {WHEEL}") from None
-        self._notify, self._write = TransferNotify, TransferOpcode.Write
+        self._write = TransferOpcode.Write
         self.te = TransferEngine()
         rc = self.te.initialize(host, "P2PHANDSHAKE", "tcp", "")
         if rc != 0:
@@ -108,6 +108,8 @@ class KVEngine:
             raise EngineError(f"the Transfer Engine did not start on {host} (rc {rc}; two "
                               f"of ports {ports[0]}-{ports[-1]} must be free there)")
         self.session = f"{host}:{self.te.get_rpc_port()}"
+        self.host, self.kv_port = host, kv_port  # a decode worker's notices arrive there
+        self.notices = NoticeSender()
         self.capacity = capacity
         self.buffer = self.te.allocate_managed_buffer(capacity)
         if not self.buffer:
@@ -116,17 +118,22 @@ class KVEngine:
         self.completions = Completions(self.te)
 
     def endpoint(self) -> dict:
-        """What a sender needs to write here: the session and the registered buffer."""
-        return {"session": self.session, "addr": self.buffer, "capacity": self.capacity}
+        """What a sender needs to write here: the session, the registered buffer, and the
+        port its notices go to."""
+        return {"session": self.session, "addr": self.buffer, "capacity": self.capacity,
+                "notice": self.kv_port}
 
     def send_transfer(self, endpoint: dict, request: str, shard_sizes: list[int],
                       stage: str = "p2d") -> list[ShardResult]:
         """Every shard one write (a larger one in pieces, each landed before the next),
-        all in parallel as the pusher sends its shards, then one notify to the target
+        all in parallel as the pusher sends its shards, then one notice to the target
         naming them; results in shard order."""
         results = per_shard(len(shard_sizes),
                             lambda k: self._shard(endpoint, request, k, shard_sizes, stage))
-        self._tell(endpoint, request, results, stage)
+        note = {"request": request, "stage": stage, "start": min(r.start for r in results),
+                "shards": [[r.shard, r.bytes] for r in results]}
+        self.notices.send(endpoint["session"].rpartition(":")[0], int(endpoint["notice"]),
+                          note)
         return results
 
     def _shard(self, endpoint: dict, request: str, k: int, sizes: list[int], stage: str
@@ -144,24 +151,49 @@ class KVEngine:
                                   "worker's log has the engine's reason)")
         return ShardResult(request, k, len(sizes), size, start, time.time(), stage=stage)
 
-    def _tell(self, endpoint: dict, request: str, results: list[ShardResult],
-              stage: str) -> None:
-        """The notify that lands the transfer at its target: a one-byte write carrying it
-        (only the engine's synchronous write sends one; its spin lasts that write's round
-        trip, at the idle policy)."""
-        note = json.dumps({"request": request, "stage": stage,
-                           "start": min(r.start for r in results),
-                           "shards": [[r.shard, r.bytes] for r in results]})
-        me = threading.get_native_id()
-        os.sched_setscheduler(me, os.SCHED_IDLE, os.sched_param(0))
-        try:
-            rc = self.te.transfer_sync(endpoint["session"], self.buffer, int(endpoint["addr"]),
-                                       1, self._write, self._notify("kv", note))
-        finally:
-            os.sched_setscheduler(me, os.SCHED_OTHER, os.sched_param(0))
-        if rc != 0:
-            raise EngineError(f"{request}: the notify to {endpoint['session']} failed "
-                              f"(rc {rc}; the worker's log has the engine's reason)")
+
+class NoticeSender:
+    """Lands a transfer at its target: a JSON line naming its shards, sent once the
+    engine has acknowledged every write, on a connection kept per target (AF41, Nagle
+    off), as the serving connectors tell their decode side over a side channel of
+    their own. The engine's own notify (a one-byte write carrying it) was lost under
+    load with nothing said to its caller ('unexpected handshake message type'), and
+    a decode worker had to poll for it."""
+
+    def __init__(self) -> None:
+        self._socks: dict[tuple[str, int], socket.socket] = {}
+        self._locks: dict[tuple[str, int], threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def send(self, host: str, port: int, note: dict) -> None:
+        where = (host, port)
+        with self._lock:
+            lock = self._locks.setdefault(where, threading.Lock())
+        line = (json.dumps(note) + "\n").encode()
+        with lock:
+            for attempt in (1, 2):  # a kept connection the target closed: once more
+                sock = self._socks.pop(where, None)
+                try:
+                    if sock is None:
+                        sock = kv_socket()
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        sock.settimeout(NOTICE_TIMEOUT_S)
+                        sock.connect(where)
+                    sock.sendall(line)
+                    self._socks[where] = sock
+                    return
+                except OSError as exc:
+                    if sock is not None:
+                        sock.close()
+                    if attempt == 2:
+                        raise EngineError(f"{note['request']}: the notice to {host}:{port} "
+                                          f"failed ({exc})") from None
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._socks.values():
+                sock.close()
+            self._socks.clear()
 
 
 class Completions:
@@ -209,58 +241,49 @@ class Completions:
 
 
 class EngineReceiver:
-    """Calls on_shard(ShardResult) when a shard's write has landed: the sender's notify.
-    The engine offers no blocking wait for notifies, so it polls: often while shards it
-    was told to expect (expect()) are outstanding, seldom otherwise."""
+    """Calls on_shard(ShardResult) for every shard a notice names, at the notice's
+    arrival: the engine has applied the bytes by then (its writes complete at the
+    target's acknowledgement). Listens on the engine's notice port (kv_port, which the
+    pusher would use: classified KV), a thread per sender, blocking: no polling."""
 
     def __init__(self, engine: KVEngine, on_shard: Callable[[ShardResult], None],
                  on_error: Callable[[str, str | None], None]):
-        self.engine, self.on_shard, self.on_error = engine, on_shard, on_error
-        self._closed = threading.Event()
-        self._wake = threading.Event()
-        self._expected: dict[str, int] = {}  # request -> shards not yet heard of
-        self._thread = threading.Thread(target=self._poll, name="kv-notify", daemon=True)
+        self.on_shard, self.on_error = on_shard, on_error
+        self.sock = socket.create_server((engine.host, engine.kv_port), reuse_port=False)
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name="kv-notices", daemon=True)
 
     def start(self) -> EngineReceiver:
         self._thread.start()
         return self
 
     def close(self) -> None:
-        self._closed.set()
-        self._wake.set()
+        """Stops listening at once (a close alone leaves a blocked accept listening)."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
 
-    def expect(self, request: str, shards: int) -> None:
-        """A transfer of `shards` shards is on its way (the router's assign)."""
-        if shards > 0:
-            self._expected[request] = shards
-            self._wake.set()
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
-    def forget(self, request: str) -> None:
-        self._expected.pop(request, None)
-
-    def _heard(self, request: str) -> None:
-        left = self._expected.get(request)
-        if left is not None:
-            if left <= 1:
-                self._expected.pop(request, None)
-            else:
-                self._expected[request] = left - 1
-
-    def _poll(self) -> None:
-        while not self._closed.is_set():
-            self._wake.wait(POLL_S if self._expected else IDLE_POLL_S)
-            self._wake.clear()
-            for note in self.engine.te.get_notifies():
+    def _serve(self, conn: socket.socket, peer) -> None:
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
                 now = time.time()
                 try:
-                    head = json.loads(note.msg)
+                    head = json.loads(line)
                     shards = [(int(k), int(n)) for k, n in head["shards"]]
                     results = [ShardResult(str(head["request"]), k, len(shards), n,
                                            float(head["start"]), now,
                                            stage=str(head["stage"])) for k, n in shards]
                 except (ValueError, KeyError, TypeError) as exc:
-                    self.on_error(f"unreadable notify from {note.name}: {exc}", None)
+                    self.on_error(f"unreadable notice from {peer[0]}: {exc}", None)
                     continue
                 for result in results:
-                    self._heard(result.request)
                     self.on_shard(result)

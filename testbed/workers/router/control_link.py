@@ -73,7 +73,8 @@ class ControlLink:
     def _on_kv_endpoint(self, msg: dict) -> None:
         """A decode worker's Transfer Engine (kv_transport: mooncake): its session and
         registered buffer, which every decision to it carries to the sender."""
-        self.kv_endpoints[msg["instance"]] = {k: msg[k] for k in ("session", "addr", "capacity")}
+        self.kv_endpoints[msg["instance"]] = {k: msg[k] for k in ("session", "addr", "capacity",
+                                                                 "notice")}
 
     def _on_heartbeat(self, msg: dict) -> None:
         self.faults.last_beat[msg["instance"]] = self.loop.now
