@@ -202,3 +202,37 @@ def test_a_notice_lands_its_shards_on_a_kept_connection_and_a_lost_one_is_named(
     finally:
         receiver.close()
         sender.close()
+
+
+def test_a_transfer_s_first_write_to_a_target_goes_alone_then_its_shards_together():
+    """The first write to a session makes the engine handshake with it; shards arriving
+    there at once were refused. The others wait for it, then write side by side."""
+    import threading
+    from types import SimpleNamespace
+
+    lock, active, seen = threading.Lock(), [0], []
+    second_wave = threading.Barrier(3, timeout=5)  # the other three shards, at once
+
+    def wait(batch):
+        with lock:
+            active[0] += 1
+            seen.append(active[0])
+            first = len(seen) == 1
+        if first:  # while it is on its way, no other shard may write
+            threading.Event().wait(0.3)
+        else:
+            second_wave.wait()
+        with lock:
+            active[0] -= 1
+        return 1
+
+    engine = object.__new__(transfer_engine.KVEngine)
+    engine.te = SimpleNamespace(transfer_submit_write=lambda *a: 7)
+    engine.completions = SimpleNamespace(wait=wait)
+    engine.buffer, engine.capacity = 0, 1 << 20
+    engine._met, engine._meeting, engine._lock = set(), {}, threading.Lock()
+    engine.notices = SimpleNamespace(send=lambda *a: None)
+    results = engine.send_transfer({"session": "10.0.0.2:7017", "addr": 1, "capacity": 1 << 20,
+                                    "notice": 7000}, "r1", [10, 10, 10, 10])
+    assert len(results) == 4 and seen[0] == 1 and max(seen) == 3  # alone, then three
+    assert engine._met == {"10.0.0.2:7017"}

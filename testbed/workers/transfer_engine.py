@@ -96,11 +96,10 @@ class KVEngine:
         # read when the engine starts
         os.environ.update(engine_env(kv_port, persistent, dilation))
         try:
-            from mooncake.engine import TransferEngine, TransferOpcode
+            from mooncake.engine import TransferEngine
         except ImportError as exc:
             raise EngineError(f"Mooncake's Transfer Engine cannot be imported ({exc}); "
                               f"install {WHEEL}") from None
-        self._write = TransferOpcode.Write
         self.te = TransferEngine()
         rc = self.te.initialize(host, "P2PHANDSHAKE", "tcp", "")
         if rc != 0:
@@ -116,6 +115,9 @@ class KVEngine:
             raise EngineError(f"{self.session}: registering a {capacity}-byte KV buffer "
                               "was refused")
         self.completions = Completions(self.te)
+        self._met: set[str] = set()  # sessions this engine has written to once
+        self._meeting: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
 
     def endpoint(self) -> dict:
         """What a sender needs to write here: the session, the registered buffer, and the
@@ -141,15 +143,35 @@ class KVEngine:
         size, piece = sizes[k], min(self.capacity, int(endpoint["capacity"]))
         start = time.time()
         for at in range(0, max(size, 1), piece):
-            batch = self.te.transfer_submit_write(endpoint["session"], self.buffer,
-                                                  int(endpoint["addr"]),
-                                                  max(1, min(piece, size - at)))
-            status = self.completions.wait(batch) if batch else -1
+            status = self._write(endpoint, max(1, min(piece, size - at)))
             if status != 1:
                 raise EngineError(f"{request}/{k}: the engine's write to "
                                   f"{endpoint['session']} failed (status {status}; the "
                                   "worker's log has the engine's reason)")
         return ShardResult(request, k, len(sizes), size, start, time.time(), stage=stage)
+
+    def _write(self, endpoint: dict, size: int) -> int:
+        """One write, awaited; the first to a session alone. A first write makes the
+        engine exchange descriptors with the target's handshake server, and a
+        transfer's shards arriving there at once were refused ('unexpected handshake
+        message type', the write failed): so shards wait for the first to pass."""
+        session = endpoint["session"]
+        if session in self._met:
+            return self._submit(endpoint, size)
+        with self._lock:
+            meeting = self._meeting.setdefault(session, threading.Lock())
+        with meeting:
+            if session not in self._met:  # else it passed while this one waited
+                status = self._submit(endpoint, size)
+                if status == 1:
+                    self._met.add(session)
+                return status
+        return self._submit(endpoint, size)
+
+    def _submit(self, endpoint: dict, size: int) -> int:
+        batch = self.te.transfer_submit_write(endpoint["session"], self.buffer,
+                                              int(endpoint["addr"]), size)
+        return self.completions.wait(batch) if batch else -1
 
 
 class NoticeSender:
