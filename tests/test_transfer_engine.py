@@ -236,3 +236,30 @@ def test_a_transfer_s_first_write_to_a_target_goes_alone_then_its_shards_togethe
                                     "notice": 7000}, "r1", [10, 10, 10, 10])
     assert len(results) == 4 and seen[0] == 1 and max(seen) == 3  # alone, then three
     assert engine._met == {"10.0.0.2:7017"}
+
+
+@pytest.mark.parametrize("says, ok", [("ready {\"session\": \"x\"}", True), ("oops", False)])
+def test_a_probe_receiver_s_log_before_its_ready_line_is_kept_apart(tmp_path, says, ok):
+    """The engine logs to stderr before its receiver is ready: the ready line is still
+    found; a receiver that says anything else is stopped (not waited on forever) and
+    its log quoted."""
+    import tempfile
+
+    from testbed.validate.engines.fabric_probes import await_ready
+
+    script = ("import sys, time; print('WARNING: Logging before InitGoogleLogging()', "
+              f"file=sys.stderr, flush=True); print({says!r}, flush=True); time.sleep(60)")
+    with tempfile.TemporaryFile(mode="w+") as log:
+        recv = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=log, text=True)
+        try:
+            if ok:
+                assert json.loads(await_ready(recv, log, "i3")) == {"session": "x"}
+            else:
+                with pytest.raises(RuntimeError, match="receiver in i3 failed: oops\n"
+                                                       "WARNING: Logging before"):
+                    await_ready(recv, log, "i3")
+                assert recv.poll() is not None
+        finally:
+            recv.kill()
+            recv.wait()

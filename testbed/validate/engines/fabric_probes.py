@@ -12,6 +12,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from testbed.emulation.child import die_with_parent
 from testbed.emulation.net import EmulatedNetwork
@@ -64,28 +65,42 @@ def run_probe(network: EmulatedNetwork, src: str, dst: str, mode: str, shards: i
     engine = emu.kv_transport == "mooncake"
     port = emu.kv_port if engine else emu.kv_port + PROBE_PORT_OFFSET
     listen = [*keep, "--engine", "listen"] if engine else []
-    recv = subprocess.Popen(launcher.command(dst, _probe_cmd(*listen, "recv", ip, str(port))),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=die_with_parent)
-    try:
-        line = recv.stdout.readline()
-        ready, _, endpoint = line.strip().partition(" ")
-        if ready != "ready":
-            raise RuntimeError(f"probe receiver in {dst} failed: {line}{recv.stdout.read()}")
-        target = ["--engine", endpoint, network.fabric.hosts[src].ip] if engine else [ip]
-        send = subprocess.run(
-            launcher.command(src, _probe_cmd(*keep, *target[:-1], mode, target[-1], str(port),
-                                             str(shards), emu.tcp_congestion, *args)),
-            capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent)
-        if send.returncode != 0:
-            raise RuntimeError(f"probe sender in {src} failed: {send.stderr.strip()[-500:]}")
-        return [json.loads(line) for line in send.stdout.splitlines()]
-    finally:
-        recv.terminate()
+    # the receiver's log apart from its ready line: the engine logs before it is ready
+    with tempfile.TemporaryFile(mode="w+") as log:
+        recv = subprocess.Popen(
+            launcher.command(dst, _probe_cmd(*listen, "recv", ip, str(port))),
+            stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=die_with_parent)
         try:
-            recv.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            recv.kill()
+            endpoint = await_ready(recv, log, dst)
+            target = ["--engine", endpoint, network.fabric.hosts[src].ip] if engine else [ip]
+            send = subprocess.run(
+                launcher.command(src, _probe_cmd(*keep, *target[:-1], mode, target[-1],
+                                                 str(port), str(shards), emu.tcp_congestion,
+                                                 *args)),
+                capture_output=True, text=True, timeout=600, preexec_fn=die_with_parent)
+            if send.returncode != 0:
+                raise RuntimeError(f"probe sender in {src} failed: "
+                                   f"{send.stderr.strip()[-500:]}")
+            return [json.loads(line) for line in send.stdout.splitlines()]
+        finally:
+            recv.terminate()
+            try:
+                recv.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                recv.kill()
+
+
+def await_ready(recv: subprocess.Popen, log, where: str) -> str:
+    """The rest of a probe receiver's "ready" line (the engine's endpoint, or nothing);
+    a receiver that says anything else is stopped and its log quoted."""
+    line = recv.stdout.readline()
+    ready, _, endpoint = line.strip().partition(" ")
+    if ready != "ready":
+        recv.kill()
+        recv.wait()
+        log.seek(0)
+        raise RuntimeError(f"probe receiver in {where} failed: {line}{log.read()[-2000:]}")
+    return endpoint
 
 
 def measure_tier(network: EmulatedNetwork, src: str, dst: str, sizes_wire: list[int],
