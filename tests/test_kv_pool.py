@@ -103,7 +103,7 @@ def test_a_kept_connection_whose_receiver_went_away_is_replaced_not_used():
         kvstream.send_shard("127.0.0.1", port, "before", 0, 1, 1000, pool=pool)
         (kept,) = [s for socks in pool._idle.values() for s in socks]
         deadline = time.monotonic() + 5
-        while kvstream._alive(kept) and time.monotonic() < deadline:
+        while kvstream.alive(kept) and time.monotonic() < deadline:
             time.sleep(0.01)  # the receiver's FIN is on its way
         r = kvstream.send_shard("127.0.0.1", port, "after", 0, 1, 1000, pool=pool)
         thread.join(5)

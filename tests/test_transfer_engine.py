@@ -119,6 +119,10 @@ def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_eac
         assert [(r.shard, r.bytes, r.shards) for r in results] == [(0, sizes[0], 2),
                                                                     (1, 1000, 2)]
         assert all(r.end > r.start for r in results)
+        # the engine's own connections' TCP_INFO, read from this process's descriptors
+        tcp = [r.tcp for r in results]
+        assert all(t is not None and t["retrans_segs"] >= 0 for t in tcp), tcp
+        assert tcp[0]["min_rtt_s"] > 0
         heard = json.loads(receiver.stdout.readline())
         assert heard == [["r1", 0, 2, sizes[0], "p2d", True], ["r1", 1, 2, 1000, "p2d", True]]
         # a write outside the registered buffer, and an engine nobody runs: named errors
@@ -195,6 +199,16 @@ def test_a_notice_lands_its_shards_on_a_kept_connection_and_a_lost_one_is_named(
         sender.send("127.0.0.1", port, {**note, "request": "r3", "shards": [[0, 7]]})
         assert heard.acquire(timeout=5) and got[-1].request == "r3"
         receiver.close()
+        # a target that closed the kept connection while it was idle: the next notice
+        # would go into it unseen; it goes on a new connection
+        with socket.create_server(("127.0.0.1", 0)) as plain:
+            plain.settimeout(5)
+            where = plain.getsockname()
+            for rid in ("r5", "r6"):
+                sender.send(*where, {**note, "request": rid})
+                conn, _ = plain.accept()
+                with conn, conn.makefile("rb") as lines:
+                    assert json.loads(lines.readline())["request"] == rid
         sender.close()
         with pytest.raises(transfer_engine.EngineError,
                            match=f"r4: the notice to 127.0.0.1:{port} failed"):

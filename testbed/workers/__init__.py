@@ -13,6 +13,7 @@ kvstream       KV transfers as real TCP byte streams, a connection per TP shard
 transfer_engine  KV through Mooncake's Transfer Engine instead (kv_transport: mooncake)
 levels         priority levels at a sending worker (MFS), per layer chunk
 tcpinfo        why a KV stream was slow: the sender's TCP_INFO
+engine_tcp     the same for the Transfer Engine's connections, read by descriptor
 protocol       framed JSON control messages and the KV stream header
 channel        control channels between router and workers
 config         what every worker of one run reads (written once)

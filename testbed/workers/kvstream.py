@@ -94,7 +94,7 @@ class ConnectionPool:
             with self._lock:
                 idle = self._idle.get(key)
                 sock = idle.pop() if idle else None
-            if sock is None or _alive(sock):
+            if sock is None or alive(sock):
                 return sock
             self.drop(sock)
 
@@ -147,7 +147,7 @@ class ConnectionPool:
         self._seen.clear()
 
 
-def _alive(sock: socket.socket) -> bool:
+def alive(sock: socket.socket) -> bool:
     """An idle kept connection is usable while nothing is readable on it: the receiver
     sends nothing between shards, so EOF, bytes or an error mean it closed or reset."""
     poller = select.poll()  # not select(): a worker may hold more than 1024 descriptors

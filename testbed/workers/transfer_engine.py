@@ -32,7 +32,8 @@ from collections.abc import Callable
 from testbed.clock import Dilation
 from testbed.scenario.base import ScenarioError
 from testbed.topologies.traffic_classes import engine_ports
-from testbed.workers.kvstream import ShardResult, kv_socket, per_shard
+from testbed.workers.engine_tcp import EngineStalls
+from testbed.workers.kvstream import ShardResult, alive, kv_socket, per_shard
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 BUFFER_BYTES = 64 << 20  # each engine's registered buffer; a larger shard goes in pieces
@@ -115,6 +116,7 @@ class KVEngine:
             raise EngineError(f"{self.session}: registering a {capacity}-byte KV buffer "
                               "was refused")
         self.completions = Completions(self.te)
+        self.stalls = EngineStalls()
         self._met: set[str] = set()  # sessions this engine has written to once
         self._meeting: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -148,7 +150,10 @@ class KVEngine:
                 raise EngineError(f"{request}/{k}: the engine's write to "
                                   f"{endpoint['session']} failed (status {status}; the "
                                   "worker's log has the engine's reason)")
-        return ShardResult(request, k, len(sizes), size, start, time.time(), stage=stage)
+        end = time.time()
+        tcp = self.stalls.look(endpoint["session"].rpartition(":")[0],
+                               engine_ports(int(endpoint["notice"])))
+        return ShardResult(request, k, len(sizes), size, start, end, stage=stage, tcp=tcp)
 
     def _write(self, endpoint: dict, size: int) -> int:
         """One write, awaited; the first to a session alone. A first write makes the
@@ -195,6 +200,9 @@ class NoticeSender:
         with lock:
             for attempt in (1, 2):  # a kept connection the target closed: once more
                 sock = self._socks.pop(where, None)
+                if sock is not None and not alive(sock):  # the target closed it idle:
+                    sock.close()  # a send would still succeed, into a dead connection
+                    sock = None
                 try:
                     if sock is None:
                         sock = kv_socket()

@@ -42,6 +42,9 @@ def test_the_transfer_engine_moves_every_shard_in_the_kv_class(tmp_path):
     assert sum(float(t["bytes"]) for t in transfers) == pytest.approx(
         summary["wire_bytes_sent"] / sc.emulation.scale, rel=0.01)
     assert all(float(t["end"]) > float(t["start"]) for t in transfers)
+    # the engine's connections' TCP_INFO, read by descriptor in the senders' processes
+    assert all(t["retrans_segs"] != "" and int(t["retrans_segs"]) >= 0 for t in transfers)
+    assert any(t["min_rtt_s"] != "" and float(t["min_rtt_s"]) > 0 for t in transfers)
     # on the wire: the engine's ports, AF41 from the ToR on (its sockets set no DSCP)
     ports = {str(p) for p in engine_ports(sc.emulation.kv_port)}
     flows = rows(cell / "capture" / "flows.csv")
