@@ -246,6 +246,7 @@ def test_a_transfer_s_first_write_to_a_target_goes_alone_then_its_shards_togethe
     engine.buffer, engine.capacity = 0, 1 << 20
     engine._met, engine._meeting, engine._lock = set(), {}, threading.Lock()
     engine.notices = SimpleNamespace(send=lambda *a: None)
+    engine.stalls = SimpleNamespace(look=lambda *a: None)
     results = engine.send_transfer({"session": "10.0.0.2:7017", "addr": 1, "capacity": 1 << 20,
                                     "notice": 7000}, "r1", [10, 10, 10, 10])
     assert len(results) == 4 and seen[0] == 1 and max(seen) == 3  # alone, then three
