@@ -10,7 +10,7 @@ on this machine. Printed per row and transport:
   median ratio mooncake / pusher over the same requests;
 - mean TTFT per scheduler and NetKV-Full's and CLA*'s gains over RR (and Full over CLA*);
 - faithful runs, and the CPU: the workers' busiest thread (median share of a core) and
-  Open vSwitch's wait for a core (docs/fabric.md's faithfulness test);
+  Open vSwitch's wait for a core (docs/fidelity.md's faithfulness test);
 - on the wire (one captured ToR uplink): TCP connections per transfer, packets per
   connection, data bytes per packet and retransmitted segments.
 --dilations runs the rows again at other time dilations: where the engine's runs become

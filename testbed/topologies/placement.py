@@ -61,7 +61,7 @@ def netns_path(daemon: int) -> str:
 
 
 # A daemon per this many cores: on a 16-core server `bench_fabric` (8 long flows, scale
-# 2e-4 to 1e-3) was faithful on 4 daemons and flagged on 1 and 2 (docs/fabric.md); the
+# 2e-4 to 1e-3) was faithful on 4 daemons and flagged on 1 and 2 (docs/fabric-scale.md); the
 # other cores carry the workers, router and controller.
 CORES_PER_DAEMON = 4
 
