@@ -206,7 +206,12 @@ def emulate(scenario: Scenario, out: str | Path = "results", *, force: bool = Fa
     check_size(scenario, force)
     preflight(scenario)
     roce_packets(scenario, "emulation")
-    engine_available(scenario, cluster)
+    lacking = None
+    if cluster is not None and scenario.emulation.kv_transport == "mooncake":
+        from testbed.remote.modules import servers_lacking
+
+        lacking = servers_lacking(cluster, "mooncake.engine")
+    engine_available(scenario, lacking)
     network = EmulatedNetwork
     if cluster is not None:
         from testbed.emulation.multi_machine import cluster_network

@@ -44,13 +44,16 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
     assert tc.main(["install", "s1-eth1", "1e6", "10", "2", "bytes",
                     "s1-eth2", "2e6", "5", "0", "packets"]) == 0
     assert calls == [("s1-eth1", 1e6, {"netns": None, "packets": 10, "kv_levels": 2,
-                                       "byte_limit": True, "frame_bytes": 1514}),
+                                       "byte_limit": True, "frame_bytes": 1514,
+                                       "kv_ports": ()}),
                      ("s1-eth2", 2e6, {"netns": None, "packets": 5, "kv_levels": 0,
-                                       "byte_limit": False, "frame_bytes": 1514})]
+                                       "byte_limit": False, "frame_bytes": 1514,
+                                       "kv_ports": ()})]
     calls.clear()
     assert tc.main(["install", "h1-eth0", "3e6", "8"]) == 0  # the short form
     assert calls == [("h1-eth0", 3e6, {"netns": None, "packets": 8, "kv_levels": 0,
-                                       "byte_limit": False, "frame_bytes": 1514})]
+                                       "byte_limit": False, "frame_bytes": 1514,
+                                       "kv_ports": ()})]
     calls.clear()
     # a replica of smaller frames (emulation.frame_bytes): the limit names the frame
     assert tc.main(["install", "s1-eth1", "1e6", "16", "0", "packets@414"]) == 0
@@ -63,11 +66,21 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
     assert [(c[0], c[2]["netns"]) for c in calls] == [
         ("h1-eth0", "/proc/7/ns/net"), ("h1-eth1", "/proc/7/ns/net"), ("s1-eth1", "/proc/1/ns/net")]
     calls.clear()
+    # a host NIC carrying a transfer library's unmarked sockets: its block of ports is KV
+    assert tc.main(["install", "--netns", "/proc/7/ns/net", "--kv-ports", "7016-7031",
+                    "h1-eth0", "1e6", "8", "0", "packets", "--netns", "/proc/1/ns/net",
+                    "--kv-ports", "none", "s1-eth1", "2e6", "8", "0", "bytes"]) == 0
+    assert [(c[0], c[2]["kv_ports"]) for c in calls] == [
+        ("h1-eth0", tuple(range(7016, 7032))), ("s1-eth1", ())]
+    assert tc.port_range(tuple(range(7016, 7032))) == "7016-7031" and tc.port_range(()) == "none"
+    calls.clear()
     for bad in (["install", "a", "1", "2", "3", "maybe"], ["install", "a", "1", "2", "3",
                                                            "bytes", "b"], ["install"], [],
                 ["install", "--netns", "/x", "a", "1", "2", "--netns", "/y", "3", "bytes"],
                 ["install", "a", "1", "2", "3", "packets@64"],
-                ["install", "a", "1", "2", "3", "bytes@big"]):
+                ["install", "a", "1", "2", "3", "bytes@big"],
+                ["install", "--kv-ports", "7031-7016", "a", "1", "2", "3", "bytes"],
+                ["install", "--kv-ports", "all", "a", "1", "2", "3", "bytes"]):
         assert tc.main(bad) == 2, bad
     assert calls == [] and "IFNAME RATE_BPS" in capsys.readouterr().err
 
@@ -75,11 +88,11 @@ def test_tc_install_shapes_several_interfaces_in_one_run(monkeypatch, capsys):
 def test_a_servers_shaping_is_cut_into_lines_a_node_shell_takes():
     from testbed.emulation.multi_machine import _lines_of
 
-    groups = [["--netns", f"/proc/{k}/ns/net", f"agg{k}-eth1", "20000000", "16", "2",
-               "packets"] for k in range(200)]
+    groups = [["--netns", f"/proc/{k}/ns/net", "--kv-ports", "none", f"agg{k}-eth1",
+               "20000000", "16", "2", "packets"] for k in range(200)]
     lines = _lines_of(groups)
     assert len(lines) > 1 and sum(lines, []) == sum(groups, [])  # every group once, in order
-    assert all(len(line) % 7 == 0 and len(" ".join(line)) <= 2000 for line in lines)
+    assert all(len(line) % 9 == 0 and len(" ".join(line)) <= 2000 for line in lines)
     assert _lines_of(groups[:2]) == [groups[0] + groups[1]]
 
 

@@ -47,10 +47,23 @@ def test_what_the_engine_cannot_carry_is_refused_naming_the_field(over, field):
     load_scenario(VALIDATE, over)  # the pusher carries each of them
 
 
-def test_a_mooncake_emulation_is_refused_on_a_cluster_or_without_the_wheel(monkeypatch):
+def test_a_mooncake_emulation_is_refused_without_the_wheel_here_or_on_a_server(
+        monkeypatch, tmp_path):
+    from testbed.remote.modules import servers_lacking
+
     sc = load_scenario(VALIDATE, MOONCAKE)
-    with pytest.raises(ScenarioError, match="--cluster"):
-        transfer_engine.engine_available(sc, "inventory.yml")
+    with pytest.raises(ScenarioError, match=r"cannot be imported on vm2 \(No module"):
+        transfer_engine.engine_available(sc, {"vm2": "No module named 'mooncake'"})
+    # a cluster's servers are asked over SSH; this machine is not, an unreachable one is
+    # named with why (a closed port on loopback: nothing leaves this machine)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    inv = tmp_path / "cluster.yml"
+    inv.write_text("all:\n  hosts:\n    localhost: {ansible_connection: local}\n"
+                   f"    node2: {{ansible_host: 127.0.0.1, ansible_port: {closed}}}\n")
+    lacking = servers_lacking(inv, "mooncake.engine")
+    assert list(lacking) == ["node2"] and "unreachable" in lacking["node2"], lacking
     monkeypatch.setattr(transfer_engine, "installed", lambda: False)
     with pytest.raises(ScenarioError, match=transfer_engine.WHEEL):
         transfer_engine.engine_available(sc)

@@ -324,11 +324,12 @@ def serve_counters(lines, write) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m testbed.datapath.tc install [--netns PATH] IFNAME RATE_BPS PACKETS
-    KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME ...]`: the HTB tree on each
-    interface, its leaves PACKETS deep (replica.leaf_packets; with bytes, that many frames'
-    worth; @FRAME_BYTES: frames of that size, emulation.frame_bytes),
-    in the namespace of the `--netns` before it (else the caller's own); the
+    """`python -m testbed.datapath.tc install [--netns PATH] [--kv-ports LOW-HIGH|none]
+    IFNAME RATE_BPS PACKETS KV_LEVELS bytes|packets[@FRAME_BYTES] [[--netns PATH] IFNAME
+    ...]`: the HTB tree on each interface, its leaves PACKETS deep (replica.leaf_packets;
+    with bytes, that many frames' worth; @FRAME_BYTES: frames of that size,
+    emulation.frame_bytes), in the namespace of the `--netns` before it (else the caller's
+    own), the TCP ports of the `--kv-ports` before it classified KV (install_htb); the
     cluster edition runs it on other machines, once per machine for all of its switches
     and hosts (a Python start costs seconds in a slow VM). The short form `install IFNAME
     RATE_BPS PACKETS [KV_LEVELS]` shapes one interface with packet-limited queues.
@@ -345,24 +346,44 @@ def main(argv: list[str]) -> int:
         return 2
     if len(args) in (3, 4):
         args = [*args, *(["0"] if len(args) == 3 else []), "packets"]
-    groups, netns = [], None
+    groups, netns, ports = [], None, ()
     while args:
         if args[0] == "--netns" and len(args) > 1:
             netns, args = args[1], args[2:]
             continue
+        if args[0] == "--kv-ports" and len(args) > 1:
+            ports, args = _port_range(args[1]), args[2:]
+            if ports is None:
+                print(main.__doc__, file=sys.stderr)
+                return 2
+            continue
         group, args = args[:5], args[5:]
         limit, _, frame = group[4].partition("@") if len(group) == 5 else ("", "", "")
-        if limit not in ("bytes", "packets") or "--netns" in group or (
+        if limit not in ("bytes", "packets") or {"--netns", "--kv-ports"} & set(group) or (
                 frame and not (frame.isdigit() and MIN_FRAME <= int(frame) <= WIRE_FRAME)):
             print(main.__doc__, file=sys.stderr)
             return 2
-        groups.append((netns, group))
-    for netns, (ifname, rate, packets, levels, limit) in groups:
+        groups.append((netns, ports, group))
+    for netns, ports, (ifname, rate, packets, levels, limit) in groups:
         limit, _, frame = limit.partition("@")
         install_htb(ifname, float(rate), netns=netns, packets=int(packets),
                     kv_levels=int(levels), byte_limit=limit == "bytes",
-                    frame_bytes=int(frame or WIRE_FRAME))
+                    frame_bytes=int(frame or WIRE_FRAME), kv_ports=ports)
     return 0
+
+
+def port_range(ports: tuple[int, ...]) -> str:
+    """`--kv-ports`'s value for a block of consecutive ports (none: empty)."""
+    return f"{ports[0]}-{ports[-1]}" if ports else "none"
+
+
+def _port_range(text: str) -> tuple[int, ...] | None:
+    if text == "none":
+        return ()
+    low, _, high = text.partition("-")
+    if not (low.isdigit() and high.isdigit() and 0 < int(low) <= int(high) <= 65535):
+        return None
+    return tuple(range(int(low), int(high) + 1))
 
 
 if __name__ == "__main__":

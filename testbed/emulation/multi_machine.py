@@ -38,6 +38,7 @@ from testbed.model.tcp import WIRE_FRAME
 from testbed.remote.counters import cluster_counters
 from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
 from testbed.topologies.replica import leaf_packets
+from testbed.topologies.traffic_classes import engine_ports
 
 PLACEMENTS = ("pod", "switchbin", "roundrobin")
 TUNNELS = ("ssh", "gre")
@@ -260,6 +261,7 @@ class ClusterNetwork(EmulatedNetwork):
         limit = self.scenario.emulation.queue_limit
         frame = self.scenario.emulation.frame_bytes
         levels = self.scenario.kv_levels()
+        engine = engine_ports(emu.kv_port) if emu.kv_transport == "mooncake" else ()
         # another server's switch ports and hosts: one tc run there for all of them (each
         # interface in its node's namespace), through a node's shell on that server
         remote: dict[str, list[list[str]]] = {}
@@ -270,23 +272,25 @@ class ClusterNetwork(EmulatedNetwork):
             server = getattr(n, "server", None) or "localhost"
             if server != "localhost":
                 shells.setdefault(server, n)
+                ports = () if node in self.fabric.switches else engine
                 remote.setdefault(server, []).append(
-                    ["--netns", f"/proc/{n.pid}/ns/net", intf, str(link.rate_bps), str(q),
-                     str(levels), limit if frame == WIRE_FRAME else f"{limit}@{frame}"])
+                    ["--netns", f"/proc/{n.pid}/ns/net", "--kv-ports", tc.port_range(ports),
+                     intf, str(link.rate_bps), str(q), str(levels),
+                     limit if frame == WIRE_FRAME else f"{limit}@{frame}"])
             elif node in self.fabric.switches:
                 tc.install_htb(intf, link.rate_bps, packets=q, kv_levels=levels,
                                byte_limit=limit == "bytes", frame_bytes=frame)
             else:
                 tc.install_htb(intf, link.rate_bps, netns=f"/proc/{n.pid}/ns/net",
                                packets=q, kv_levels=levels, byte_limit=limit == "bytes",
-                               frame_bytes=frame)
+                               frame_bytes=frame, kv_ports=engine)
         for server, groups in remote.items():
             python = f"{self.servers.project_dir[server]}/.venv/bin/python"
             for args in _lines_of(groups):
                 out = shells[server].cmd(python, "-m", "testbed.datapath.tc", "install",
                                          *args, ";", "echo", "rc=$?")
                 if "rc=0" not in out:
-                    raise EmulationError(f"{server}: HTB on {', '.join(args[2::7])} "
+                    raise EmulationError(f"{server}: HTB on {', '.join(args[4::9])} "
                                          f"failed: {out[-400:]}")
 
 

@@ -73,15 +73,16 @@ def installed() -> bool:
         importlib.util.find_spec("mooncake.engine") is not None
 
 
-def engine_available(scenario, cluster=None) -> None:
-    """Refuse, before anything starts, a mooncake run this machine cannot carry."""
+def engine_available(scenario, lacking: dict[str, str] | None = None) -> None:
+    """Refuse, before anything starts, a mooncake run this machine, or a server of its
+    cluster (`lacking`: server -> why it cannot import the engine), cannot carry."""
     if scenario.emulation.kv_transport != "mooncake":
         return
-    if cluster is not None:
+    if lacking:
         raise ScenarioError(
-            "emulation.kv_transport mooncake with --cluster: the engine's traffic is "
-            "classified on this machine's host NICs only (run it on one machine, or with "
-            "--dask, where every server runs its own fabric)")
+            f"emulation.kv_transport mooncake: Mooncake's Transfer Engine ({WHEEL}) cannot "
+            "be imported on " + "; ".join(f"{s} ({why})" for s, why in lacking.items()) +
+            " (`testbed provision -i INVENTORY` installs it there)")
     if not installed():
         raise ScenarioError(
             f"emulation.kv_transport mooncake: Mooncake's Transfer Engine ({WHEEL}) is not "

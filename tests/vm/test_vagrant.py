@@ -376,7 +376,8 @@ def _trust_vm2_from_vm1(vagrant: Vagrant, names: list[str]) -> None:
 def test_one_fabric_and_one_emulated_run_spread_over_both_vms(vms):
     """Mininet's cluster edition from the first VM (its controller there), a pod on each
     VM, joined by GRE over the private network: pingall and a shaped stream across, then
-    an emulated run on the same fabric with workers on both VMs."""
+    an emulated run on the same fabric with workers on both VMs, its KV through
+    Mooncake's Transfer Engine (the host suite runs the cluster path with the pusher)."""
     vagrant, names, _, _ = vms
     _trust_vm2_from_vm1(vagrant, names)
     vagrant.ssh(names[0], "printf 'all:\\n  vars: {netkv_project_dir: /vagrant}\\n  hosts:\\n"
@@ -384,7 +385,7 @@ def test_one_fabric_and_one_emulated_run_spread_over_both_vms(vms):
                           f"    vm2: {{ansible_host: {VM2_IP}, ansible_user: vagrant}}\\n'"
                           " > /tmp/cluster.yml")
     out = _inside(vagrant, names, f"{SLOW_MACHINE} NETKV_TEST_CLUSTER=/tmp/cluster.yml "
-                  "NETKV_TEST_TUNNEL=gre "
+                  "NETKV_TEST_TUNNEL=gre NETKV_TEST_KV_TRANSPORT=mooncake "
                   f"NETKV_TEST_BIND={VM1_IP} CI=true .venv/bin/python -m pytest -q -s "
                   "-p no:cacheprovider --durations=0 tests/emulation/test_cluster.py")
     assert "1 passed" in out and "failed" not in out, out
@@ -437,7 +438,8 @@ def test_a_seed_runs_on_a_vm_through_dask_and_a_lost_vm_costs_nothing(
     """A Dask scheduler here, a fabric worker on each VM of the inventory (`testbed
     remote dask`); `testbed emulate --dask` hands its seed to one of them, which builds
     its own fabric there; that VM's worker is killed while the seed runs, and the seed
-    runs again on the other VM: the run comes back, with its folder. (One seed, not one
+    runs again on the other VM: the run comes back, with its folder. Its KV goes through
+    Mooncake's Transfer Engine, from each VM's own environment. (One seed, not one
     per VM: the second would only run after the first on the surviving VM, minutes of
     software emulation that show nothing more; the host suite spreads seeds over
     servers, tests/emulation/test_servers.py.)"""
@@ -466,7 +468,8 @@ def test_a_seed_runs_on_a_vm_through_dask_and_a_lost_vm_costs_nothing(
             [str(ROOT / ".venv" / "bin" / "testbed"), "emulate", str(scenario), "--seeds", "1",
              *SMALL_FABRIC.split(), "--set", "schedulers=[rr]", "--set",
              "workload.warmup_s=0.5", "--set", "workload.measure_s=1", "--set",
-             "emulation.start_timeout_s=480", "--out", str(tmp_path / "results"),
+             "emulation.start_timeout_s=480", "--set", "emulation.kv_transport=mooncake",
+             "--out", str(tmp_path / "results"),
              "--dask", address, "--quiet"],
             cwd=ROOT, stdout=(tmp_path / "emulate.log").open("w"), stderr=subprocess.STDOUT)
         try:
