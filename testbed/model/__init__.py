@@ -23,7 +23,6 @@ reuse           KV-reuse retrieval, MFS's first stage
 flowkv          FlowKV's load-aware scheduler
 granularity     how many send calls a KV transfer takes (FlowKV)
 tcp             what TCP does to a transfer that a fluid rate does not
-dcqcn           what DCQCN's cuts cost a transfer that a fluid share does not (RoCE)
 extensions/     schedulers and network models loaded by name (plugins, network_models),
                 run under a deadline (guard: SIGALRM, threads), and the prefix cache
                 compiled to native code (compiled_cache)

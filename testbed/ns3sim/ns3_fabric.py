@@ -82,8 +82,8 @@ def roce_settings(roce, scale: float) -> dict[str, object]:
     for TCP here). With `absolute` the times stay and the byte counter scales: the real
     timers beside a replica's long frames, a regime of its own below about 1e-2."""
     ns, byte = 1e3, 1e3  # us -> ns, KB -> bytes
-    slow = roce.slowdown(scale)
-    counter = roce.byte_counter_bytes(scale)
+    slow = 1 / scale if roce.timers == "scaled" else 1.0
+    counter = roce.byte_counter_mb * 1e6 * (1.0 if roce.timers == "scaled" else scale)
     xoff = roce.pfc_xoff_kb * byte
     return {
         "roce_mtu": roce.mtu_bytes, "roce_kmin": roce.kmin_kb * byte,

@@ -68,15 +68,6 @@ class RoceCfg(_Strict):
     restore_ms: float = Field(200.0, gt=0, description="how long a tripped queue ignores "
                               "pauses")
 
-    def slowdown(self, scale: float) -> float:
-        """How much longer every DCQCN and PFC time is on a replica at `scale`."""
-        return 1 / scale if self.timers == "scaled" else 1.0
-
-    def byte_counter_bytes(self, scale: float) -> float:
-        """The byte counter on a replica at `scale` (kept with the timers slowed, else
-        scaled with the rates: either way its period against the timer is the real one)."""
-        return self.byte_counter_mb * 1e6 * (1.0 if self.timers == "scaled" else scale)
-
     @field_validator("kmax_kb")
     @classmethod
     def _above_kmin(cls, v: float, info) -> float:

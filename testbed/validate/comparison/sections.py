@@ -151,7 +151,6 @@ def _transfer_sections(j: Judging) -> tuple[dict, dict, dict]:
                                     for p in ps] for name, ps in shard_pairs.items()},
         "validity": {
             "tolerance": validity.TOLERANCE,
-            "roce": j.scenario.ns3.transport == "roce",
             "tiers": {str(t): v for t, v in j.by_tier.items()},
             "segments_per_shard": validity.segment_profile(
                 emu_rows, emulation.scale, emulation.frame_bytes),

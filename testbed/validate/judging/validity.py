@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from testbed.flowsim.network import FluidNetwork
 from testbed.metrics import percentile
-from testbed.model import dcqcn, tcp
+from testbed.model import tcp
 from testbed.validate.judging.targets import VALIDITY_TOLERANCE as TOLERANCE
 
 
@@ -40,8 +40,7 @@ def floors(scenario, capacity_factor: dict[int, float] | None = None,
     """Per tier: the replica's and the cluster's base RTT (modelled s) and the smallest
     valid whole transfer (modelled bytes; its shards share the tier's rate). The replica
     takes the scenario's network.tcp hop delay and serialisation (a calibration's fit);
-    the cluster its own segment size and microsecond latencies. On RoCE the floor is
-    DCQCN's recovery instead of TCP's start-up."""
+    the cluster its own segment size and microsecond latencies."""
     spec = scenario.cluster.spec()
     emu = scenario.emulation
     t = scenario.network.tcp
@@ -56,30 +55,13 @@ def floors(scenario, capacity_factor: dict[int, float] | None = None,
         path = spec.paths(a, b)[0]
         rate = min(net_r.links[h].capacity for h in path) / shards
         rtt_r, rtt_c = net_r.path_rtt(path), net_c.path_rtt(path)
-        if scenario.ns3.transport == "roce":
-            shard_floor = _roce_shard_floor(scenario, net_c.links[path[0]].capacity, rate,
-                                            tolerance)
-        else:
-            shard_floor = tcp.validity_floor(rate, rtt_r, replica, rtt_c, cluster, tolerance)
+        shard_floor = tcp.validity_floor(rate, rtt_r, replica, rtt_c, cluster, tolerance)
         out[tier] = {"rtt_replica_s": rtt_r, "rtt_cluster_s": rtt_c,
                      "shard_floor_bytes": shard_floor,
                      "transfer_floor_bytes": shard_floor * shards,
                      "floor_segments": tcp.segments(shard_floor, emu.scale,
                                                       emu.frame_bytes)}
     return out
-
-
-def _roce_shard_floor(scenario, nic: float, rate: float, tolerance: float) -> float:
-    """RoCE (ns-3 only): no handshake or slow start, but a cut's recovery is
-    1/scale slower on the replica whose timers are slowed (testbed/model/dcqcn.py).
-    `nic`: the sender's line rate, `rate`: a shard's share (modelled bytes/s)."""
-    roce, scale = scenario.ns3.roce, scenario.emulation.scale
-    timer = roce.rate_timer_us * 1e-6
-    cluster = dcqcn.increase_period_s(timer, roce.byte_counter_bytes(1.0), nic)
-    replica = dcqcn.increase_period_s(timer * roce.slowdown(scale),
-                                      roce.byte_counter_bytes(scale) / scale, nic)
-    return dcqcn.validity_floor(rate, dcqcn.cut_cost_s(replica), dcqcn.cut_cost_s(cluster),
-                                tolerance)
 
 
 def segment_profile(transfer_rows: Sequence[dict], scale: float,

@@ -337,15 +337,6 @@ def _verdict_lines(doc: dict) -> list[str]:
     return lines + [""]
 
 
-def _floor_cause(v: dict) -> str:
-    if v.get("roce"):
-        return ("DCQCN's recovery from a cut (its timers slowed with the replica's rates, "
-                "so a cut QP climbs back 1/scale slower against a transfer's time than on "
-                "the cluster: testbed/model/dcqcn.py)")
-    return ("the replica's TCP start-up (few, large segments; long round trips in modelled "
-            "time)")
-
-
 def _validity_lines(doc: dict) -> list[str]:
     v = doc.get("validity")
     if not v:
@@ -360,9 +351,10 @@ def _validity_lines(doc: dict) -> list[str]:
              f"spread {doc['calibration'].get('tcp', {}).get('shard_spread', 0.0):.2f}, "
              f"fitted on lone transfers): median {model.get('p50', 1.0):.2f}x, "
              f"p90 {model.get('p90', 1.0):.2f}x.", "",
-             f"Below the floor, {_floor_cause(v)} adds more than "
-             f"{100 * v['tolerance']:.0f}% of a transfer's time beyond what the cluster's "
-             "own would: those transfers are reported apart and not judged.", "",
+             f"Below the floor, the replica's TCP start-up (few, large segments; long round "
+             f"trips in modelled time) adds more than {100 * v['tolerance']:.0f}% of a "
+             "transfer's time beyond what the cluster's own would: those transfers are "
+             "reported apart and not judged.", "",
              "| tier | base RTT, replica / cluster (modelled) | floor per transfer | "
              "segments per shard at the floor |", "|---|---|---|---|"]
     for tier, f in v["tiers"].items():
