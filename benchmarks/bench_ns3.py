@@ -214,6 +214,29 @@ def roce() -> None:
     ends = [r[2] for r in rows[1:]] + [time.perf_counter()]
     for (name, text, t0), t1 in zip(rows, ends, strict=True):
         print(f"| {name} | {text} | {t1 - t0:.1f} |")
+    short_transfers()
+
+
+def short_transfers() -> None:
+    """Short writes under DCQCN against max-min sharing on the replica's rungs and on the
+    real fabric's rates (scale 1): how far the replica holds DCQCN for short transfers."""
+    from testbed.ns3sim import roce_fabrics as rf
+
+    print("\n## Short writes into one receiver: completion time / max-min's (the flow "
+          "model's), mean and worst\n")
+    patterns = [(8, 0.5, 20), (16, 0.25, 20), (4, 1.0, 50)]
+    scales = (1e-2, 1e-1, 1.0)
+    print("| writes (real ms apart, MB each) | timers | " +
+          " | ".join(f"scale {x:g}" for x in scales) + " | wall s |")
+    print("| --- | --- | " + " | ".join("---" for _ in scales) + " | --- |")
+    for senders, gap, mb in patterns:
+        for over in ({}, {"timers": "absolute"}, {"kmin_kb": 1e6, "kmax_kb": 2e6}):
+            t = time.perf_counter()
+            got = [rf.short_transfers(x, senders, mb, gap, over) for x in scales]
+            name = over.get("timers", "scaled") if "kmin_kb" not in over else "no marking"
+            print(f"| {senders} ({gap:g}, {mb:g}) | {name} | " +
+                  " | ".join(f"{g['fct_vs_fair_mean']:.2f} / {g['fct_vs_fair_max']:.2f}"
+                             for g in got) + f" | {time.perf_counter() - t:.1f} |")
 
 
 def main() -> None:

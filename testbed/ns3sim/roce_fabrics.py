@@ -55,16 +55,17 @@ class SmallFabric:
     links: list[tuple[str, str]]
     over: dict = field(default_factory=dict)
     routes: dict[tuple[str, str], str] | None = None  # (switch, dst host) -> next node
-    rate_bps: float = LINE_BPS * SCALE
+    scale: float = SCALE
 
     def __post_init__(self) -> None:
+        self.rate_bps = LINE_BPS * self.scale
         self.names = self.hosts + self.switches
         self.ids = {n: i for i, n in enumerate(self.names)}
         self.proc = Ns3Process(checked_program())
         self.proc.hello()
         cfg = RoceCfg(**self.over)
         settings = {"transport": "roce", "queue_limit": "packets", "twin": "none",
-                    "wire": 1.0} | roce_settings(cfg, SCALE)
+                    "wire": 1.0} | roce_settings(cfg, self.scale)
         for k, v in settings.items():
             self.proc.send(f"set {k} {v}")
         for i in range(len(self.hosts)):
@@ -145,10 +146,10 @@ class SmallFabric:
         self.proc.close()
 
 
-def star(senders: int, over: dict | None = None) -> SmallFabric:
+def star(senders: int, over: dict | None = None, scale: float = SCALE) -> SmallFabric:
     """`senders` hosts and a receiver on one switch: the receiver's link the bottleneck."""
     hosts = [f"h{i}" for i in range(senders)] + ["r"]
-    return SmallFabric(hosts, ["s"], [(h, "s") for h in hosts], over or {})
+    return SmallFabric(hosts, ["s"], [(h, "s") for h in hosts], over or {}, scale=scale)
 
 
 def chain(senders: int, over: dict | None = None) -> SmallFabric:
@@ -255,3 +256,54 @@ def deadlock(watchdog_ms: float = 20) -> dict:
     return {"stuck": [h for h, lk in stuck.links.items() if lk.paused_now],
             "ended_before": ended_before, "trips": st.trips, "ended": len(done),
             "resent": st.naks + st.timeouts}
+
+
+def fair_ends(starts: list[float], sizes: list[float], rate: float) -> list[float]:
+    """When each flow on one bottleneck ends under max-min sharing (processor sharing:
+    the flows present split `rate` equally), the flow model's answer for a star."""
+    left = dict(enumerate(sizes))
+    ends, now, todo = [0.0] * len(sizes), 0.0, sorted(range(len(sizes)), key=starts.__getitem__)
+    live: list[int] = []
+    while todo or live:
+        nxt = starts[todo[0]] if todo else float("inf")
+        if live:
+            share = rate / len(live)
+            first = min(live, key=left.__getitem__)
+            t_end = now + left[first] / share
+            if t_end <= nxt:
+                for k in live:
+                    left[k] -= share * (t_end - now)
+                now = t_end
+                live.remove(first)
+                ends[first] = now
+                continue
+            for k in live:
+                left[k] -= share * (nxt - now)
+        now = nxt
+        live.append(todo.pop(0))
+    return ends
+
+
+def short_transfers(scale: float, senders: int = 8, shard_mb: float = 20.0,
+                    gap_ms: float = 0.5, over: dict | None = None) -> dict:
+    """Short writes into one receiver, a new one every `gap_ms` real ms from the next
+    sender (the real fabric's shard of `shard_mb` takes shard_mb x 8 / 40 Gbit/s alone:
+    4 ms at 20 MB), on the replica at `scale` (bytes and rates x scale, DCQCN as
+    roce_settings puts it): each write's completion time against max-min sharing's, the
+    flow model's. Real time throughout: the same at every scale where the replica holds."""
+    f = star(senders, over, scale)
+    size = int(shard_mb * MB * scale)
+    starts = [k * gap_ms * 1e-3 for k in range(senders)]
+    try:
+        fids = [f.flow(int(t * 1e9), f"h{k}", "r", size) for k, t in enumerate(starts)]
+        f.run(int((starts[-1] + 100 * senders * shard_mb * 8e6 / LINE_BPS) * 1e9))
+        done = dict(f.done)
+        st = f.pfc(int((starts[-1] + 100 * senders * shard_mb * 8e6 / LINE_BPS) * 1e9))
+    finally:
+        f.close()
+    wire = size * (1 + 46 / 1000)  # RoCE's headers on every 1000-byte payload
+    fair = fair_ends(starts, [wire] * senders, f.rate_bps / 8)
+    ratios = [(done[fid] * 1e-9 - t) / (e - t) for fid, t, e in zip(fids, starts, fair,
+                                                                    strict=True) if fid in done]
+    return {"scale": scale, "ended": len(done), "fct_vs_fair_mean": sum(ratios) / len(ratios),
+            "fct_vs_fair_max": max(ratios), "cnps": st.cnps}

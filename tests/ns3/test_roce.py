@@ -31,6 +31,20 @@ def test_an_incast_keeps_the_queue_under_kmax_with_nothing_lost():
     assert got["kv_drops"] == got["naks"] == got["timeouts"] == 0
 
 
+def test_max_min_ends_flows_on_one_bottleneck_as_processor_sharing_does():
+    # 2 flows of 10 at rate 1, the second at t=5: alone until 5, then halves, 15 and 25
+    assert roce_fabrics.fair_ends([0, 5], [10, 10], 1.0) == pytest.approx([15, 20])
+    assert roce_fabrics.fair_ends([0, 0, 0], [1, 2, 3], 1.0) == pytest.approx([3, 5, 6])
+
+
+def test_on_the_real_fabric_s_rates_dcqcn_ends_short_writes_near_max_min_s_times():
+    # 8 writes of 20 MB, 0.5 ms apart, at 40 Gbit/s (scale 1: no replica): DCQCN cuts
+    # and recovers within them, costing them a few percent against max-min sharing
+    got = roce_fabrics.short_transfers(1.0)
+    assert got["ended"] == 8 and got["cnps"] > 0, got
+    assert 1.0 <= got["fct_vs_fair_mean"] < 1.15, got
+
+
 def test_pfc_pauses_propagate_hop_by_hop_and_release():
     got = roce_fabrics.propagation(64)
     paused = set(got["paused"])
