@@ -12,7 +12,9 @@ on this machine. Printed per row and transport:
 - faithful runs, and the CPU: the workers' busiest thread (median share of a core) and
   Open vSwitch's wait for a core (docs/fidelity.md's faithfulness test);
 - on the wire (one captured ToR uplink): TCP connections per transfer, packets per
-  connection, data bytes per packet and retransmitted segments.
+  connection, data bytes per packet and retransmitted segments;
+- the senders' TCP_INFO (transfers.csv): segments resent per transfer, the share of
+  transfers that waited out a retransmission timeout, the median smoothed RTT.
 --dilations runs the rows again at other time dilations: where the engine's runs become
 faithful on this machine.
 
@@ -85,6 +87,19 @@ def wire(seed_dir: Path, ports: tuple[int, ...]) -> dict | None:
             "retransmits": sum(int(f["retransmits"]) for f in data)}
 
 
+def senders(seed_dir: Path) -> dict:
+    """What the senders' TCP_INFO said of the P2D transfers (transfers.csv's sender
+    columns: the pusher's per connection, the engine's read by descriptor): segments
+    resent, transfers with a retransmission timeout, smoothed RTTs (modelled s)."""
+    rows = [r for r in rows_of(seed_dir / "transfers.csv") if r.get("retrans_segs")]
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["request"], []).append(r)
+    return {"transfers": len(by), "resent": sum(int(r["retrans_segs"]) for r in rows),
+            "with_rto": sum(any(int(r["timeouts"] or 0) > 0 for r in rs) for rs in by.values()),
+            "rtts": [float(r["rtt_s"]) for r in rows if r.get("rtt_s")]}
+
+
 def _crosses(path: str) -> bool:
     hops = path.split(">")
     return any(f"{a}>{b}" == CAPTURED for a, b in zip(hops, hops[1:], strict=False))
@@ -101,7 +116,8 @@ def cpu(fid: dict) -> tuple[float | None, float | None]:
 def summarise(folder: Path, scenario) -> dict:
     base = folder / "cells" / "000-base"
     out: dict = {"ttft": {}, "faithful": 0, "runs": 0, "reasons": [], "busy": [], "wait": [],
-                 "times": {}, "wire": [], "failed": 0, "requests": 0}
+                 "times": {}, "wire": [], "failed": 0, "requests": 0,
+                 "tcp": {"transfers": 0, "resent": 0, "with_rto": 0, "rtts": []}}
     ports = kv_ports(scenario.emulation.kv_port, scenario.emulation.kv_transport)
     for sched in scenario.schedulers:
         seeds = sorted((base / sched).glob("seed*"))
@@ -118,6 +134,8 @@ def summarise(folder: Path, scenario) -> dict:
             states = [r["state"] for r in rows_of(d / "requests.csv")]
             out["requests"] += len(states)
             out["failed"] += states.count("failed")
+            for k, v in senders(d).items():
+                out["tcp"][k] += v
             if (w := wire(d, ports)) is not None:
                 out["wire"].append(w)
     return out
@@ -151,7 +169,16 @@ def line(row: str, transport: str, dilation: float, s: dict, pusher: dict | None
             f"({s['failed']}/{s['requests']}) | "
             f"{max(s['busy']) if s['busy'] else float('nan'):.2f} / "
             f"{statistics.median(s['wait']) if s['wait'] else float('nan'):.2f} | "
-            f"{wire_text} |")
+            f"{wire_text} | {_tcp_text(s['tcp'])} |")
+
+
+def _tcp_text(tcp: dict) -> str:
+    n = tcp["transfers"]
+    if not n:
+        return "-"
+    rtt = statistics.median(tcp["rtts"]) * 1e3 if tcp["rtts"] else float("nan")
+    return (f"{tcp['resent'] / n:.1f} resent/transfer, {100 * tcp['with_rto'] / n:.0f}% "
+            f"with an RTO, srtt {rtt:.1f} ms")
 
 
 def main() -> None:
@@ -168,8 +195,8 @@ def main() -> None:
     print("| row | transport | dilation | whole transfer median / p90 (s) | mooncake / pusher, "
           "same RR transfer (median) | mean TTFT per scheduler (ms) | gains Full/RR, CLA*/RR, "
           "Full/CLA* | faithful (failed requests) | workers' busiest thread / OVS wait | on the wire "
-          f"({CAPTURED}) | wall |")
-    print("|---" * 11 + "|")
+          f"({CAPTURED}) | senders' TCP_INFO | wall |")
+    print("|---" * 12 + "|")
     for name in args.rows.split(","):
         path, over = ROWS[name]
         for dilation in args.dilations:
