@@ -41,7 +41,7 @@ BASE_PACKAGES = [
 PLAYBOOK_PACKAGES = [
     "python3", "python3-venv", "python3-pip", "mininet", "openvswitch-switch", "iperf3",
     "ethtool", "tcpdump", "iputils-ping", "procps", "openssh-client", "prometheus",
-    "ansible", "python3-apt", "git", "g++",
+    "ansible", "python3-apt", "git", "g++", "libibverbs1", "libnuma1", "libcurl4",
 ]
 RECIPE_VERSION = 4  # bump when the steps below change what the box contains
 PROJECT = Path(__file__).resolve().parents[2]  # the checkout whose venv the box carries
