@@ -22,8 +22,8 @@ def provision(inventory: str | None, local: bool, check: bool, dev: bool, quiet:
     """Turn machines into testbed hosts with playbooks/testbed.yml (ansible-runner).
 
     Installs Mininet, Open vSwitch (kernel datapath where the kernel has it), iperf3,
-    ethtool, Prometheus (scraping the controller) and the project in its virtual
-    environment, and starts and enables the services. Idempotent: a second run changes
+    ethtool, the libraries Mooncake's Transfer Engine links against, Prometheus
+    (scraping the controller) and the project in its virtual environment, and starts and enables the services. Idempotent: a second run changes
     nothing. Remote hosts get this checkout's tracked files in /opt/netkv-testbed;
     they need SSH with a known host key and sudo. A failure names the host and task.
     """
