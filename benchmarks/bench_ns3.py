@@ -224,13 +224,17 @@ def short_transfers() -> None:
 
     print("\n## Short writes into one receiver: completion time / max-min's (the flow "
           "model's), mean and worst\n")
-    patterns = [(8, 0.5, 20), (16, 0.25, 20), (4, 1.0, 50)]
+    every = ({}, {"timers": "absolute"}, {"kmin_kb": 1e6, "kmax_kb": 2e6})
+    # short writes (4-10 real ms alone) under each timer rule and with marking off; large
+    # ones (300 ms alone, the demo's shards) once: 6 M packets at scale 1, 2-3 minutes
+    patterns = [(8, 0.5, 20, every), (16, 0.25, 20, every), (4, 1.0, 50, every),
+                (4, 50.0, 1500, every[:1])]
     scales = (1e-2, 1e-1, 1.0)
     print("| writes (real ms apart, MB each) | timers | " +
           " | ".join(f"scale {x:g}" for x in scales) + " | wall s |")
     print("| --- | --- | " + " | ".join("---" for _ in scales) + " | --- |")
-    for senders, gap, mb in patterns:
-        for over in ({}, {"timers": "absolute"}, {"kmin_kb": 1e6, "kmax_kb": 2e6}):
+    for senders, gap, mb, variants in patterns:
+        for over in variants:
             t = time.perf_counter()
             got = [rf.short_transfers(x, senders, mb, gap, over) for x in scales]
             name = over.get("timers", "scaled") if "kmin_kb" not in over else "no marking"
