@@ -23,9 +23,10 @@ def provision(inventory: str | None, local: bool, check: bool, dev: bool, quiet:
 
     Installs Mininet, Open vSwitch (kernel datapath where the kernel has it), iperf3,
     ethtool, the libraries Mooncake's Transfer Engine links against, Prometheus
-    (scraping the controller) and the project in its virtual environment, and starts and enables the services. Idempotent: a second run changes
-    nothing. Remote hosts get this checkout's tracked files in /opt/netkv-testbed;
-    they need SSH with a known host key and sudo. A failure names the host and task.
+    (scraping the controller) and the project in its virtual environment, and starts and
+    enables the services. Idempotent: a second run changes nothing. Remote hosts get
+    this checkout's tracked files in /opt/netkv-testbed; they need SSH with a known host
+    key and sudo. A failure names the host and task.
     """
     from testbed.remote.provision import ProvisionError
     from testbed.remote.provision import provision as run_playbook

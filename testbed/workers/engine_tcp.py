@@ -17,7 +17,6 @@ look (one per write, when KV connections are not kept) is missed: the row says N
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
@@ -54,9 +53,18 @@ def combine(before: dict[tuple, dict], now: dict[tuple, dict]) -> dict | None:
 def _sockets() -> Iterable[socket.socket]:
     """A duplicate of each of this process's sockets (the caller closes it)."""
     for name in os.listdir(FD_DIR):
-        with contextlib.suppress(OSError, ValueError):  # closed or reused meanwhile
-            if os.readlink(f"{FD_DIR}/{name}").startswith("socket:"):
-                yield socket.socket(fileno=os.dup(int(name)))
+        try:
+            if not os.readlink(f"{FD_DIR}/{name}").startswith("socket:"):
+                continue
+            fd = os.dup(int(name))
+        except (OSError, ValueError):  # closed meanwhile
+            continue
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # reused meanwhile, for something else
+            os.close(fd)
+            continue
+        yield sock
 
 
 def connections(target: str, ports: Iterable[int]) -> dict[tuple, dict]:
