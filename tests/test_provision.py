@@ -194,3 +194,25 @@ def test_the_local_box_carries_every_package_the_playbook_installs():
     assert "prometheus" in wanted and "mininet" in wanted
     assert wanted <= set(BASE_PACKAGES + PLAYBOOK_PACKAGES), \
         wanted - set(BASE_PACKAGES + PLAYBOOK_PACKAGES)
+
+
+def test_a_host_s_project_dir_is_where_provision_puts_it(tmp_path):
+    # the playbook's own default, evaluated by Ansible per host as provision -i calls it:
+    # a host's netkv_project_dir (where every later command looks) wins, else the default
+    from testbed.remote.inventory import DEFAULT_PROJECT_DIR, project_dir
+
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars: {ansible_connection: local, ansible_python_interpreter: "
+        f"{sys.executable}}}\n  hosts:\n    a: {{netkv_project_dir: /srv/netkv}}\n    b: {{}}\n")
+    (tmp_path / "show.yml").write_text(
+        f"- hosts: all\n  gather_facts: false\n  vars_files: "
+        f"[{PLAYBOOKS}/roles/project/defaults/main.yml]\n"
+        "  tasks:\n    - ansible.builtin.debug: {msg: 'DIR={{ project_dir }}'}\n")
+    done = subprocess.run([str(BIN / "ansible-playbook"), "-i", "hosts.yml", "show.yml",
+                           "-e", f"netkv_default_project_dir={DEFAULT_PROJECT_DIR}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert '"msg": "DIR=/srv/netkv"' in done.stdout
+    assert f'"msg": "DIR={DEFAULT_PROJECT_DIR}"' in done.stdout
+    assert project_dir({"netkv_project_dir": "/srv/netkv"}) == "/srv/netkv"
+    assert project_dir({}) == DEFAULT_PROJECT_DIR

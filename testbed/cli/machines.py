@@ -142,7 +142,7 @@ def remote_dask(inventory: str, scheduler: str, log_path: str) -> None:
     SCHEDULER` and `validate --dask` run a seed per host on its own fabric. Prints
     `host pid` per line; stop one with `testbed remote stop -i INVENTORY HOST PID`.
     """
-    from testbed.remote.inventory import InventoryError, load_hostvars
+    from testbed.remote.inventory import InventoryError, load_hostvars, project_dir
     from testbed.remote.ssh import RemoteError
 
     try:
@@ -150,7 +150,7 @@ def remote_dask(inventory: str, scheduler: str, log_path: str) -> None:
     except InventoryError as exc:
         _fail(str(exc))
     for name, hv in hostvars.items():
-        folder = str(hv.get("netkv_project_dir", "/opt/netkv-testbed"))
+        folder = project_dir(hv)
         with _remote_host(inventory, name) as h:
             try:
                 pid = h.start(dask_worker_argv(folder, scheduler, name), log_path)

@@ -36,7 +36,13 @@ from testbed.emulation.net import EmulatedNetwork, EmulationError
 from testbed.emulation.processes import LocalLauncher
 from testbed.model.tcp import WIRE_FRAME
 from testbed.remote.counters import cluster_counters
-from testbed.remote.inventory import InventoryError, is_local, load_hostvars, load_inventory
+from testbed.remote.inventory import (
+    InventoryError,
+    is_local,
+    load_hostvars,
+    load_inventory,
+    project_dir,
+)
 from testbed.topologies.replica import leaf_packets
 from testbed.topologies.traffic_classes import engine_ports
 
@@ -65,7 +71,7 @@ def servers_from_inventory(path: str | Path) -> Servers:
         server = "localhost" if local else name
         names.append(server)
         ips[server] = "127.0.0.1" if local else spec.host
-        dirs[server] = str(hostvars[name].get("netkv_project_dir", "/opt/netkv-testbed"))
+        dirs[server] = project_dir(hostvars[name])
         if not local and spec.user:
             users.add(spec.user)
     if len(users) > 1:

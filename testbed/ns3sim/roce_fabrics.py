@@ -296,9 +296,8 @@ def short_transfers(scale: float, senders: int = 8, shard_mb: float = 20.0,
     starts = [k * gap_ms * 1e-3 for k in range(senders)]
     try:
         fids = [f.flow(int(t * 1e9), f"h{k}", "r", size) for k, t in enumerate(starts)]
-        f.run(int((starts[-1] + 100 * senders * shard_mb * 8e6 / LINE_BPS) * 1e9))
-        done = dict(f.done)
         st = f.pfc(int((starts[-1] + 100 * senders * shard_mb * 8e6 / LINE_BPS) * 1e9))
+        done = dict(f.done)
     finally:
         f.close()
     wire = size * (1 + 46 / 1000)  # RoCE's headers on every 1000-byte payload

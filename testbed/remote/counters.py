@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from testbed.datapath import tc
-from testbed.remote.inventory import is_local, load_hostvars, load_inventory
+from testbed.remote.inventory import is_local, load_hostvars, load_inventory, project_dir
 from testbed.remote.ssh import HostSpec, RemoteError, RemoteHost
 
 log = logging.getLogger("testbed.counters")
@@ -112,7 +112,6 @@ def cluster_counters(inventory: str | Path) -> ClusterCounters:
     """The readers for an inventory's servers other than this machine."""
     hostvars = load_hostvars(inventory)
     specs = load_inventory(inventory)
-    servers = [CounterServer(spec, str(hostvars[name].get("netkv_project_dir",
-                                                          "/opt/netkv-testbed")))
+    servers = [CounterServer(spec, project_dir(hostvars[name]))
                for name, spec in specs.items() if not is_local(name, hostvars[name])]
     return ClusterCounters(servers)

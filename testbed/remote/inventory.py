@@ -19,9 +19,18 @@ import yaml
 from testbed import yamlfile
 from testbed.remote.ssh import HostSpec
 
+# Where `testbed provision` puts the project on a server unless its `netkv_project_dir`
+# says otherwise; every command that runs something there reads it through project_dir.
+DEFAULT_PROJECT_DIR = "/opt/netkv-testbed"
+
 
 class InventoryError(ValueError):
     pass
+
+
+def project_dir(hostvars: dict) -> str:
+    """The project's folder on a server, from its inventory variables."""
+    return str(hostvars.get("netkv_project_dir", DEFAULT_PROJECT_DIR))
 
 
 def _walk(group: dict, inherited: dict, out: dict[str, dict], where: str) -> None:

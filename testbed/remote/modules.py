@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.remote.inventory import is_local, load_hostvars, load_inventory
+from testbed.remote.inventory import is_local, load_hostvars, load_inventory, project_dir
 from testbed.remote.ssh import RemoteError, RemoteHost
-
-DEFAULT_DIR = "/opt/netkv-testbed"
 
 
 def servers_lacking(inventory: str | Path, module: str) -> dict[str, str]:
@@ -24,7 +22,7 @@ def servers_lacking(inventory: str | Path, module: str) -> dict[str, str]:
     for name, spec in load_inventory(inventory).items():
         if is_local(name, hostvars[name]):
             continue
-        python = f"{hostvars[name].get('netkv_project_dir', DEFAULT_DIR)}/.venv/bin/python"
+        python = f"{project_dir(hostvars[name])}/.venv/bin/python"
         try:
             with RemoteHost(spec) as host:
                 got = host.run([python, "-c", f"import {module}"], check=False, timeout=120)

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.remote.inventory import DEFAULT_PROJECT_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 PLAYBOOK = PLAYBOOKS / "testbed.yml"
-REMOTE_DIR = "/opt/netkv-testbed"
 LOCAL_INVENTORY = ("localhost ansible_connection=local "
                    "ansible_python_interpreter=/usr/bin/python3\n")
 
@@ -96,7 +97,8 @@ def provision(inventory: Path | None, check: bool = False, dev: bool = False,
             if not inv.is_file():
                 raise ProvisionError(f"{inventory}: inventory not found")
             extravars["project_archive"] = str(project_archive(tmpdir / "project.tar.gz"))
-            extravars["project_dir"] = REMOTE_DIR
+            # a host's netkv_project_dir, where every later command looks, else this
+            extravars["netkv_default_project_dir"] = DEFAULT_PROJECT_DIR
         env = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
                "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_HOST_KEY_CHECKING": "True"}
