@@ -18,7 +18,8 @@ both, and the emulation's own repeat spread on its six repeated lone transfers.
 roce: RoCE's behaviours on small fabrics at the replica's rung (1e-2 of 40 Gbit/s,
 testbed/ns3sim/roce_fabrics.py): two flows' convergence to fair shares, an incast's queue
 against Kmax, PFC's pauses hop by hop and their release, a cycle of pauses and the
-watchdog that breaks it; each with the wall time it cost.
+watchdog that breaks it, on a ring and on the fat-tree once four of its links are down
+(with nothing down, the same flows); each with the wall time it cost.
 
 Run: [sudo] .venv/bin/python benchmarks/bench_ns3.py [--only speed|probes|roce]
      [--seeds 4] [--scenario scenarios/validate.yaml] [--set FIELD=VALUE ...]
@@ -209,6 +210,16 @@ def roce() -> None:
                  f"{d['ended_before']} ended before the watchdog; it tripped on "
                  f"{len(d['trips'])} ({first and f'{first / 1e6:.0f} modelled ms'}); "
                  f"{d['ended']} of 3 then ended, {d['resent']} NAKs and timeouts", t))
+    for name, down in (("fat-tree, up-down", frozenset()),
+                       ("fat-tree, 4 ToR uplinks down", rf.CYCLE_DOWN)):
+        t = time.perf_counter()
+        g = rf.fat_tree_deadlock(down)
+        cyc = " ".join(f"{a}>{b}" for a, b in g["cycle"]) or "none"
+        rows.append((name, f"dependency cycle: {cyc}; {len(g['flows'])} flows filling it: "
+                     f"{len(g['stuck'])} egresses paused, {g['ended_before']} ended before "
+                     f"the watchdog, which tripped on {len(g['trips'])} "
+                     f"({', '.join(f'{a}>{b}' for a, b, _ in g['trips']) or '-'}); "
+                     f"{g['ended']} then ended, {g['kv_drops']} KV drops", t))
     print("| fabric | what happened | wall s |")
     print("| --- | --- | --- |")
     ends = [r[2] for r in rows[1:]] + [time.perf_counter()]

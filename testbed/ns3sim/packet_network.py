@@ -91,6 +91,7 @@ class PacketNetwork:
         self._next_id = 0
         self._down: set = set()
         self._valleys = 0  # the most routes not up-down at once (RoCE: where pauses can cycle)
+        self._cycle: list[str] = []  # the first cycle of dependencies routes held (a>b hops)
         self._pairs = PairPaths(scenario.cluster.spec())
         self._counters: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
         self._oracle_read: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
@@ -214,9 +215,11 @@ class PacketNetwork:
         self.proc.send(f"clear {t}")
         for line in self.layout.route_lines(self._down):
             self.proc.send(line)
-        valleys = len(routing.valleys(self.layout.fabric,
-                                      routing.next_hops(self.layout.fabric, self._down)))
-        self._valleys = max(self._valleys, valleys)
+        table = routing.next_hops(self.layout.fabric, self._down)
+        self._valleys = max(self._valleys, len(routing.valleys(self.layout.fabric, table)))
+        if not self._cycle:
+            cycle = routing.dependency_cycle(routing.dependencies(self.layout.fabric, table))
+            self._cycle = [f"{a}>{b}" for a, b in cycle]
         return 0
 
     def set_stream(self, src: str, dst: str, bps: float, now: float,
@@ -324,10 +327,12 @@ class PacketNetwork:
         paused), the deepest KV queue, CE marks, KV packets dropped (a watchdog's only:
         the class is lossless), each watchdog trip by link, CNPs, NAKs, timeouts, and the
         most (switch, destination) routes that stepped down and up again at once (after a
-        link fault: where a cycle of pauses can hold)."""
+        link fault), and the first cycle of dependencies the routes held (where a cycle of
+        pauses can hold: without one no pause waits on itself)."""
         out = {"pauses": 0, "paused_s": 0.0, "max_kv_queue_bytes": 0, "marks": 0,
                "kv_drops": 0, "watchdog_trips": [], "cnps": 0, "naks": 0, "timeouts": 0,
-               "valley_routes": self._valleys, "paused_at_end": []}
+               "valley_routes": self._valleys, "dependency_cycle": self._cycle,
+               "paused_at_end": []}
         for line in self.proc.ask(f"pfc {self._ns(self.clock())}"):
             w = line.split()
             if w[0] == "l":

@@ -1,11 +1,13 @@
 """Small fabrics for RoCE's behaviours on the ns-3 program, with no scenario around them:
 two senders on one bottleneck, an incast, a chain that PFC pauses hop by hop, a ring whose
-routes are not up-down. Tests assert on what they return and benchmarks/bench_ns3.py
-prints it; the settings are the engine's own (`roce_settings`), at one replica scale.
+routes are not up-down, the scenarios' fat-tree with links down. Tests assert on what
+they return and benchmarks/bench_ns3.py prints it; the settings are the engine's own
+(`roce_settings`), at one replica scale.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -13,11 +15,15 @@ from testbed.ns3sim.ns3_fabric import roce_settings
 from testbed.ns3sim.process import Ns3Process
 from testbed.ns3sim.program import checked_program
 from testbed.scenario.ns3 import RoceCfg
+from testbed.topologies import routing
+from testbed.topologies.fabric import Fabric
+from testbed.topologies.fattree import FatTreeSpec
 
 LINE_BPS = 40e9  # the DCQCN paper's links
 SCALE = 1e-2  # the replica's rung RoCE's verdicts are read at (docs/ns3.md)
 DELAY_NS = 1000  # one-way per link
 MB = 1_000_000
+MS = 1_000_000  # ns
 
 
 @dataclass
@@ -172,7 +178,83 @@ def ring(over: dict | None = None) -> SmallFabric:
     return SmallFabric(hosts, sws, links, over or {}, routes)
 
 
-MS = 1_000_000  # ns
+def fat_tree(down: set[frozenset] = frozenset(), over: dict | None = None
+             ) -> tuple[SmallFabric, dict[tuple[str, str], set[tuple[str, str]]]]:
+    """The scenarios' 2-pod fat-tree (16 hosts, 20 switches, every link equal) with the
+    `down` links ({a, b}) failed, routed as the controller routes it (shortest live
+    paths), one next hop per destination at each switch (a stable hash of the two picks
+    among equal ones, as per-destination L3 routing does); with its dependency graph."""
+    fab = Fabric(FatTreeSpec(), 1.0)
+    ports = fab.switch_ports
+    table = {}
+    for sw, routes in routing.next_hops(fab, set(down)).items():
+        table[sw] = {dst: (outs[zlib.crc32(f"{sw}>{dst}".encode()) % len(outs)],)
+                     for dst, outs in routes.items()}
+    links = [(lk.a, lk.b) for lk in fab.links if routing.link_key(lk) not in down]
+    nxt = {(sw, dst): ports[(sw, outs[0])].peer_of(sw)
+           for sw, routes in table.items() for dst, outs in routes.items()}
+    small = SmallFabric(list(fab.hosts), list(fab.switches), links, over or {}, nxt)
+    return small, routing.dependencies(fab, table)
+
+
+def _path(f: SmallFabric, src: str, dst: str) -> list[tuple[str, str]]:
+    hop, node = [], src
+    while node != dst:
+        step = f._next(node, dst) if node in f.hosts else f.routes[(node, dst)]
+        hop.append((node, step))
+        node = step
+    return hop
+
+
+def cycle_flows(f: SmallFabric, cycle: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """For each dependency around the cycle (one hop, then the next), a host pair whose
+    path takes both: the traffic that fills it."""
+    pairs = []
+    for here, then in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+        for src in f.hosts:
+            pick = next((dst for dst in f.hosts if dst != src and _adjacent(
+                _path(f, src, dst), here, then)), None)
+            if pick:
+                pairs.append((src, pick))
+                break
+    return pairs
+
+
+def _adjacent(path: list[tuple[str, str]], a: tuple[str, str], b: tuple[str, str]) -> bool:
+    return any(x == a and y == b for x, y in zip(path, path[1:], strict=False))
+
+
+# Four ToR uplinks down (tor0 keeps one, tor1 loses one): the fewest failures that leave
+# the fat-tree's shortest routes a cycle of dependencies (none of the 5,456 sets of up to
+# three switch links does; 84 of the 35,960 sets of four do: docs/ns3.md)
+CYCLE_DOWN = frozenset(frozenset(p) for p in (("tor0", "agg0"), ("tor0", "agg1"),
+                                                ("tor0", "agg2"), ("tor1", "agg3")))
+
+
+def fat_tree_deadlock(down: set[frozenset] = CYCLE_DOWN, watchdog_ms: float = 20) -> dict:
+    """The fat-tree with `down` failed: its dependency cycle, and, with flows filling it
+    (as the ring's: marking off, small pause thresholds), whether they stood still
+    before the watchdog, what it named, and whether they then ended. With nothing down
+    the same host pairs run on up-down routes."""
+    over = {"kmin_kb": 1e6, "kmax_kb": 2e6, "pfc_xoff_kb": 32, "watchdog_ms": watchdog_ms,
+            "restore_ms": watchdog_ms}
+    probe, graph = fat_tree(CYCLE_DOWN, over)
+    pairs = cycle_flows(probe, routing.dependency_cycle(graph))
+    probe.close()
+    f, graph = fat_tree(down, over)
+    try:
+        for s, d in pairs:
+            f.flow(0, s, d, 20 * MB)
+        stuck, ended_before = f.pfc(int(watchdog_ms * MS / SCALE * 0.95)), len(f.done)
+        st = f.pfc(int(watchdog_ms * MS / SCALE * 10))
+        done = dict(f.done)
+    finally:
+        f.close()
+    return {"cycle": routing.dependency_cycle(graph), "flows": pairs,
+            "stuck": [h for h, lk in stuck.links.items() if lk.paused_now],
+            "ended_before": ended_before, "trips": st.trips, "ended": len(done),
+            "kv_drops": sum(lk.kv_drops for lk in st.links.values())}
+
 
 
 def fairness(window_ms: int = 250, until_ms: int = 6000) -> dict:

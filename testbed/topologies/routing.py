@@ -169,3 +169,50 @@ def valleys(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]]) -> lis
                     if level.get(after, 0) > level[nxt]:
                         out.append((switch, nxt, after, dst))
     return out
+
+
+def dependencies(fabric: Fabric, table: dict[str, dict[str, tuple[int, ...]]]
+                 ) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """The channel dependency graph of lossless traffic on these routes: each directed
+    hop (a, b) any host's traffic can cross -> the egresses (b, c) a packet that crossed
+    it may wait on at b (every ECMP port counts). A pause can only wait on itself around
+    a cycle of it (Dally and Seitz's condition for deadlock), so no cycle, no deadlock."""
+    ports = fabric.switch_ports
+    out: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+    for dst in fabric.hosts:
+        todo = [(h, fabric.hosts[h].tor) for h in fabric.hosts if h != dst]
+        seen = set(todo)
+        while todo:
+            a, b = todo.pop()
+            if b in fabric.hosts:
+                continue  # a host takes what reaches it: it never pauses
+            for port in table.get(b, {}).get(dst, ()):
+                hop = (b, ports[(b, port)].peer_of(b))
+                out[(a, b)].add(hop)
+                if hop not in seen:
+                    seen.add(hop)
+                    todo.append(hop)
+    return dict(out)
+
+
+def dependency_cycle(graph: dict[tuple[str, str], set[tuple[str, str]]]
+                     ) -> list[tuple[str, str]]:
+    """The hops of one cycle of a dependency graph, in order; empty where it has none."""
+    state: dict[tuple[str, str], int] = {}  # 1 on the path being walked, 2 done
+    for root in sorted(graph):
+        if root in state:
+            continue
+        path, branches = [root], [iter(sorted(graph.get(root, ())))]
+        state[root] = 1
+        while path:
+            nxt = next(branches[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                branches.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                branches.append(iter(sorted(graph.get(nxt, ()))))
+    return []

@@ -65,9 +65,25 @@ def test_a_cycle_of_pauses_trips_the_watchdog_which_names_it_and_the_flows_end()
     assert got["ended"] == 3 and got["resent"] > 0  # what it dropped was sent again
 
 
+def test_the_fat_tree_deadlocks_only_once_its_routes_hold_a_cycle_and_the_watchdog_names_it():
+    # four ToR uplinks down: the routes' dependency graph holds a cycle, and flows filling
+    # it stand still until the watchdog breaks it; the same host pairs on the whole
+    # fat-tree's up-down routes pause, release and end with nothing dropped
+    got = roce_fabrics.fat_tree_deadlock()
+    cycle = {tuple(h) for h in got["cycle"]}
+    assert cycle and cycle <= set(got["stuck"]) and got["ended_before"] == 0, got
+    tripped = {(a, b) for a, b, _ in got["trips"]}
+    assert tripped & cycle and all(t >= 20 * MS / SCALE for *_, t in got["trips"])
+    assert got["ended"] == len(got["flows"])  # what the watchdog dropped was sent again
+    free = roce_fabrics.fat_tree_deadlock(frozenset())
+    assert free["cycle"] == [] and free["flows"] == got["flows"]
+    assert free["ended_before"] == len(free["flows"]) and not free["trips"]
+    assert free["kv_drops"] == 0
+
+
 def test_the_fat_tree_runs_roce_and_a_link_down_s_bounces_are_counted():
     # up-down routes until tor0-agg0 fails at 1.5 s; then agg0 bounces through other ToRs
-    # (valleys), where a cycle of pauses can hold: the watchdog must name any it breaks
+    # (valleys), and yet the routes hold no cycle of dependencies: nothing can deadlock
     from testbed.cells import Task
     from testbed.runner import run_task
 
@@ -80,6 +96,7 @@ def test_the_fat_tree_runs_roce_and_a_link_down_s_bounces_are_counted():
     facts = result["files"]["ns3.json"]
     roce = (facts if isinstance(facts, dict) else json.loads(facts))["roce"]
     assert roce["valley_routes"] > 0 and roce["marks"] > 0 and roce["cnps"] > 0
+    assert roce["dependency_cycle"] == [] and not roce["paused_at_end"]
     assert all(t["egress"] and t["paused_s"] >= 0.2 / SCALE for t in roce["watchdog_trips"])
     assert roce["kv_drops"] == 0 or roce["watchdog_trips"]  # lossless but for the watchdog
     assert result["summary"]["ttft_mean_ms"] > 0
