@@ -15,6 +15,10 @@ on this machine. Printed per row and transport:
   connection, data bytes per packet and retransmitted segments;
 - the senders' TCP_INFO (transfers.csv): segments resent per transfer, the share of
   transfers that waited out a retransmission timeout, the median smoothed RTT.
+After each row, its claims judged as `testbed validate` judges them (paired by request
+over the seeds both transports ran faithfully, block-bootstrap 95% intervals): each
+scheduler's mean-TTFT gain through the pusher, through the engine, and the engine's
+minus the pusher's, agreeing where that difference lies within the 5-point band.
 --dilations runs the rows again at other time dilations: where the engine's runs become
 faithful on this machine.
 
@@ -37,6 +41,8 @@ from testbed.api import emulate
 from testbed.cli.common import handle_signals
 from testbed.scenario import load_scenario
 from testbed.topologies.traffic_classes import kv_ports
+from testbed.validate.judging.claims import PRIMARY, judge_point, pair_requests
+from testbed.validate.judging.decision import on_packets
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "scenarios" / "validate.yaml"
@@ -141,6 +147,38 @@ def summarise(folder: Path, scenario) -> dict:
     return out
 
 
+def claims(folders: dict[str, Path], scenario) -> list[str]:
+    """The row's mean-TTFT claims through each transport and their difference, judged by
+    the validation's own code with the pusher in the packets' place and the engine in
+    the flow model's (the difference is then the engine's gain minus the pusher's)."""
+    runs = {}
+    for engine, transport in (("packets", "pusher"), ("flow", "mooncake")):
+        if transport not in folders:
+            return []
+        base = folders[transport] / "cells" / "000-base"
+        for sched in scenario.schedulers:
+            for d in sorted((base / sched).glob("seed*")):
+                fid = json.loads((d / "fidelity.json").read_text())
+                if fid.get("verdict") == "faithful":
+                    runs[(engine, sched, int(d.name[4:]))] = rows_of(d / "requests.csv")
+    point = judge_point(pair_requests(runs))
+    out = []
+    for c in point.claims:
+        if c.metric != PRIMARY:
+            continue
+        seeds = len({k for e, s, k in runs if s == c.scheduler})
+        out.append(f"| {c.scheduler} vs {c.baseline} | {_iv(c.packets)} "
+                   f"{c.on_packets} | {_iv(c.flow)} {on_packets(c.flow, False)} | "
+                   f"{_iv(c.difference, points=True)} {c.verdict} | {c.n} ({seeds}) |")
+    return out
+
+
+def _iv(iv, points: bool = False) -> str:
+    if points:
+        return f"{100 * iv.point:+.1f} [{100 * iv.low:+.1f}, {100 * iv.high:+.1f}]"
+    return f"{100 * iv.point:+.1f}% [{100 * iv.low:+.1f}, {100 * iv.high:+.1f}]"
+
+
 def gain(a: float | None, b: float | None) -> str:
     return "-" if not a or not b else f"{100 * (b - a) / a:+.1f}%"
 
@@ -200,7 +238,7 @@ def main() -> None:
     for name in args.rows.split(","):
         path, over = ROWS[name]
         for dilation in args.dilations:
-            pusher = None
+            pusher, folders = None, {}
             for transport in args.transports.split(","):
                 sets = {**over, "seeds": args.seeds, "emulation.kv_transport": transport,
                         "emulation.capture": [CAPTURED]}
@@ -213,6 +251,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 result = emulate(sc, Path(args.out) / name / transport)
                 wall = time.perf_counter() - t0
+                folders[transport] = Path(result.folder)
                 s = summarise(Path(result.folder), sc)
                 print(line(name, transport, sc.emulation.time_dilation, s, pusher)
                       + f" {wall:.0f} s |", flush=True)
@@ -220,6 +259,12 @@ def main() -> None:
                     print(f"  unfaithful: {sorted(set(s['reasons']))[:3]}", flush=True)
                 if transport == "pusher":
                     pusher = s
+            judged = claims(folders, sc)
+            if judged:
+                print(f"\n{name} at dilation {sc.emulation.time_dilation:g}, faithful seeds:"
+                      "\n\n| claim (mean TTFT) | pusher | engine | engine - pusher (points) "
+                      "| requests (seeds) |\n" + "|---" * 5 + "|\n" + "\n".join(judged)
+                      + "\n", flush=True)
 
 
 if __name__ == "__main__":
