@@ -44,6 +44,19 @@ def test_a_lone_request_follows_the_timing_and_cost_models(trace_path):
     assert row["state"] == "completed"
 
 
+def test_the_transfer_engine_s_notice_adds_its_trip_after_the_last_byte(trace_path):
+    # the emulation lands an engine's transfer at the notice that follows its writes:
+    # one more one-way trip of the tier (8 us on tier 2) than the pusher's landing
+    def transfer_s(transport):
+        sc = Scenario(name="one", workload={"trace": str(trace_path)},
+                      emulation={"kv_transport": transport})
+        row = FlowSimulation(sc, "netkv-full", 1, one_request_workload()).run().requests[0]
+        return row["transfer_end"] - row["transfer_start"], row["tier"]
+
+    (pusher, tier), (engine, _) = transfer_s("pusher"), transfer_s("mooncake")
+    assert tier == 2 and engine - pusher == pytest.approx(8e-6, rel=1e-6)
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_run_pauses_the_collector_and_leaves_it_nothing_to_trace(trace_path, monkeypatch,
                                                                    enabled):

@@ -15,13 +15,18 @@ from click.testing import CliRunner
 from testbed.cli import main
 from testbed.datapath import tc
 from testbed.scenario import ScenarioError, load_scenario
-from testbed.topologies.traffic_classes import engine_ports, kv_ports
+from testbed.topologies.traffic_classes import engine_notice, engine_ports, kv_ports
 from testbed.workers import transfer_engine
 from testbed.workers.protocol import validate
 from tests.conftest import ROOT
 
 VALIDATE = ROOT / "scenarios" / "validate.yaml"
 MOONCAKE = {"emulation.kv_transport": "mooncake"}
+
+
+def tell(sender, host: str, port: int, note: dict) -> None:
+    """A notice as the workers send it."""
+    sender.send(host, port, note["request"], engine_notice(**note))
 
 
 def need_engine() -> None:
@@ -196,20 +201,20 @@ def test_a_notice_lands_its_shards_on_a_kept_connection_and_a_lost_one_is_named(
     receiver, sender = listen(), transfer_engine.NoticeSender()
     try:
         note = {"request": "r1", "stage": "p2d", "start": 1.0, "shards": [[0, 10], [1, 12]]}
-        sender.send("127.0.0.1", port, note)
+        tell(sender, "127.0.0.1", port, note)
         assert heard.acquire(timeout=5) and heard.acquire(timeout=5)
         assert [(r.request, r.shard, r.shards, r.bytes, r.start) for r in got] == [
             ("r1", 0, 2, 10, 1.0), ("r1", 1, 2, 12, 1.0)]
         kept = sender._socks[("127.0.0.1", port)]
         kept.sendall(b"not json\n")
-        sender.send("127.0.0.1", port, {**note, "request": "r2", "shards": [[0, 5]]})
+        tell(sender, "127.0.0.1", port, {**note, "request": "r2", "shards": [[0, 5]]})
         assert heard.acquire(timeout=5) and got[-1].request == "r2"
         assert sender._socks[("127.0.0.1", port)] is kept  # one connection, kept
         assert len(errors) == 1 and "unreadable notice from 127.0.0.1" in errors[0]
         receiver.close()
         kept.close()  # as a target that restarted would leave it
         receiver = listen()
-        sender.send("127.0.0.1", port, {**note, "request": "r3", "shards": [[0, 7]]})
+        tell(sender, "127.0.0.1", port, {**note, "request": "r3", "shards": [[0, 7]]})
         assert heard.acquire(timeout=5) and got[-1].request == "r3"
         receiver.close()
         # a target that closed the kept connection while it was idle: the next notice
@@ -218,14 +223,14 @@ def test_a_notice_lands_its_shards_on_a_kept_connection_and_a_lost_one_is_named(
             plain.settimeout(5)
             where = plain.getsockname()
             for rid in ("r5", "r6"):
-                sender.send(*where, {**note, "request": rid})
+                tell(sender, *where, {**note, "request": rid})
                 conn, _ = plain.accept()
                 with conn, conn.makefile("rb") as lines:
                     assert json.loads(lines.readline())["request"] == rid
         sender.close()
         with pytest.raises(transfer_engine.EngineError,
                            match=f"r4: the notice to 127.0.0.1:{port} failed"):
-            sender.send("127.0.0.1", port, {**note, "request": "r4"})
+            tell(sender, "127.0.0.1", port, {**note, "request": "r4"})
     finally:
         receiver.close()
         sender.close()

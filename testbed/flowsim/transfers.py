@@ -21,6 +21,16 @@ from testbed.serving import DecodeInstance
 from testbed.topologies.routing import path_text
 from testbed.workloads.build import Workload
 
+NOTICE = "notice"  # the stage tag of a transfer's notice (the engine's, on packets)
+
+
+def lands_at_notice(scenario: Scenario) -> bool:
+    """Whether a transfer lands at a notice sent after its shards' writes completed, as
+    the emulation's decode workers land the Transfer Engine's (its TCP transport: not
+    under ns-3's RoCE)."""
+    return (scenario.emulation.kv_transport == "mooncake"
+            and scenario.ns3.transport != "roce")
+
 
 class TransferHost(Protocol):
     """What TransferPlane uses of the class it is mixed into (FlowSimulation)."""
@@ -125,6 +135,8 @@ class TransferPlane:
         changed = False
         for f in flows:
             rs, stage = f.tag
+            if stage == NOTICE:
+                continue  # a message, not KV: it keeps its class
             pruned = stage != REUSE and rs.req.request_id in self.pruned
             level = mfs.flow_level(policy, self._flow_view(f, now), now, f.level, pruned,
                                    levels, net_cfg.mfs_theta_top, net_cfg.mfs_theta_ratio)
@@ -183,13 +195,16 @@ class TransferPlane:
         self._reschedule_network()
 
     def _finish_flows(self) -> None:
-        """Flows whose bytes are in: a fetch's prefix, or a transfer's shards, whose
-        transfer lands once its last shard does."""
+        """Flows whose bytes are in: a fetch's prefix, a transfer's shards, whose
+        transfer lands once its last shard does, or a transfer's notice, which lands it."""
         now = self.loop.now
         for flow in self.net.pop_finished(now):
             rs, shards = flow.tag
             if shards == REUSE:
                 self._fetched(rs)
+                continue
+            if shards == NOTICE:
+                self._transfer_done(rs)
                 continue
             self._record_shards(rs, flow, shards, now)
             rs.flows_left -= 1
@@ -208,8 +223,10 @@ class TransferPlane:
 
     def _all_shards_in(self, rs: RequestState) -> None:
         """The fluid flows carried bytes only: the tier's latency and the send calls'
-        overhead come after the last byte."""
-        delay = self._oracle.latency(rs.tier) + self._call_overhead(rs)
+        overhead come after the last byte, and the engine's notice its own trip (no
+        queue delays it here: ns-3 sends it as a packet)."""
+        trips = 2 if lands_at_notice(self.scenario) else 1
+        delay = trips * self._oracle.latency(rs.tier) + self._call_overhead(rs)
         self.loop.after(delay, lambda rs=rs: self._transfer_done(rs))
 
     def _transfer_done(self, rs: RequestState) -> None:

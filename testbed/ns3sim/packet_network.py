@@ -91,6 +91,7 @@ class PacketNetwork:
         self._next_id = 0
         self._down: set = set()
         self._valleys = 0  # the most routes not up-down at once (RoCE: where pauses can cycle)
+        self._notes: set[int] = set()  # flows that are notices, not KV bytes
         self._cycle: list[str] = []  # the first cycle of dependencies routes held (a>b hops)
         self._pairs = PairPaths(scenario.cluster.spec())
         self._counters: tuple[int, dict[Hop, tuple[int, ...]]] | None = None
@@ -122,7 +123,11 @@ class PacketNetwork:
         fid, end_ns, retx, timeouts, timeout_ns, srtt_ns, min_ns = map(int, words[1:8])
         flow = self.flows.pop(fid)
         flow.end = end_ns / 1e9
-        self._count_level(flow, self._wire.pop(fid))
+        wire = self._wire.pop(fid)
+        if fid in self._notes:
+            self._notes.discard(fid)  # not KV bytes
+        else:
+            self._count_level(flow, wire)
         self._got.pop(fid, None)
         self._pushed.pop(fid, None)
         flow.remaining = 0.0
@@ -170,6 +175,22 @@ class PacketNetwork:
                        f"{self.layout.ids[dst]} {wire} {shard[0]} {self._tos(level)}")
         return flow
 
+    def add_note(self, src: str, dst: str, size: int, now: float, tag: object,
+                 conn: int) -> Flow:
+        """A message nobody answers (the Transfer Engine's notice) of `size` bytes on the
+        pair's connection `conn`, in the KV class: done at its last byte's arrival. Not
+        scaled: the workers' line is its own size on every replica."""
+        path = self._pairs.path(src, dst)
+        flow = Flow(self._next_id, path, size, size, now, tag, 0, t0=now)
+        self._next_id += 1
+        self.flows[flow.flow_id] = flow
+        self._wire[flow.flow_id] = size
+        self._pushed[flow.flow_id] = (0, None)
+        self._notes.add(flow.flow_id)
+        self.proc.send(f"note {self._ns(now)} {flow.flow_id} {self.layout.ids[src]} "
+                       f"{self.layout.ids[dst]} {size} {conn} {KV.tos}")
+        return flow
+
     def recompute(self, touched: Iterable[Hop] | None = None,
                   changed: Iterable[Flow] | None = None) -> None:
         """Tell ns-3 the levels and rate caps that changed (MFS and its baselines); ns-3
@@ -193,6 +214,7 @@ class PacketNetwork:
             self._wire.pop(flow.flow_id)
             self._got.pop(flow.flow_id, None)
             self._pushed.pop(flow.flow_id)
+            self._notes.discard(flow.flow_id)
         return gone
 
     def fail_host(self, name: str, now: float) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from testbed.flowsim.events import DrivenLoop
 from testbed.flowsim.simulator import FlowSimulation, RunResult, collector_paused
+from testbed.flowsim.transfers import NOTICE, lands_at_notice
 from testbed.lifecycle import RequestState
 from testbed.metrics import tcp_stalls
 from testbed.ns3sim.ns3_fabric import transport_of
@@ -25,6 +26,7 @@ from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.program import ns3_version, program_path
 from testbed.topologies.replica import background_partner
 from testbed.topologies.routing import packet_ecmp, path_text
+from testbed.topologies.traffic_classes import engine_notice_bytes
 from testbed.workloads.build import Workload
 
 BIG = 1e9  # seconds: a surge without an end
@@ -59,6 +61,8 @@ class Ns3Simulation(FlowSimulation):
         super().__init__(scenario, scheduler_key, seed, workload, follow)
         self.loop.run_until = self.net.run_until
         self.loop.on_network = self._finish_flows
+        self._notices = lands_at_notice(scenario)
+        self._notice_bytes = engine_notice_bytes(self.flows_per_transfer)
 
     def _event_loop(self) -> DrivenLoop:
         return DrivenLoop()
@@ -83,7 +87,14 @@ class Ns3Simulation(FlowSimulation):
             })
 
     def _all_shards_in(self, rs: RequestState) -> None:
-        self._transfer_done(rs)
+        if not self._notices:
+            self._transfer_done(rs)
+            return
+        # the engine's writes completed, each at the target's acknowledgement (the
+        # framing twin's reply); the decode side learns of it from the prefill's notice,
+        # on a kept connection of its own, and lands the transfer at its arrival
+        self.net.add_note(rs.prefill, rs.decode, self._notice_bytes, self.loop.now,
+                          (rs, NOTICE), conn=self.flows_per_transfer)
 
     def _finish_flows(self) -> None:
         super()._finish_flows()

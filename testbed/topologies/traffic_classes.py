@@ -22,6 +22,7 @@ AF41 end to end, which is what lets the controller's congestion figure exclude t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -93,6 +94,21 @@ ENGINE_PORTS = 16
 def engine_ports(kv_port: int) -> tuple[int, ...]:
     """The Transfer Engine's ports on every host (emulation.kv_transport: mooncake)."""
     return tuple(range(kv_port + ENGINE_PORT_OFFSET, kv_port + ENGINE_PORT_OFFSET + ENGINE_PORTS))
+
+
+def engine_notice(request: str, stage: str, start: float, shards: list[list[int]]) -> bytes:
+    """The line a prefill worker sends its target once the engine's writes of a transfer
+    completed (kept connection, KV class): the decode side lands the transfer on its
+    arrival. ns-3 sends a message of its size at the same instant."""
+    note = {"request": request, "stage": stage, "start": start, "shards": shards}
+    return (json.dumps(note) + "\n").encode()
+
+
+def engine_notice_bytes(shards: int) -> int:
+    """A notice's size for a transfer of `shards` shards, as the workers write it (a
+    request id of the workloads' length, a wall clock's digits, shards of a replica's MB)."""
+    return len(engine_notice("r1234", "p2d", 1.7e9 + 0.123456,
+                             [[k, 10**6] for k in range(shards)]))
 
 
 def engine_ports_usable(kv_port: int) -> bool:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from testbed.clock import Dilation
 from testbed.scenario.base import ScenarioError
-from testbed.topologies.traffic_classes import engine_ports
+from testbed.topologies.traffic_classes import engine_notice, engine_ports
 from testbed.workers.engine_tcp import EngineStalls
 from testbed.workers.kvstream import ShardResult, alive, kv_socket, per_shard
 
@@ -135,10 +135,10 @@ class KVEngine:
         naming them; results in shard order."""
         results = per_shard(len(shard_sizes),
                             lambda k: self._shard(endpoint, request, k, shard_sizes, stage))
-        note = {"request": request, "stage": stage, "start": min(r.start for r in results),
-                "shards": [[r.shard, r.bytes] for r in results]}
+        line = engine_notice(request, stage, min(r.start for r in results),
+                             [[r.shard, r.bytes] for r in results])
         self.notices.send(endpoint["session"].rpartition(":")[0], int(endpoint["notice"]),
-                          note)
+                          request, line)
         return results
 
     def _shard(self, endpoint: dict, request: str, k: int, sizes: list[int], stage: str
@@ -193,11 +193,10 @@ class NoticeSender:
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def send(self, host: str, port: int, note: dict) -> None:
+    def send(self, host: str, port: int, request: str, line: bytes) -> None:
         where = (host, port)
         with self._lock:
             lock = self._locks.setdefault(where, threading.Lock())
-        line = (json.dumps(note) + "\n").encode()
         with lock:
             for attempt in (1, 2):  # a kept connection the target closed: once more
                 sock = self._socks.pop(where, None)
@@ -217,7 +216,7 @@ class NoticeSender:
                     if sock is not None:
                         sock.close()
                     if attempt == 2:
-                        raise EngineError(f"{note['request']}: the notice to {host}:{port} "
+                        raise EngineError(f"{request}: the notice to {host}:{port} "
                                           f"failed ({exc})") from None
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from testbed.scenario import load_scenario
 from testbed.scenario.ns3 import TWIN_BEHAVIOURS
 from testbed.sweep import Executor
 from testbed.topologies.routing import PairPaths, path_hops
+from testbed.topologies.traffic_classes import engine_notice_bytes
 from tests.conftest import ROOT
 
 SHORT = {"workload.warmup_s": 1, "workload.measure_s": 4}
@@ -94,6 +95,25 @@ def test_every_request_ends_once_and_every_shard_keeps_its_tcp_counters():
         assert 0 < row["min_rtt_s"] <= row["rtt_s"] < 1.0, row
     assert got["ns3"]["scale"] == 2e-4 and not got["ns3"]["line_rate"]
     assert got["ns3"]["packets"]["hops"] > got["ns3"]["packets"]["hosts"] > 0
+
+
+def test_the_transfer_engine_s_transfers_land_at_their_notice_after_the_last_shard():
+    # the emulation's decode worker lands an engine's transfer when the prefill's notice
+    # arrives, after its writes completed; the pusher's when its last shard is in. ns-3
+    # sends the notice as a packet of its own: the same requests, placed alike under RR,
+    # land later by at least its wire time
+    def landed_after(transport):
+        got = one_cell(scenario(**{"emulation.kv_transport": transport}), "rr")
+        last: dict[str, float] = {}
+        for row in got["transfers"]:
+            last[row["request"]] = max(last.get(row["request"], 0.0), row["end"])
+        return {r["id"]: r["transfer_end"] - last[r["id"]] for r in got["requests"]
+                if r["transfer_end"] is not None and r["id"] in last}
+
+    pusher, engine = landed_after("pusher"), landed_after("mooncake")
+    assert pusher and all(gap == 0.0 for gap in pusher.values())
+    frame = 8 * (engine_notice_bytes(4) + 40) / 20e6  # one packet on a 20 Mbit/s link
+    assert set(engine) == set(pusher) and all(gap >= frame for gap in engine.values())
 
 
 def lone_transfer_s(sc, program, wire: float) -> float:

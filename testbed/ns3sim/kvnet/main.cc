@@ -19,6 +19,8 @@
 //   ready                               build the stacks and queues; answers "ok"
 //   run T                               simulate up to T or the first KV completion before it
 //   flow T FID SRC DST BYTES SHARD TOS  a shard of BYTES from SRC to DST on a pooled connection
+//   note T FID SRC DST BYTES CONN TOS   a message nobody answers (the Transfer Engine's
+//                                       notice): done at its last byte's arrival
 //   tos T FID TOS | pace T FID BPS      re-mark a shard's stream / cap its rate (0: none)
 //   abort T FID                         stop a shard; its connection is not reused
 //   hostdown T HOST                     the host stops answering (its interfaces go down)
@@ -351,6 +353,11 @@ Loop()
         {
             At(num(1));
             StartOrDelay(num(2), num(3), num(4), num(5), num(6), uint8_t(num(7)));
+        }
+        else if (cmd == "note")
+        {
+            At(num(1));
+            StartShard(num(2), num(3), num(4), num(5), num(6), uint8_t(num(7)), 0, true);
         }
         else if (cmd == "tos")
         {

@@ -21,6 +21,7 @@ struct Shard
     int64_t timeoutNs0 = 0;
     uint64_t pace = 0;   // bytes/s cap (0: none)
     double paceNext = 0; // ns: when the next segment may be written
+    bool arrival = false; // a message nobody answers: done at its last byte's arrival
 };
 
 struct Conn
@@ -256,9 +257,9 @@ OnReceive(Conn* c, Ptr<Socket> sock)
                 {
                     delete s;
                 }
-                else if (g_set.twin.count("framing")) // the emulation's receiver answers a
-                {                                     // byte; the sender's read of it ends
-                    c->replying.push_back(s);         // the shard
+                else if (g_set.twin.count("framing") && !s->arrival) // the emulation's
+                {                                     // receiver answers a byte; the
+                    c->replying.push_back(s);         // sender's read of it ends the shard
                     sock->Send(Create<Packet>(1));
                 }
                 else
@@ -320,7 +321,7 @@ OnAccept(Ptr<Socket> sock, const Address& from)
 
 void
 StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos,
-           uint64_t pace = 0)
+           uint64_t pace = 0, bool arrival = false)
 {
     if (Roce())
     {
@@ -349,6 +350,7 @@ StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t in
     auto* s = new Shard{fid, bytes};
     s->conn = c;
     s->pace = pace;
+    s->arrival = arrival;
     s->retx0 = c->retx;
     s->timeouts0 = c->timeouts;
     s->timeoutNs0 = c->timeoutNs;
