@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.table import Table
@@ -19,6 +20,7 @@ from testbed.cli.common import (
 )
 from testbed.model.extensions.plugins import display_name
 from testbed.ns3sim.program import Ns3Unavailable
+from testbed.ns3sim.roce_notes import folder_notes
 from testbed.workloads.mooncake import TraceError
 
 
@@ -105,6 +107,8 @@ def _show(run, quiet: bool) -> bool:
         out.print(table)
     else:  # a pipe or a log: the plain Markdown table, never truncated
         click.echo(outcome.table)
+    for line in folder_notes(Path(outcome.folder)):  # ns-3's RoCE: where pauses stood
+        console.print(f"[yellow]RoCE:[/] {line}", highlight=False)
     click.echo(f"{_runs(run)} runs on {run.executor} in {outcome.wall_s:.1f} s. "
                f"Records: {outcome.folder}")
     return bool(outcome.lost)
