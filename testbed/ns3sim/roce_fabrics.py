@@ -182,8 +182,8 @@ def fat_tree(down: set[frozenset] = frozenset(), over: dict | None = None
              ) -> tuple[SmallFabric, dict[tuple[str, str], set[tuple[str, str]]]]:
     """The scenarios' 2-pod fat-tree (16 hosts, 20 switches, every link equal) with the
     `down` links ({a, b}) failed, routed as the controller routes it (shortest live
-    paths), one next hop per destination at each switch (a stable hash of the two picks
-    among equal ones, as per-destination L3 routing does); with its dependency graph."""
+    paths), one next hop per destination at each switch (a stable hash picks among equal
+    ones, as per-destination L3 routing does); with its dependency graph."""
     fab = Fabric(FatTreeSpec(), 1.0)
     ports = fab.switch_ports
     table = {}
@@ -254,7 +254,6 @@ def fat_tree_deadlock(down: set[frozenset] = CYCLE_DOWN, watchdog_ms: float = 20
             "stuck": [h for h, lk in stuck.links.items() if lk.paused_now],
             "ended_before": ended_before, "trips": st.trips, "ended": len(done),
             "kv_drops": sum(lk.kv_drops for lk in st.links.values())}
-
 
 
 def fairness(window_ms: int = 250, until_ms: int = 6000) -> dict:
