@@ -48,5 +48,9 @@ def test_this_process_s_connections_to_a_target_port_are_found_by_descriptor():
             (one,) = got.values()
             assert one["data_segs_out"] > 0 and one["min_rtt_s"] is not None
             stalls = engine_tcp.EngineStalls()
-            assert stalls.look("127.0.0.1", [port])["retrans_segs"] == 0
+            first = stalls.look("127.0.0.1", [port])["retrans_segs"]
+            # a first look is the connection's count so far, read between the two reads
+            # (loopback under load may resend a probe: the count need not be 0)
+            (after,) = engine_tcp.connections("127.0.0.1", [port]).values()
+            assert one["retrans_segs"] <= first <= after["retrans_segs"]
             assert engine_tcp.connections("127.0.0.2", [port]) == {}
