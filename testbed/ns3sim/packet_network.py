@@ -25,6 +25,7 @@ from testbed.model.congestion import InterfaceRate, tier_congestion
 from testbed.model.cost import gbps_to_bytes_per_s
 from testbed.ns3sim.ns3_fabric import Hop, Ns3Fabric
 from testbed.ns3sim.process import Ns3Process
+from testbed.ns3sim.roce_facts import roce_facts
 from testbed.topologies import routing
 from testbed.topologies.replica import egress_kind, replica_record, scaled_bytes
 from testbed.topologies.routing import PairPaths
@@ -345,35 +346,9 @@ class PacketNetwork:
         return replica_record(egress, rto, timers, emu.frame_bytes, emu.queue_limit)
 
     def roce(self) -> dict:
-        """RoCE's parts over the run: PFC pauses (how many, how long egresses stood
-        paused), the deepest KV queue, CE marks, KV packets dropped (a watchdog's only:
-        the class is lossless), each watchdog trip by link, CNPs, NAKs, timeouts, and the
-        most (switch, destination) routes that stepped down and up again at once (after a
-        link fault), and the first cycle of dependencies the routes held (where a cycle of
-        pauses can hold: without one no pause waits on itself)."""
-        out = {"pauses": 0, "paused_s": 0.0, "max_kv_queue_bytes": 0, "marks": 0,
-               "kv_drops": 0, "watchdog_trips": [], "cnps": 0, "naks": 0, "timeouts": 0,
-               "valley_routes": self._valleys, "dependency_cycle": self._cycle,
-               "paused_at_end": []}
-        for line in self.proc.ask(f"pfc {self._ns(self.clock())}"):
-            w = line.split()
-            if w[0] == "l":
-                n = [int(x) for x in w[3:8]]
-                if w[10] == "1":  # a pause standing when the run ended
-                    out["paused_at_end"].append("->".join(self.layout.hop_of(int(w[1]),
-                                                                              int(w[2]))))
-                out["pauses"] += n[0]
-                out["paused_s"] += n[1] / 1e9
-                out["max_kv_queue_bytes"] = max(out["max_kv_queue_bytes"], n[2])
-                out["marks"] += n[3]
-                out["kv_drops"] += n[4]
-            elif w[0] == "w":
-                out["watchdog_trips"].append({"egress": "->".join(self.layout.hop_of(
-                                                  int(w[1]), int(w[2]))), "at_s": int(w[3]) / 1e9,
-                                              "paused_s": int(w[4]) / 1e9})
-            elif w[0] == "g":
-                out["cnps"], out["naks"], out["timeouts"] = (int(x) for x in w[1:4])
-        return out
+        """RoCE's record of the run (roce_facts)."""
+        return roce_facts(self.proc.ask(f"pfc {self._ns(self.clock())}"), self.layout.hop_of,
+                          self._valleys, self._cycle)
 
     def close(self) -> None:
         self.proc.close()

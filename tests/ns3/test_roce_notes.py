@@ -40,3 +40,17 @@ def test_a_folder_s_runs_are_read_and_a_damaged_record_skipped(tmp_path):
     assert folder_notes(tmp_path) == [
         "1 RoCE run(s) ended with pauses standing (a cycle the watchdog had not yet "
         "broken: ns3.json roce.paused_at_end)"]
+
+
+def test_the_program_s_pfc_answer_is_read_link_by_link():
+    from testbed.ns3sim.roce_facts import roce_facts
+
+    lines = ["l 0 0 3 2000000000 9000 12 0 0 0 1", "l 1 1 1 500000000 4000 3 5 0 0 0",
+             "w 1 1 2500000000 2000000000", "g 7 2 1"]
+    got = roce_facts(lines, lambda link, side: (f"a{link}", f"b{side}"), 4, ["x>y"])
+    assert (got["pauses"], got["paused_s"], got["max_kv_queue_bytes"]) == (4, 2.5, 9000)
+    assert (got["marks"], got["kv_drops"], got["cnps"], got["naks"], got["timeouts"]) == (
+        15, 5, 7, 2, 1)
+    assert got["paused_at_end"] == ["a0->b0"]
+    assert got["watchdog_trips"] == [{"egress": "a1->b1", "at_s": 2.5, "paused_s": 2.0}]
+    assert got["valley_routes"] == 4 and got["dependency_cycle"] == ["x>y"]
