@@ -8,6 +8,7 @@ import pytest
 from testbed.cells import ConservationError, check_conservation
 from testbed.flowsim.network import FluidNetwork
 from testbed.flowsim.simulator import FlowSimulation, simulate
+from testbed.lifecycle import RequestState
 from testbed.model.kv import kv_cache_bytes
 from testbed.records import PARTIAL
 from testbed.runner import run_simulated
@@ -55,6 +56,33 @@ def test_the_transfer_engine_s_notice_adds_its_trip_after_the_last_byte(trace_pa
 
     (pusher, tier), (engine, _) = transfer_s("pusher"), transfer_s("mooncake")
     assert tier == 2 and engine - pusher == pytest.approx(8e-6, rel=1e-6)
+
+
+def test_the_engine_s_lanes_hold_a_pair_s_next_transfer_until_the_first_frees_them(trace_path):
+    # the engine keeps 4 connections per peer (its lanes) for every shard to it: a second
+    # transfer of 4 shards to the same target waits until the first's end; the pusher
+    # opens 4 more connections (here on another ECMP path: both end at a lone one's time)
+    def run(transport):
+        sc = Scenario(name="lanes", workload={"trace": str(trace_path)},
+                      emulation={"kv_transport": transport})
+        sim = FlowSimulation(sc, "netkv-full", 1, one_request_workload())
+        prefill, decode = sim.spec.prefill_pool[0].name, sim.spec.decode_pool[0].name
+        landed = {}
+        sim._all_shards_in = lambda rs: landed.setdefault(rs.req.request_id, sim.loop.now)
+        for rid in ("a", "b"):
+            sim.start_transfer(RequestState(Request(rid, 0.0, 8192, 3, ()), True, 1e9,
+                                            prefill=prefill, decode=decode, tier=1,
+                                            eff_bytes=1e9))
+        sim.loop.run(until=60.0)
+        starts = {(t["request"], t["shard"]): t["start"] for t in sim.transfers}
+        return landed, starts
+
+    (pusher, p_starts), (engine, e_starts) = run("pusher"), run("mooncake")
+    assert len(p_starts) == len(e_starts) == 8
+    assert pusher["a"] == pytest.approx(pusher["b"]) and set(p_starts.values()) == {0.0}
+    assert engine["a"] == pytest.approx(pusher["a"], rel=1e-6)
+    assert engine["b"] == pytest.approx(2 * engine["a"], rel=1e-6)  # then the second
+    assert [e_starts[("b", k)] for k in range(4)] == [pytest.approx(engine["a"])] * 4
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -274,7 +302,7 @@ def test_shards_on_one_path_as_one_flow_change_nothing(monkeypatch, scenario, ke
     bundled = FlowSimulation(sc, key, 1, wl).run()
     bundled_flows, flows[:] = len(flows), []
     monkeypatch.setattr(FlowSimulation, "_stream_groups",
-                        lambda self, paths: [(p, (k,)) for k, p in enumerate(paths)])
+                        lambda self, shards: [(p, (k,)) for k, p in shards])
     separate = FlowSimulation(sc, key, 1, wl).run()
     assert bundled_flows < len(flows) and set(flows) == {1}
     assert len(bundled.requests) == len(separate.requests)

@@ -5,6 +5,7 @@ when the fluid network finishes or re-times them."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from testbed.control.network_seam import SimulatedNetwork
@@ -19,6 +20,7 @@ from testbed.model.timing import TimingModel
 from testbed.scenario import Scenario
 from testbed.serving import DecodeInstance
 from testbed.topologies.routing import path_text
+from testbed.topologies.traffic_classes import kv_lanes
 from testbed.workloads.build import Workload
 
 NOTICE = "notice"  # the stage tag of a transfer's notice (the engine's, on packets)
@@ -30,6 +32,14 @@ def lands_at_notice(scenario: Scenario) -> bool:
     under ns-3's RoCE)."""
     return (scenario.emulation.kv_transport == "mooncake"
             and scenario.ns3.transport != "roce")
+
+
+def engine_lanes(scenario: Scenario) -> int:
+    """The Transfer Engine's connections per sender and receiver that all shards between
+    them share (traffic_classes.kv_lanes; not under ns-3's RoCE); 0: no such limit."""
+    if scenario.ns3.transport == "roce":
+        return 0
+    return kv_lanes(scenario.emulation.kv_transport, scenario.emulation.kv_connections)
 
 
 class TransferHost(Protocol):
@@ -51,6 +61,8 @@ class TransferHost(Protocol):
     _oracle: Oracle
     _deadlines: dict[str, float]  # request -> its P2D deadline
     _net_version: int  # the network's latest scheduled event
+    _waiting: dict  # (prefill, decode) -> shards waiting for the pair's lanes
+    _lane_group: dict[str, object]  # request -> its latest transfer's streams
     _nic_bw: float  # bytes/s of a server's NIC
 
     def _fetched(self, rs: RequestState) -> None: ...
@@ -71,37 +83,78 @@ class TransferPlane:
         return granularity.call_overhead_s(calls, net.per_call_s)
 
     def start_transfer(self, rs: RequestState) -> None:
-        """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now."""
-        now = self.loop.now
+        """rs.eff_bytes from rs.prefill to rs.decode as TP parallel flows, now (those
+        the pair's lanes cannot take yet, as each frees)."""
         if rs.eff_bytes <= 0:
             self.loop.after(self._oracle.latency(rs.tier), lambda: self._transfer_done(rs))
             return
-        shard = rs.eff_bytes / self.flows_per_transfer
         paths = self.net.transfer_paths(rs.prefill, rs.decode, self.scenario.network.ecmp,
                                         self.flows_per_transfer)
         group = object()  # this transfer's streams (a retried one is another)
-        flows = [self.net.add_flow(path, shard * len(ks), now, tag=(rs, ks),
+        rs.flows_left = self.flows_per_transfer  # shards, counted off as their flows end
+        shards = list(enumerate(paths))
+        lanes = self._lanes()
+        if lanes:
+            pair = (rs.prefill, rs.decode)
+            waiting = self._waiting.setdefault(pair, deque())
+            free = 0 if waiting else max(0, lanes - self._lanes_busy(pair))
+            self._lane_group[rs.req.request_id] = group
+            waiting.extend((rs, group, k, path) for k, path in shards[free:])
+            shards = shards[:free]
+        if shards:
+            self._send_shards(rs, shards, group)
+
+    def _send_shards(self, rs: RequestState, shards: list[tuple[int, list]],
+                     group: object) -> None:
+        """Some of a transfer's shards (index, path) as flows, now."""
+        size = rs.eff_bytes / self.flows_per_transfer
+        flows = [self.net.add_flow(path, size * len(ks), self.loop.now, tag=(rs, ks),
                                    level=self._initial_level,
                                    shard=(ks[0], self.flows_per_transfer), share=False,
                                    streams=len(ks), group=group)
-                 for path, ks in self._stream_groups(paths)]  # one re-sharing for all
-        rs.flows_left = len(flows)
-        self.net.recompute({hop for path in paths for hop in path}, changed=flows)
+                 for path, ks in self._stream_groups(shards)]  # one re-sharing for all
+        self.net.recompute({hop for _, path in shards for hop in path}, changed=flows)
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
         self._reschedule_network()
 
-    def _stream_groups(self, paths: list) -> list[tuple[list, tuple[int, ...]]]:
-        """A transfer's shards as network flows: under fair fluid sharing the shards on
+    def _lanes(self) -> int:
+        """Connections a pair's shards share (the engine's lanes), 0 for none; a packet
+        engine that keeps them itself says 0."""
+        return engine_lanes(self.scenario)
+
+    def _lanes_busy(self, pair: tuple[str, str]) -> int:
+        return sum(len(f.tag[1]) for f in self.net.flows.values()
+                   if f.tag[1] not in (REUSE, NOTICE) and (f.tag[0].prefill, f.tag[0].decode) == pair)
+
+    def _next_on_lanes(self, pair: tuple[str, str]) -> None:
+        """Shards waiting for the pair's lanes take those its ended flows freed, first come
+        first served; one whose transfer was abandoned meanwhile (its target died, it
+        was sent again) is dropped."""
+        waiting = self._waiting.get(pair)
+        free = self._lanes() - self._lanes_busy(pair)
+        starting: dict[int, tuple[RequestState, object, list]] = {}
+        while waiting and free > 0:
+            rs, group, k, path = waiting.popleft()
+            if self._lane_group.get(rs.req.request_id) is not group or rs.decode in self.failed:
+                continue
+            starting.setdefault(id(group), (rs, group, []))[2].append((k, path))
+            free -= 1
+        for rs, group, shards in starting.values():
+            self._send_shards(rs, shards, group)
+
+    def _stream_groups(self, shards: list[tuple[int, list]]) -> list[tuple[list, tuple[int, ...]]]:
+        """Shards (index, path) as network flows: under fair fluid sharing the shards on
         one path are one flow (they get equal rates and end together: exact, and a
         fraction of the work); with TCP windows or priority levels each is its own."""
         net = self.scenario.network
         if net.flow_model != "fluid" or net.flow_policy != "fair":
-            return [(path, (k,)) for k, path in enumerate(paths)]
+            return [(path, (k,)) for k, path in shards]
         groups: dict[tuple, list[int]] = {}
-        for k, path in enumerate(paths):
+        by_index = dict(shards)
+        for k, path in shards:
             groups.setdefault(tuple(path), []).append(k)
-        return [(paths[ks[0]], tuple(ks)) for ks in groups.values()]
+        return [(by_index[ks[0]], tuple(ks)) for ks in groups.values()]
 
     @property
     def _initial_level(self) -> int:
@@ -198,6 +251,7 @@ class TransferPlane:
         """Flows whose bytes are in: a fetch's prefix, a transfer's shards, whose
         transfer lands once its last shard does, or a transfer's notice, which lands it."""
         now = self.loop.now
+        freed: set[tuple[str, str]] = set()
         for flow in self.net.pop_finished(now):
             rs, shards = flow.tag
             if shards == REUSE:
@@ -207,9 +261,13 @@ class TransferPlane:
                 self._transfer_done(rs)
                 continue
             self._record_shards(rs, flow, shards, now)
-            rs.flows_left -= 1
+            freed.add((rs.prefill, rs.decode))
+            rs.flows_left -= len(shards)
             if rs.flows_left == 0:
                 self._all_shards_in(rs)
+        if self._lanes():
+            for pair in sorted(freed):
+                self._next_on_lanes(pair)
 
     def _record_shards(self, rs: RequestState, flow, shards: tuple, now: float) -> None:
         path = path_text(flow.path)

@@ -20,6 +20,7 @@ from testbed.model.tcp import SEGMENT_OVERHEAD, payload_share, wire_mss
 from testbed.topologies.fabric import Fabric, FabricLink
 from testbed.topologies.replica import QUEUE_S, leaf_packets, rto_min_ms, wall_timers_ms
 from testbed.topologies.routing import LinkKey, link_key, next_hops, packet_ecmp
+from testbed.topologies.traffic_classes import kv_lanes
 
 TRANSPORTS = {"cubic": "cubic", "reno": "newreno", "bbr": "bbr", "system": "cubic"}
 LINUX_INIT_CWND = 10  # segments (RFC 6928, Linux's default)
@@ -175,7 +176,9 @@ class Ns3Fabric:
             "delack_ns": round(delack * 1e6), "init_cwnd": LINUX_INIT_CWND,
             "seed": self.seed + 1, "ecmp": packet_ecmp(scenario.network.ecmp),
             "queue_limit": emu.queue_limit, "frame": emu.frame_bytes, "ecn_k": self.ecn_k(),
-            "connections": emu.kv_connections, "levels": scenario.kv_levels(),
+            "connections": emu.kv_connections,
+            "lanes": kv_lanes(emu.kv_transport, emu.kv_connections),
+            "levels": scenario.kv_levels(),
             "kv_port": emu.kv_port, "jitter_ns": round(scenario.ns3.start_jitter_us * 1e3),
             "jitter_seed": scenario.ns3.jitter_seed, "twin": ",".join(scenario.ns3.twin) or "none",
             "tlp_min_ns": round(wall["tlp_min"] * 1e6),

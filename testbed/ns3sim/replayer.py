@@ -8,7 +8,9 @@ per-pair hash, which is the controller's own (routing.pair_port), so a per-pair 
 recorded path is taken again (`replay` checks it). The connections a shard finds open on
 the emulation are open here too: the emulation's record starts once connect() returned,
 so every (sender, receiver, shard) connection the run used is opened before the first
-transfer, as many at once as the run ever had busy. What ns-3 decides is the rest: when
+transfer, as many at once as the run ever had busy; the Transfer Engine's lanes open on
+their first write, as the engine's do (its records start at the write's submission).
+What ns-3 decides is the rest: when
 each shard's last byte and the receiver's reply land, and what its sender's TCP met.
 """
 
@@ -25,6 +27,7 @@ from testbed.ns3sim.packet_network import PacketNetwork
 from testbed.ns3sim.program import program_path
 from testbed.ns3sim.simulation import background_plan, stream_bps
 from testbed.topologies.routing import path_text
+from testbed.topologies.traffic_classes import kv_lanes
 
 DEBUG = bool(os.environ.get("NETKV_REPLAY_DEBUG"))  # print stalled sockets on a lost shard
 DRAIN_S = 600.0  # modelled seconds past the last start before a shard counts as lost
@@ -88,7 +91,9 @@ def replay(twin, rows: Sequence[dict], seed: int, program=None) -> list[dict]:
         for src, dst, tier, f in background_plan(twin):
             net.set_stream(src, dst, stream_bps(spec, f, tier, net.scale), WARM_AT)
         shards = max((int(r["shard"]) + 1 for r in rows), default=1)
-        warm = [key for key, n in sorted(busiest(rows).items()) for _ in range(n)]
+        emu = twin.emulation
+        warm = [] if kv_lanes(emu.kv_transport, emu.kv_connections) else [
+            key for key, n in sorted(busiest(rows).items()) for _ in range(n)]
         first = min((float(r["start"]) for r in rows), default=1.0)
         gap = min(WARM_GAP_S, max(first - WARM_AT, 0.0) / (len(warm) + 1))
         for k, (src, dst, shard) in enumerate(warm):  # a byte each: the handshake, off

@@ -71,8 +71,11 @@ class Ns3Simulation(FlowSimulation):
         return PacketNetwork(self.scenario, seed, self._program, clock=lambda: self.loop.now)
 
     # -- transfers ------------------------------------------------------------------------
-    def _stream_groups(self, paths: list) -> list[tuple[list, tuple[int, ...]]]:
-        return [(path, (k,)) for k, path in enumerate(paths)]
+    def _stream_groups(self, shards: list[tuple[int, list]]) -> list[tuple[list, tuple[int, ...]]]:
+        return [(path, (k,)) for k, path in shards]
+
+    def _lanes(self) -> int:
+        return 0  # the program keeps the engine's lanes itself (a lane frees at the reply)
 
     def _record_shards(self, rs: RequestState, flow, shards: tuple, now: float) -> None:
         tcp = self.net.stats.pop(flow.flow_id)

@@ -96,6 +96,20 @@ def engine_ports(kv_port: int) -> tuple[int, ...]:
     return tuple(range(kv_port + ENGINE_PORT_OFFSET, kv_port + ENGINE_PORT_OFFSET + ENGINE_PORTS))
 
 
+# The engine's pool (MC_TCP_ENABLE_CONNECTION_POOL) keeps this many connections per peer,
+# its lanes (MC_TCP_LANES_PER_PEER, the workers set it): every write to that peer takes the
+# first idle lane in the order they opened, or waits first come first served for one; a
+# lane is busy until the target's status frame for its write returns.
+ENGINE_LANES = 4
+
+
+def kv_lanes(transport: str, connections: str) -> int:
+    """Connections a sender shares among all its shards to one receiver, waiting for one
+    when all are busy (the engine's lanes); 0: a connection per shard index, another
+    opened when it is busy (the pusher's pool), or per write without a pool."""
+    return ENGINE_LANES if transport == "mooncake" and connections == "persistent" else 0
+
+
 def engine_notice(request: str, stage: str, start: float, shards: list[list[int]]) -> bytes:
     """The line a prefill worker sends its target once the engine's writes of a transfer
     completed (kept connection, KV class): the decode side lands the transfer on its

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from testbed.clock import Dilation
 from testbed.scenario.base import ScenarioError
-from testbed.topologies.traffic_classes import engine_notice, engine_ports
+from testbed.topologies.traffic_classes import ENGINE_LANES, engine_notice, engine_ports
 from testbed.workers.engine_tcp import EngineStalls
 from testbed.workers.kvstream import ShardResult, alive, kv_socket, per_shard
 
@@ -64,6 +64,7 @@ def engine_env(kv_port: int, persistent: bool, dilation: float = 1.0) -> dict[st
     wall = Dilation(dilation).wall
     return {"MC_FORCE_TCP": "1", "MC_MIN_RPC_PORT": str(low), "MC_MAX_RPC_PORT": str(high),
             "MC_TCP_ENABLE_CONNECTION_POOL": "1" if persistent else "0",
+            "MC_TCP_LANES_PER_PEER": str(ENGINE_LANES),
             "MC_LOG_LEVEL": "ERROR",
             **{k: str(math.ceil(wall(v))) for k, v in ENGINE_TIMEOUTS_S.items()}}
 

@@ -116,6 +116,34 @@ def test_the_transfer_engine_s_transfers_land_at_their_notice_after_the_last_sha
     assert set(engine) == set(pusher) and all(gap >= frame for gap in engine.values())
 
 
+def test_the_transfer_engine_s_lanes_carry_a_pair_s_shards_four_at_a_time(program):
+    # eight shards to one target at once: the pusher opens a connection for each and all
+    # share the path to the end; the engine's four lanes carry the first four (the path
+    # theirs alone) and the others each in the lane that frees first
+    def ends(transport):
+        sc = scenario(**{"emulation.kv_transport": transport})
+        net = PacketNetwork(sc, 1, program, clock=lambda: 0.0)
+        try:
+            spec = sc.cluster.spec()
+            src, dst = next((a.name, b.name) for a in spec.prefill_pool
+                            for b in spec.decode_pool if spec.tier(a.name, b.name) == 2)
+            path = net.transfer_paths(src, dst, "per-pair", 1)[0]
+            flows = [net.add_flow(path, 1e6 / net.scale, 0.0, shard=(k % 4, 4))
+                     for k in range(8)]
+            while net.flows:
+                end = net.run_until(60.0)
+                assert end is not None, "a shard never ended"
+                net.pop_finished(end)
+            return [f.end for f in flows]
+        finally:
+            net.close()
+
+    pusher, engine = ends("pusher"), ends("mooncake")
+    assert max(engine[:4]) < min(engine[4:])
+    assert max(engine[:4]) < 0.7 * min(pusher)
+    assert max(engine) == pytest.approx(max(pusher), rel=0.15)  # the same bytes in all
+
+
 def lone_transfer_s(sc, program, wire: float) -> float:
     """One shard of `wire` bytes between a tier-2 pair, nothing else on the fabric."""
     net = PacketNetwork(sc, 1, program, clock=lambda: 0.0)

@@ -109,6 +109,7 @@ struct Settings
     uint32_t frameBytes = 1514;
     uint32_t ecnK = 0; // packets in the KV class that mark CE (DCTCP); 0: no marking
     bool persistent = true;
+    uint32_t lanes = 0;      // a pair's shards share this many connections (0: one per index)
     uint16_t kvPort = 7000;
     int64_t jitterNs = 0;    // a shard's stream starts up to this late (uniform; 0: at once)
     uint64_t jitterSeed = 0; // which draw of those delays

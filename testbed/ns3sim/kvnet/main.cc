@@ -222,6 +222,7 @@ Setting(const std::string& key, const std::string& v)
         {"frame", [](const std::string& x) { g_set.frameBytes = std::stoul(x); }},
         {"ecn_k", [](const std::string& x) { g_set.ecnK = std::stoul(x); }},
         {"connections", [](const std::string& x) { g_set.persistent = x == "persistent"; }},
+        {"lanes", [](const std::string& x) { g_set.lanes = std::stoul(x); }},
         {"levels", [](const std::string& x) { g_kvLevels = std::stoul(x); }},
         {"kv_port", [](const std::string& x) { g_set.kvPort = uint16_t(std::stoul(x)); }},
         {"jitter_ns", [](const std::string& x) { g_set.jitterNs = std::stoll(x); }},
@@ -400,7 +401,7 @@ Loop()
             At(num(1));
             if (auto p = g_pending.find(num(2)); p != g_pending.end())
             {
-                Simulator::Cancel(p->second.start);
+                Simulator::Cancel(p->second.start); // none while it waits for a lane
                 g_pending.erase(p);
             }
             else if (Qp* q = LiveQp(num(2)))
@@ -413,6 +414,10 @@ Loop()
                 s->conn->dead = true; // its stream holds bytes nobody will read
                 g_shards.erase(s->fid);
                 s->conn->tx->Close();
+                if (s->conn->lane) // another lane replaces it for the pair's waiting shards
+                {
+                    NextOnLanes(s->conn->src, s->conn->dst);
+                }
             }
         }
         else if (cmd == "hostdown")

@@ -39,6 +39,7 @@ struct Conn
     int64_t srttNs = 0, minRttNs = 0;
     uint8_t tos = 0x88;
     EventId paceEvent;
+    bool lane = false; // one of its pair's lanes (Settings::lanes)
 };
 
 std::map<uint32_t, Shard*> g_shards;                  // live shards by flow id
@@ -48,6 +49,10 @@ std::vector<std::string> g_done;                       // completions not yet re
 std::vector<Ptr<Socket>> g_listeners;
 
 void Feed(Conn* c);
+Conn* IdleLane(uint32_t src, uint32_t dst);
+void WaitForLane(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index,
+                 uint8_t tos, uint64_t pace);
+void NextOnLanes(uint32_t src, uint32_t dst);
 void OnReply(Conn* c, Ptr<Socket> sock);
 void RoceStart(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint8_t tos,
                uint64_t pace); // roce.h: the shard as an RDMA write
@@ -220,8 +225,12 @@ Finish(Shard* s)
     g_done.push_back(line.str());
     g_shards.erase(s->fid);
     delete s;
-    if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty() &&
-        c->replying.empty())
+    if (c->lane)
+    {
+        NextOnLanes(c->src, c->dst);
+    }
+    else if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty() &&
+             c->replying.empty())
     {
         g_idle[{c->src, c->dst, c->index}].push_back(c);
     }
@@ -330,7 +339,16 @@ StartShard(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t in
     }
     Conn* c = nullptr; // to or from a host that is down, it never arrives: the control
                        // plane aborts it when it notices
-    if (g_set.persistent)
+    if (g_set.lanes > 0 && !arrival)
+    {
+        c = IdleLane(src, dst);
+        if (c == nullptr)
+        {
+            WaitForLane(fid, src, dst, bytes, index, tos, pace);
+            return;
+        }
+    }
+    else if (g_set.persistent)
     {
         auto& idle = g_idle[{src, dst, index}];
         while (!idle.empty() && c == nullptr)
@@ -379,6 +397,49 @@ struct Pending
 
 std::map<uint32_t, Pending> g_pending;
 
+// The Transfer Engine's lanes (Settings::lanes): a pair's shards share that many kept
+// connections, opened as needed; a shard that finds none idle waits, first come first
+// served, and takes the first lane (in the order they opened) that frees. A lane is busy
+// until its shard ends (under twin "framing", the receiver's reply: the engine's status
+// frame). A waiting shard is a Pending without a start event, so tos, pace and abort reach it.
+struct Lanes
+{
+    std::vector<Conn*> conns;
+    std::deque<uint32_t> waiting; // flow ids
+};
+
+std::map<std::pair<uint32_t, uint32_t>, Lanes> g_lanes;
+
+bool
+Idle(const Conn* c)
+{
+    return c->sending.empty() && c->receiving.empty() && c->replying.empty();
+}
+
+// the first idle lane, a new one while the pair has fewer than Settings::lanes (a dead one
+// is replaced, as the engine reconnects a lane), or nullptr
+Conn*
+IdleLane(uint32_t src, uint32_t dst)
+{
+    Lanes& l = g_lanes[{src, dst}];
+    std::erase_if(l.conns, [](const Conn* c) { return c->dead; });
+    for (Conn* c : l.conns)
+    {
+        if (Idle(c))
+        {
+            return c;
+        }
+    }
+    if (l.conns.size() >= g_set.lanes)
+    {
+        return nullptr;
+    }
+    Conn* c = OpenConn(src, dst, uint32_t(l.conns.size()));
+    c->lane = true;
+    l.conns.push_back(c);
+    return c;
+}
+
 void
 StartPending(uint32_t fid)
 {
@@ -386,6 +447,36 @@ StartPending(uint32_t fid)
     Pending p = it->second;
     g_pending.erase(it);
     StartShard(fid, p.src, p.dst, p.bytes, p.index, p.tos, p.pace);
+}
+
+void
+WaitForLane(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index, uint8_t tos,
+            uint64_t pace)
+{
+    g_pending[fid] = Pending{EventId(), src, dst, index, bytes, tos, pace};
+    g_lanes[{src, dst}].waiting.push_back(fid);
+}
+
+// a lane of the pair freed (or died): the waiting shards take what is idle, in order
+void
+NextOnLanes(uint32_t src, uint32_t dst)
+{
+    Lanes& l = g_lanes[{src, dst}];
+    while (!l.waiting.empty())
+    {
+        auto p = g_pending.find(l.waiting.front());
+        if (p == g_pending.end()) // aborted while it waited
+        {
+            l.waiting.pop_front();
+            continue;
+        }
+        if (IdleLane(src, dst) == nullptr)
+        {
+            return;
+        }
+        l.waiting.pop_front();
+        StartPending(p->first);
+    }
 }
 
 // StartShard now, or up to jitterNs later: a delay drawn per (jitterSeed, flow id), the
