@@ -20,10 +20,13 @@ over the seeds both transports ran faithfully, block-bootstrap 95% intervals): e
 scheduler's mean-TTFT gain through the pusher, through the engine, and the engine's
 minus the pusher's, agreeing where that difference lies within the 5-point band.
 --dilations runs the rows again at other time dilations: where the engine's runs become
-faithful on this machine.
+faithful on this machine. --engine ns3 (or flow) runs the same rows and seeds on ns-3 (or
+the flow model) instead, which carry the engine's lanes and notice but not its
+receiver's acknowledgements (no root needed; every run counts as faithful, nothing is
+captured): how much of the emulation's difference those two explain.
 
 Run: sudo .venv/bin/python benchmarks/bench_transport.py [--rows rag,uplink-collision,long-context]
-     [--seeds 1] [--dilations 2] [--set FIELD=VALUE ...]
+     [--seeds 1] [--dilations 2] [--engine emulation|ns3|flow] [--jobs N] [--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.api import emulate
+from testbed.api import emulate, simulate
 from testbed.cli.common import handle_signals
 from testbed.scenario import load_scenario
 from testbed.topologies.traffic_classes import kv_ports
@@ -119,6 +122,12 @@ def cpu(fid: dict) -> tuple[float | None, float | None]:
     return (max(busy) if busy else None), ovs.get("wait_median")
 
 
+def fidelity(seed_dir: Path) -> dict:
+    """A run's fidelity.json; a simulated engine's runs are faithful by construction."""
+    path = seed_dir / "fidelity.json"
+    return json.loads(path.read_text()) if path.exists() else {"verdict": "faithful"}
+
+
 def summarise(folder: Path, scenario) -> dict:
     base = folder / "cells" / "000-base"
     out: dict = {"ttft": {}, "faithful": 0, "runs": 0, "reasons": [], "busy": [], "wait": [],
@@ -129,7 +138,7 @@ def summarise(folder: Path, scenario) -> dict:
         seeds = sorted((base / sched).glob("seed*"))
         out["ttft"][sched] = mean_ttft(seeds)
         for d in seeds:
-            fid = json.loads((d / "fidelity.json").read_text())
+            fid = fidelity(d)
             out["runs"] += 1
             out["faithful"] += fid.get("verdict") == "faithful"
             out["reasons"] += fid.get("reasons") or []
@@ -158,8 +167,7 @@ def claims(folders: dict[str, Path], scenario) -> list[str]:
         base = folders[transport] / "cells" / "000-base"
         for sched in scenario.schedulers:
             for d in sorted((base / sched).glob("seed*")):
-                fid = json.loads((d / "fidelity.json").read_text())
-                if fid.get("verdict") == "faithful":
+                if fidelity(d).get("verdict") == "faithful":
                     runs[(engine, sched, int(d.name[4:]))] = rows_of(d / "requests.csv")
     point = judge_point(pair_requests(runs))
     out = []
@@ -183,7 +191,8 @@ def gain(a: float | None, b: float | None) -> str:
     return "-" if not a or not b else f"{100 * (b - a) / a:+.1f}%"
 
 
-def line(row: str, transport: str, dilation: float, s: dict, pusher: dict | None) -> str:
+def line(row: str, transport: str, dilation: float | None, s: dict, pusher: dict | None
+         ) -> str:
     times = list(s["times"].values())
     q = statistics.quantiles(times, n=10) if len(times) >= 10 else None
     ratio = "-"
@@ -198,7 +207,7 @@ def line(row: str, transport: str, dilation: float, s: dict, pusher: dict | None
         f"transfer, {statistics.fmean(x['packets_per_connection'] for x in w):.0f} pkt/conn, "
         f"{statistics.fmean(x['bytes_per_packet'] for x in w):.0f} B/pkt, "
         f"{sum(x['retransmits'] for x in w)} retx")
-    return (f"| {row} | {transport} | {dilation:g} | "
+    return (f"| {row} | {transport} | {'-' if dilation is None else f'{dilation:g}'} | "
             f"{statistics.median(times) if times else float('nan'):.3f} / "
             f"{q[-1] if q else float('nan'):.3f} | {ratio} | "
             + " / ".join(f"{k} {v * 1e3:.0f}" if v else f"{k} -" for k, v in t.items())
@@ -228,6 +237,9 @@ def main() -> None:
     ap.add_argument("--dilations", type=float, nargs="+", default=[None],
                     help="time dilations to run each row at (default: the row's own)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE")
+    ap.add_argument("--engine", choices=("emulation", "ns3", "flow"), default="emulation",
+                    help="where the rows run (ns3, flow: no root, nothing captured)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for ns3 or flow")
     ap.add_argument("--out", default="/tmp/netkv-bench-transport")
     args = ap.parse_args()
     print("| row | transport | dilation | whole transfer median / p90 (s) | mooncake / pusher, "
@@ -240,8 +252,9 @@ def main() -> None:
         for dilation in args.dilations:
             pusher, folders = None, {}
             for transport in args.transports.split(","):
-                sets = {**over, "seeds": args.seeds, "emulation.kv_transport": transport,
-                        "emulation.capture": [CAPTURED]}
+                sets = {**over, "seeds": args.seeds, "emulation.kv_transport": transport}
+                if args.engine == "emulation":
+                    sets["emulation.capture"] = [CAPTURED]
                 if dilation is not None:
                     sets["emulation.time_dilation"] = dilation
                 for item in args.sets:
@@ -249,11 +262,14 @@ def main() -> None:
                     sets[key] = yaml.safe_load(value)
                 sc = load_scenario(path, sets)
                 t0 = time.perf_counter()
-                result = emulate(sc, Path(args.out) / name / transport)
+                where = Path(args.out) / name / transport
+                result = (emulate(sc, where) if args.engine == "emulation" else
+                          simulate(sc, where, jobs=args.jobs, engine=args.engine))
                 wall = time.perf_counter() - t0
                 folders[transport] = Path(result.folder)
                 s = summarise(Path(result.folder), sc)
-                print(line(name, transport, sc.emulation.time_dilation, s, pusher)
+                dilated = sc.emulation.time_dilation if args.engine == "emulation" else None
+                print(line(name, transport, dilated, s, pusher)
                       + f" {wall:.0f} s |", flush=True)
                 if s["reasons"]:
                     print(f"  unfaithful: {sorted(set(s['reasons']))[:3]}", flush=True)
@@ -261,7 +277,9 @@ def main() -> None:
                     pusher = s
             judged = claims(folders, sc)
             if judged:
-                print(f"\n{name} at dilation {sc.emulation.time_dilation:g}, faithful seeds:"
+                at = (f"at dilation {sc.emulation.time_dilation:g}" if args.engine == "emulation"
+                      else f"on {args.engine}")
+                print(f"\n{name} {at}, faithful seeds:"
                       "\n\n| claim (mean TTFT) | pusher | engine | engine - pusher (points) "
                       "| requests (seeds) |\n" + "|---" * 5 + "|\n" + "\n".join(judged)
                       + "\n", flush=True)

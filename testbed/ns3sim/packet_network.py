@@ -165,31 +165,30 @@ class PacketNetwork:
                  streams: int = 1, group: object = None) -> Flow:
         if streams != 1:
             raise ValueError("on packets every shard is its own TCP stream")
-        src, dst = path[0][0], path[-1][1]
-        flow = Flow(self._next_id, path, size, size, now, tag, level, t0=now)
-        self._next_id += 1
         wire = scaled_bytes(size, self.scale) + self.header
-        self.flows[flow.flow_id] = flow
-        self._wire[flow.flow_id] = wire
-        self._pushed[flow.flow_id] = (level, None)
-        self.proc.send(f"flow {self._ns(now)} {flow.flow_id} {self.layout.ids[src]} "
-                       f"{self.layout.ids[dst]} {wire} {shard[0]} {self._tos(level)}")
-        return flow
+        return self._start("flow", path, size, wire, now, tag, level, shard[0],
+                           self._tos(level))
 
     def add_note(self, src: str, dst: str, size: int, now: float, tag: object,
                  conn: int) -> Flow:
         """A message nobody answers (the Transfer Engine's notice) of `size` bytes on the
         pair's connection `conn`, in the KV class: done at its last byte's arrival. Not
         scaled: the workers' line is its own size on every replica."""
-        path = self._pairs.path(src, dst)
-        flow = Flow(self._next_id, path, size, size, now, tag, 0, t0=now)
+        flow = self._start("note", self._pairs.path(src, dst), size, size, now, tag, 0, conn,
+                           KV.tos)
+        self._notes.add(flow.flow_id)
+        return flow
+
+    def _start(self, command: str, path: list[Hop], size: float, wire: int, now: float,
+               tag: object, level: int, conn: int, tos: int) -> Flow:
+        """A stream of `wire` bytes on the pair's connection `conn`, told to the program."""
+        flow = Flow(self._next_id, path, size, size, now, tag, level, t0=now)
         self._next_id += 1
         self.flows[flow.flow_id] = flow
-        self._wire[flow.flow_id] = size
-        self._pushed[flow.flow_id] = (0, None)
-        self._notes.add(flow.flow_id)
-        self.proc.send(f"note {self._ns(now)} {flow.flow_id} {self.layout.ids[src]} "
-                       f"{self.layout.ids[dst]} {size} {conn} {KV.tos}")
+        self._wire[flow.flow_id] = wire
+        self._pushed[flow.flow_id] = (level, None)
+        self.proc.send(f"{command} {self._ns(now)} {flow.flow_id} {self.layout.ids[path[0][0]]} "
+                       f"{self.layout.ids[path[-1][1]]} {wire} {conn} {tos}")
         return flow
 
     def recompute(self, touched: Iterable[Hop] | None = None,
