@@ -15,8 +15,13 @@ from click.testing import CliRunner
 from testbed.cli import main
 from testbed.datapath import tc
 from testbed.scenario import ScenarioError, load_scenario
-from testbed.topologies.traffic_classes import engine_notice, engine_ports, kv_ports
-from testbed.workers import transfer_engine
+from testbed.topologies.traffic_classes import (
+    ENGINE_LANES,
+    engine_notice,
+    engine_ports,
+    kv_ports,
+)
+from testbed.workers import engine_tcp, transfer_engine
 from testbed.workers.protocol import validate
 from tests.conftest import ROOT
 
@@ -148,6 +153,27 @@ def test_shards_written_through_two_engines_land_and_their_receiver_hears_of_eac
             sender.send_transfer({**endpoint, "addr": 12345}, "r2", [10])
         with pytest.raises(transfer_engine.EngineError, match="127.0.0.1:1 failed"):
             sender.send_transfer({**endpoint, "session": "127.0.0.1:1"}, "r3", [10])
+    finally:
+        receiver.kill()
+        receiver.wait()
+
+
+@pytest.mark.serial
+def test_the_engine_carries_a_target_s_shards_on_its_lanes_and_opens_no_more():
+    # the lanes ns-3 and the flow model keep (ENGINE_LANES): eight writes at once to one
+    # target leave that many connections to it, kept for the next transfer
+    need_engine()
+    base = 30000 + os.getpid() % 2000
+    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(base + 100)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        endpoint = json.loads(receiver.stdout.readline())
+        sender = transfer_engine.KVEngine("127.0.0.1", base, True, capacity=1 << 20)
+        for rid in ("r1", "r2"):  # each in pieces of the receiver's 1 MiB buffer
+            results = sender.send_transfer(endpoint, rid, [3_000_000] * 8)
+            assert sorted(r.shard for r in results) == list(range(8))
+        kept = engine_tcp.connections("127.0.0.1", engine_ports(base + 100))
+        assert len(kept) == ENGINE_LANES, kept
     finally:
         receiver.kill()
         receiver.wait()
