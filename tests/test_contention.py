@@ -195,3 +195,15 @@ def test_each_probe_transfer_is_judged_in_arrival_order(sc):
     faster = list(seconds)
     faster[1] /= 2
     assert residual(faster) == pytest.approx([1.0, 0.0, 0.0], abs=1e-9)
+
+
+def test_through_the_engine_a_probe_s_transfers_take_the_pair_s_lanes_in_turn(sc):
+    # the engine's 4 lanes carry one transfer of 4 shards at a time: the first ends at a
+    # lone one's time, the next a lone time after it; the pusher's share the path
+    engine = sc.with_overrides({"emulation.kv_transport": "mooncake"})
+    lone = probe_ends(sc, {}, None, 4)(0.0, 2, 1e9, [0.0])[0]
+    shared = probe_ends(sc, {}, None, 4)(0.0, 2, 1e9, [0.0, 0.0])
+    queued = probe_ends(engine, {}, None, 4)(0.0, 2, 1e9, [0.0, 0.0])
+    assert shared == [pytest.approx(2 * lone)] * 2
+    assert queued == [pytest.approx(lone), pytest.approx(2 * lone)]
+

@@ -8,6 +8,7 @@ import pytest
 from testbed.flowsim.simulator import simulate
 from testbed.scenario import Scenario
 from testbed.topologies.fattree import FatTreeSpec
+from testbed.topologies.traffic_classes import ENGINE_LANES
 from testbed.validate.engines.flow_replay import replay_transfers
 from testbed.validate.judging import model_errors
 from testbed.workloads.build import build_workload
@@ -96,6 +97,24 @@ def test_replaying_the_simulators_own_transfers_reproduces_them(trace_path):
     pairs, missing = model_errors.match_transfers(result.transfers, replayed)
     assert not missing
     assert model_errors.error_summary(pairs)["p90_abs_error"] < 1e-6
+
+
+def test_replaying_the_engine_s_transfers_on_its_lanes_reproduces_them(trace_path):
+    """Through the Transfer Engine a pair's shards wait for its lanes in the simulator;
+    the replay, given the lanes, holds the same shards as long (without, it errs)."""
+    sc = Scenario(name="self", workload={"trace": str(trace_path), "measure_s": 6.0},
+                  cluster={"aggs_per_pod": 1, "cores_per_agg": 1},
+                  emulation={"kv_transport": "mooncake"})
+    result = simulate(sc, "netkv-full", 1, build_workload(sc, 1))
+    spec = sc.cluster.spec()
+
+    def p90(rows):
+        pairs, missing = model_errors.match_transfers(result.transfers, rows)
+        assert not missing
+        return model_errors.error_summary(pairs)["p90_abs_error"]
+
+    assert p90(replay_transfers(spec, result.transfers, lanes=ENGINE_LANES)) < 1e-6
+    assert p90(replay_transfers(spec, result.transfers)) > 0.01
 
 
 def test_compare_command_on_two_run_folders(tmp_path):

@@ -106,6 +106,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         self.transfers: list[dict] = []
         self._waiting: dict = {}  # (prefill, decode) -> shards waiting for its lanes
         self._lane_group: dict[str, object] = {}  # request -> its transfer's streams
+        self._submitted: dict[int, float] = {}  # flow id -> its shards' hand-over, if they waited
         links = self.net.link_list
         self.links = LinkSamples([f"{lk.hop[0]}>{lk.hop[1]}" for lk in links],
                                  [lk.tier for lk in links],

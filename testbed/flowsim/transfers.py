@@ -63,6 +63,7 @@ class TransferHost(Protocol):
     _net_version: int  # the network's latest scheduled event
     _waiting: dict  # (prefill, decode) -> shards waiting for the pair's lanes
     _lane_group: dict[str, object]  # request -> its latest transfer's streams
+    _submitted: dict[int, float]  # flow id -> when its shards, which waited, were handed over
     _nic_bw: float  # bytes/s of a server's NIC
 
     def _fetched(self, rs: RequestState) -> None: ...
@@ -99,20 +100,24 @@ class TransferPlane:
             waiting = self._waiting.setdefault(pair, deque())
             free = 0 if waiting else max(0, lanes - self._lanes_busy(pair))
             self._lane_group[rs.req.request_id] = group
-            waiting.extend((rs, group, k, path) for k, path in shards[free:])
+            waiting.extend((rs, group, k, path, self.loop.now) for k, path in shards[free:])
             shards = shards[:free]
         if shards:
             self._send_shards(rs, shards, group)
 
     def _send_shards(self, rs: RequestState, shards: list[tuple[int, list]],
-                     group: object) -> None:
-        """Some of a transfer's shards (index, path) as flows, now."""
+                     group: object, submitted: float | None = None) -> None:
+        """Some of a transfer's shards (index, path) as flows, now; `submitted`: when
+        they were handed to the engine, which their records start at (as the
+        emulation's do), if they waited for a lane."""
         size = rs.eff_bytes / self.flows_per_transfer
         flows = [self.net.add_flow(path, size * len(ks), self.loop.now, tag=(rs, ks),
                                    level=self._initial_level,
                                    shard=(ks[0], self.flows_per_transfer), share=False,
                                    streams=len(ks), group=group)
                  for path, ks in self._stream_groups(shards)]  # one re-sharing for all
+        if submitted is not None:
+            self._submitted.update((f.flow_id, submitted) for f in flows)
         self.net.recompute({hop for _, path in shards for hop in path}, changed=flows)
         if self.scenario.network.flow_policy != "fair":
             self._reprioritize(reschedule_tick=False)
@@ -133,15 +138,15 @@ class TransferPlane:
         was sent again) is dropped."""
         waiting = self._waiting.get(pair)
         free = self._lanes() - self._lanes_busy(pair)
-        starting: dict[int, tuple[RequestState, object, list]] = {}
+        starting: dict[int, tuple[RequestState, object, list, float]] = {}
         while waiting and free > 0:
-            rs, group, k, path = waiting.popleft()
+            rs, group, k, path, submitted = waiting.popleft()
             if self._lane_group.get(rs.req.request_id) is not group or rs.decode in self.failed:
                 continue
-            starting.setdefault(id(group), (rs, group, []))[2].append((k, path))
+            starting.setdefault(id(group), (rs, group, [], submitted))[2].append((k, path))
             free -= 1
-        for rs, group, shards in starting.values():
-            self._send_shards(rs, shards, group)
+        for rs, group, shards, submitted in starting.values():
+            self._send_shards(rs, shards, group, submitted)
 
     def _stream_groups(self, shards: list[tuple[int, list]]) -> list[tuple[list, tuple[int, ...]]]:
         """Shards (index, path) as network flows: under fair fluid sharing the shards on
@@ -271,12 +276,13 @@ class TransferPlane:
 
     def _record_shards(self, rs: RequestState, flow, shards: tuple, now: float) -> None:
         path = path_text(flow.path)
+        start = self._submitted.pop(flow.flow_id, flow.start)
         for shard in shards:
             self.transfers.append({
                 "request": rs.req.request_id, "shard": shard, "src": rs.prefill,
                 "dst": rs.decode, "tier": rs.tier, "path": path,
-                "bytes": rs.eff_bytes / self.flows_per_transfer, "start": flow.start,
-                "end": now,
+                "bytes": rs.eff_bytes / self.flows_per_transfer,
+                "start": start, "end": now,
             })
 
     def _all_shards_in(self, rs: RequestState) -> None:

@@ -12,9 +12,11 @@ anew.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from dataclasses import replace
 
 from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.transfers import engine_lanes
 from testbed.validate.engines.flow_match import flow_scenario
 from testbed.validate.judging.calibration import fit_contention, fit_join_stall, lone_spread
 from testbed.validate.judging.validity import tier_pairs
@@ -24,10 +26,12 @@ def probe_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards
     """ends(idle, tier, bytes, starts, stall=0): when each of a competing probe's transfers
     (one per start, modelled seconds) ends in the flow model (TCP terms with the link
     contention `idle` and the join stall `stall`, or the fluid model when tcp_fit is
-    None), all on the tier pair's one path as on the fabric (its ECMP hashes the pair)."""
+    None), all on the tier pair's one path as on the fabric (its ECMP hashes the pair);
+    through the Transfer Engine, one pair's shards wait for its lanes as a run's do."""
     spec = scenario.cluster.spec()
     pairs = tier_pairs(spec)
     base = flow_scenario(scenario, factors, tcp_fit).tcp_params() if tcp_fit is not None else None
+    lanes = engine_lanes(scenario)
 
     def ends(idle: float, tier: int, size: float, starts: list[float],
              stall: float = 0.0) -> list[float]:
@@ -35,19 +39,31 @@ def probe_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards
             base, contention_idle=idle, join_stall_s=stall) if base else None)
         path = spec.paths(*pairs[tier])[0]
         arrivals = sorted((t, j) for j, t in enumerate(starts))
+        waiting: deque[tuple[int, int]] = deque()  # (transfer, shard) without a lane
         out = [0.0] * len(starts)
-        while arrivals or net.flows or net.draining:
+
+        def send(t: float) -> None:
+            busy = sum(1 for f in net.flows.values() if f.tag is not None)
+            if not waiting or (lanes and busy >= lanes):
+                return
+            while waiting and not (lanes and busy >= lanes):
+                j, k = waiting.popleft()
+                net.add_flow(path, size / shards, t, tag=j, shard=(k, shards), group=j,
+                             share=False)
+                busy += 1
+            net.recompute(path)
+
+        while arrivals or net.flows or net.draining or waiting:
             nxt = net.next_completion()
             if arrivals and (nxt is None or arrivals[0][0] <= nxt):
                 t, j = arrivals.pop(0)
-                for k in range(shards):
-                    net.add_flow(path, size / shards, t, tag=j, shard=(k, shards), group=j,
-                                 share=False)
-                net.recompute(path)
+                waiting.extend((j, k) for k in range(shards))
+                send(t)
             else:
                 for flow in net.pop_finished(nxt):
                     if flow.tag is not None:
                         out[flow.tag] = nxt  # its last shard's end is the transfer's
+                send(nxt)
         return out
     return ends
 

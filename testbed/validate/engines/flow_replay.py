@@ -8,11 +8,13 @@ decisions. Output rows have the transfers.csv shape with the model's end times.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.model_network import flow_network
+from testbed.flowsim.transfers import engine_lanes
 from testbed.model.extensions.network_models import MAX_MIN
 from testbed.model.tcp import TcpParams
 from testbed.records import read_csv
@@ -25,13 +27,14 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
                      seed: int = 0, background: dict[int, float] | None = None,
                      capacity_factor: dict[int, float] | None = None,
                      tcp: TcpParams | None = None, rtt_exponent: float = 0.0,
-                     model: str = MAX_MIN) -> list[dict]:
+                     model: str = MAX_MIN, lanes: int = 0) -> list[dict]:
     """Every row needs request, shard, src, dst, bytes, start; returns rows with `end`.
 
     A row's recorded `path` (a>b>c) is followed when present; otherwise `ecmp` picks.
     `capacity_factor` (tier -> factor) is a calibration of the link rates; `tcp` adds
     the TCP terms (testbed/model/tcp.py) to the fluid model; `model`, a network model in
-    place of max-min (testbed/model/extensions/network_models.py)."""
+    place of max-min (testbed/model/extensions/network_models.py); `lanes`, the Transfer
+    Engine's connections per pair (a shard that finds them busy waits its turn)."""
     loop = EventLoop()
     net = flow_network(spec, random.Random(seed), capacity_factor, tcp, rtt_exponent, model)
     if background:
@@ -39,6 +42,8 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
                             for hop, link in net.links.items()}, 0.0)
     paths: dict[str, list] = {}
     out: list[dict] = []
+    busy: dict[tuple[str, str], int] = {}  # a pair's shards on its lanes
+    waiting: dict[tuple[str, str], deque] = {}  # and those waiting for one
     version = [0]
 
     def reschedule() -> None:
@@ -51,9 +56,27 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
     def finish(mine: int) -> None:
         if mine != version[0]:
             return
+        freed = set()
         for flow in net.pop_finished(loop.now):
             out.append({**flow.tag, "end": loop.now})
+            pair = (str(flow.tag["src"]), str(flow.tag["dst"]))
+            busy[pair] = busy.get(pair, 1) - 1
+            freed.add(pair)
+        for pair in sorted(freed):
+            while lanes and waiting.get(pair) and busy[pair] < lanes:
+                busy[pair] += 1
+                start(waiting[pair].popleft())
         reschedule()
+
+    def arrive(row: dict) -> None:
+        """A shard at its recorded start: sent, or waiting for its pair's lanes."""
+        pair = (str(row["src"]), str(row["dst"]))
+        if lanes and float(row["bytes"]) > 0:
+            if waiting.get(pair) or busy.get(pair, 0) >= lanes:
+                waiting.setdefault(pair, deque()).append(row)
+                return
+            busy[pair] = busy.get(pair, 0) + 1
+        start(row)
 
     def start(row: dict) -> None:
         src, dst = str(row["src"]), str(row["dst"])
@@ -79,7 +102,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
     for row in transfers:
         shards[str(row["request"])] = shards.get(str(row["request"]), 0) + 1
     for row in sorted(transfers, key=lambda r: float(r["start"])):
-        loop.at(float(row["start"]), lambda row=row: start(row))
+        loop.at(float(row["start"]), lambda row=row: arrive(row))
     loop.run(until=float("inf"))
     return sorted(out, key=lambda r: (str(r["request"]), int(r["shard"])))
 
@@ -97,7 +120,8 @@ def replay_cells(scenario, emu_cells: dict[str, Path],
                                     capacity_factor=capacity_factor,
                                     tcp=scenario.tcp_params(),
                                     rtt_exponent=scenario.network.tcp.rtt_exponent,
-                                    model=scenario.network.model)
+                                    model=scenario.network.model,
+                                    lanes=engine_lanes(scenario))
     return out
 
 
