@@ -169,10 +169,16 @@ def _report(tier: int, gb: float, n: int, spacing: float, lone: float, r: dict
     rto = [int(t.get("timeouts") or 0) for t in r["tcp"]]
     rtt = [t["rtt_s"] * 1e3 for t in r["tcp"] if t.get("rtt_s") is not None]
     resent = [int(t.get("retrans_segs") or 0) for t in r["tcp"]]
+    sent = sum(int(t.get("data_segs_out") or 0) for t in r["tcp"])
+    busy = sum(t.get("busy_s") or 0.0 for t in r["tcp"])
+    rwnd = sum(t.get("rwnd_limited_s") or 0.0 for t in r["tcp"])
+    sndbuf = sum(t.get("sndbuf_limited_s") or 0.0 for t in r["tcp"])
     print(f"tier {tier} {gb:g} GB N={n} spacing {spacing:g} lone: in arrival order "
           + " ".join(f"{x:.3f}" for x in secs)
           + f" (x lone: {' '.join(f'{x / lone:.2f}' for x in secs)}); work-conserving "
-          f"{r['work_s']:.3f}; RTOs {rto}, resent {resent}; round trip at the end "
+          f"{r['work_s']:.3f}; RTOs {rto}, resent {resent} of {sent} sent; senders busy "
+          f"{busy:.2f} s, of it receive-window limited {_share(rwnd, busy)}, send-buffer "
+          f"limited {_share(sndbuf, busy)}; round trip at the end "
           f"{_range(rtt)} ms wall; busiest {r['link']} idle "
           f"{r['idle']:.0%} of its span, {r['late']} of {r['judged']} queued departures "
           f"late, {r['lost']} events lost; {_held(r['ingress'])}", flush=True)
@@ -186,6 +192,10 @@ def _held(g: dict) -> str:
             f"p99 {g['held_p99_bytes'] / 1e3:.1f} KB (fullest socket {g['fullest_share']:.0%}), "
             f"a wait of at most {_ms(g['wait_mean_ms'])} mean, {_ms(g['wait_p99_ms'])} p99 "
             f"per switch (wall; the ports took in {g['intake_mb_per_s']} MB/s)")
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
 
 
 def _range(xs: list[float]) -> str:

@@ -18,7 +18,9 @@ def test_counters_are_summed_since_the_last_look_and_round_trips_are_the_busiest
     first = {a: info(100, 3, 0.010), b: info(10, 0, 0.002)}
     assert engine_tcp.combine({}, first) == {"retrans_segs": 3, "timeouts": 0,
                                              "timeout_s": 0.0, "rtt_s": 0.010,
-                                             "min_rtt_s": 0.005}
+                                             "min_rtt_s": 0.005, "data_segs_out": 110,
+                                             "busy_s": None, "rwnd_limited_s": None,
+                                             "sndbuf_limited_s": None}
     later = {a: info(110, 3, 0.010), b: info(60, 2, 0.004, 1, 0.2)}
     got = engine_tcp.combine(first, later)
     assert got["retrans_segs"] == 2 and got["timeouts"] == 1 and got["timeout_s"] == 0.2

@@ -191,11 +191,15 @@ def set_static_arp(net, hosts: dict) -> None:
 
 def tune_host_routes(net, hosts: dict, emu) -> None:
     """Every host route gets the replica's minimum RTO (replica.rto_min_ms: Linux's 200
-    modelled ms unless emulation.rto_min_ms says, x time dilation in wall time) and
-    segment size (emulation.frame_bytes: advmss caps what peers send on it)."""
+    modelled ms unless emulation.rto_min_ms says, x time dilation in wall time), segment
+    size (emulation.frame_bytes: advmss caps what peers send on it) and congestion
+    control (emulation.tcp_congestion): a socket that picks none, as the Transfer
+    Engine's, takes the route's, not the machine's default (bbr on some)."""
     options = [f"rto_min {max(1, round(emu.dilation.wall(rto_min_ms(emu))))}ms"]
     if emu.frame_bytes != WIRE_FRAME:
         options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
+    if emu.tcp_congestion != "system":
+        options.append(f"congctl {emu.tcp_congestion}")
     for name in hosts:
         host = net.get(name)
         for route in host.cmd("ip route show").splitlines():

@@ -29,16 +29,18 @@ FD_DIR = "/proc/self/fd"
 
 def combine(before: dict[tuple, dict], now: dict[tuple, dict]) -> dict | None:
     """Per connection (key -> TCP_INFO), what they did since `before`: the RECORDED
-    counters summed, the round trips of the one that sent most segments; None if none."""
+    and LIMITS counters summed, the round trips of the one that sent most segments; None
+    if none."""
     if not now:
         return None
-    out: dict = {k: 0 for k in tcpinfo.RECORDED}
+    counters = tcpinfo.RECORDED + tcpinfo.LIMITS
+    out: dict = {k: 0 for k in counters}
     busiest, sent_most = None, -1
     for key, info in now.items():
         old = before.get(key, {})
         if (info.get("data_segs_out") or 0) < (old.get("data_segs_out") or 0):
             old = {}  # the same addresses, a new connection
-        for k in tcpinfo.RECORDED:
+        for k in counters:
             v = info.get(k)
             if v is None or out[k] is None:
                 out[k] = None

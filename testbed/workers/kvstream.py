@@ -115,7 +115,8 @@ class ConnectionPool:
         self._seen[sock.fileno()] = now
         if before is None:
             return now
-        return {k: (v - before[k] if k in tcpinfo.RECORDED and v is not None
+        counters = tcpinfo.RECORDED + tcpinfo.LIMITS
+        return {k: (v - before[k] if k in counters and v is not None
                     and before.get(k) is not None else v) for k, v in now.items()}
 
     def keep_open(self, host: str, port: int, shards: int, n: int,

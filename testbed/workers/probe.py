@@ -10,7 +10,8 @@ each shard's end ("shards", seconds from the same start).
 starts N transfers of BYTES per N value (competing on one path), at once or each S
 seconds after the previous, and prints {bytes, competing, starts, seconds: [one per
 transfer, from the first start], tcp: [its shards' resent segments, retransmission
-timeouts and seconds in them, per transfer]}.
+timeouts and seconds in them, and their senders' seconds busy, limited by the receive
+window and by the send buffer and segments sent (tcpinfo.LIMITS), per transfer]}.
 `python -m testbed.workers.probe calls HOST PORT CC BYTES CALLS [CALLS ...]` sends one
 shard of BYTES per CALLS value as that many framed, acknowledged send calls (transfer
 granularity, FlowKV) and prints {bytes, calls, seconds} per shard. The receiver prints
@@ -35,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from testbed.workers import tcpinfo
 from testbed.workers.kvstream import (
     ConnectionPool,
     KVReceiver,
@@ -64,7 +66,7 @@ def _compete(send: Send, name: str, sizes: list[int], n: int, spacing: float = 0
         results = send(f"{name}-{j}", sizes)
         ends[j] = max(r.end for r in results) - t0
         stalls[j] = {k: sum((r.tcp or {}).get(k) or 0 for r in results)
-                     for k in ("retrans_segs", "timeouts", "timeout_s")}
+                     for k in (*tcpinfo.RECORDED, *tcpinfo.LIMITS)}
         rtts = [r.tcp["rtt_s"] for r in results if r.tcp and r.tcp.get("rtt_s") is not None]
         stalls[j]["rtt_s"] = max(rtts, default=None)  # the longest of its shards', wall
     threads = [threading.Thread(target=one, args=(j,)) for j in range(n)]

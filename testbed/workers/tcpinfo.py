@@ -34,6 +34,9 @@ FIELDS = {
 # what a transfer row (one shard, one connection) keeps of the counters, over its shard
 # alone; timeout_s in modelled seconds
 RECORDED = ("retrans_segs", "timeouts", "timeout_s")
+# counters of why a sender was or was not sending (wall seconds busy, limited by the
+# receiver's window, by its own send buffer) and what it sent: a probe's, not a row's
+LIMITS = ("busy_s", "rwnd_limited_s", "sndbuf_limited_s", "data_segs_out")
 # and of the round trips, as they stood when the shard was sent (gauges, not counters:
 # the smoothed one and the least the connection ever saw), in modelled seconds: how far
 # the replica's round trips swing with the fabric's load, queues and datapath together

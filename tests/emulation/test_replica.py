@@ -6,6 +6,8 @@ queues and RTO floor in modelled time, differing only in the kernel's wall-time 
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from testbed.emulation.readback import applied_replica
@@ -31,6 +33,26 @@ def same(a: dict, b: dict) -> bool:
     return len(a["egress"]) > 0
 
 
+LISTEN = ("import socket, time; s = socket.create_server(('', 7999)); print('ready', flush=True);"
+          " c = s.accept(); time.sleep(10)")
+CONNECT = ("import socket, sys; s = socket.create_connection((sys.argv[1], 7999), timeout=10);"
+           " print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)"
+           ".split(bytes(1))[0].decode())")
+
+
+def unset_socket_congestion(net) -> str:
+    """The congestion control a host's socket that sets none gets (the Transfer Engine's
+    do not): the scenario's, from the hosts' routes, whatever the machine's default."""
+    a, b = list(net.fabric.hosts)[:2]
+    listener = net.net.get(b).popen(["python3", "-c", LISTEN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "ready"
+        return net.net.get(a).cmd(f'python3 -c "{CONNECT}" {net.fabric.hosts[b].ip}').strip()
+    finally:
+        listener.kill()
+        listener.wait()
+
+
 def test_the_emulation_builds_the_replica_ns3_builds_at_dilation_1_and_2(tmp_path_factory):
     try:
         exe = program_path()
@@ -41,6 +63,8 @@ def test_the_emulation_builds_the_replica_ns3_builds_at_dilation_1_and_2(tmp_pat
         for net in running_fabric(tmp_path_factory, {"emulation.time_dilation": dilation}):
             applied[dilation] = applied_replica(net)
             scenario = load_scenario(net.scenario_file)
+            if dilation == 1:
+                assert unset_socket_congestion(net) == scenario.emulation.tcp_congestion
         ns3 = PacketNetwork(emulation_twin(scenario), 1, exe, clock=lambda: 0.0)
         try:
             built = ns3.applied_replica()
