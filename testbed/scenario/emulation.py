@@ -100,8 +100,9 @@ class EmulationCfg(_Strict):
         "+ 31; docs/kv-transport.md)")
     tcp_congestion: Literal["cubic", "reno", "bbr", "system"] = Field(
         "cubic", description="congestion control of KV streams; loss-based cubic shares a "
-        "bottleneck the way the flow model's max-min fairness assumes (system: the host's "
-        "default, bbr on many kernels)")
+        "bottleneck the way the flow model's max-min fairness assumes; the pusher sets it "
+        "per socket, the hosts' routes carry it for sockets that set none (the Transfer "
+        "Engine's); system: the machine's default, bbr on some")
 
     @field_validator("ovs_instances", mode="before")
     @classmethod
