@@ -194,7 +194,8 @@ def tune_host_routes(net, hosts: dict, emu) -> None:
     modelled ms unless emulation.rto_min_ms says, x time dilation in wall time), segment
     size (emulation.frame_bytes: advmss caps what peers send on it) and congestion
     control (emulation.tcp_congestion): a socket that picks none, as the Transfer
-    Engine's, takes the route's, not the machine's default (bbr on some)."""
+    Engine's and the background streams', takes the route's, not the machine's default
+    (bbr on some), as ns-3 gives both."""
     options = [f"rto_min {max(1, round(emu.dilation.wall(rto_min_ms(emu))))}ms"]
     if emu.frame_bytes != WIRE_FRAME:
         options.append(f"advmss {emu.frame_bytes - ADVMSS_HEADERS}")
