@@ -79,16 +79,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         start(row)
 
     def start(row: dict) -> None:
-        src, dst = str(row["src"]), str(row["dst"])
-        recorded = str(row.get("path") or "")
-        if recorded:  # the path the packets took
-            path = path_hops(recorded)
-        elif ecmp == "per-transfer":  # one draw per transfer, its shards share it
-            if str(row["request"]) not in paths:
-                (paths[str(row["request"])],) = net.transfer_paths(src, dst, ecmp, 1)
-            path = paths[str(row["request"])]
-        else:
-            (path,) = net.transfer_paths(src, dst, ecmp, 1)
+        path = _shard_path(net, row, ecmp, paths)
         size = float(row["bytes"])
         if size <= 0:
             out.append({**row, "end": loop.now})
@@ -105,6 +96,21 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
         loop.at(float(row["start"]), lambda row=row: arrive(row))
     loop.run(until=float("inf"))
     return sorted(out, key=lambda r: (str(r["request"]), int(r["shard"])))
+
+
+def _shard_path(net, row: dict, ecmp: str, drawn: dict[str, list]) -> list:
+    """The path the packets took (the row's a>b>c), else ecmp's: per transfer, one draw
+    its shards share (`drawn`: request -> it)."""
+    recorded = str(row.get("path") or "")
+    if recorded:
+        return path_hops(recorded)
+    src, dst = str(row["src"]), str(row["dst"])
+    if ecmp != "per-transfer":
+        (path,) = net.transfer_paths(src, dst, ecmp, 1)
+        return path
+    if str(row["request"]) not in drawn:
+        (drawn[str(row["request"])],) = net.transfer_paths(src, dst, ecmp, 1)
+    return drawn[str(row["request"])]
 
 
 def replay_cells(scenario, emu_cells: dict[str, Path],
