@@ -2,6 +2,7 @@
 
 simulator         one run: set-up, arrivals, the control plane's engine calls, records
 transfers         a decision's P2D transfer as shard flows, MFS levels, flows finishing
+pair_lanes        the Transfer Engine's lanes: a pair's shards on its connections, or waiting
 reuse_fetch       KV-reuse prefix hits and the fetch flow that brings one to the prefill
 faults            the scenario's fault schedule: links, decode instances, the controller
 telemetry         background offered per link, the oracle's refresh, links.csv samples

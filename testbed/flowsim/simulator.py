@@ -28,6 +28,7 @@ from testbed.flowsim.faults import FaultEvents
 from testbed.flowsim.flowkv_control import FlowKVControl
 from testbed.flowsim.model_network import flow_network
 from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.pair_lanes import Lanes
 from testbed.flowsim.reuse_fetch import Fetch, PrefixFetch
 from testbed.flowsim.telemetry import LINK_SAMPLE_S, NetworkTelemetry
 from testbed.flowsim.transfers import TransferPlane
@@ -104,7 +105,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         )
         self.states: list[RequestState] = []
         self.transfers: list[dict] = []
-        self._waiting: dict = {}  # (prefill, decode) -> shards waiting for its lanes
+        self._ledger = Lanes(self._lanes())  # the engine's lanes, per (prefill, decode)
         self._lane_group: dict[str, object] = {}  # request -> its transfer's streams
         self._submitted: dict[int, float] = {}  # flow id -> its shards' hand-over, if they waited
         links = self.net.link_list

@@ -5,12 +5,12 @@ when the fluid network finishes or re-times them."""
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Protocol
 
 from testbed.control.network_seam import SimulatedNetwork
 from testbed.control.plane import ControlPlane
 from testbed.flowsim.events import EventLoop
+from testbed.flowsim.pair_lanes import Lanes
 from testbed.flowsim.reuse_fetch import REUSE, Fetch
 from testbed.lifecycle import RequestState
 from testbed.model import granularity, mfs, reuse
@@ -61,7 +61,7 @@ class TransferHost(Protocol):
     _oracle: Oracle
     _deadlines: dict[str, float]  # request -> its P2D deadline
     _net_version: int  # the network's latest scheduled event
-    _waiting: dict  # (prefill, decode) -> shards waiting for the pair's lanes
+    _ledger: Lanes  # the engine's lanes: shards on them and waiting, per (prefill, decode)
     _lane_group: dict[str, object]  # request -> its latest transfer's streams
     _submitted: dict[int, float]  # flow id -> when its shards, which waited, were handed over
     _nic_bw: float  # bytes/s of a server's NIC
@@ -93,17 +93,12 @@ class TransferPlane:
                                         self.flows_per_transfer)
         group = object()  # this transfer's streams (a retried one is another)
         rs.flows_left = self.flows_per_transfer  # shards, counted off as their flows end
-        shards = list(enumerate(paths))
-        lanes = self._lanes()
-        if lanes:
-            pair = (rs.prefill, rs.decode)
-            waiting = self._waiting.setdefault(pair, deque())
-            free = 0 if waiting else max(0, lanes - self._lanes_busy(pair))
+        if self._ledger.lanes:
             self._lane_group[rs.req.request_id] = group
-            waiting.extend((rs, group, k, path, self.loop.now) for k, path in shards[free:])
-            shards = shards[:free]
-        if shards:
-            self._send_shards(rs, shards, group)
+        now = self._ledger.admit((rs.prefill, rs.decode), [
+            (rs, group, k, path, self.loop.now) for k, path in enumerate(paths)])
+        if now:
+            self._send_shards(rs, [(k, path) for _, _, k, path, _ in now], group)
 
     def _send_shards(self, rs: RequestState, shards: list[tuple[int, list]],
                      group: object, submitted: float | None = None) -> None:
@@ -128,23 +123,17 @@ class TransferPlane:
         engine that keeps them itself says 0."""
         return engine_lanes(self.scenario)
 
-    def _lanes_busy(self, pair: tuple[str, str]) -> int:
-        return sum(len(f.tag[1]) for f in self.net.flows.values()
-                   if f.tag[1] not in (REUSE, NOTICE) and (f.tag[0].prefill, f.tag[0].decode) == pair)
+    def _next_on_lanes(self, pair: tuple[str, str], ended: int) -> None:
+        """Shards waiting for the pair's lanes take those its `ended` shards freed, first
+        come first served; one whose transfer was abandoned meanwhile (its target died,
+        it was sent again) is dropped."""
+        def live(shard) -> bool:
+            rs, group = shard[0], shard[1]
+            return self._lane_group.get(rs.req.request_id) is group and rs.decode not in self.failed
 
-    def _next_on_lanes(self, pair: tuple[str, str]) -> None:
-        """Shards waiting for the pair's lanes take those its ended flows freed, first come
-        first served; one whose transfer was abandoned meanwhile (its target died, it
-        was sent again) is dropped."""
-        waiting = self._waiting.get(pair)
-        free = self._lanes() - self._lanes_busy(pair)
         starting: dict[int, tuple[RequestState, object, list, float]] = {}
-        while waiting and free > 0:
-            rs, group, k, path, submitted = waiting.popleft()
-            if self._lane_group.get(rs.req.request_id) is not group or rs.decode in self.failed:
-                continue
+        for rs, group, k, path, submitted in self._ledger.release(pair, ended, live):
             starting.setdefault(id(group), (rs, group, [], submitted))[2].append((k, path))
-            free -= 1
         for rs, group, shards, submitted in starting.values():
             self._send_shards(rs, shards, group, submitted)
 
@@ -256,7 +245,7 @@ class TransferPlane:
         """Flows whose bytes are in: a fetch's prefix, a transfer's shards, whose
         transfer lands once its last shard does, or a transfer's notice, which lands it."""
         now = self.loop.now
-        freed: set[tuple[str, str]] = set()
+        freed: dict[tuple[str, str], int] = {}  # shards ended, per pair
         for flow in self.net.pop_finished(now):
             rs, shards = flow.tag
             if shards == REUSE:
@@ -266,13 +255,14 @@ class TransferPlane:
                 self._transfer_done(rs)
                 continue
             self._record_shards(rs, flow, shards, now)
-            freed.add((rs.prefill, rs.decode))
+            pair = (rs.prefill, rs.decode)
+            freed[pair] = freed.get(pair, 0) + len(shards)
             rs.flows_left -= len(shards)
             if rs.flows_left == 0:
                 self._all_shards_in(rs)
-        if self._lanes():
+        if self._ledger.lanes:
             for pair in sorted(freed):
-                self._next_on_lanes(pair)
+                self._next_on_lanes(pair, freed[pair])
 
     def _record_shards(self, rs: RequestState, flow, shards: tuple, now: float) -> None:
         path = path_text(flow.path)

@@ -12,10 +12,10 @@ anew.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from dataclasses import replace
 
 from testbed.flowsim.network import FluidNetwork
+from testbed.flowsim.pair_lanes import Lanes
 from testbed.flowsim.transfers import engine_lanes
 from testbed.validate.engines.flow_match import flow_scenario
 from testbed.validate.judging.calibration import fit_contention, fit_join_stall, lone_spread
@@ -39,31 +39,28 @@ def probe_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards
             base, contention_idle=idle, join_stall_s=stall) if base else None)
         path = spec.paths(*pairs[tier])[0]
         arrivals = sorted((t, j) for j, t in enumerate(starts))
-        waiting: deque[tuple[int, int]] = deque()  # (transfer, shard) without a lane
+        ledger = Lanes(lanes)  # one pair: every shard of the probe's
         out = [0.0] * len(starts)
 
-        def send(t: float) -> None:
-            busy = sum(1 for f in net.flows.values() if f.tag is not None)
-            if not waiting or (lanes and busy >= lanes):
-                return
-            while waiting and not (lanes and busy >= lanes):
-                j, k = waiting.popleft()
+        def send(t: float, ready: list[tuple[int, int]]) -> None:
+            for j, k in ready:
                 net.add_flow(path, size / shards, t, tag=j, shard=(k, shards), group=j,
                              share=False)
-                busy += 1
-            net.recompute(path)
+            if ready:
+                net.recompute(path)
 
-        while arrivals or net.flows or net.draining or waiting:
+        while arrivals or net.flows or net.draining:
             nxt = net.next_completion()
             if arrivals and (nxt is None or arrivals[0][0] <= nxt):
                 t, j = arrivals.pop(0)
-                waiting.extend((j, k) for k in range(shards))
-                send(t)
+                send(t, ledger.admit("probe", [(j, k) for k in range(shards)]))
             else:
+                ended = 0
                 for flow in net.pop_finished(nxt):
                     if flow.tag is not None:
                         out[flow.tag] = nxt  # its last shard's end is the transfer's
-                send(nxt)
+                        ended += 1
+                send(nxt, ledger.release("probe", ended))
         return out
     return ends
 

@@ -8,12 +8,12 @@ decisions. Output rows have the transfers.csv shape with the model's end times.
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.flowsim.events import EventLoop
 from testbed.flowsim.model_network import flow_network
+from testbed.flowsim.pair_lanes import Lanes
 from testbed.flowsim.transfers import engine_lanes
 from testbed.model.extensions.network_models import MAX_MIN
 from testbed.model.tcp import TcpParams
@@ -42,8 +42,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
                             for hop, link in net.links.items()}, 0.0)
     paths: dict[str, list] = {}
     out: list[dict] = []
-    busy: dict[tuple[str, str], int] = {}  # a pair's shards on its lanes
-    waiting: dict[tuple[str, str], deque] = {}  # and those waiting for one
+    ledger = Lanes(lanes)  # per (src, dst)
     version = [0]
 
     def reschedule() -> None:
@@ -56,27 +55,23 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
     def finish(mine: int) -> None:
         if mine != version[0]:
             return
-        freed = set()
+        freed: dict[tuple[str, str], int] = {}
         for flow in net.pop_finished(loop.now):
             out.append({**flow.tag, "end": loop.now})
             pair = (str(flow.tag["src"]), str(flow.tag["dst"]))
-            busy[pair] = busy.get(pair, 1) - 1
-            freed.add(pair)
+            freed[pair] = freed.get(pair, 0) + 1
         for pair in sorted(freed):
-            while lanes and waiting.get(pair) and busy[pair] < lanes:
-                busy[pair] += 1
-                start(waiting[pair].popleft())
+            for row in ledger.release(pair, freed[pair]):
+                start(row)
         reschedule()
 
     def arrive(row: dict) -> None:
         """A shard at its recorded start: sent, or waiting for its pair's lanes."""
-        pair = (str(row["src"]), str(row["dst"]))
-        if lanes and float(row["bytes"]) > 0:
-            if waiting.get(pair) or busy.get(pair, 0) >= lanes:
-                waiting.setdefault(pair, deque()).append(row)
-                return
-            busy[pair] = busy.get(pair, 0) + 1
-        start(row)
+        if float(row["bytes"]) <= 0:
+            start(row)
+            return
+        for ready in ledger.admit((str(row["src"]), str(row["dst"])), [row]):
+            start(ready)
 
     def start(row: dict) -> None:
         path = _shard_path(net, row, ecmp, paths)
