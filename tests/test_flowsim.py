@@ -61,27 +61,36 @@ def test_the_transfer_engine_s_notice_adds_its_trip_after_the_last_byte(trace_pa
 def test_the_engine_s_lanes_hold_a_pair_s_next_transfer_until_the_first_frees_them(trace_path):
     # the engine keeps 4 connections per peer (its lanes) for every shard to it: a second
     # transfer of 4 shards to the same target waits until the first's end; the pusher
-    # opens 4 more connections (here on another ECMP path: both end at a lone one's time)
+    # opens 4 more connections and the two share the pair's path
     def run(transport):
         sc = Scenario(name="lanes", workload={"trace": str(trace_path)},
-                      emulation={"kv_transport": transport})
+                      emulation={"kv_transport": transport}, network={"ecmp": "per-pair"})
         sim = FlowSimulation(sc, "netkv-full", 1, one_request_workload())
         prefill, decode = sim.spec.prefill_pool[0].name, sim.spec.decode_pool[0].name
         landed = {}
         sim._all_shards_in = lambda rs: landed.setdefault(rs.req.request_id, sim.loop.now)
-        for rid in ("a", "b"):
-            sim.start_transfer(RequestState(Request(rid, 0.0, 8192, 3, ()), True, 1e9,
+
+        def send(rid: str, size: float) -> None:
+            sim.start_transfer(RequestState(Request(rid, 0.0, 8192, 3, ()), True, size,
                                             prefill=prefill, decode=decode, tier=1,
-                                            eff_bytes=1e9))
+                                            eff_bytes=size))
+
+        send("met", 1e3)  # the pair's first transfer: its first shard goes alone
+        sim.loop.run(until=1.0)
+        assert landed.pop("met") < 1.0
+        t0 = sim.loop.now
+        for rid in ("a", "b"):
+            send(rid, 1e9)
         sim.loop.run(until=60.0)
-        starts = {(t["request"], t["shard"]): t["start"] for t in sim.transfers}
-        return landed, starts
+        starts = {(t["request"], t["shard"]): t["start"] - t0 for t in sim.transfers
+                  if t["request"] != "met"}
+        return {rid: t - t0 for rid, t in landed.items()}, starts
 
     (pusher, p_starts), (engine, e_starts) = run("pusher"), run("mooncake")
     assert len(p_starts) == len(e_starts) == 8
     assert pusher["a"] == pytest.approx(pusher["b"]) and set(p_starts.values()) == {0.0}
-    assert engine["a"] == pytest.approx(pusher["a"], rel=1e-6)
-    assert engine["b"] == pytest.approx(2 * engine["a"], rel=1e-6)  # then the second
+    assert engine["a"] == pytest.approx(pusher["a"] / 2, rel=1e-6)  # the path alone
+    assert engine["b"] == pytest.approx(pusher["b"], rel=1e-6)  # then the second
     assert [e_starts[("b", k)] for k in range(4)] == [0.0] * 4  # handed over at once
 
 

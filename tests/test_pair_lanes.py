@@ -19,3 +19,11 @@ def test_no_lanes_no_waiting():
     lanes = Lanes(0)
     assert lanes.admit("ab", list(range(9))) == list(range(9))
     assert lanes.release("ab", 9) == []
+
+
+def test_a_pair_s_first_write_goes_alone_then_its_lanes_fill():
+    lanes = Lanes(4, first_alone=True)
+    assert lanes.admit("ab", [1, 2, 3, 4]) == [1]
+    assert lanes.admit("ac", [5, 6]) == [5]
+    assert lanes.release("ab", 1) == [2, 3, 4]
+    assert lanes.admit("ab", [7, 8]) == [7]

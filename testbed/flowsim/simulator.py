@@ -105,7 +105,7 @@ class FlowSimulation(NetworkTelemetry, FaultEvents, PrefixFetch, TransferPlane):
         )
         self.states: list[RequestState] = []
         self.transfers: list[dict] = []
-        self._ledger = Lanes(self._lanes())  # the engine's lanes, per (prefill, decode)
+        self._ledger = Lanes(self._lanes(), first_alone=True)  # the engine's, per pair
         self._lane_group: dict[str, object] = {}  # request -> its transfer's streams
         self._submitted: dict[int, float] = {}  # flow id -> its shards' hand-over, if they waited
         links = self.net.link_list

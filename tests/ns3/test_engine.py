@@ -116,32 +116,51 @@ def test_the_transfer_engine_s_transfers_land_at_their_notice_after_the_last_sha
     assert set(engine) == set(pusher) and all(gap >= frame for gap in engine.values())
 
 
+def shard_ends(program, transport: str, sizes: list[float], first: float | None = None):
+    """Shards of `sizes` wire bytes from one host to another on a tier-2 path, all at once
+    (after a lone one of `first` bytes has ended, when given): when each ended."""
+    sc = scenario(**{"emulation.kv_transport": transport})
+    net = PacketNetwork(sc, 1, program, clock=lambda: 0.0)
+    try:
+        spec = sc.cluster.spec()
+        src, dst = next((a.name, b.name) for a in spec.prefill_pool
+                        for b in spec.decode_pool if spec.tier(a.name, b.name) == 2)
+        path = net.transfer_paths(src, dst, "per-pair", 1)[0]
+        at = 0.0
+        if first is not None:
+            net.add_flow(path, first / net.scale, 0.0, shard=(0, 4))
+            at = net.run_until(60.0)
+            net.pop_finished(at)
+        flows = [net.add_flow(path, size / net.scale, at, shard=(k % 4, 4))
+                 for k, size in enumerate(sizes)]
+        while net.flows:
+            end = net.run_until(at + 60.0)
+            assert end is not None, "a shard never ended"
+            net.pop_finished(end)
+        return [f.end - at for f in flows]
+    finally:
+        net.close()
+
+
 def test_the_transfer_engine_s_lanes_carry_a_pair_s_shards_four_at_a_time(program):
     # eight shards to one target at once: the pusher opens a connection for each and all
-    # share the path to the end; the engine's four lanes carry the first four (the path
-    # theirs alone) and the others each in the lane that frees first
-    def ends(transport):
-        sc = scenario(**{"emulation.kv_transport": transport})
-        net = PacketNetwork(sc, 1, program, clock=lambda: 0.0)
-        try:
-            spec = sc.cluster.spec()
-            src, dst = next((a.name, b.name) for a in spec.prefill_pool
-                            for b in spec.decode_pool if spec.tier(a.name, b.name) == 2)
-            path = net.transfer_paths(src, dst, "per-pair", 1)[0]
-            flows = [net.add_flow(path, 1e6 / net.scale, 0.0, shard=(k % 4, 4))
-                     for k in range(8)]
-            while net.flows:
-                end = net.run_until(60.0)
-                assert end is not None, "a shard never ended"
-                net.pop_finished(end)
-            return [f.end for f in flows]
-        finally:
-            net.close()
-
-    pusher, engine = ends("pusher"), ends("mooncake")
+    # share the path to the end; the engine's four lanes (the pair met already) carry
+    # the first four, the path theirs alone, and the others each in the lane that frees
+    pusher = shard_ends(program, "pusher", [1e6] * 8, first=1000)
+    engine = shard_ends(program, "mooncake", [1e6] * 8, first=1000)
     assert max(engine[:4]) < min(engine[4:])
     assert max(engine[:4]) < 0.7 * min(pusher)
     assert max(engine) == pytest.approx(max(pusher), rel=0.15)  # the same bytes in all
+
+
+def test_a_pair_s_first_write_through_the_engine_goes_alone(program):
+    # the workers send a target's first write alone (the engine's descriptor exchange
+    # refused shards arriving together): its other shards start once it ended
+    pusher = shard_ends(program, "pusher", [1e6] * 4)
+    engine = shard_ends(program, "mooncake", [1e6] * 4)
+    assert max(pusher) < 1.3 * min(pusher)  # side by side
+    assert engine[0] < 0.5 * min(engine[1:])
+    assert max(engine) == pytest.approx(max(pusher), rel=0.15)
 
 
 def lone_transfer_s(sc, program, wire: float) -> float:

@@ -53,6 +53,7 @@ Conn* IdleLane(uint32_t src, uint32_t dst);
 void WaitForLane(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint32_t index,
                  uint8_t tos, uint64_t pace);
 void NextOnLanes(uint32_t src, uint32_t dst);
+void LaneFreed(Conn* c);
 void OnReply(Conn* c, Ptr<Socket> sock);
 void RoceStart(uint32_t fid, uint32_t src, uint32_t dst, uint64_t bytes, uint8_t tos,
                uint64_t pace); // roce.h: the shard as an RDMA write
@@ -132,6 +133,10 @@ OnConnected(Conn* c, Ptr<Socket>)
 {
     c->connected = true;
     Feed(c);
+    if (c->lane) // the pair's next lane may open now
+    {
+        NextOnLanes(c->src, c->dst);
+    }
 }
 
 void
@@ -227,7 +232,7 @@ Finish(Shard* s)
     delete s;
     if (c->lane)
     {
-        NextOnLanes(c->src, c->dst);
+        LaneFreed(c);
     }
     else if (g_set.persistent && !c->dead && c->sending.empty() && c->receiving.empty() &&
              c->replying.empty())
@@ -406,6 +411,7 @@ struct Lanes
 {
     std::vector<Conn*> conns;
     std::deque<uint32_t> waiting; // flow ids
+    bool greeted = false;         // the pair's first write ended: the workers send it alone
 };
 
 std::map<std::pair<uint32_t, uint32_t>, Lanes> g_lanes;
@@ -416,8 +422,10 @@ Idle(const Conn* c)
     return c->sending.empty() && c->receiving.empty() && c->replying.empty();
 }
 
-// the first idle lane, a new one while the pair has fewer than Settings::lanes (a dead one
-// is replaced, as the engine reconnects a lane), or nullptr
+// the first idle lane, else a new one while the pair has fewer than Settings::lanes (a
+// dead one is replaced, as the engine reconnects a lane), or nullptr. The engine opens
+// one lane at a time (the next once it connected), and the workers send a pair's first
+// write alone.
 Conn*
 IdleLane(uint32_t src, uint32_t dst)
 {
@@ -430,7 +438,9 @@ IdleLane(uint32_t src, uint32_t dst)
             return c;
         }
     }
-    if (l.conns.size() >= g_set.lanes)
+    bool connecting = std::any_of(l.conns.begin(), l.conns.end(),
+                                  [](const Conn* c) { return !c->connected; });
+    if (l.conns.size() >= g_set.lanes || connecting || (!l.greeted && !l.conns.empty()))
     {
         return nullptr;
     }
@@ -477,6 +487,14 @@ NextOnLanes(uint32_t src, uint32_t dst)
         l.waiting.pop_front();
         StartPending(p->first);
     }
+}
+
+// a lane's shard ended: the pair has met (its first write passed), the next may start
+void
+LaneFreed(Conn* c)
+{
+    g_lanes[{c->src, c->dst}].greeted = true;
+    NextOnLanes(c->src, c->dst);
 }
 
 // StartShard now, or up to jitterNs later: a delay drawn per (jitterSeed, flow id), the

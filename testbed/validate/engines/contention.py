@@ -39,7 +39,7 @@ def probe_ends(scenario, factors: dict[int, float], tcp_fit: dict | None, shards
             base, contention_idle=idle, join_stall_s=stall) if base else None)
         path = spec.paths(*pairs[tier])[0]
         arrivals = sorted((t, j) for j, t in enumerate(starts))
-        ledger = Lanes(lanes)  # one pair: every shard of the probe's
+        ledger = Lanes(lanes)  # one pair, its lanes warmed (the probe's first writes)
         out = [0.0] * len(starts)
 
         def send(t: float, ready: list[tuple[int, int]]) -> None:

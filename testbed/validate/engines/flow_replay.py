@@ -42,7 +42,7 @@ def replay_transfers(spec: FatTreeSpec, transfers: Sequence[dict], ecmp: str = "
                             for hop, link in net.links.items()}, 0.0)
     paths: dict[str, list] = {}
     out: list[dict] = []
-    ledger = Lanes(lanes)  # per (src, dst)
+    ledger = Lanes(lanes, first_alone=True)  # per (src, dst); records start at hand-over
     version = [0]
 
     def reschedule() -> None:
