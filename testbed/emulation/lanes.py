@@ -280,9 +280,12 @@ class Lane:
     def _died(self) -> str:
         code = self.proc.poll() if self.proc else None
         try:
-            tail = "".join(self.log.read_text().splitlines(True)[-12:])
+            lines = self.log.read_text().splitlines(True)
         except OSError:
-            tail = ""
+            lines = []
+        # from its last traceback's start (where the error was raised), or its last lines
+        starts = [k for k, line in enumerate(lines) if line.startswith("Traceback")]
+        tail = "".join(lines[starts[-1]:][-60:] if starts else lines[-12:])
         return (f"side-by-side fabric {self.index} ended (exit {code}); its log {self.log}:\n"
                 + tail)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from testbed.datapath import tc
 from testbed.emulation.cleanup import TAG
 from testbed.emulation.net import EmulatedNetwork, EmulationError
+from testbed.emulation.ovs.switches import remote_controller
 from testbed.emulation.processes import LocalLauncher
 from testbed.model.tcp import WIRE_FRAME
 from testbed.remote.counters import cluster_counters
@@ -230,7 +231,6 @@ class ClusterNetwork(EmulatedNetwork):
             SwitchBinPlacer,
         )
         from mininet.log import setLogLevel
-        from mininet.node import RemoteController
 
         from testbed.topologies.mininet_topo import FatTreeTopo
 
@@ -251,7 +251,7 @@ class ClusterNetwork(EmulatedNetwork):
             switch=partial(_switch_class(), datapath=self.datapath, protocols="OpenFlow13",
                            **shared),
             link=_gre_link_class() if self.tunnel == "gre" else RemoteLink, **kwargs)
-        self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
+        self.net.addController(remote_controller("c0", emu.bind, emu.of_port))
         self.net.build()
         self.net.start()
         for name in self.fabric.switches:  # tag on each switch's own server

@@ -28,7 +28,7 @@ from testbed.emulation.child import die_with_parent
 from testbed.emulation.cleanup import STATE_DIR, TAG
 from testbed.emulation.hosts import host_gone
 from testbed.emulation.ovs.private_daemons import OvsDaemon, OvsDaemonError
-from testbed.emulation.ovs.switches import switch_class
+from testbed.emulation.ovs.switches import remote_controller, switch_class
 from testbed.emulation.ovs.system_daemons import SystemOvsWatch
 from testbed.model.tcp import WIRE_FRAME
 from testbed.records import atomic_write
@@ -402,7 +402,6 @@ class EmulatedNetwork:
         from mininet.link import Link, TCULink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import RemoteController
 
         from testbed.topologies.mininet_topo import FatTreeTopo
 
@@ -413,7 +412,7 @@ class EmulatedNetwork:
         switch = switch_class(self.datapath, self.daemons, self.fabric.switches)
         self.net = Mininet(topo=FatTreeTopo(self.fabric), switch=switch, link=link,
                            controller=None, autoSetMacs=False, build=False)
-        self.net.addController(RemoteController("c0", ip=emu.bind, port=emu.of_port))
+        self.net.addController(remote_controller("c0", emu.bind, emu.of_port))
         self.net.build()
         if self.daemons:
             self._move_switch_ports()

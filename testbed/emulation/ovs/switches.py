@@ -3,7 +3,9 @@
 On the system's daemons, a bridge's deletion must not wait for ever on an ovs-vswitchd
 that died (Mininet's ovs-vsctl has no time limit). On the run's private daemons, each
 bridge lives on one daemon (testbed.topologies.placement), talks to it through its run
-directory, and dials the controller's unix socket there.
+directory, and dials the controller's unix socket there. The controller the switches dial
+is known to listen before Mininet starts (the run waited for its HTTP status), so
+Mininet's own check, which may crash the run, is left out.
 """
 
 from __future__ import annotations
@@ -57,3 +59,18 @@ def switch_class(datapath: str, daemons: list, switch_names):
             return switches  # with it, and its namespace takes the bridges' taps
 
     return partial(DaemonOVSSwitch, datapath=datapath, protocols="OpenFlow13")
+
+
+def remote_controller(name: str, ip: str, port: int):
+    """Mininet's RemoteController without its listening check. The check runs `echo A |
+    telnet -e A ip port` in a node shell: when the controller's OpenFlow HELLO (binary,
+    a random transaction id) reaches telnet before the escape character does, telnet
+    prints it into the shell and Mininet's UTF-8 reading of the shell fails
+    (UnicodeDecodeError), a race a loaded machine loses now and then."""
+    from mininet.node import RemoteController
+
+    class ListeningController(RemoteController):
+        def checkListening(self):  # noqa: N802 - Mininet's name
+            pass
+
+    return ListeningController(name, ip=ip, port=port)
