@@ -9,6 +9,7 @@ import yaml
 
 from testbed.emulation import cleanup
 from testbed.emulation.lanes import (
+    Lane,
     datapath_cores,
     fabric_load,
     fabric_need,
@@ -77,6 +78,22 @@ def test_a_lane_runs_the_cell_on_a_private_userspace_daemon(write_scenario):
     mine = lane_cell(cell)
     assert mine.emulation.private_ovs and mine.emulation.datapath == "user"
     assert mine.model_dump(exclude={"emulation"}) == cell.model_dump(exclude={"emulation"})
+
+
+def test_a_dead_lane_s_error_shows_its_log_from_the_last_traceback(write_scenario,
+                                                                     tmp_path):
+    lane = Lane(0, load_scenario(write_scenario("name: x\nworkload: {trace: TRACE}\n")),
+                tmp_path)
+    lane.workdir.mkdir(parents=True)
+    frames = [f'  File "/x/m{k}.py", line {k}, in f{k}\n    call{k}()\n' for k in range(12)]
+    lane.log.write_text("building\n" * 30 + "Traceback (most recent call last):\n"
+                        + "".join(frames) + "UnicodeDecodeError: 'utf-8' codec\n")
+    said = lane._died()
+    assert 'm0.py", line 0' in said and "UnicodeDecodeError" in said  # where it was raised
+    assert "building" not in said
+    lane.log.write_text("".join(f"line {k}\n" for k in range(40)))  # no traceback: the end
+    said = lane._died()
+    assert "line 39" in said and "line 28" in said and "line 27" not in said
 
 
 def test_testbed_clean_knows_every_namespace_a_lane_makes():
